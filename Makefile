@@ -1,0 +1,58 @@
+# velo-go — one Makefile for the whole workspace.
+#
+#   make demo    the two-process rendezvous demo (installs what it needs first)
+#   make test    every test of every module (installs what it needs first)
+#
+# Each area of the tree keeps its targets in mk/<area>.mk and appends its test and benchmark
+# targets to TEST_TARGETS and BENCH_TARGETS, so `make test` and `make bench` run all of them.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+GO ?= go
+MODULES := velo ucx verbs mlx5dv rdmacm tools/ibcheck test
+
+# Tests must never wait forever; a package that runs past this fails with a goroutine dump.
+TEST_TIMEOUT ?= 600s
+GOTEST := $(GO) test -count=1 -timeout $(TEST_TIMEOUT)
+
+TEST_TARGETS :=
+BENCH_TARGETS :=
+LINT_TARGETS :=
+
+.DEFAULT_GOAL := help
+
+include $(sort $(wildcard mk/*.mk))
+
+.PHONY: help deps build test lint fmt demo bench clean
+
+help:
+	@echo "make demo      run the two-process rendezvous demo"
+	@echo "make test      run every test (installs Debian packages when missing)"
+	@echo "make bench     print the benchmark ratio tables"
+	@echo "make build     build every module"
+	@echo "make lint      gofmt, go vet and staticcheck"
+	@echo "make deps      install the Debian packages of scripts/debian-packages.txt"
+
+deps:
+	@scripts/deps.sh
+
+build: deps
+	@for m in $(MODULES); do echo "build $$m"; (cd $$m && $(GO) build ./...); done
+	@for m in $(MODULES); do echo "build $$m (CGO_ENABLED=0)"; (cd $$m && CGO_ENABLED=0 $(GO) build ./...); done
+
+test: deps $(TEST_TARGETS)
+	@echo "make test: all test targets passed: $(TEST_TARGETS)"
+
+bench: deps $(BENCH_TARGETS)
+
+STATICCHECK_VERSION ?= v0.8.2
+lint: deps $(LINT_TARGETS)
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	@for m in $(MODULES); do echo "vet $$m"; (cd $$m && $(GO) vet ./...); done
+	@if $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) 2>/dev/null; then \
+		sc=$$($(GO) env GOPATH)/bin/staticcheck; \
+		for m in $(MODULES); do echo "staticcheck $$m"; (cd $$m && $$sc ./...); done; \
+	else echo "lint: staticcheck could not be installed from the Go proxy; skipped"; fi
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')

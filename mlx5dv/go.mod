@@ -1,0 +1,3 @@
+module github.com/velo-go/velo/mlx5dv
+
+go 1.26

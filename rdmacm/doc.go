@@ -1,0 +1,2 @@
+// Package rdmacm maps an IP address to the RDMA device and port that carry it.
+package rdmacm

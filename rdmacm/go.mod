@@ -1,0 +1,3 @@
+module github.com/velo-go/velo/rdmacm
+
+go 1.26

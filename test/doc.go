@@ -1,0 +1,2 @@
+// Package test holds cross-module integration, end-to-end, fault and multi-host tests.
+package test

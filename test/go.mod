@@ -1,0 +1,3 @@
+module github.com/velo-go/velo/test
+
+go 1.26

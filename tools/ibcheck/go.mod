@@ -1,0 +1,3 @@
+module github.com/velo-go/velo/tools/ibcheck
+
+go 1.26

@@ -1,0 +1,3 @@
+module github.com/velo-go/velo/ucx
+
+go 1.26

@@ -1,0 +1,3 @@
+module github.com/velo-go/velo/velo
+
+go 1.26

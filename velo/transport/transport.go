@@ -1,0 +1,120 @@
+// Package transport defines the seam between the velo runtime and the wires it speaks over.
+//
+// A Transport moves opaque frames between velo instances and keeps per-peer order. It knows
+// nothing of messages, handlers or rendezvous: the runtime frames those itself and hands the
+// transport finished byte slices. Two transports exist: tcp (the control plane every deployment
+// has) and ucx (active messages, plus one-sided reads for the rendezvous RDMA path).
+//
+// A transport that can also do one-sided reads implements RMA. The runtime only uses RMA on a
+// transport added with velo.WithUCXTransport; added with velo.WithTransport, the same value
+// carries messages only and the RDMA path reports not_configured.
+package transport
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+)
+
+// InstanceID names one velo instance for its lifetime. It is drawn at random when the
+// instance starts, so a restarted process is a new instance.
+type InstanceID uint64
+
+// PeerAddress is what a transport needs to reach a remote instance: the instance's identity
+// and the address blob that the remote transport of the same Name published.
+type PeerAddress struct {
+	ID          InstanceID
+	Incarnation uint64
+	Blob        []byte
+}
+
+// Errors a transport returns. Implementations wrap them with detail and the fix.
+var (
+	// ErrInvalidEndpoint: an address blob that this transport cannot use (wrong version,
+	// truncated, unparsable). The peer is not registered.
+	ErrInvalidEndpoint = errors.New("invalid endpoint")
+	// ErrUnknownPeer: a send to a peer that was never registered and never connected to us.
+	ErrUnknownPeer = errors.New("unknown peer")
+	// ErrPeerUnreachable: the connection to the peer failed or was lost.
+	ErrPeerUnreachable = errors.New("peer unreachable")
+	// ErrFrameTooLarge: a frame above MaxFrameSize, on send or on receive.
+	ErrFrameTooLarge = errors.New("frame too large")
+	// ErrClosed: the transport was closed.
+	ErrClosed = errors.New("transport closed")
+)
+
+// Host is the runtime as a transport sees it. The runtime passes it to Start.
+type Host interface {
+	// LocalID is this instance's ID; transports put it in hellos and frame headers.
+	LocalID() InstanceID
+	// Incarnation is this instance's random 64-bit incarnation.
+	Incarnation() uint64
+	// Deliver hands one received frame to the runtime. Frames from one peer are delivered in
+	// the order that peer sent them, one at a time. The runtime owns frame after the call.
+	Deliver(from InstanceID, frame []byte)
+	// PeerDown reports that the transport lost its connection to a peer for good (keepalive
+	// failure, EOF, reset). Frames in flight to it may be lost; later sends may reconnect.
+	PeerDown(peer InstanceID, err error)
+	// Logger is the runtime's logger.
+	Logger() *slog.Logger
+}
+
+// Transport moves frames between instances.
+//
+// All methods are safe for concurrent use. Send keeps per-peer order: two Sends to the same
+// peer that do not overlap in time arrive in the order they were called.
+type Transport interface {
+	// Name keys this transport's address blob in a PeerInfo: "tcp" or "ucx".
+	Name() string
+	// Start binds the transport to the runtime. It is called once, before any other method
+	// except Name.
+	Start(h Host) error
+	// Address is the blob a remote transport of the same Name needs to reach this one.
+	Address() []byte
+	// AddPeer validates a peer's blob and records it. It wraps ErrInvalidEndpoint when the
+	// blob is unusable. It may open the connection at once (eager wireup) or on first Send.
+	AddPeer(ctx context.Context, peer PeerAddress) error
+	// RemovePeer forgets a peer and closes any connection to it.
+	RemovePeer(peer InstanceID)
+	// Reaches reports whether Send to peer can work now: the peer was added, or it connected
+	// to us and the connection is up.
+	Reaches(peer InstanceID) bool
+	// Send transmits one frame, the concatenation of parts, to peer. It returns once the
+	// transport has taken the frame (written it or completed the send), or with an error.
+	// The caller may reuse parts after Send returns.
+	Send(ctx context.Context, peer InstanceID, parts ...[]byte) error
+	// MaxFrameSize is the largest frame Send accepts and the receiver will read.
+	MaxFrameSize() int
+	// Close stops the transport, closes every connection and waits for its goroutines.
+	Close() error
+}
+
+// RMA is one-sided remote memory access, the capability the rendezvous RDMA path needs.
+// The UCX transport implements it.
+type RMA interface {
+	// RMABackend names the backend in offers and descriptors ("ucx").
+	RMABackend() string
+	// RegisterMemory makes mem remotely readable and returns its registration. mem must not
+	// be Go heap memory: it is mmap'd, page-aligned memory that outlives the registration.
+	// Each call is a separate registration with its own remote key.
+	RegisterMemory(mem []byte) (Registration, error)
+	// Get reads len(dst) bytes at remoteAddr in peer's memory, using the packed remote key,
+	// into dst. It returns when the bytes are in dst or with an error. If ctx ends first the
+	// read still owns dst until it completes; Get returns only after that.
+	Get(ctx context.Context, peer InstanceID, remoteAddr uint64, rkey []byte, dst []byte) error
+	// CanGet reports whether a Get to peer can be attempted: the peer is registered on this
+	// transport with an RMA-capable address.
+	CanGet(peer InstanceID) bool
+}
+
+// Registration is one registered memory region.
+type Registration interface {
+	// Addr is the address a remote Get names.
+	Addr() uint64
+	// Len is the registered length in bytes.
+	Len() int
+	// RKey is the packed remote key that a peer needs to read the region.
+	RKey() []byte
+	// Deregister revokes the registration. After it returns the remote key is dead.
+	Deregister() error
+}

@@ -1,0 +1,2 @@
+// Package verbs probes RDMA devices and ports through sysfs and wraps libibverbs.
+package verbs

@@ -1,0 +1,3 @@
+module github.com/velo-go/velo/verbs
+
+go 1.26
