@@ -1,0 +1,129 @@
+// Package netns gives tests several hosts on one machine: network namespaces joined by veth pairs.
+//
+// Multi-host behaviour (addresses another node can reach, UCX_NET_DEVICES pinned to one interface,
+// traffic that really leaves a host) cannot be tested on loopback alone. A namespace has its own
+// interfaces, routes and sockets, so an owner in one namespace and a consumer in another talk over
+// the veth link exactly as two nodes talk over a NIC. Creating namespaces needs root (CAP_NET_ADMIN
+// and CAP_SYS_ADMIN) and iproute2; without them New skips the test and says why.
+package netns
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// Host is one namespace with one end of the veth link.
+type Host struct {
+	// Name is the namespace name, as `ip netns` lists it.
+	Name string
+	// Dev is the veth interface inside the namespace.
+	Dev string
+	// IP is the interface's address.
+	IP netip.Addr
+}
+
+// Pair is two hosts on one link.
+type Pair struct {
+	A, B Host
+}
+
+var seq atomic.Uint32
+
+// New creates two namespaces joined by a veth pair, with addresses on a /30 of their own and
+// loopback up in each, and removes them when the test ends. It skips the test when the machine
+// cannot create namespaces.
+func New(t testing.TB) *Pair {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("netns: needs root to create network namespaces; run the test as root")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("netns: the ip command (Debian package iproute2) is not installed; run make deps")
+	}
+	n := seq.Add(1)
+	// Names stay short: interface names are limited to 15 bytes.
+	id := fmt.Sprintf("%d%d", os.Getpid()%100000, n)
+	subnet := (uint32(os.Getpid())*64 + n*4) % (1 << 14) // /30 blocks inside 10.200.0.0/16
+	base := netip.AddrFrom4([4]byte{10, 200 + byte(subnet>>12), byte(subnet >> 4), byte(subnet&0xf) << 4})
+	p := &Pair{
+		A: Host{Name: "velo-a" + id, Dev: "va" + id, IP: base.Next()},
+		B: Host{Name: "velo-b" + id, Dev: "vb" + id, IP: base.Next().Next()},
+	}
+	cleanup := func() {
+		_ = run("ip", "netns", "del", p.A.Name)
+		_ = run("ip", "netns", "del", p.B.Name)
+	}
+	steps := [][]string{
+		{"ip", "netns", "add", p.A.Name},
+		{"ip", "netns", "add", p.B.Name},
+		{"ip", "link", "add", p.A.Dev, "type", "veth", "peer", "name", p.B.Dev},
+		{"ip", "link", "set", p.A.Dev, "netns", p.A.Name},
+		{"ip", "link", "set", p.B.Dev, "netns", p.B.Name},
+		{"ip", "-n", p.A.Name, "addr", "add", p.A.IP.String() + "/30", "dev", p.A.Dev},
+		{"ip", "-n", p.B.Name, "addr", "add", p.B.IP.String() + "/30", "dev", p.B.Dev},
+		{"ip", "-n", p.A.Name, "link", "set", p.A.Dev, "up"},
+		{"ip", "-n", p.B.Name, "link", "set", p.B.Dev, "up"},
+		{"ip", "-n", p.A.Name, "link", "set", "lo", "up"},
+		{"ip", "-n", p.B.Name, "link", "set", "lo", "up"},
+	}
+	for _, s := range steps {
+		if err := run(s...); err != nil {
+			cleanup()
+			if strings.Contains(err.Error(), "Operation not permitted") {
+				t.Skipf("netns: this machine does not allow network namespaces: %v", err)
+			}
+			t.Fatalf("netns: %v", err)
+		}
+	}
+	t.Cleanup(cleanup)
+	return p
+}
+
+// Command returns a command that runs inside the host's namespace (through `ip netns exec`).
+// The child sees only the namespace's interfaces: loopback and the veth.
+func (h Host) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", h.Name, name}, args...)...)
+}
+
+// Do runs f on an OS thread that has entered the host's namespace. Sockets f creates belong to the
+// namespace for their whole life, even after the thread returns; that is how an in-process test
+// listens on the host's address. The thread is discarded afterwards, never reused by Go.
+func (h Host) Do(f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		// Not unlocked on purpose: a thread left in another namespace must die with this goroutine.
+		runtime.LockOSThread()
+		fd, err := unix.Open("/run/netns/"+h.Name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			errc <- fmt.Errorf("netns: open %s: %w", h.Name, err)
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("netns: enter %s: %w", h.Name, err)
+			return
+		}
+		errc <- f()
+	}()
+	return <-errc
+}
+
+func run(args ...string) error {
+	var out bytes.Buffer
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
