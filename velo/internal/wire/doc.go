@@ -1,0 +1,24 @@
+// Package wire holds every binary layout velo puts on a connection or in a peer-info file: the
+// transport hello and address blob, the messenger frame, handles, peer info and the rendezvous
+// protocol messages.
+//
+// Why one package: every decoder here reads bytes that a remote process (or a file) chose, so each
+// one is written the same defensive way — a bounds-checked cursor that never panics, reports the
+// first problem as an error wrapping ErrMalformed, and refuses trailing garbage — and each has a fuzz
+// target whose seed corpus runs as an ordinary test. Keeping them together keeps that discipline in
+// one place and keeps the layouts easy to review side by side.
+//
+// All integers are big-endian. Variable-length fields carry an explicit length before their bytes;
+// decoders return slices that alias the input (no copies), so callers that keep them must own the
+// input buffer.
+package wire
+
+import "errors"
+
+// ErrMalformed is wrapped by every decode error: truncated input, a length that overruns the input,
+// an unknown kind or version, or trailing bytes.
+var ErrMalformed = errors.New("malformed wire data")
+
+// ErrVersion is wrapped (together with ErrMalformed) when the bytes carry a version this build does
+// not speak. Upgrading both sides to the same velo release is the fix.
+var ErrVersion = errors.New("unsupported wire version")

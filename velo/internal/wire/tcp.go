@@ -1,0 +1,126 @@
+package wire
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+)
+
+// HelloMagic opens every TCP connection, so a stray client (an HTTP probe, a port scanner) is
+// recognised at once and dropped instead of being read as a frame length.
+var HelloMagic = [4]byte{'V', 'E', 'L', 'O'}
+
+// HelloVersion is the TCP transport's wire version. A peer that speaks another one is refused
+// during the hello with an error naming both versions.
+const HelloVersion = 1
+
+// Hello is the first thing each side of a TCP connection writes. It names the sender so that a
+// connection opened by either side can carry frames both ways, and carries the sender's own
+// listening address so that the accepting side can reconnect after a loss.
+type Hello struct {
+	Version     uint8
+	ID          uint64
+	Incarnation uint64
+	// MaxFrame is the largest frame the sender will read; the other side never sends more.
+	MaxFrame uint32
+	// Addr is the sender's TCP address blob (EncodeTCPAddr), empty when it does not listen.
+	Addr []byte
+}
+
+// HelloMaxSize bounds a hello on the wire; a reader never reads more than this before it knows the
+// peer.
+const HelloMaxSize = 4 + 1 + 8 + 8 + 4 + 2 + TCPAddrMaxLen + 2
+
+// AppendHello appends h's encoding (including the magic) to b.
+func AppendHello(b []byte, h Hello) ([]byte, error) {
+	w := writer{b: append(b, HelloMagic[:]...)}
+	w.u8(h.Version)
+	w.u64(h.ID)
+	w.u64(h.Incarnation)
+	w.u32(h.MaxFrame)
+	w.bytes16("hello address", h.Addr)
+	return w.b, w.err
+}
+
+// HelloFixedLen is the length of a hello up to and including the address length field; the
+// reader reads this much, then the address.
+const HelloFixedLen = 4 + 1 + 8 + 8 + 4 + 2
+
+// DecodeHello decodes one complete hello. It refuses a wrong magic or version.
+func DecodeHello(b []byte) (Hello, error) {
+	r := newReader("tcp hello", b)
+	magic := r.take(4, "magic")
+	if r.err == nil && string(magic) != string(HelloMagic[:]) {
+		return Hello{}, fmt.Errorf("%w: tcp hello: bad magic %q: the peer is not a velo TCP transport", ErrMalformed, magic)
+	}
+	var h Hello
+	h.Version = r.u8("version")
+	if r.err == nil && h.Version != HelloVersion {
+		return Hello{}, fmt.Errorf("%w: %w: tcp hello version %d, this build speaks %d: run the same velo release on both sides",
+			ErrMalformed, ErrVersion, h.Version, HelloVersion)
+	}
+	h.ID = r.u64("instance id")
+	h.Incarnation = r.u64("incarnation")
+	h.MaxFrame = r.u32("max frame")
+	h.Addr = r.bytes16("address")
+	if err := r.done(); err != nil {
+		return Hello{}, err
+	}
+	if h.ID == 0 {
+		return Hello{}, fmt.Errorf("%w: tcp hello: instance id 0 is reserved", ErrMalformed)
+	}
+	if len(h.Addr) > TCPAddrMaxLen {
+		return Hello{}, fmt.Errorf("%w: tcp hello: address of %d bytes (limit %d)", ErrMalformed, len(h.Addr), TCPAddrMaxLen)
+	}
+	return h, nil
+}
+
+// TCPAddrVersion is the version byte of the TCP transport's address blob.
+const TCPAddrVersion = 1
+
+// TCPAddrMaxLen bounds an encoded TCP address blob.
+const TCPAddrMaxLen = 1 + 1 + 255
+
+// EncodeTCPAddr encodes a host:port as the TCP transport's address blob.
+func EncodeTCPAddr(hostPort string) ([]byte, error) {
+	if _, _, err := SplitTCPAddr(hostPort); err != nil {
+		return nil, err
+	}
+	w := writer{}
+	w.u8(TCPAddrVersion)
+	w.bytes8("tcp address", []byte(hostPort))
+	return w.b, w.err
+}
+
+// DecodeTCPAddr decodes and validates a TCP address blob and returns its host:port.
+func DecodeTCPAddr(b []byte) (string, error) {
+	r := newReader("tcp address blob", b)
+	v := r.u8("version")
+	if r.err == nil && v != TCPAddrVersion {
+		return "", fmt.Errorf("%w: %w: tcp address blob version %d, this build reads %d", ErrMalformed, ErrVersion, v, TCPAddrVersion)
+	}
+	hp := string(r.bytes8("host:port"))
+	if err := r.done(); err != nil {
+		return "", err
+	}
+	if _, _, err := SplitTCPAddr(hp); err != nil {
+		return "", err
+	}
+	return hp, nil
+}
+
+// SplitTCPAddr checks that s is host:port with a non-empty host and a port in 1..65535.
+func SplitTCPAddr(s string) (host string, port int, err error) {
+	host, p, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: tcp address %q: %v", ErrMalformed, s, err)
+	}
+	if host == "" {
+		return "", 0, fmt.Errorf("%w: tcp address %q has no host", ErrMalformed, s)
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil || n < 1 || n > 65535 {
+		return "", 0, fmt.Errorf("%w: tcp address %q: port must be 1..65535", ErrMalformed, s)
+	}
+	return host, n, nil
+}
