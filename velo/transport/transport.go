@@ -59,6 +59,26 @@ type Host interface {
 	Logger() *slog.Logger
 }
 
+// Claimer is an optional extension of Host for transports that read frames off a byte stream
+// (TCP). It exists so that a large frame whose destination is already known — a rendezvous chunk
+// answering a pull, whose bytes belong in the caller's GetInto buffer — is read from the socket
+// straight into that buffer instead of into a fresh frame and then copied. On a loaded machine
+// that copy and allocation are the difference between the chunked path keeping up with a raw TCP
+// stream and not. Transports that receive whole messages (UCX active messages) ignore it.
+//
+// For each incoming frame of size bytes, a stream transport that supports claiming reads the
+// first min(ClaimPrefix(), size) bytes as prefix and calls Claim. When Claim returns a buffer, it
+// has exactly size-len(prefix) bytes; the transport reads the rest of the frame into it and then
+// calls Claimed exactly once, with nil or with the read error (in which case the connection is
+// dropped and PeerDown follows). When Claim returns nil, the transport reads the rest itself and
+// calls Deliver with the whole frame as usual. Claim and Claimed run on the connection's reader
+// and keep the per-peer order of Deliver.
+type Claimer interface {
+	ClaimPrefix() int
+	Claim(from InstanceID, prefix []byte, size int) []byte
+	Claimed(from InstanceID, prefix []byte, err error)
+}
+
 // Transport moves frames between instances.
 //
 // All methods are safe for concurrent use. Send keeps per-peer order: two Sends to the same

@@ -1,0 +1,703 @@
+// Package tcp is velo's TCP transport: the control plane every deployment has, and the wire that
+// carries the chunked rendezvous path.
+//
+// Design, and why:
+//
+//   - One connection per peer pair serves both directions. Whichever side connects first, the
+//     other side sends on the same connection, so a consumer behind a listener-less client, or two
+//     instances that only one of them registered, still talk. When both dial at once each side keeps
+//     sending on the connection it had first and reads both; per-direction order holds because a
+//     sender never switches connections while one is up.
+//   - Every connection opens with a versioned hello that names the instance, its incarnation, the
+//     largest frame it reads, and its own listening address. The acceptor learns where to reconnect;
+//     a peer on another wire version is refused at once with both versions in the error.
+//   - Frames are a 4-byte big-endian length and the bytes. The receiver enforces its maximum before
+//     it allocates anything, so a hostile or buggy peer cannot make it allocate gigabytes; it drops
+//     that connection only.
+//   - Send writes the length prefix and the caller's parts with one writev (net.Buffers): a
+//     rendezvous chunk goes from the owner's slot to the socket without being copied behind its
+//     header. On the receiving side a transport.Claimer lets the runtime steer a chunk's body
+//     straight into the consumer's buffer.
+//   - A lost connection is reported once through Host.PeerDown; the next Send to a peer whose
+//     address is known dials again.
+package tcp
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/velo-go/velo/velo/internal/wire"
+	"github.com/velo-go/velo/velo/transport"
+)
+
+// Name is the transport name under which the TCP address appears in a PeerInfo.
+const Name = "tcp"
+
+// Defaults for Config fields left zero.
+const (
+	DefaultMaxFrameSize = 16 << 20
+	DefaultDialTimeout  = 10 * time.Second
+	DefaultIOTimeout    = 60 * time.Second
+	// MinMaxFrameSize is the smallest MaxFrameSize accepted: room for any control message.
+	MinMaxFrameSize = 4 << 10
+)
+
+const readBufferSize = 64 << 10
+
+// Config configures a TCP transport. Its zero value listens on 127.0.0.1 on a free port.
+type Config struct {
+	// Listener, when set, is used as is; the transport closes it on Close.
+	Listener net.Listener
+	// ListenAddress is where to listen when Listener is nil (default "127.0.0.1:0").
+	ListenAddress string
+	// Advertise is the host:port that peers dial, published in the address blob. Default: the
+	// listener's address; an unspecified IP (0.0.0.0, ::) is replaced by 127.0.0.1 with a warning,
+	// so multi-host deployments that listen on all interfaces must set it.
+	Advertise string
+	// MaxFrameSize is the largest frame this side reads and sends (default 16 MiB).
+	MaxFrameSize int
+	// DialTimeout bounds a connect plus hello (default 10 s).
+	DialTimeout time.Duration
+	// IOTimeout bounds one frame write, and reading the rest of a frame once its length arrived
+	// (default 60 s). A peer that stalls longer loses its connection.
+	IOTimeout time.Duration
+}
+
+// Transport is a TCP transport. Create it with New and hand it to velo.WithTransport.
+type Transport struct {
+	cfg       Config
+	ln        net.Listener
+	advertise string
+	blob      []byte
+
+	host    transport.Host
+	claimer transport.Claimer
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	peers   map[transport.InstanceID]*peer
+	pending map[net.Conn]struct{} // inbound connections still in their hello
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+type peer struct {
+	id          transport.InstanceID
+	incarnation uint64
+	addr        string // dial address, "" when unknown
+	added       bool   // AddPeer was called (as opposed to learned from an inbound hello)
+	send        *conn  // the connection frames to this peer go out on
+	conns       map[*conn]struct{}
+	dialing     chan struct{} // non-nil while a dial is in progress; closed when it ends
+}
+
+type conn struct {
+	t        *Transport
+	nc       net.Conn
+	peer     transport.InstanceID
+	peerMax  int
+	br       *bufio.Reader
+	wmu      sync.Mutex // serialises frame writes
+	dlMu     sync.Mutex // guards dlGen against a cancel callback racing the next write
+	dlGen    uint64
+	cmu      sync.Mutex
+	closeErr error // set once, under cmu, before closed becomes true
+	closed   atomic.Bool
+}
+
+// New creates a TCP transport: it listens (or takes Config.Listener) at once, so Address is valid
+// before the runtime starts it.
+func New(cfg Config) (*Transport, error) {
+	if cfg.MaxFrameSize == 0 {
+		cfg.MaxFrameSize = DefaultMaxFrameSize
+	}
+	if cfg.MaxFrameSize < MinMaxFrameSize || cfg.MaxFrameSize > 1<<30 {
+		return nil, fmt.Errorf("tcp: MaxFrameSize %d is outside %d..%d", cfg.MaxFrameSize, MinMaxFrameSize, 1<<30)
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	if cfg.IOTimeout <= 0 {
+		cfg.IOTimeout = DefaultIOTimeout
+	}
+	ln := cfg.Listener
+	if ln == nil {
+		addr := cfg.ListenAddress
+		if addr == "" {
+			addr = "127.0.0.1:0"
+		}
+		var err error
+		if ln, err = net.Listen("tcp", addr); err != nil {
+			return nil, fmt.Errorf("tcp: listen on %s: %w", addr, err)
+		}
+	}
+	t := &Transport{cfg: cfg, ln: ln, peers: map[transport.InstanceID]*peer{}, pending: map[net.Conn]struct{}{}, log: slog.Default()}
+	adv, warn, err := advertiseAddr(cfg.Advertise, ln.Addr())
+	if err == nil {
+		t.blob, err = wire.EncodeTCPAddr(adv)
+	}
+	if err != nil {
+		if cfg.Listener == nil {
+			ln.Close()
+		}
+		return nil, fmt.Errorf("tcp: advertised address: %w: set Config.Advertise to host:port", err)
+	}
+	t.advertise = adv
+	if warn != "" {
+		t.log.Warn(warn)
+	}
+	return t, nil
+}
+
+func advertiseAddr(configured string, la net.Addr) (addr, warning string, err error) {
+	if configured != "" {
+		_, _, err := wire.SplitTCPAddr(configured)
+		return configured, "", err
+	}
+	ta, ok := la.(*net.TCPAddr)
+	if !ok {
+		return "", "", fmt.Errorf("listener address %v is not TCP", la)
+	}
+	if ta.IP == nil || ta.IP.IsUnspecified() {
+		a := net.JoinHostPort("127.0.0.1", fmt.Sprint(ta.Port))
+		return a, fmt.Sprintf("tcp: listening on %v; advertising %s, which only this host can reach: set Config.Advertise for other hosts", la, a), nil
+	}
+	return ta.String(), "", nil
+}
+
+// Name returns "tcp".
+func (t *Transport) Name() string { return Name }
+
+// Address returns the address blob peers need (version byte, advertised host:port).
+func (t *Transport) Address() []byte { return append([]byte(nil), t.blob...) }
+
+// Advertised returns the host:port published in Address.
+func (t *Transport) Advertised() string { return t.advertise }
+
+// ListenAddr is the listener's local address.
+func (t *Transport) ListenAddr() net.Addr { return t.ln.Addr() }
+
+// MaxFrameSize is the largest frame this transport reads and sends.
+func (t *Transport) MaxFrameSize() int { return t.cfg.MaxFrameSize }
+
+// Start binds the transport to the runtime and starts accepting connections.
+func (t *Transport) Start(h transport.Host) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.host != nil {
+		return errors.New("tcp: Start called twice")
+	}
+	if t.closed {
+		return transport.ErrClosed
+	}
+	t.host = h
+	t.claimer, _ = h.(transport.Claimer)
+	if l := h.Logger(); l != nil {
+		t.log = l.With("transport", Name)
+	}
+	t.wg.Add(1)
+	go t.acceptLoop()
+	return nil
+}
+
+// AddPeer validates the peer's TCP address blob and records it; the connection opens on first Send.
+func (t *Transport) AddPeer(ctx context.Context, pa transport.PeerAddress) error {
+	addr, err := wire.DecodeTCPAddr(pa.Blob)
+	if err != nil {
+		return fmt.Errorf("tcp: peer %016x: %w: %w", uint64(pa.ID), transport.ErrInvalidEndpoint, err)
+	}
+	if pa.ID == 0 {
+		return fmt.Errorf("tcp: %w: instance id 0 is reserved", transport.ErrInvalidEndpoint)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return transport.ErrClosed
+	}
+	if t.host != nil && pa.ID == t.host.LocalID() {
+		return fmt.Errorf("tcp: %w: peer %016x is this instance", transport.ErrInvalidEndpoint, uint64(pa.ID))
+	}
+	p := t.peerLocked(pa.ID)
+	p.addr, p.incarnation, p.added = addr, pa.Incarnation, true
+	return nil
+}
+
+func (t *Transport) peerLocked(id transport.InstanceID) *peer {
+	p := t.peers[id]
+	if p == nil {
+		p = &peer{id: id, conns: map[*conn]struct{}{}}
+		t.peers[id] = p
+	}
+	return p
+}
+
+// RemovePeer forgets a peer and closes its connections.
+func (t *Transport) RemovePeer(id transport.InstanceID) {
+	t.mu.Lock()
+	p := t.peers[id]
+	delete(t.peers, id)
+	t.mu.Unlock()
+	if p != nil {
+		for c := range p.conns {
+			c.close(fmt.Errorf("peer %016x removed", uint64(id)))
+		}
+	}
+}
+
+// Reaches reports whether a Send to id can be attempted: its address is known or a connection
+// from it is up.
+func (t *Transport) Reaches(id transport.InstanceID) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.peers[id]
+	return p != nil && (p.addr != "" || p.send != nil)
+}
+
+// Send writes one frame, the concatenation of parts, to the peer, dialing first when no
+// connection is up. A write that fails before any byte left is retried once on a new connection.
+func (t *Transport) Send(ctx context.Context, id transport.InstanceID, parts ...[]byte) error {
+	size := 0
+	for _, p := range parts {
+		size += len(p)
+	}
+	if size > t.cfg.MaxFrameSize {
+		return fmt.Errorf("tcp: %w: frame of %d bytes, limit %d", transport.ErrFrameTooLarge, size, t.cfg.MaxFrameSize)
+	}
+	for attempt := 0; ; attempt++ {
+		c, err := t.connFor(ctx, id)
+		if err != nil {
+			return err
+		}
+		if size > c.peerMax {
+			return fmt.Errorf("tcp: %w: frame of %d bytes, peer %016x reads at most %d", transport.ErrFrameTooLarge, size, uint64(id), c.peerMax)
+		}
+		n, err := c.writeFrame(ctx, size, parts)
+		if err == nil {
+			return nil
+		}
+		if n == 0 && attempt == 0 && ctx.Err() == nil {
+			continue // the connection was already dead; one fresh dial
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("tcp: send to %016x: %w", uint64(id), ctx.Err())
+		}
+		return fmt.Errorf("tcp: send to %016x: %w: %v", uint64(id), transport.ErrPeerUnreachable, err)
+	}
+}
+
+// connFor returns the connection to send on, dialing (once, shared by concurrent senders) when
+// there is none.
+func (t *Transport) connFor(ctx context.Context, id transport.InstanceID) (*conn, error) {
+	for {
+		t.mu.Lock()
+		if t.closed || t.host == nil {
+			t.mu.Unlock()
+			if t.host == nil {
+				return nil, errors.New("tcp: transport not started")
+			}
+			return nil, transport.ErrClosed
+		}
+		p := t.peers[id]
+		switch {
+		case p == nil || (p.send == nil && p.addr == ""):
+			t.mu.Unlock()
+			return nil, fmt.Errorf("tcp: %w: %016x: register it with RegisterPeer first", transport.ErrUnknownPeer, uint64(id))
+		case p.send != nil:
+			c := p.send
+			t.mu.Unlock()
+			return c, nil
+		case p.dialing != nil:
+			wait := p.dialing
+			t.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, fmt.Errorf("tcp: waiting for a connection to %016x: %w", uint64(id), ctx.Err())
+			}
+		}
+		done := make(chan struct{})
+		p.dialing = done
+		addr, inc := p.addr, p.incarnation
+		t.mu.Unlock()
+
+		c, err := t.dial(ctx, id, addr, inc)
+
+		t.mu.Lock()
+		p.dialing = nil
+		close(done)
+		t.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+}
+
+func (t *Transport) dial(ctx context.Context, id transport.InstanceID, addr string, inc uint64) (*conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, t.cfg.DialTimeout)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(dctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("tcp: dial %016x at %s: %w: %v", uint64(id), addr, transport.ErrPeerUnreachable, err)
+	}
+	if dl, ok := dctx.Deadline(); ok {
+		nc.SetDeadline(dl)
+	}
+	br := bufio.NewReaderSize(nc, readBufferSize)
+	if err := t.writeHello(nc); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("tcp: hello to %016x at %s: %w: %v", uint64(id), addr, transport.ErrPeerUnreachable, err)
+	}
+	h, err := readHello(br)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("tcp: hello from %016x at %s: %w: %w", uint64(id), addr, transport.ErrPeerUnreachable, err)
+	}
+	if transport.InstanceID(h.ID) != id || (inc != 0 && h.Incarnation != inc) {
+		nc.Close()
+		return nil, fmt.Errorf("tcp: %s answers as instance %016x incarnation %d, not %016x incarnation %d: %w: the peer restarted; register its new PeerInfo",
+			addr, h.ID, h.Incarnation, uint64(id), inc, transport.ErrPeerUnreachable)
+	}
+	nc.SetDeadline(time.Time{})
+	c, err := t.adopt(nc, br, h)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (t *Transport) writeHello(w io.Writer) error {
+	b, err := wire.AppendHello(nil, wire.Hello{
+		Version: wire.HelloVersion, ID: uint64(t.host.LocalID()), Incarnation: t.host.Incarnation(),
+		MaxFrame: uint32(t.cfg.MaxFrameSize), Addr: t.blob,
+	})
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+// readHello reads exactly one hello: the fixed part, then the address it announces.
+func readHello(br *bufio.Reader) (wire.Hello, error) {
+	fixed := make([]byte, wire.HelloFixedLen, wire.HelloMaxSize)
+	if _, err := io.ReadFull(br, fixed); err != nil {
+		return wire.Hello{}, fmt.Errorf("reading hello: %w", err)
+	}
+	if string(fixed[:4]) != string(wire.HelloMagic[:]) {
+		return wire.DecodeHello(fixed) // reports the bad magic
+	}
+	n := int(binary.BigEndian.Uint16(fixed[wire.HelloFixedLen-2:]))
+	if n > wire.TCPAddrMaxLen {
+		return wire.Hello{}, fmt.Errorf("%w: tcp hello announces a %d-byte address (limit %d)", wire.ErrMalformed, n, wire.TCPAddrMaxLen)
+	}
+	b := fixed[:wire.HelloFixedLen+n]
+	if _, err := io.ReadFull(br, b[wire.HelloFixedLen:]); err != nil {
+		return wire.Hello{}, fmt.Errorf("reading hello address: %w", err)
+	}
+	return wire.DecodeHello(b)
+}
+
+// adopt registers a connection whose hello succeeded and starts its reader.
+func (t *Transport) adopt(nc net.Conn, br *bufio.Reader, h wire.Hello) (*conn, error) {
+	id := transport.InstanceID(h.ID)
+	c := &conn{t: t, nc: nc, peer: id, br: br, peerMax: int(h.MaxFrame)}
+	if c.peerMax <= 0 || c.peerMax > t.cfg.MaxFrameSize {
+		c.peerMax = t.cfg.MaxFrameSize
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil, transport.ErrClosed
+	}
+	p := t.peerLocked(id)
+	if p.added && p.incarnation != 0 && p.incarnation != h.Incarnation {
+		t.mu.Unlock()
+		return nil, fmt.Errorf("tcp: %w: instance %016x connected with incarnation %d, registered as %d",
+			transport.ErrInvalidEndpoint, h.ID, h.Incarnation, p.incarnation)
+	}
+	if p.addr == "" && len(h.Addr) > 0 {
+		if a, err := wire.DecodeTCPAddr(h.Addr); err == nil {
+			p.addr = a
+		}
+	}
+	if p.incarnation == 0 {
+		p.incarnation = h.Incarnation
+	}
+	p.conns[c] = struct{}{}
+	if p.send == nil {
+		p.send = c
+	}
+	t.wg.Add(1)
+	t.mu.Unlock()
+	go c.readLoop()
+	return c, nil
+}
+
+func (t *Transport) acceptLoop() {
+	defer t.wg.Done()
+	for {
+		nc, err := t.ln.Accept()
+		if err != nil {
+			t.mu.Lock()
+			closed := t.closed
+			t.mu.Unlock()
+			if closed || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			t.log.Warn("tcp: accept failed", "err", err)
+			time.Sleep(50 * time.Millisecond) // e.g. EMFILE: do not spin
+			continue
+		}
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			t.handshakeInbound(nc)
+		}()
+	}
+}
+
+func (t *Transport) handshakeInbound(nc net.Conn) {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		nc.Close()
+		return
+	}
+	t.pending[nc] = struct{}{}
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		delete(t.pending, nc)
+		t.mu.Unlock()
+	}()
+	nc.SetDeadline(time.Now().Add(t.cfg.DialTimeout))
+	br := bufio.NewReaderSize(nc, readBufferSize)
+	h, err := readHello(br)
+	if err == nil && transport.InstanceID(h.ID) == t.host.LocalID() {
+		err = errors.New("the peer claims this instance's own id")
+	}
+	if err != nil {
+		t.log.Warn("tcp: refusing inbound connection", "remote", nc.RemoteAddr(), "err", err)
+		nc.Close()
+		return
+	}
+	if err := t.writeHello(nc); err != nil {
+		t.log.Debug("tcp: hello reply failed", "remote", nc.RemoteAddr(), "err", err)
+		nc.Close()
+		return
+	}
+	nc.SetDeadline(time.Time{})
+	if _, err := t.adopt(nc, br, h); err != nil {
+		t.log.Warn("tcp: refusing inbound connection", "remote", nc.RemoteAddr(), "err", err)
+		nc.Close()
+	}
+}
+
+var longAgo = time.Unix(1, 0)
+
+// writeFrame writes the length prefix and parts in one writev. It returns the bytes written; any
+// error closes the connection, because a partial frame leaves the stream unreadable.
+func (c *conn) writeFrame(ctx context.Context, size int, parts [][]byte) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	var prefix [4]byte
+	binary.BigEndian.PutUint32(prefix[:], uint32(size))
+	bufs := make(net.Buffers, 0, len(parts)+1)
+	bufs = append(bufs, prefix[:])
+	for _, p := range parts {
+		if len(p) > 0 {
+			bufs = append(bufs, p)
+		}
+	}
+
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.closed.Load() {
+		return 0, c.err()
+	}
+	deadline := time.Now().Add(c.t.cfg.IOTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	c.dlMu.Lock()
+	c.dlGen++
+	gen := c.dlGen
+	c.nc.SetWriteDeadline(deadline)
+	c.dlMu.Unlock()
+	stop := context.AfterFunc(ctx, func() {
+		c.dlMu.Lock()
+		if c.dlGen == gen {
+			c.nc.SetWriteDeadline(longAgo)
+		}
+		c.dlMu.Unlock()
+	})
+	n, err := bufs.WriteTo(c.nc)
+	stop()
+	c.dlMu.Lock()
+	c.dlGen++
+	c.dlMu.Unlock()
+	if err != nil {
+		c.close(fmt.Errorf("write failed after %d of %d bytes: %w", n, size+4, err))
+	}
+	return n, err
+}
+
+func (c *conn) close(err error) {
+	c.cmu.Lock()
+	defer c.cmu.Unlock()
+	if c.closed.Load() {
+		return
+	}
+	c.closeErr = err
+	c.closed.Store(true)
+	c.nc.Close()
+}
+
+func (c *conn) err() error {
+	c.cmu.Lock()
+	defer c.cmu.Unlock()
+	return c.closeErr
+}
+
+// readLoop reads frames until the connection fails, then unregisters it and reports the peer down
+// when it was the last connection to it.
+func (c *conn) readLoop() {
+	t := c.t
+	err := c.readFrames()
+	c.close(err)
+
+	t.mu.Lock()
+	closing := t.closed
+	p := t.peers[c.peer]
+	last := false
+	if p != nil {
+		if _, ok := p.conns[c]; ok {
+			delete(p.conns, c)
+			if p.send == c {
+				p.send = nil
+				for other := range p.conns { // another live connection takes over sending
+					p.send = other
+					break
+				}
+			}
+			last = len(p.conns) == 0
+		}
+	}
+	t.mu.Unlock()
+	if last && !closing {
+		if !errors.Is(err, io.EOF) {
+			t.log.Info("tcp: connection lost", "peer", fmt.Sprintf("%016x", uint64(c.peer)), "err", err)
+		}
+		t.host.PeerDown(c.peer, fmt.Errorf("tcp: %w: %v", transport.ErrPeerUnreachable, err))
+	}
+	t.wg.Done()
+}
+
+func (c *conn) readFrames() error {
+	var lenBuf [4]byte
+	var prefixLen int
+	if c.t.claimer != nil {
+		prefixLen = c.t.claimer.ClaimPrefix()
+	}
+	for {
+		if _, err := io.ReadFull(c.br, lenBuf[:]); err != nil {
+			if c.closed.Load() {
+				return c.err()
+			}
+			return err
+		}
+		size := int(binary.BigEndian.Uint32(lenBuf[:]))
+		if size > c.t.cfg.MaxFrameSize {
+			err := fmt.Errorf("%w: peer announced a %d-byte frame, this side reads at most %d (Config.MaxFrameSize)",
+				transport.ErrFrameTooLarge, size, c.t.cfg.MaxFrameSize)
+			c.t.log.Warn("tcp: dropping connection", "peer", fmt.Sprintf("%016x", uint64(c.peer)), "err", err)
+			return err
+		}
+		timed := c.br.Buffered() < size
+		if timed {
+			c.nc.SetReadDeadline(time.Now().Add(c.t.cfg.IOTimeout))
+		}
+		if err := c.readOne(size, prefixLen); err != nil {
+			return err
+		}
+		if timed {
+			c.nc.SetReadDeadline(time.Time{})
+		}
+	}
+}
+
+func (c *conn) readOne(size, prefixLen int) error {
+	if prefixLen > 0 && size > 0 {
+		k := min(prefixLen, size)
+		prefix := make([]byte, k)
+		if _, err := io.ReadFull(c.br, prefix); err != nil {
+			return fmt.Errorf("truncated frame: %w", err)
+		}
+		if dst := c.t.claimer.Claim(c.peer, prefix, size); dst != nil {
+			var err error
+			if len(dst) != size-k {
+				err = fmt.Errorf("tcp: claim returned %d bytes for a %d-byte body", len(dst), size-k)
+			} else if _, err = io.ReadFull(c.br, dst); err != nil {
+				err = fmt.Errorf("truncated frame: %w", err)
+			}
+			c.t.claimer.Claimed(c.peer, prefix, err)
+			return err
+		}
+		frame := make([]byte, size)
+		copy(frame, prefix)
+		if _, err := io.ReadFull(c.br, frame[k:]); err != nil {
+			return fmt.Errorf("truncated frame: %w", err)
+		}
+		c.t.host.Deliver(c.peer, frame)
+		return nil
+	}
+	frame := make([]byte, size)
+	if _, err := io.ReadFull(c.br, frame); err != nil {
+		return fmt.Errorf("truncated frame: %w", err)
+	}
+	c.t.host.Deliver(c.peer, frame)
+	return nil
+}
+
+// Close stops accepting, closes every connection and waits for the transport's goroutines.
+func (t *Transport) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	var conns []*conn
+	for _, p := range t.peers {
+		for c := range p.conns {
+			conns = append(conns, c)
+		}
+	}
+	for nc := range t.pending {
+		nc.Close()
+	}
+	t.mu.Unlock()
+	err := t.ln.Close()
+	for _, c := range conns {
+		c.close(transport.ErrClosed)
+	}
+	t.wg.Wait()
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
+	return err
+}
