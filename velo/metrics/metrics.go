@@ -1,0 +1,261 @@
+// Package metrics declares every Prometheus series the velo runtime exports and registers them on
+// the Registerer the user passes (never the global registry).
+//
+// Why it is built this way: the path metric is the operator's proof of which lane a transfer took,
+// so its label values are closed enums (Path, Reason) and every valid (path, reason) pair is created
+// at zero when an instance starts. A dashboard or a test then sees "chunked/not_configured 0" rather
+// than a missing series, and a typo cannot invent a new label value. The other series follow
+// Prometheus naming (velo_<subsystem>_<name>_<unit>, _total on counters).
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// Path is the lane a rendezvous transfer took.
+type Path string
+
+// Paths.
+const (
+	PathRDMA    Path = "rdma"
+	PathChunked Path = "chunked"
+)
+
+// Reason says why a transfer took its path. The set is closed; see docs/architecture.md for the
+// decision order that picks one.
+type Reason string
+
+// Reasons.
+const (
+	ReasonOK            Reason = "ok"
+	ReasonNoOffer       Reason = "no_offer"
+	ReasonKillSwitch    Reason = "kill_switch"
+	ReasonNotConfigured Reason = "not_configured"
+	ReasonDraining      Reason = "draining"
+	ReasonPoolExhausted Reason = "pool_exhausted"
+	ReasonBudget        Reason = "budget"
+	ReasonNotPinned     Reason = "not_pinned"
+	ReasonGetFailed     Reason = "get_failed"
+	ReasonDecodeError   Reason = "decode_error"
+)
+
+// ChunkedReasons are the reasons that go with PathChunked; ReasonOK is the only one for PathRDMA.
+var ChunkedReasons = []Reason{
+	ReasonNoOffer, ReasonKillSwitch, ReasonNotConfigured, ReasonDraining, ReasonPoolExhausted,
+	ReasonBudget, ReasonNotPinned, ReasonGetFailed, ReasonDecodeError,
+}
+
+// Valid reports whether (p, r) is one of the pre-declared pairs.
+func Valid(p Path, r Reason) bool {
+	if p == PathRDMA {
+		return r == ReasonOK
+	}
+	if p == PathChunked {
+		for _, c := range ChunkedReasons {
+			if c == r {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Names of the series, for tests and docs.
+const (
+	RDMAPathTotal        = "velo_rendezvous_rdma_path_total"
+	RendezvousBytesTotal = "velo_rendezvous_bytes_total"
+	ActiveSlots          = "velo_rendezvous_active_slots"
+	StagedBytes          = "velo_rendezvous_staged_bytes"
+	ActiveLeases         = "velo_rendezvous_active_leases"
+	LeasesReapedTotal    = "velo_rendezvous_leases_reaped_total"
+	MessagesSentTotal    = "velo_messenger_messages_sent_total"
+	MessagesRecvTotal    = "velo_messenger_messages_received_total"
+	MessageErrorsTotal   = "velo_messenger_errors_total"
+	StagedMessagesTotal  = "velo_messenger_staged_total"
+)
+
+// Label values of the bounded labels below.
+var (
+	// Directions of velo_rendezvous_bytes_total: bytes this instance served as owner ("sent") or
+	// moved in as consumer ("received"); local covers the owner == consumer fast path.
+	ByteDirections = []string{"sent", "received"}
+	BytePaths      = []string{string(PathRDMA), string(PathChunked), "local"}
+	// ReapCauses of velo_rendezvous_leases_reaped_total.
+	ReapCauses = []string{"ttl", "peer_down", "shutdown"}
+	// MessageKinds of the messenger counters.
+	MessageKinds = []string{"one_way", "request", "response", "error"}
+	// ErrorKinds of velo_messenger_errors_total.
+	ErrorKinds = []string{"unknown_handler", "handler_error", "handler_panic", "bad_request", "malformed_frame", "send_failed", "staging_failed"}
+)
+
+// Metrics is one instance's set of series.
+type Metrics struct {
+	rdmaPath     *prometheus.CounterVec
+	bytes        *prometheus.CounterVec
+	ActiveSlots  prometheus.Gauge
+	StagedBytes  prometheus.Gauge
+	ActiveLeases prometheus.Gauge
+	leasesReaped *prometheus.CounterVec
+	sent         *prometheus.CounterVec
+	received     *prometheus.CounterVec
+	errs         *prometheus.CounterVec
+	staged       *prometheus.CounterVec
+}
+
+// ErrRegister wraps a failure to register the series, typically because two instances share one
+// Registerer: give each its own prometheus.WrapRegistererWith(prometheus.Labels{"instance": ...}, reg).
+var ErrRegister = errors.New("metrics: cannot register velo series")
+
+// New creates the series, every label combination at zero, and registers them on reg.
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		rdmaPath: prometheus.NewCounterVec(prometheus.CounterOpts{Name: RDMAPathTotal,
+			Help: "Rendezvous transfers (consumer: gets; owner: acquires) by the path taken and why."}, []string{"path", "reason"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: RendezvousBytesTotal,
+			Help: "Rendezvous payload bytes moved, by direction and path."}, []string{"direction", "path"}),
+		ActiveSlots:  prometheus.NewGauge(prometheus.GaugeOpts{Name: ActiveSlots, Help: "Staged payloads held by this owner."}),
+		StagedBytes:  prometheus.NewGauge(prometheus.GaugeOpts{Name: StagedBytes, Help: "Bytes of the staged payloads held by this owner."}),
+		ActiveLeases: prometheus.NewGauge(prometheus.GaugeOpts{Name: ActiveLeases, Help: "Leases this owner has granted that have not ended."}),
+		leasesReaped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: LeasesReapedTotal,
+			Help: "Leases the owner ended itself: TTL expired, consumer down, or shutdown."}, []string{"cause"}),
+		sent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MessagesSentTotal,
+			Help: "Messenger frames sent, by kind."}, []string{"kind"}),
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MessagesRecvTotal,
+			Help: "Messenger frames received, by kind."}, []string{"kind"}),
+		errs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MessageErrorsTotal,
+			Help: "Messenger failures, by kind."}, []string{"kind"}),
+		staged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: StagedMessagesTotal,
+			Help: "Messenger payloads above the staging threshold that travelled as a rendezvous handle, by direction."}, []string{"direction"}),
+	}
+	m.rdmaPath.WithLabelValues(string(PathRDMA), string(ReasonOK))
+	for _, r := range ChunkedReasons {
+		m.rdmaPath.WithLabelValues(string(PathChunked), string(r))
+	}
+	for _, d := range ByteDirections {
+		for _, p := range BytePaths {
+			m.bytes.WithLabelValues(d, p)
+		}
+	}
+	for _, c := range ReapCauses {
+		m.leasesReaped.WithLabelValues(c)
+	}
+	for _, k := range MessageKinds {
+		m.sent.WithLabelValues(k)
+		m.received.WithLabelValues(k)
+	}
+	for _, k := range ErrorKinds {
+		m.errs.WithLabelValues(k)
+	}
+	m.staged.WithLabelValues("sent")
+	m.staged.WithLabelValues("received")
+	for _, c := range []prometheus.Collector{m.rdmaPath, m.bytes, m.ActiveSlots, m.StagedBytes, m.ActiveLeases,
+		m.leasesReaped, m.sent, m.received, m.errs, m.staged} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("%w: %v (instances that share a registry each need prometheus.WrapRegistererWith with their own label value)", ErrRegister, err)
+		}
+	}
+	return m, nil
+}
+
+// CountPath counts one transfer decision. A pair outside the closed set is a programming error;
+// it is counted as chunked/decode_error rather than inventing a series.
+func (m *Metrics) CountPath(p Path, r Reason) {
+	if !Valid(p, r) {
+		p, r = PathChunked, ReasonDecodeError
+	}
+	m.rdmaPath.WithLabelValues(string(p), string(r)).Inc()
+}
+
+// AddBytes counts payload bytes; direction is "sent" or "received", path one of BytePaths.
+func (m *Metrics) AddBytes(direction, path string, n int) {
+	m.bytes.WithLabelValues(direction, path).Add(float64(n))
+}
+
+// LeaseReaped counts a lease the owner ended itself; cause is one of ReapCauses.
+func (m *Metrics) LeaseReaped(cause string) { m.leasesReaped.WithLabelValues(cause).Inc() }
+
+// Sent counts a messenger frame sent; kind is one of MessageKinds.
+func (m *Metrics) Sent(kind string) { m.sent.WithLabelValues(kind).Inc() }
+
+// Received counts a messenger frame received.
+func (m *Metrics) Received(kind string) { m.received.WithLabelValues(kind).Inc() }
+
+// Error counts a messenger failure; kind is one of ErrorKinds.
+func (m *Metrics) Error(kind string) { m.errs.WithLabelValues(kind).Inc() }
+
+// Staged counts a payload staged ("sent") or resolved ("received") by the transparent stager.
+func (m *Metrics) Staged(direction string) { m.staged.WithLabelValues(direction).Inc() }
+
+// Lines renders the series called name from g in the text exposition style, one line per series,
+// sorted: `name{label="value",...} value`. The examples print the path metric with it.
+func Lines(g prometheus.Gatherer, name string) ([]string, error) {
+	mfs, err := g.Gather()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			var labels []string
+			for _, lp := range mt.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", lp.GetName(), lp.GetValue()))
+			}
+			l := name
+			if len(labels) > 0 {
+				l += "{" + strings.Join(labels, ",") + "}"
+			}
+			out = append(out, fmt.Sprintf("%s %g", l, value(mt)))
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// Value returns the value of the series called name whose labels include all of want, or 0 when
+// there is none. Tests and examples read single series with it.
+func Value(g prometheus.Gatherer, name string, want map[string]string) (float64, error) {
+	mfs, err := g.Gather()
+	if err != nil {
+		return 0, err
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, mt := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range mt.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range want {
+				if have[k] != v {
+					continue next
+				}
+			}
+			return value(mt), nil
+		}
+	}
+	return 0, nil
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Untyped != nil:
+		return m.Untyped.GetValue()
+	}
+	return 0
+}

@@ -1,0 +1,76 @@
+package metrics
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func TestEverySeriesExistsAtZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := New(reg); err != nil {
+		t.Fatal(err)
+	}
+	lines, err := Lines(reg, RDMAPathTotal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) != 1+len(ChunkedReasons) {
+		t.Fatalf("%d path series, want %d: %v", len(lines), 1+len(ChunkedReasons), lines)
+	}
+	want := `velo_rendezvous_rdma_path_total{path="chunked",reason="not_configured"} 0`
+	if !contains(lines, want) {
+		t.Fatalf("missing %s in %v", want, lines)
+	}
+	for _, name := range []string{RendezvousBytesTotal, ActiveSlots, ActiveLeases, LeasesReapedTotal,
+		MessagesSentTotal, MessagesRecvTotal, MessageErrorsTotal, StagedMessagesTotal, StagedBytes} {
+		if l, _ := Lines(reg, name); len(l) == 0 {
+			t.Errorf("series %s not declared", name)
+		}
+	}
+}
+
+func TestCountPathKeepsTheEnumClosed(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, _ := New(reg)
+	m.CountPath(PathChunked, ReasonNotConfigured)
+	m.CountPath(PathRDMA, ReasonNotPinned) // not a valid pair
+	m.CountPath("tcp", "whatever")
+	v, _ := Value(reg, RDMAPathTotal, map[string]string{"path": "chunked", "reason": "not_configured"})
+	d, _ := Value(reg, RDMAPathTotal, map[string]string{"path": "chunked", "reason": "decode_error"})
+	if v != 1 || d != 2 {
+		t.Fatalf("not_configured=%v decode_error=%v", v, d)
+	}
+	if l, _ := Lines(reg, RDMAPathTotal); len(l) != 1+len(ChunkedReasons) {
+		t.Fatalf("a new series appeared: %v", l)
+	}
+}
+
+func TestSharedRegistererNeedsALabel(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := New(reg); err != nil {
+		t.Fatal(err)
+	}
+	_, err := New(reg)
+	if !errors.Is(err, ErrRegister) || !strings.Contains(err.Error(), "WrapRegistererWith") {
+		t.Fatalf("second registration: %v", err)
+	}
+	// Each instance wrapped with its own label value shares one registry fine.
+	shared := prometheus.NewRegistry()
+	for _, id := range []string{"a", "b"} {
+		if _, err := New(prometheus.WrapRegistererWith(prometheus.Labels{"instance": id}, shared)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
