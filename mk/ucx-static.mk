@@ -1,0 +1,21 @@
+# Static UCX from source (third_party/ucx) and the Go link that uses it (-tags ucx_static).
+#
+#   make ucx-static       build UCX into third_party/ucx/build (cached by a stamp; see third_party/ucx/README.md)
+#   make test-static      recipe refusals + a static cgo binary: ucp_init over tcp, ldd, constructors
+#   make test-ctor-order  the mlx5 memory domains are tried before the verbs one, in the static link
+#
+# Variables the recipe reads (from the environment or the make command line): UCX_TARBALL, UCX_DIR,
+# UCX_EXTRA_CONFIGURE, VELO_UCX_IGNORE_MISSING_HEADERS, CC, CC_<target>, GOARCH, CFLAGS, CPATH, ...
+UCX_STATIC_RECIPE := third_party/ucx/ucx-static.sh
+
+.PHONY: ucx-static test-static test-ctor-order
+TEST_TARGETS += test-static
+
+ucx-static: deps
+	@$(UCX_STATIC_RECIPE) build
+
+test-static: ucx-static
+	cd test && $(GOTEST) -tags ucx_static ./ucxstatic/...
+
+test-ctor-order: ucx-static
+	cd test && $(GOTEST) -tags ucx_static -run 'TestCtorOrder' -v ./ucxstatic/

@@ -1,0 +1,18 @@
+//go:build !(cgo && linux && ucx_static)
+
+package ucxstatic
+
+// Version returns "" without the static UCX.
+func Version() string { return "" }
+
+// Components returns ErrNotCompiled without the static UCX.
+func Components() ([]string, error) { return nil, ErrNotCompiled }
+
+// TransportResources returns ErrNotCompiled without the static UCX.
+func TransportResources(string) ([]string, error) { return nil, ErrNotCompiled }
+
+// InitTCP returns ErrNotCompiled without the static UCX.
+func InitTCP() (InitReport, error) { return InitReport{}, ErrNotCompiled }
+
+// IBMDOpsOrder returns ErrNotCompiled without the static UCX.
+func IBMDOpsOrder() ([]MDOps, error) { return nil, ErrNotCompiled }

@@ -1,0 +1,587 @@
+#!/usr/bin/env bash
+# ucx-static.sh: builds the static UCX that `go build -tags ucx_static` links (see README.md).
+#
+#   ucx-static.sh build            checks, then fetch + configure + make + install (cached by a stamp)
+#   ucx-static.sh check            only the checks (headers, UCX_EXTRA_CONFIGURE, cross compiler,
+#                                  UCX_DIR, UCX_TARBALL pin); prints the configure arguments
+#   ucx-static.sh key              prints the stamp key the next build compares against
+#   ucx-static.sh deb-src-list DIR writes the deb-src lists derived from the system's apt sources
+#
+# The checks exist because UCX's own configure degrades silently: without the rdma-core headers it
+# builds a UCX with only TCP and shared memory, with DEVX left at "check" it drops the mlx5 DEVX
+# memory domain, and with a host compiler in a cross build it builds for the host. Each of those
+# builds passes CI and then runs production traffic over the wrong transport, so this script stops
+# instead and names the fix.
+#
+# Variables: UCX_TARBALL, UCX_DIR, UCX_EXTRA_CONFIGURE, VELO_UCX_IGNORE_MISSING_HEADERS, CC,
+# CC_<target>, GOOS, GOARCH, CFLAGS, CPPFLAGS, LDFLAGS, CPATH, C_INCLUDE_PATH, LIBRARY_PATH.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+build_dir="$here/build"   # install prefix: include/, lib/, the stamp (ignored by git)
+src_root="$here/src"      # unpacked UCX source (ignored by git)
+work_dir="$here/work"     # apt state, downloads, object tree, logs (ignored by git)
+pins="$here/sources.sha256"
+stamp="$build_dir/.velo-ucx-stamp"
+
+# The Debian source package version the recipe fetches by default; its files are pinned in
+# sources.sha256.
+UCX_DEBIAN_VERSION=${UCX_DEBIAN_VERSION:-1.13.1-1}
+
+# Libraries, in dependency order (a library's dependencies first). The partial link keeps this
+# order, so constructors run as they would with shared libraries: libucm's and libucs's before
+# those of the transports that use them. See README.md, "Linking".
+ucx_archives=(lib/libucm.a lib/libucs.a lib/libuct.a lib/ucx/libuct_ib.a
+	lib/ucx/libuct_rdmacm.a lib/ucx/libuct_cma.a lib/libucp.a)
+# The source directories that hold those libraries; nothing else of UCX is built.
+ucx_src_dirs=(src/ucm src/ucs src/uct src/ucp)
+
+die() {
+	printf 'ucx-static: error: %s\n' "$1" >&2
+	shift
+	local line
+	for line in "$@"; do printf 'ucx-static:   %s\n' "$line" >&2; done
+	exit 1
+}
+note() { printf 'ucx-static: %s\n' "$*" >&2; }
+
+affirmative() {
+	case "${1,,}" in
+	'' | 0 | false | no | off) return 1 ;;
+	*) return 0 ;;
+	esac
+}
+
+# --- toolchain and cross-compilation -----------------------------------------------------------
+
+# Normalises an architecture name (uname -m, GOARCH or the first field of -dumpmachine) to the
+# GNU name; prints nothing for an architecture UCX does not support.
+gnu_arch() {
+	case "$1" in
+	x86_64 | amd64) echo x86_64 ;;
+	aarch64 | arm64) echo aarch64 ;;
+	ppc64le | powerpc64le) echo powerpc64le ;;
+	esac
+}
+
+# ELF e_machine of a compiled object, as a GNU architecture name.
+object_arch() {
+	local machine
+	machine=$(od -An -tu2 -j18 -N2 "$1" | tr -d ' ')
+	case "$machine" in
+	62) echo x86_64 ;;
+	183) echo aarch64 ;;
+	21) echo powerpc64le ;;
+	*) echo "unknown(e_machine=$machine)" ;;
+	esac
+}
+
+# Sets cc (the compiler command, possibly with arguments), target_triple, host_triple and
+# configure_host (the --host argument, empty for a native build). Stops when a cross build has
+# no working cross compiler: UCX's configure would otherwise build for the host without a word.
+resolve_toolchain() {
+	local host_arch target_arch goos=${GOOS:-linux}
+	host_arch=$(gnu_arch "$(uname -m)")
+	[ -n "$host_arch" ] || die "this machine's architecture $(uname -m) is not one UCX supports (x86_64, aarch64, ppc64le)."
+	[ "$goos" = linux ] || die "GOOS=$goos: the static UCX is Linux only." \
+		"Build for linux, or leave out -tags ucx_static (the ucx module then reports ErrUnsupported)."
+	if [ -n "${GOARCH:-}" ]; then
+		target_arch=$(gnu_arch "$GOARCH")
+		[ -n "$target_arch" ] || die "GOARCH=$GOARCH is not an architecture UCX supports (amd64, arm64, ppc64le)."
+	else
+		target_arch=$host_arch
+	fi
+	host_triple="$host_arch-linux-gnu"
+	target_triple="$target_arch-linux-gnu"
+
+	local cc_var="CC_${target_triple//-/_}" from="" v
+	cc=""
+	for v in "$cc_var" "CC_$target_triple"; do
+		if [ -n "$(printenv "$v" 2>/dev/null || true)" ]; then
+			cc=$(printenv "$v")
+			from=$v
+			break
+		fi
+	done
+	if [ -z "$cc" ] && [ -n "${CC:-}" ]; then
+		cc=$CC
+		from=CC
+	fi
+	if [ -z "$cc" ]; then
+		if [ "$target_arch" != "$host_arch" ]; then
+			die "cross build for $target_triple (GOARCH=${GOARCH}) on a $host_arch host, but no cross compiler is set." \
+				"Set $cc_var (or CC) to a compiler for $target_arch, e.g. $cc_var=$target_triple-gcc" \
+				"(Debian: apt-get install gcc-$target_triple, plus the :${GOARCH} rdma-core -dev packages)." \
+				"Without one, UCX's configure would quietly build for the host instead."
+		fi
+		cc=gcc
+		from=default
+	fi
+
+	local cc_words
+	read -r -a cc_words <<<"$cc"
+	if ! command -v "${cc_words[0]}" >/dev/null 2>&1; then
+		if [ "$target_arch" != "$host_arch" ]; then
+			die "$from=$cc: the cross compiler for $target_triple was not found." \
+				"Install it (Debian: apt-get install gcc-$target_triple) or point $cc_var at it."
+		fi
+		die "$from=$cc: the C compiler was not found." \
+			"Install build-essential, or set CC to a working compiler (a cross compiler needs GOARCH too)."
+	fi
+
+	# Ask the compiler what it really produces: a compiler named like a cross compiler that emits
+	# host code (or the reverse) must not reach configure.
+	local probe_dir obj arch
+	probe_dir=$(mktemp -d)
+	obj="$probe_dir/probe.o"
+	if ! printf 'int velo_ucx_probe(void) { return 0; }\n' |
+		"${cc_words[@]}" -xc -c -o "$obj" - >"$probe_dir/log" 2>&1; then
+		local why
+		why=$(head -3 "$probe_dir/log")
+		rm -rf "$probe_dir"
+		die "$from=$cc does not compile a trivial C file, so it is not a working compiler for $target_triple." \
+			"${why:-no output}" \
+			"Fix or replace it (Debian: apt-get install gcc-$target_triple for a cross build)."
+	fi
+	arch=$(object_arch "$obj")
+	rm -rf "$probe_dir"
+	if [ "$arch" != "$target_arch" ]; then
+		if [ "$target_arch" = "$host_arch" ]; then
+			die "$from=$cc builds for $arch, but the Go target is $target_arch (GOARCH=${GOARCH:-unset})." \
+				"For a cross build set GOARCH to match that compiler; otherwise unset $from."
+		fi
+		die "$from=$cc produces $arch code, not $target_arch: it is not a working cross compiler for $target_triple." \
+			"Without a real cross compiler UCX's configure would quietly build for the host." \
+			"Set $cc_var to a $target_arch compiler (Debian: apt-get install gcc-$target_triple)."
+	fi
+	configure_host=""
+	[ "$target_arch" = "$host_arch" ] || configure_host="--host=$target_triple"
+}
+
+# --- the rdma-core headers ---------------------------------------------------------------------
+
+# The headers UCX needs for InfiniBand/RoCE, and the Debian package that ships each.
+required_headers=(infiniband/verbs.h:libibverbs-dev infiniband/mlx5dv.h:libibverbs-dev
+	rdma/rdma_cma.h:librdmacm-dev)
+
+# Prints the compiler's <...> include search list: it already contains CPATH and C_INCLUDE_PATH,
+# the compiler's own directories and, for a cross compiler, its sysroot's. This is the list
+# configure will search, so the check cannot disagree with it.
+compiler_include_dirs() {
+	local cc_words
+	read -r -a cc_words <<<"$cc"
+	LC_ALL=C "${cc_words[@]}" $CPPFLAGS_WORDS -xc -E -v /dev/null 2>&1 >/dev/null |
+		sed -n '/^#include <\.\.\.> search starts here:/,/^End of search list\./p' |
+		sed -e '1d' -e '$d' -e 's/^ *//' -e 's/ (framework directory)$//'
+}
+
+check_headers() {
+	if affirmative "${VELO_UCX_IGNORE_MISSING_HEADERS:-}"; then
+		note "VELO_UCX_IGNORE_MISSING_HEADERS is set: skipping the rdma-core header check; configure must still find them."
+		return
+	fi
+	local dirs=() dir entry header pkg found missing=() pkgs=()
+	mapfile -t dirs < <(compiler_include_dirs)
+	for entry in "${required_headers[@]}"; do
+		header=${entry%%:*}
+		pkg=${entry#*:}
+		found=""
+		for dir in "${dirs[@]}"; do
+			if [ -f "$dir/$header" ]; then
+				found=$dir
+				break
+			fi
+		done
+		if [ -z "$found" ]; then
+			missing+=("<$header> (Debian package $pkg)")
+			case " ${pkgs[*]:-} " in *" $pkg "*) ;; *) pkgs+=("$pkg") ;; esac
+		fi
+	done
+	[ ${#missing[@]} -eq 0 ] && return
+	local m lines=()
+	for m in "${missing[@]}"; do lines+=("missing $m"); done
+	die "the rdma-core headers UCX needs for InfiniBand/RoCE were not found; without them UCX's configure builds a TCP/shared-memory-only UCX, so the build stops." \
+		"${lines[@]}" \
+		"searched: ${dirs[*]:-(the compiler reported no include directories)}" \
+		"fix: apt-get install ${pkgs[*]}, or add the directory that holds them to CPATH or C_INCLUDE_PATH;" \
+		"if configure finds them by other means, set VELO_UCX_IGNORE_MISSING_HEADERS=1 to skip this check."
+}
+
+# --- configure arguments -----------------------------------------------------------------------
+
+# UCX_EXTRA_CONFIGURE is split on whitespace and appended last, where the last option wins. Any
+# option that would switch off an RDMA piece is refused for that reason: it would override the
+# recipe's own flags.
+check_extra_configure() {
+	extra_args=()
+	[ -n "${UCX_EXTRA_CONFIGURE:-}" ] || return 0
+	read -r -a extra_args <<<"$UCX_EXTRA_CONFIGURE"
+	local arg
+	for arg in "${extra_args[@]}"; do
+		case "$arg" in
+		--without-devx | --with-devx=no | --with-devx=check)
+			die "UCX_EXTRA_CONFIGURE carries $arg; it is appended last, so it would override --with-devx." \
+				"With DEVX off (or left at 'check', which drops it silently when rdma-core lacks it) UCX loses the mlx5 DEVX memory domain" \
+				"and the accelerated rc_mlx5/dc_mlx5 transports fall back. Remove $arg from UCX_EXTRA_CONFIGURE." ;;
+		--without-verbs | --with-verbs=no | --without-mlx5-dv | --with-mlx5-dv=no | --without-rdmacm | --with-rdmacm=no)
+			die "UCX_EXTRA_CONFIGURE carries $arg; it is appended last and would build a UCX without that RDMA transport," \
+				"which then runs production traffic over TCP. Remove $arg from UCX_EXTRA_CONFIGURE." ;;
+		--disable-static | --enable-static=no | --enable-shared | --enable-shared=*)
+			die "UCX_EXTRA_CONFIGURE carries $arg; the recipe builds static libraries only (-tags ucx_static links them)." \
+				"Remove it; for a shared UCX install one and point UCX_DIR at it." ;;
+		--disable-logging | --enable-logging=no)
+			note "warning: UCX_EXTRA_CONFIGURE carries $arg: UCX_LOG_LEVEL=debug will not show the 'md open by' line used to verify the lane." ;;
+		esac
+	done
+}
+
+# The configure arguments. Each is explained in README.md.
+configure_args() {
+	args=(
+		--prefix="$build_dir"
+		--enable-option-checking=fatal
+		--enable-static --disable-shared --with-pic
+		--enable-mt
+		--with-verbs --with-rdmacm --with-mlx5-dv --with-devx
+		--with-rc --with-ud --with-dc
+		--enable-cma
+		--enable-logging
+		--disable-optimizations
+		--disable-numa
+		--without-bfd --without-valgrind
+		--without-cuda --without-rocm --without-gdrcopy --without-knem --without-xpmem --without-ugni
+		--without-fuse3 --without-java --without-go
+		--disable-doxygen-doc
+	)
+	[ -z "$configure_host" ] || args+=("$configure_host")
+	args+=("CC=$cc")
+	args+=("${extra_args[@]}")
+}
+
+# --- UCX_DIR: a preinstalled, shared UCX -------------------------------------------------------
+
+check_ucx_dir() {
+	local dir=$1 libdir="" d so="" static=""
+	[ -d "$dir" ] || die "UCX_DIR=$dir does not exist." "Point UCX_DIR at a UCX install prefix (the directory that holds include/ and lib/), or unset it."
+	for d in "$dir/lib" "$dir/lib64" "$dir/lib/${host_triple:-x86_64-linux-gnu}"; do
+		if [ -e "$d/libucp.so" ]; then
+			libdir=$d
+			so="$d/libucp.so"
+			break
+		fi
+		[ -n "$static" ] || [ ! -e "$d/libucp.a" ] || static="$d/libucp.a"
+	done
+	if [ -z "$so" ]; then
+		if [ -n "$static" ]; then
+			die "UCX_DIR=$dir has $static but no shared libucp.so." \
+				"UCX_DIR links a shared UCX whose transports load as its own plugins; a static one belongs to this recipe:" \
+				"unset UCX_DIR and run 'make ucx-static', then build with -tags ucx_static."
+		fi
+		die "UCX_DIR=$dir has no shared libucp.so in lib/, lib64/ or lib/${host_triple:-<multiarch>}/." \
+			"Point UCX_DIR at a UCX install prefix (a UCX built with --enable-shared), or unset it."
+	fi
+	local hdr="$dir/include/ucp/api/ucp_version.h" major minor version=""
+	[ -f "$hdr" ] || die "UCX_DIR=$dir has $so but no include/ucp/api/ucp_version.h." "Install UCX's headers (Debian: libucx-dev) or fix UCX_DIR."
+	major=$(sed -n 's/^#define UCP_API_MAJOR[[:space:]]*\([0-9][0-9]*\).*/\1/p' "$hdr")
+	minor=$(sed -n 's/^#define UCP_API_MINOR[[:space:]]*\([0-9][0-9]*\).*/\1/p' "$hdr")
+	[ -n "$major" ] && [ -n "$minor" ] || die "UCX_DIR=$dir: could not read UCP_API_MAJOR/UCP_API_MINOR from $hdr."
+	local pc
+	for pc in "$libdir/pkgconfig/ucx.pc" "$dir/lib/pkgconfig/ucx.pc"; do
+		if [ -f "$pc" ]; then
+			version=$(sed -n 's/^Version:[[:space:]]*//p' "$pc" | head -1)
+			break
+		fi
+	done
+	[ -n "$version" ] || version="$major.$minor"
+	if [ "$major" -lt 1 ] || { [ "$major" -eq 1 ] && [ "$minor" -lt 13 ]; }; then
+		die "UCX_DIR=$dir holds UCX $version (from $hdr); velo needs UCX 1.13 or later." \
+			"Install a newer UCX, or unset UCX_DIR and run 'make ucx-static'."
+	fi
+	local plugin
+	plugin=$(ls "$libdir"/ucx/libuct_ib.so* 2>/dev/null | head -1 || true)
+	if [ -z "$plugin" ]; then
+		die "UCX_DIR=$dir holds UCX $version but no InfiniBand plugin ($libdir/ucx/libuct_ib.so): that UCX would run over TCP only." \
+			"Install a UCX built with verbs (Debian: libucx0), or unset UCX_DIR and run 'make ucx-static'."
+	fi
+	note "UCX_DIR=$dir: found UCX $version (shared $so, IB plugin $plugin); the static build is skipped."
+	note "link it without -tags ucx_static, e.g. PKG_CONFIG_PATH=$libdir/pkgconfig go build ./..."
+}
+
+# --- source ------------------------------------------------------------------------------------
+
+pinned_entry() { # prints "version origin" for a pinned sha256 and file name, or nothing
+	awk -v sum="$1" -v file="$2" '!/^#/ && $1 == sum && (file == "" || $2 == file) { print $3, $4; exit }' "$pins"
+}
+
+# Sets source_id (what the stamp records about the source).
+resolve_source() {
+	if [ -n "${UCX_TARBALL:-}" ]; then
+		[ -f "$UCX_TARBALL" ] || die "UCX_TARBALL=$UCX_TARBALL does not exist." "Give the path of a UCX release tarball, or unset UCX_TARBALL to use the Debian source package."
+		local sum entry
+		sum=$(sha256sum "$UCX_TARBALL" | cut -d' ' -f1)
+		entry=$(pinned_entry "$sum" "")
+		[ -n "$entry" ] || die "UCX_TARBALL=$UCX_TARBALL has SHA-256 $sum, which is not pinned in third_party/ucx/sources.sha256." \
+			"Use a pinned tarball (see that file), or check this one against its upstream release and add its sum there."
+		source_id="tarball $(basename "$UCX_TARBALL") sha256=$sum (${entry})"
+	else
+		local dsc="ucx_${UCX_DEBIAN_VERSION}.dsc" sum
+		sum=$(awk -v file="$dsc" '!/^#/ && $2 == file { print $1; exit }' "$pins")
+		[ -n "$sum" ] || die "UCX_DEBIAN_VERSION=$UCX_DEBIAN_VERSION has no pinned .dsc in third_party/ucx/sources.sha256." \
+			"Pin that version's files there, or unset UCX_DEBIAN_VERSION (default 1.13.1-1)."
+		source_id="debian ucx=$UCX_DEBIAN_VERSION dsc-sha256=$sum"
+	fi
+}
+
+# Writes deb-src entries for every deb entry of the system's apt sources (deb822 *.sources and
+# one-line *.list files) into $1/velo-deb-src.sources and $1/velo-deb-src.list. The system's apt
+# configuration is only read. VELO_UCX_APT_ETC (default /etc/apt) lets tests use a fixture tree.
+deb_src_list() {
+	local out=$1 etc=${VELO_UCX_APT_ETC:-/etc/apt} f
+	mkdir -p "$out"
+	: >"$out/velo-deb-src.sources"
+	: >"$out/velo-deb-src.list"
+	for f in "$etc"/sources.list.d/*.sources; do
+		[ -f "$f" ] || continue
+		awk '
+			/^[Tt]ypes:/ {
+				n = split(substr($0, index($0, ":") + 1), t, /[ \t]+/); keep = 0
+				for (i = 1; i <= n; i++) if (t[i] == "deb" || t[i] == "deb-src") keep = 1
+				if (keep) { print "Types: deb-src"; next }
+			}
+			{ print }
+			END { print "" }
+		' "$f" >>"$out/velo-deb-src.sources"
+	done
+	for f in "$etc/sources.list" "$etc"/sources.list.d/*.list; do
+		[ -f "$f" ] || continue
+		sed -n -e 's/^[[:space:]]*deb[[:space:]]\{1,\}/deb-src /p' "$f" >>"$out/velo-deb-src.list"
+	done
+	if [ ! -s "$out/velo-deb-src.sources" ] && [ ! -s "$out/velo-deb-src.list" ]; then
+		die "found no Debian package sources under $etc to derive a deb-src entry from." \
+			"Configure apt sources, or pass a pinned tarball with UCX_TARBALL=path."
+	fi
+}
+
+# Downloads the Debian source package with a private apt state (lists, cache, sources) under
+# work/apt, so the system's apt configuration and lists are left as they are.
+fetch_debian_source() {
+	local dl="$work_dir/debian" apt="$work_dir/apt" f sum want
+	mkdir -p "$dl"
+	local files=("ucx_${UCX_DEBIAN_VERSION}.dsc" "ucx_${UCX_DEBIAN_VERSION%-*}.orig.tar.xz" "ucx_${UCX_DEBIAN_VERSION}.debian.tar.xz")
+	local have=1
+	for f in "${files[@]}"; do [ -f "$dl/$f" ] || have=0; done
+	if [ "$have" = 0 ]; then
+		command -v apt-get >/dev/null || die "apt-get is not available to fetch the Debian source package." "Pass a pinned tarball with UCX_TARBALL=path."
+		rm -rf "$apt"
+		mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/preferences.d"
+		deb_src_list "$apt/sources.list.d"
+		local opts=(-q -o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$apt/sources.list.d"
+			-o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache"
+			-o "Dir::Etc::Preferences=/dev/null" -o "Dir::Etc::PreferencesParts=$apt/preferences.d"
+			-o "Dir::State::status=/dev/null" -o "APT::Sandbox::User=$(id -un)")
+		note "fetching the Debian source package ucx=$UCX_DEBIAN_VERSION (private apt state in $apt)"
+		apt-get "${opts[@]}" update >"$work_dir/logs/apt.log" 2>&1 ||
+			die "apt-get update (deb-src, private state) failed; see $work_dir/logs/apt.log." "$(tail -3 "$work_dir/logs/apt.log")" \
+				"Without network access, pass a pinned tarball with UCX_TARBALL=path."
+		(cd "$dl" && apt-get "${opts[@]}" source --download-only "ucx=$UCX_DEBIAN_VERSION") >>"$work_dir/logs/apt.log" 2>&1 ||
+			die "apt-get source ucx=$UCX_DEBIAN_VERSION failed; see $work_dir/logs/apt.log." "$(tail -3 "$work_dir/logs/apt.log")"
+	fi
+	for f in "${files[@]}"; do
+		[ -f "$dl/$f" ] || die "apt-get source did not produce $f; see $work_dir/logs/apt.log."
+		sum=$(sha256sum "$dl/$f" | cut -d' ' -f1)
+		want=$(awk -v file="$f" '!/^#/ && $2 == file { print $1; exit }' "$pins")
+		if [ "$sum" != "$want" ]; then
+			rm -f "$dl/$f"
+			die "$f has SHA-256 $sum but sources.sha256 pins ${want:-nothing}; the download was removed." \
+				"If Debian republished the package, check it and update third_party/ucx/sources.sha256."
+		fi
+	done
+	command -v dpkg-source >/dev/null || die "dpkg-source is missing (Debian package dpkg-dev)." "Run 'make deps', or apt-get install dpkg-dev."
+	(cd "$src_root" && dpkg-source -x "$dl/ucx_${UCX_DEBIAN_VERSION}.dsc" "ucx") >"$work_dir/logs/unpack.log" 2>&1 ||
+		die "dpkg-source -x failed; see $work_dir/logs/unpack.log." "$(tail -3 "$work_dir/logs/unpack.log")"
+}
+
+unpack_tarball() {
+	local tmp="$src_root/.unpack"
+	mkdir -p "$tmp"
+	tar -xf "$UCX_TARBALL" -C "$tmp" || die "could not unpack UCX_TARBALL=$UCX_TARBALL."
+	local top
+	top=$(find "$tmp" -mindepth 1 -maxdepth 1 -type d | head -1)
+	[ -n "$top" ] && [ -f "$top/configure.ac" ] || die "UCX_TARBALL=$UCX_TARBALL does not unpack to a UCX source tree (no configure.ac)."
+	mv "$top" "$src_root/ucx"
+	rmdir "$tmp"
+	# Debian's orig tarball renames upstream's debian/ to debian.upstream; configure links files
+	# from debian/, so give it back the upstream copy.
+	if [ ! -d "$src_root/ucx/debian" ] && [ -d "$src_root/ucx/debian.upstream" ]; then
+		cp -r "$src_root/ucx/debian.upstream" "$src_root/ucx/debian"
+	fi
+}
+
+# UCX's configure adds -DUCX_SHARED_LIB to every position-independent compile, taking "PIC" to
+# mean "shared library". In this static, PIC build that define would switch on the plugin loader
+# (dlopen of <exe dir>/ucx/libuct_*.so and of the build prefix) and make libucm dlopen the
+# executable itself ("cannot dynamically load position-independent executable"). The recipe
+# builds static libraries only, so it removes the define from the generated configure.
+patch_configure() {
+	local conf="$src_root/ucx/configure" n
+	n=$(grep -c 'lt_prog_compiler_pic="$lt_prog_compiler_pic -DUCX_SHARED_LIB"' "$conf" || true)
+	[ "$n" = 1 ] || die "expected one UCX_SHARED_LIB line in UCX's configure, found $n." \
+		"This UCX release differs from the ones the recipe knows (sources.sha256); update patch_configure in ucx-static.sh."
+	sed -i 's/lt_prog_compiler_pic="$lt_prog_compiler_pic -DUCX_SHARED_LIB"/lt_prog_compiler_pic="$lt_prog_compiler_pic"/' "$conf"
+}
+
+# --- the stamp key -----------------------------------------------------------------------------
+
+stamp_key() {
+	local cc_version cc_words
+	read -r -a cc_words <<<"$cc"
+	cc_version=$("${cc_words[@]}" --version 2>/dev/null | head -1 || true)
+	printf 'recipe %s\n' "$(cat "${BASH_SOURCE[0]}" "$pins" | sha256sum | cut -d' ' -f1)"
+	printf 'source %s\n' "$source_id"
+	printf 'target %s\n' "$target_triple"
+	printf 'cc %s (%s)\n' "$cc" "$cc_version"
+	local v
+	for v in CFLAGS CPPFLAGS LDFLAGS CPATH C_INCLUDE_PATH LIBRARY_PATH; do
+		printf '%s %s\n' "$v" "${!v:-}"
+	done
+	printf 'configure'
+	printf ' %q' "${args[@]}"
+	printf '\n'
+}
+
+# --- build -------------------------------------------------------------------------------------
+
+run_logged() { # name, then the command; stops with the log's tail on failure
+	local name=$1
+	shift
+	local log="$work_dir/logs/$name.log"
+	if ! "$@" >"$log" 2>&1; then
+		tail -25 "$log" >&2
+		die "$name failed; the full log is $log."
+	fi
+}
+
+# After configure, confirm from config.h that the RDMA pieces really made it in. This catches
+# whatever the early checks cannot see (an unusual rdma-core, an extra option we do not know).
+check_config_h() {
+	local h="$work_dir/obj/config.h" def missing=()
+	for def in HAVE_IB HAVE_MLX5_HW HAVE_MLX5_DV HAVE_DEVX HAVE_TL_RC HAVE_TL_UD HAVE_TL_DC ENABLE_MT; do
+		grep -q "^#define $def 1" "$h" || missing+=("$def")
+	done
+	[ ${#missing[@]} -eq 0 ] || die "configure finished without ${missing[*]} (see $work_dir/obj/config.h); that UCX would lack RDMA transports, so the build stops." \
+		"Check $work_dir/logs/configure.log for why rdma-core was not usable (an old rdma-core lacks DEVX: install a newer one)."
+	grep -q '^#define HAVE_RDMACM 1' "$h" || [ -f "$work_dir/obj/src/uct/ib/rdmacm/Makefile" ] ||
+		die "configure did not enable the rdmacm transport; see $work_dir/logs/configure.log."
+}
+
+build() {
+	mkdir -p "$work_dir/logs" "$src_root"
+	local t0 t1
+	t0=$(date +%s)
+	rm -rf "$src_root/ucx" "$work_dir/obj" "$build_dir"
+	if [ -n "${UCX_TARBALL:-}" ]; then
+		unpack_tarball
+	else
+		fetch_debian_source
+	fi
+	if [ ! -x "$src_root/ucx/configure" ]; then
+		local tool
+		for tool in autoreconf automake libtoolize; do
+			command -v "$tool" >/dev/null || die "$tool is missing; the source ships no configure, so autogen.sh needs it." "Run 'make deps' (Debian packages autoconf automake libtool)."
+		done
+		note "running autogen.sh (this source ships no configure)"
+		run_logged autogen bash -c "cd '$src_root/ucx' && ./autogen.sh"
+	fi
+	patch_configure
+	mkdir -p "$work_dir/obj"
+	note "configure: ${args[*]}"
+	run_logged configure bash -c 'cd "$1" && shift && "$@"' _ "$work_dir/obj" "$src_root/ucx/configure" "${args[@]}"
+	check_config_h
+	local jobs d
+	jobs=$(nproc 2>/dev/null || echo 2)
+	note "make -j$jobs in ${ucx_src_dirs[*]}"
+	: >"$work_dir/logs/make.log"
+	for d in "${ucx_src_dirs[@]}"; do
+		run_logged "make-${d##*/}" make -C "$work_dir/obj/$d" -j"$jobs"
+	done
+	for d in "${ucx_src_dirs[@]}"; do
+		run_logged "install-${d##*/}" make -C "$work_dir/obj/$d" install
+	done
+
+	# One relocatable object holding every UCX object, wrapped in a one-member archive. See
+	# README.md, "Linking": it is how every constructor reaches a Go binary without
+	# -Wl,--whole-archive, which cgo's flag allowlist refuses.
+	local cc_words a inputs=() ar nm
+	read -r -a cc_words <<<"$cc"
+	for a in "${ucx_archives[@]}"; do
+		[ -f "$build_dir/$a" ] || die "the build did not install $a; see $work_dir/logs."
+		inputs+=("$build_dir/$a")
+	done
+	run_logged partial-link "${cc_words[@]}" -nostdlib -r -o "$work_dir/velo_ucx.o" \
+		-Wl,--whole-archive "${inputs[@]}" -Wl,--no-whole-archive
+	ar=$("${cc_words[@]}" -print-prog-name=ar)
+	nm=$("${cc_words[@]}" -print-prog-name=nm)
+	rm -f "$build_dir/lib/libvelo_ucx.a"
+	run_logged archive "$ar" rcs "$build_dir/lib/libvelo_ucx.a" "$work_dir/velo_ucx.o"
+	rm -f "$work_dir/velo_ucx.o"
+	local sym
+	for sym in ucp_init uct_ib_init uct_ib_md_ops_devx_entry uct_rdmacm_init uct_cma_init uct_tcp_init; do
+		"$nm" "$build_dir/lib/libvelo_ucx.a" 2>/dev/null | grep -q " [TtDd] $sym\$" ||
+			die "libvelo_ucx.a lacks $sym; the partial link or the configure result is wrong (logs in $work_dir/logs)."
+	done
+
+	t1=$(date +%s)
+	{
+		printf 'UCX static build for velo\n'
+		printf 'built %s in %ss on %s cores\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$((t1 - t0))" "$jobs"
+		stamp_key
+	} >"$build_dir/velo-ucx-build.txt"
+	stamp_key >"$stamp"
+	note "built UCX into $build_dir in $((t1 - t0)) s"
+}
+
+# --- main --------------------------------------------------------------------------------------
+
+CPPFLAGS_WORDS=${CPPFLAGS:-}
+cmd=${1:-build}
+case "$cmd" in
+deb-src-list)
+	[ $# -eq 2 ] || die "usage: ucx-static.sh deb-src-list DIR"
+	deb_src_list "$2"
+	exit 0
+	;;
+build | check | key) ;;
+*) die "unknown command '$cmd'." "usage: ucx-static.sh [build|check|key|deb-src-list DIR]" ;;
+esac
+
+resolve_toolchain
+if [ -n "${UCX_DIR:-}" ]; then
+	check_ucx_dir "$UCX_DIR"
+	exit 0
+fi
+check_extra_configure
+check_headers
+resolve_source
+configure_args
+
+case "$cmd" in
+check)
+	note "checks passed for $target_triple with CC=$cc"
+	printf '%s\n' "${args[@]}"
+	exit 0
+	;;
+key)
+	stamp_key
+	exit 0
+	;;
+esac
+
+mkdir -p "$work_dir/logs"
+exec 9>"$work_dir/.lock"
+flock 9
+if [ -f "$stamp" ] && [ "$(stamp_key)" = "$(cat "$stamp")" ] && [ -f "$build_dir/lib/libvelo_ucx.a" ]; then
+	note "up to date ($build_dir; $(sed -n 2p "$build_dir/velo-ucx-build.txt" 2>/dev/null || echo 'stamp matches'))"
+	exit 0
+fi
+[ ! -f "$stamp" ] || note "the stamp differs from this build's key: rebuilding"
+build
