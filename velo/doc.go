@@ -1,3 +1,53 @@
-// Package velo is the messaging runtime: active messages between instances over a TCP control plane,
-// and rendezvous, where an owner stages a payload and hands out a small handle that a consumer pulls.
+// Package velo is a messaging runtime for clusters of GPU and CPU workers: active messages between
+// instances over a TCP control plane, and rendezvous, where an owner stages a payload and hands
+// out a small Handle that a consumer uses to pull the bytes.
+//
+// # Starting an instance
+//
+// New starts an instance with a random 64-bit ID and incarnation. Give it transports in order of
+// preference with WithTransport (a TCP transport on 127.0.0.1 is created when none is given),
+// metrics with WithRegisterer, a logger with WithLogger:
+//
+//	tr, _ := tcp.New(tcp.Config{ListenAddress: "0.0.0.0:7000", Advertise: "node-3:7000"})
+//	v, err := velo.New(ctx, velo.WithTransport(tr), velo.WithRegisterer(reg))
+//	defer v.Close()
+//
+// # Finding peers
+//
+// PeerInfo returns what another instance needs to reach this one (ID, incarnation, one address
+// per transport); it marshals to JSON and to a compact binary form. Hand it over any way you like
+// (a file, a key-value store, a message) and call RegisterPeer on the other side. RegisterPeer
+// validates every address and fails with an error wrapping ErrInvalidEndpoint rather than
+// registering something unusable. A peer that connects first is reachable without RegisterPeer.
+//
+// # Messages
+//
+// Handle registers a named handler; Send is fire-and-forget and Request waits for the handler's
+// answer (bounded by the context). Messages from one peer are handled one at a time, in order. A
+// handler that returns an error or panics answers the caller with an error matching
+// ErrHandlerFailed or ErrHandlerPanic; an unknown name answers ErrUnknownHandler. Payloads above
+// the staging threshold (WithStagingThreshold, default 256 KiB) travel as a rendezvous handle and
+// are fetched before the handler runs, so handlers always see plain bytes. HandleJSON and
+// RequestJSON wrap the same calls for JSON values.
+//
+// # Rendezvous
+//
+// RegisterData stages bytes and returns a Handle (owner, slot, a random nonce, size). A consumer
+// calls Get (or GetInto, to fill its own buffer) and ends the returned Lease with Release (the
+// handle's reference is spent; the owner frees the payload when none is left) or Detach (the
+// payload stays for further gets). Ref adds a reference for another consumer; Release on the
+// instance drops one without fetching. Leases expire after WithLeaseTTL without activity, so a
+// consumer that dies cannot pin an owner's memory. Metadata asks the owner about a handle.
+//
+// Today every transfer between instances takes the chunked path over the messenger; the RDMA path
+// plugs into the same protocol later. Each get on the consumer and each acquire on the owner counts
+// velo_rendezvous_rdma_path_total{path,reason}; without an RDMA registry that is
+// {path="chunked",reason="not_configured"}. Metrics returns a Gatherer for the instance's series.
+//
+// # Shutting down
+//
+// BeginDrain tells peers' gets to expect the chunked path from here on; Close fails pending
+// requests, lets running handlers return, ends every lease and frees every staged payload.
+//
+// Errors wrap the sentinels declared in this package; use errors.Is.
 package velo

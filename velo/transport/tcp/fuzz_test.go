@@ -47,7 +47,7 @@ func FuzzReadFrames(f *testing.F) {
 	f.Add(frame("hello"))
 	f.Add(append(frame(""), frame("x")...))
 	f.Add(frame(string(make([]byte, 5000)))) // above the fuzz limit
-	f.Add([]byte{0, 0, 0, 9, 1, 2})         // truncated
+	f.Add([]byte{0, 0, 0, 9, 1, 2})          // truncated
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
 	const limit = 4096
 	f.Fuzz(func(t *testing.T, stream []byte) {

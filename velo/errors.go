@@ -1,0 +1,51 @@
+package velo
+
+import (
+	"github.com/velo-go/velo/velo/messenger"
+	"github.com/velo-go/velo/velo/rendezvous"
+	"github.com/velo-go/velo/velo/transport"
+)
+
+// Sentinel errors. Every error velo returns wraps one of these (errors.Is); the text around it
+// names the detail and the fix.
+var (
+	// ErrInvalidEndpoint: RegisterPeer was given an address it cannot use (wrong version, truncated,
+	// no address for any of this instance's transports, or this instance itself).
+	ErrInvalidEndpoint = transport.ErrInvalidEndpoint
+	// ErrUnknownPeer: a send to a peer that was never registered and never connected.
+	ErrUnknownPeer = transport.ErrUnknownPeer
+	// ErrPeerUnreachable: the connection to the peer failed or was lost mid-call.
+	ErrPeerUnreachable = transport.ErrPeerUnreachable
+	// ErrFrameTooLarge: a frame above a transport's limit.
+	ErrFrameTooLarge = transport.ErrFrameTooLarge
+	// ErrClosed: the instance was closed.
+	ErrClosed = messenger.ErrClosed
+
+	// ErrUnknownHandler: the peer has no handler of that name.
+	ErrUnknownHandler = messenger.ErrUnknownHandler
+	// ErrHandlerFailed: the peer's handler returned an error.
+	ErrHandlerFailed = messenger.ErrHandlerFailed
+	// ErrHandlerPanic: the peer's handler panicked (the peer recovered).
+	ErrHandlerPanic = messenger.ErrHandlerPanic
+	// ErrBadRequest: the peer could not read the message (e.g. a staged payload it could not fetch).
+	ErrBadRequest = messenger.ErrBadRequest
+	// ErrUnavailable: the peer is shutting down and refused the call.
+	ErrUnavailable = messenger.ErrUnavailable
+	// ErrNoRoute: no transport reaches the peer.
+	ErrNoRoute = messenger.ErrNoRoute
+	// ErrInvalidName: a handler name that is empty, too long or reserved ("velo." prefix).
+	ErrInvalidName = messenger.ErrInvalidName
+
+	// ErrBadHandle: a handle its owner never issued (forged or corrupted).
+	ErrBadHandle = rendezvous.ErrBadHandle
+	// ErrReleased: the handle's payload was freed: every reference was released.
+	ErrReleased = rendezvous.ErrReleased
+	// ErrForeignHandle: a handle sent to an instance that does not own it.
+	ErrForeignHandle = rendezvous.ErrForeignHandle
+	// ErrBadLease: a lease that is unknown, already ended, or another consumer's.
+	ErrBadLease = rendezvous.ErrBadLease
+	// ErrBufferSize: GetInto's buffer is not exactly the handle's size.
+	ErrBufferSize = rendezvous.ErrBufferSize
+	// ErrProtocol: a peer sent something a correct peer never sends.
+	ErrProtocol = rendezvous.ErrProtocol
+)

@@ -1,0 +1,81 @@
+package messenger
+
+import (
+	"context"
+	"sync"
+
+	"github.com/velo-go/velo/velo/internal/wire"
+	"github.com/velo-go/velo/velo/transport"
+)
+
+const (
+	callWaiting = iota
+	callClaimed // a transport is reading the answer into sink right now
+	callDone
+)
+
+// call is one outstanding request.
+type call struct {
+	id   uint64
+	peer transport.InstanceID
+	sink []byte // when set, the answer must be exactly this many bytes and lands here
+	done chan struct{}
+
+	mu        sync.Mutex
+	state     int
+	transport int
+	resp      []byte
+	flags     wire.Flags
+	err       error
+}
+
+func (c *call) complete(resp []byte, flags wire.Flags, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state == callDone {
+		return
+	}
+	c.state = callDone
+	c.resp, c.flags, c.err = resp, flags, err
+	close(c.done)
+}
+
+// claim moves a waiting call with a sink of n bytes to the claimed state.
+func (c *call) claim(n int) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state != callWaiting || c.sink == nil || len(c.sink) != n {
+		return nil
+	}
+	c.state = callClaimed
+	return c.sink
+}
+
+// wait returns the call's error once it is done, or the context's error. When the context ends
+// while a transport is writing into the sink, wait still waits for that write to finish (the
+// transport bounds it), because the caller may reuse the sink as soon as wait returns.
+func (c *call) wait(ctx context.Context) error {
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	switch c.state {
+	case callDone:
+		c.mu.Unlock()
+		return c.err
+	case callClaimed:
+		c.mu.Unlock()
+		<-c.done
+		if c.err != nil {
+			return c.err
+		}
+		return ctx.Err()
+	}
+	c.state = callDone
+	c.err = ctx.Err()
+	close(c.done)
+	c.mu.Unlock()
+	return ctx.Err()
+}

@@ -1,0 +1,326 @@
+package messenger
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"sync"
+
+	"github.com/velo-go/velo/velo/internal/wire"
+	"github.com/velo-go/velo/velo/transport"
+)
+
+// ClaimPrefix is the number of leading bytes Claim needs: the fixed frame header.
+func (g *Messenger) ClaimPrefix() int { return wire.HeaderLen }
+
+// Claim takes the body of a response frame for a RequestInto call whose buffer has exactly the
+// body's size; anything else is left to Deliver.
+func (g *Messenger) Claim(from transport.InstanceID, prefix []byte, size int) []byte {
+	if len(prefix) < wire.HeaderLen {
+		return nil
+	}
+	h, err := wire.DecodeHeader(prefix)
+	if err != nil || h.Kind != wire.KindResponse || h.Flags != 0 {
+		return nil
+	}
+	g.mu.Lock()
+	c := g.calls[h.ID]
+	g.mu.Unlock()
+	if c == nil || c.peer != from {
+		return nil
+	}
+	return c.claim(size - wire.HeaderLen)
+}
+
+// Claimed completes a claimed call.
+func (g *Messenger) Claimed(from transport.InstanceID, prefix []byte, err error) {
+	h, _ := wire.DecodeHeader(prefix)
+	g.mu.Lock()
+	c := g.calls[h.ID]
+	g.mu.Unlock()
+	if c == nil {
+		return
+	}
+	if err != nil {
+		err = fmt.Errorf("messenger: reading the answer from %016x: %w: %v", uint64(from), transport.ErrPeerUnreachable, err)
+	} else {
+		g.m.Received("response")
+	}
+	g.finish(c, c.sink, 0, err)
+}
+
+// Deliver handles one frame that transport idx received from peer.
+func (g *Messenger) Deliver(idx int, from transport.InstanceID, frame []byte) {
+	msg, err := wire.DecodeMessage(frame)
+	if err != nil {
+		g.m.Error("malformed_frame")
+		g.log.Warn("messenger: dropping malformed frame", "peer", fmt.Sprintf("%016x", uint64(from)), "bytes", len(frame), "err", err)
+		return
+	}
+	switch msg.Kind {
+	case wire.KindResponse, wire.KindError:
+		g.answer(from, msg)
+	case wire.KindOneWay, wire.KindRequest:
+		g.m.Received(kindLabel(msg.Kind))
+		g.dispatch(idx, from, msg)
+	}
+}
+
+func kindLabel(k wire.Kind) string {
+	switch k {
+	case wire.KindOneWay:
+		return "one_way"
+	case wire.KindRequest:
+		return "request"
+	case wire.KindResponse:
+		return "response"
+	}
+	return "error"
+}
+
+func (g *Messenger) answer(from transport.InstanceID, msg wire.Message) {
+	g.m.Received(kindLabel(msg.Kind))
+	g.mu.Lock()
+	c := g.calls[msg.ID]
+	g.mu.Unlock()
+	if c == nil || c.peer != from {
+		// An answer to a call that timed out, or a peer answering a call it was never sent.
+		g.log.Debug("messenger: answer to no pending call", "peer", fmt.Sprintf("%016x", uint64(from)), "id", msg.ID)
+		return
+	}
+	if msg.Kind == wire.KindError {
+		g.finish(c, nil, 0, &RemoteError{Peer: from, Code: msg.Err.Code, Kind: msg.Err.Kind, Text: msg.Err.Text})
+		return
+	}
+	if c.sink != nil {
+		if msg.Flags != 0 || len(msg.Payload) != len(c.sink) {
+			g.finish(c, nil, 0, fmt.Errorf("messenger: %w: peer %016x answered %d bytes (flags %#x), %d expected",
+				ErrProtocol, uint64(from), len(msg.Payload), uint8(msg.Flags), len(c.sink)))
+			return
+		}
+		// Only when the transport could not claim the frame (it does not stream): one copy.
+		c.mu.Lock()
+		ok := c.state == callWaiting
+		if ok {
+			copy(c.sink, msg.Payload)
+		}
+		c.mu.Unlock()
+		if ok {
+			g.finish(c, c.sink, 0, nil)
+		}
+		return
+	}
+	g.finish(c, msg.Payload, msg.Flags, nil)
+}
+
+// inbox is one peer's queue of user messages. A goroutine drains it while it is non-empty.
+type inbox struct {
+	mu      sync.Mutex
+	queue   []job
+	running bool
+}
+
+type job struct {
+	idx int
+	msg wire.Message
+}
+
+func (g *Messenger) dispatch(idx int, from transport.InstanceID, msg wire.Message) {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		if msg.Kind == wire.KindRequest {
+			g.reply(idx, from, msg.ID, nil, nil, &handlerFailure{code: wire.CodeUnavailable, text: "the instance is closing"})
+		}
+		return
+	}
+	if ih, ok := g.internal[msg.Name]; ok {
+		g.running.Add(1)
+		g.mu.Unlock()
+		go func() {
+			defer g.running.Done()
+			g.runInternal(idx, from, msg, ih)
+		}()
+		return
+	}
+	in := g.inboxes[from]
+	if in == nil {
+		in = &inbox{}
+		g.inboxes[from] = in
+	}
+	in.mu.Lock()
+	in.queue = append(in.queue, job{idx, msg})
+	start := !in.running
+	in.running = true
+	in.mu.Unlock()
+	if start {
+		g.running.Add(1)
+	}
+	g.mu.Unlock()
+	if start {
+		go g.drain(from, in)
+	}
+}
+
+func (g *Messenger) drain(from transport.InstanceID, in *inbox) {
+	defer g.running.Done()
+	for {
+		in.mu.Lock()
+		if len(in.queue) == 0 {
+			in.running = false
+			in.queue = nil
+			in.mu.Unlock()
+			return
+		}
+		j := in.queue[0]
+		in.queue[0] = job{}
+		in.queue = in.queue[1:]
+		in.mu.Unlock()
+		g.runUser(j.idx, from, j.msg)
+	}
+}
+
+// handlerFailure is an error answer this side produces.
+type handlerFailure struct {
+	code wire.ErrorCode
+	kind string
+	text string
+}
+
+func (g *Messenger) runUser(idx int, from transport.InstanceID, msg wire.Message) {
+	g.mu.Lock()
+	h := g.handlers[msg.Name]
+	g.mu.Unlock()
+	isReq := msg.Kind == wire.KindRequest
+	peer := fmt.Sprintf("%016x", uint64(from))
+	if h == nil {
+		g.m.Error("unknown_handler")
+		g.log.Warn("messenger: message for an unknown handler", "peer", peer, "handler", msg.Name)
+		if isReq {
+			g.reply(idx, from, msg.ID, nil, nil, &handlerFailure{code: wire.CodeUnknownHandler,
+				text: fmt.Sprintf("no handler %q is registered on %s: register it with Handle before peers call it", msg.Name, "the receiver")})
+		}
+		return
+	}
+	m := &Message{From: from, Name: msg.Name, Payload: msg.Payload}
+	if msg.Flags&wire.FlagStaged != 0 {
+		s := g.getStager()
+		var err error
+		var release func()
+		if s == nil {
+			err = fmt.Errorf("%w: staged payload but rendezvous is not set up here", ErrProtocol)
+		} else {
+			m.Payload, release, err = s.Resolve(g.ctx, from, msg.Payload)
+		}
+		if err != nil {
+			g.m.Error("staging_failed")
+			g.log.Warn("messenger: could not fetch a staged payload", "peer", peer, "handler", msg.Name, "err", err)
+			if isReq {
+				g.reply(idx, from, msg.ID, nil, nil, &handlerFailure{code: wire.CodeBadRequest, kind: errorKind(err),
+					text: "fetching the staged payload: " + err.Error()})
+			}
+			return
+		}
+		g.m.Staged("received")
+		m.Staged = true
+		defer release()
+	}
+	resp, fail := g.invoke(h, m)
+	if !isReq {
+		if fail != nil {
+			g.log.Warn("messenger: one-way handler failed", "peer", peer, "handler", msg.Name, "err", fail.text)
+		}
+		return
+	}
+	if fail != nil {
+		g.reply(idx, from, msg.ID, nil, nil, fail)
+		return
+	}
+	body, flags, err := g.prepare(g.ctx, from, wire.HeaderLen, resp)
+	if err != nil {
+		g.reply(idx, from, msg.ID, nil, nil, &handlerFailure{code: wire.CodeHandlerError, text: "staging the answer: " + err.Error()})
+		return
+	}
+	g.reply(idx, from, msg.ID, [][]byte{body}, nil, nil, flags)
+}
+
+// invoke runs a user handler, turning an error or a panic into a failure answer.
+func (g *Messenger) invoke(h Handler, m *Message) (resp []byte, fail *handlerFailure) {
+	defer func() {
+		if r := recover(); r != nil {
+			g.m.Error("handler_panic")
+			g.log.Error("messenger: handler panicked", "handler", m.Name, "panic", r, "stack", string(debug.Stack()))
+			resp, fail = nil, &handlerFailure{code: wire.CodeHandlerPanic, text: fmt.Sprint(r)}
+		}
+	}()
+	resp, err := h(g.ctx, m)
+	if err != nil {
+		g.m.Error("handler_error")
+		return nil, &handlerFailure{code: wire.CodeHandlerError, kind: errorKind(err), text: err.Error()}
+	}
+	return resp, nil
+}
+
+func (g *Messenger) runInternal(idx int, from transport.InstanceID, msg wire.Message, h InternalHandler) {
+	var parts [][]byte
+	var done func()
+	var fail *handlerFailure
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				g.m.Error("handler_panic")
+				g.log.Error("messenger: internal handler panicked", "handler", msg.Name, "panic", r, "stack", string(debug.Stack()))
+				fail = &handlerFailure{code: wire.CodeHandlerPanic, text: fmt.Sprint(r)}
+			}
+		}()
+		var err error
+		parts, done, err = h(g.ctx, from, msg.Payload)
+		if err != nil {
+			fail = &handlerFailure{code: wire.CodeHandlerError, kind: errorKind(err), text: err.Error()}
+		}
+	}()
+	if msg.Kind != wire.KindRequest {
+		if done != nil {
+			done()
+		}
+		return
+	}
+	g.reply(idx, from, msg.ID, parts, done, fail)
+}
+
+// reply answers request id on the transport it came in on (idx).
+func (g *Messenger) reply(idx int, to transport.InstanceID, id uint64, parts [][]byte, done func(), fail *handlerFailure, flags ...wire.Flags) {
+	if done != nil {
+		defer done()
+	}
+	g.mu.Lock()
+	var t transport.Transport
+	if idx < len(g.transports) {
+		t = g.transports[idx]
+	}
+	g.mu.Unlock()
+	if t == nil {
+		return
+	}
+	var out [][]byte
+	kind := "response"
+	if fail != nil {
+		kind = "error"
+		out = [][]byte{wire.AppendErrorBody(wire.AppendHeader(nil, wire.Header{Kind: wire.KindError, ID: id}),
+			wire.ErrorBody{Code: fail.code, Kind: fail.kind, Text: fail.text})}
+	} else {
+		h := wire.Header{Kind: wire.KindResponse, ID: id}
+		if len(flags) > 0 {
+			h.Flags = flags[0]
+		}
+		out = append([][]byte{wire.AppendHeader(make([]byte, 0, wire.HeaderLen), h)}, parts...)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := t.Send(ctx, to, out...); err != nil {
+		g.m.Error("send_failed")
+		g.log.Info("messenger: could not send an answer", "peer", fmt.Sprintf("%016x", uint64(to)), "id", id, "err", err)
+		return
+	}
+	g.m.Sent(kind)
+}

@@ -1,0 +1,413 @@
+// Package messenger carries active messages between velo instances: named handlers, fire-and-forget
+// sends and unary requests, over whichever transports the instance has.
+//
+// Why it is built this way:
+//
+//   - Handlers for messages from one peer run one at a time, in the order that peer sent them (a
+//     per-peer queue drained by a goroutine that exists only while there is work). That is the
+//     ordering users reason about, and it costs nothing when peers are idle. A handler that blocks
+//     stalls only its own peer's queue.
+//   - Responses never wait behind handlers: they complete the waiting call straight from the
+//     transport's reader. A handler that itself sends requests back to the caller therefore cannot
+//     deadlock the connection.
+//   - Internal protocol handlers (the rendezvous owner side) bypass the per-peer queue and run
+//     concurrently, so a user handler that resolves a staged payload from a peer can never wait
+//     behind that peer's own user handlers.
+//   - A handler's panic is recovered and answered as a remote error, so a bug in one handler never
+//     takes the process down. Remote failures come back as *RemoteError, which matches the sentinels
+//     below with errors.Is.
+//   - Payloads above the staging threshold (or above what any transport carries in one frame) never
+//     travel inline: a Stager turns them into a rendezvous handle, and the receiver resolves the
+//     handle before the handler runs, so handlers always see plain bytes.
+//   - A response whose destination is already known (RequestInto) is claimed from the transport and
+//     read straight into the caller's buffer: the chunked rendezvous path moves each chunk from
+//     socket to destination once.
+package messenger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/velo-go/velo/velo/internal/wire"
+	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/transport"
+)
+
+// Sentinels matched by errors.Is on the errors this package returns.
+var (
+	// ErrUnknownHandler: the receiver has no handler of that name. Register it there with Handle.
+	ErrUnknownHandler = errors.New("unknown handler")
+	// ErrHandlerFailed: the remote handler returned an error.
+	ErrHandlerFailed = errors.New("remote handler failed")
+	// ErrHandlerPanic: the remote handler panicked (the receiver recovered and kept running).
+	ErrHandlerPanic = errors.New("remote handler panicked")
+	// ErrBadRequest: the receiver could not read the message, for instance a staged payload it could
+	// not fetch.
+	ErrBadRequest = errors.New("bad request")
+	// ErrUnavailable: the receiver is shutting down.
+	ErrUnavailable = errors.New("receiver unavailable")
+	// ErrNoRoute: no transport reaches the peer, or none carries a frame that large.
+	ErrNoRoute = errors.New("no transport reaches the peer")
+	// ErrClosed: the messenger was closed.
+	ErrClosed = errors.New("velo instance closed")
+	// ErrInvalidName: a handler name that is empty, too long, or in the reserved "velo." space.
+	ErrInvalidName = errors.New("invalid handler name")
+	// ErrProtocol: the peer answered with something this side cannot accept (a response of the
+	// wrong size, a staged response without a stager).
+	ErrProtocol = errors.New("protocol violation")
+)
+
+// InternalPrefix starts the names of velo's own protocol handlers; user handlers may not use it.
+const InternalPrefix = "velo."
+
+// Message is what a handler receives.
+type Message struct {
+	From    transport.InstanceID
+	Name    string
+	Payload []byte
+	// Staged reports that the payload travelled as a rendezvous handle and was fetched before the
+	// handler ran.
+	Staged bool
+}
+
+// Handler serves one handler name. Its return value answers a request; for a fire-and-forget
+// message it is dropped (an error is logged and counted). The context ends when the instance closes.
+type Handler func(ctx context.Context, m *Message) ([]byte, error)
+
+// InternalHandler serves a velo protocol message. It answers with parts (so a chunk goes out
+// without a copy) and an optional done func, called once the answer has been written or dropped.
+type InternalHandler func(ctx context.Context, from transport.InstanceID, payload []byte) (parts [][]byte, done func(), err error)
+
+// Stager moves payloads above the threshold by rendezvous.
+type Stager interface {
+	// Stage keeps a copy of payload for peer and returns the encoded handle that travels instead.
+	Stage(ctx context.Context, peer transport.InstanceID, payload []byte) ([]byte, error)
+	// Resolve fetches the payload a handle names; release ends the consumer's hold on it once the
+	// handler has run.
+	Resolve(ctx context.Context, from transport.InstanceID, token []byte) (payload []byte, release func(), err error)
+}
+
+// Config configures a Messenger.
+type Config struct {
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
+	// StageThreshold: payloads larger than this travel as a rendezvous handle (when Stager is set).
+	StageThreshold int
+}
+
+// Messenger routes frames between the runtime's transports and its handlers.
+type Messenger struct {
+	cfg     Config
+	log     *slog.Logger
+	m       *metrics.Metrics
+	ctx     context.Context
+	cancel  context.CancelFunc
+	stager  atomic.Pointer[stagerBox]
+	nextID  atomic.Uint64
+	running sync.WaitGroup
+
+	mu         sync.Mutex
+	transports []transport.Transport
+	handlers   map[string]Handler
+	internal   map[string]InternalHandler
+	calls      map[uint64]*call
+	inboxes    map[transport.InstanceID]*inbox
+	closed     bool
+}
+
+type stagerBox struct{ s Stager }
+
+// New creates a messenger. Add transports with AddTransport, in preference order.
+func New(cfg Config) *Messenger {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Messenger{
+		cfg: cfg, log: cfg.Logger, m: cfg.Metrics, ctx: ctx, cancel: cancel,
+		handlers: map[string]Handler{}, internal: map[string]InternalHandler{},
+		calls: map[uint64]*call{}, inboxes: map[transport.InstanceID]*inbox{},
+	}
+}
+
+// SetStager installs the rendezvous stager (the runtime does this once rendezvous exists).
+func (g *Messenger) SetStager(s Stager) { g.stager.Store(&stagerBox{s}) }
+
+func (g *Messenger) getStager() Stager {
+	if b := g.stager.Load(); b != nil {
+		return b.s
+	}
+	return nil
+}
+
+// AddTransport appends t to the routing order and returns its index (used by Deliver and
+// PeerDown).
+func (g *Messenger) AddTransport(t transport.Transport) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.transports = append(g.transports, t)
+	return len(g.transports) - 1
+}
+
+// Handle registers h under name, replacing any earlier handler of that name.
+func (g *Messenger) Handle(name string, h Handler) error {
+	if name == "" || len(name) > wire.MaxNameLen || strings.HasPrefix(name, InternalPrefix) {
+		return fmt.Errorf("messenger: %w: %q (1..%d bytes, not starting with %q)", ErrInvalidName, name, wire.MaxNameLen, InternalPrefix)
+	}
+	if h == nil {
+		return fmt.Errorf("messenger: %w: nil handler for %q", ErrInvalidName, name)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.handlers[name] = h
+	return nil
+}
+
+// HandleInternal registers a velo protocol handler; name must start with InternalPrefix.
+func (g *Messenger) HandleInternal(name string, h InternalHandler) {
+	if !strings.HasPrefix(name, InternalPrefix) {
+		panic("messenger: internal handler without the velo. prefix: " + name)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.internal[name] = h
+}
+
+// route picks the first transport, in the order added, that reaches peer and carries size bytes.
+func (g *Messenger) route(peer transport.InstanceID, size int) (int, transport.Transport, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return 0, nil, ErrClosed
+	}
+	reached := false
+	for i, t := range g.transports {
+		if !t.Reaches(peer) {
+			continue
+		}
+		reached = true
+		if size <= t.MaxFrameSize() {
+			return i, t, nil
+		}
+	}
+	if reached {
+		return 0, nil, fmt.Errorf("messenger: %w: no transport to %016x carries a %d-byte frame: %w", ErrNoRoute, uint64(peer), size, transport.ErrFrameTooLarge)
+	}
+	return 0, nil, fmt.Errorf("messenger: %w: %016x: register it with RegisterPeer first: %w", ErrNoRoute, uint64(peer), transport.ErrUnknownPeer)
+}
+
+// maxInline is the largest payload sent inline to peer: the threshold, and what fits one frame.
+func (g *Messenger) maxInline(peer transport.InstanceID, overhead int) int {
+	limit := 0
+	g.mu.Lock()
+	for _, t := range g.transports {
+		if t.Reaches(peer) && t.MaxFrameSize()-overhead > limit {
+			limit = t.MaxFrameSize() - overhead
+		}
+	}
+	g.mu.Unlock()
+	if g.getStager() != nil && g.cfg.StageThreshold > 0 && g.cfg.StageThreshold < limit {
+		limit = g.cfg.StageThreshold
+	}
+	return limit
+}
+
+// prepare stages payload when it is too large to travel inline.
+func (g *Messenger) prepare(ctx context.Context, peer transport.InstanceID, overhead int, payload []byte) ([]byte, wire.Flags, error) {
+	if len(payload) <= g.maxInline(peer, overhead) {
+		return payload, 0, nil
+	}
+	s := g.getStager()
+	if s == nil {
+		return payload, 0, nil // route reports the size problem
+	}
+	tok, err := s.Stage(ctx, peer, payload)
+	if err != nil {
+		g.m.Error("staging_failed")
+		return nil, 0, fmt.Errorf("messenger: staging a %d-byte payload for %016x: %w", len(payload), uint64(peer), err)
+	}
+	g.m.Staged("sent")
+	return tok, wire.FlagStaged, nil
+}
+
+func (g *Messenger) send(ctx context.Context, peer transport.InstanceID, kind string, parts ...[]byte) (int, error) {
+	size := 0
+	for _, p := range parts {
+		size += len(p)
+	}
+	idx, t, err := g.route(peer, size)
+	if err == nil {
+		err = t.Send(ctx, peer, parts...)
+	}
+	if err != nil {
+		g.m.Error("send_failed")
+		return idx, err
+	}
+	g.m.Sent(kind)
+	return idx, nil
+}
+
+// Send delivers a fire-and-forget message to the named handler on peer. It returns once a
+// transport has taken the frame; the handler's outcome is not reported.
+func (g *Messenger) Send(ctx context.Context, peer transport.InstanceID, name string, payload []byte) error {
+	hdr, err := wire.AppendCallHeader(make([]byte, 0, wire.HeaderLen+1+len(name)), wire.Header{Kind: wire.KindOneWay}, name)
+	if err != nil {
+		return fmt.Errorf("messenger: %w: %v", ErrInvalidName, err)
+	}
+	body, flags, err := g.prepare(ctx, peer, len(hdr), payload)
+	if err != nil {
+		return err
+	}
+	hdr[2] = byte(flags)
+	_, err = g.send(ctx, peer, "one_way", hdr, body)
+	return err
+}
+
+// Request calls the named handler on peer and returns its answer. Errors from the remote side are
+// *RemoteError; ctx bounds the whole call.
+func (g *Messenger) Request(ctx context.Context, peer transport.InstanceID, name string, payload []byte) ([]byte, error) {
+	c, err := g.call(ctx, peer, name, payload, nil)
+	if err != nil {
+		return nil, err
+	}
+	if c.flags&wire.FlagStaged == 0 {
+		return c.resp, nil
+	}
+	s := g.getStager()
+	if s == nil {
+		return nil, fmt.Errorf("messenger: %w: staged response without a stager", ErrProtocol)
+	}
+	b, release, err := s.Resolve(ctx, peer, c.resp)
+	if err != nil {
+		g.m.Error("staging_failed")
+		return nil, fmt.Errorf("messenger: fetching the staged response of %q from %016x: %w", name, uint64(peer), err)
+	}
+	g.m.Staged("received")
+	release()
+	return b, nil
+}
+
+// RequestInto is Request for an answer whose size the caller knows: the answer must be exactly
+// len(dst) bytes and is read from the transport straight into dst when the transport supports it.
+// dst is not touched after RequestInto returns.
+func (g *Messenger) RequestInto(ctx context.Context, peer transport.InstanceID, name string, payload, dst []byte) error {
+	_, err := g.call(ctx, peer, name, payload, dst)
+	return err
+}
+
+func (g *Messenger) call(ctx context.Context, peer transport.InstanceID, name string, payload, sink []byte) (*call, error) {
+	id := g.nextID.Add(1)
+	hdr, err := wire.AppendCallHeader(make([]byte, 0, wire.HeaderLen+1+len(name)), wire.Header{Kind: wire.KindRequest, ID: id}, name)
+	if err != nil {
+		return nil, fmt.Errorf("messenger: %w: %v", ErrInvalidName, err)
+	}
+	body, flags, err := g.prepare(ctx, peer, len(hdr), payload)
+	if err != nil {
+		return nil, err
+	}
+	hdr[2] = byte(flags)
+	c := &call{id: id, peer: peer, sink: sink, done: make(chan struct{})}
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil, ErrClosed
+	}
+	g.calls[id] = c
+	g.mu.Unlock()
+
+	idx, err := g.send(ctx, peer, "request", hdr, body)
+	c.mu.Lock()
+	c.transport = idx
+	c.mu.Unlock()
+	if err != nil {
+		g.finish(c, nil, 0, err)
+		return nil, err
+	}
+	if err := c.wait(ctx); err != nil {
+		g.forget(c)
+		if re := (*RemoteError)(nil); errors.As(err, &re) {
+			re.Peer, re.Handler = peer, name
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+func (g *Messenger) forget(c *call) {
+	g.mu.Lock()
+	if g.calls[c.id] == c {
+		delete(g.calls, c.id)
+	}
+	g.mu.Unlock()
+}
+
+// finish completes c once; later completions are ignored.
+func (g *Messenger) finish(c *call, resp []byte, flags wire.Flags, err error) {
+	g.forget(c)
+	c.complete(resp, flags, err)
+}
+
+// PeerDown fails the calls to peer that went out on transport idx and drops the peer's queued
+// messages' ordering state.
+func (g *Messenger) PeerDown(idx int, peer transport.InstanceID, cause error) {
+	g.mu.Lock()
+	var failed []*call
+	for _, c := range g.calls {
+		c.mu.Lock()
+		if c.peer == peer && c.transport == idx && c.state == callWaiting {
+			failed = append(failed, c)
+		}
+		c.mu.Unlock()
+	}
+	g.mu.Unlock()
+	for _, c := range failed {
+		g.finish(c, nil, 0, fmt.Errorf("messenger: request to %016x lost: %w", uint64(peer), cause))
+	}
+}
+
+// Close fails pending calls, refuses new ones, cancels handler contexts and waits (up to ctx) for
+// running handlers to return.
+func (g *Messenger) Close(ctx context.Context) error {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil
+	}
+	g.closed = true
+	calls := make([]*call, 0, len(g.calls))
+	for _, c := range g.calls {
+		calls = append(calls, c)
+	}
+	g.mu.Unlock()
+	for _, c := range calls {
+		g.finish(c, nil, 0, ErrClosed)
+	}
+	g.cancel()
+	done := make(chan struct{})
+	go func() { g.running.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("messenger: handlers still running at close: %w", ctx.Err())
+	}
+}
+
+// MaxFrame is the frame limit of the transport that carries small messages to peer (the first
+// that reaches it), or 0 when none does. Rendezvous sizes chunks with it: a pull travels on that
+// transport and its answer returns on the same one.
+func (g *Messenger) MaxFrame(peer transport.InstanceID) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, t := range g.transports {
+		if t.Reaches(peer) {
+			return t.MaxFrameSize()
+		}
+	}
+	return 0
+}

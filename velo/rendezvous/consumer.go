@@ -1,0 +1,255 @@
+package rendezvous
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/velo-go/velo/velo/internal/wire"
+	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/transport"
+)
+
+// Lease is a consumer's hold on a payload it fetched. End it with Release (the handle's reference
+// is spent) or Detach (the payload stays for another Get); if the consumer does neither, the
+// owner's reaper ends it after the lease TTL.
+type Lease struct {
+	r      *Rendezvous
+	h      Handle
+	id     uint64
+	data   []byte
+	ended  atomic.Bool
+	Path   metrics.Path
+	Reason metrics.Reason
+}
+
+// Handle is the handle this lease is on.
+func (l *Lease) Handle() Handle { return l.h }
+
+// Bytes is the payload (Get) or the caller's buffer (GetInto).
+func (l *Lease) Bytes() []byte { return l.data }
+
+// Release ends the lease and drops the handle's reference; at zero the owner frees the payload.
+func (l *Lease) Release(ctx context.Context) error { return l.end(ctx, true) }
+
+// Detach ends the lease and keeps the payload staged: the handle can be fetched again.
+func (l *Lease) Detach(ctx context.Context) error { return l.end(ctx, false) }
+
+func (l *Lease) end(ctx context.Context, release bool) error {
+	what := "detach"
+	if release {
+		what = "release"
+	}
+	if l.ended.Swap(true) {
+		return fmt.Errorf("rendezvous: %s: %w: lease %d already ended", what, ErrBadLease, l.id)
+	}
+	return l.r.endLease(ctx, l.h.Owner, l.id, release, what)
+}
+
+func (r *Rendezvous) endLease(ctx context.Context, owner transport.InstanceID, id uint64, release bool, what string) error {
+	if owner == r.cfg.Self {
+		if err := r.store.endLease(owner, id, release); err != nil {
+			return fmt.Errorf("rendezvous: %s: %w", what, err)
+		}
+		return nil
+	}
+	op := opDetach
+	if release {
+		op = opRelease
+	}
+	if _, err := r.msgr.Request(ctx, owner, op, wire.AppendLeaseRequest(nil, wire.LeaseRequest{Lease: id})); err != nil {
+		return remoteErr(what, err)
+	}
+	return nil
+}
+
+// Get fetches the payload h names into a new buffer.
+func (r *Rendezvous) Get(ctx context.Context, h Handle) (*Lease, error) {
+	if h.Size > 1<<40 {
+		return nil, fmt.Errorf("rendezvous: get: %w: handle claims %d bytes", ErrTooLarge, h.Size)
+	}
+	return r.GetInto(ctx, h, make([]byte, h.Size))
+}
+
+// GetInto fetches the payload h names into dst, which must be exactly h.Size bytes. On the chunked
+// path each chunk is read from the socket straight into dst. When GetInto returns, nothing writes
+// dst any more, whatever happened.
+func (r *Rendezvous) GetInto(ctx context.Context, h Handle, dst []byte) (*Lease, error) {
+	if h.Owner == 0 || h.Nonce == 0 {
+		return nil, fmt.Errorf("rendezvous: get: %w: %v is not a handle an owner issued", ErrBadHandle, h)
+	}
+	if uint64(len(dst)) != h.Size {
+		return nil, fmt.Errorf("rendezvous: get: %w: buffer of %d bytes for a %d-byte payload: pass a buffer of exactly Handle.Size bytes",
+			ErrBufferSize, len(dst), h.Size)
+	}
+	if h.Owner == r.cfg.Self {
+		return r.getLocal(h, dst)
+	}
+	offer, reason, client := r.offer(h.Owner)
+	l, resp, err := r.acquire(ctx, h, offer)
+	if err != nil {
+		return nil, err
+	}
+	l.data = dst
+	if resp.Path == string(metrics.PathRDMA) {
+		if err := client.Get(ctx, h.Owner, resp.Descriptor, dst); err == nil {
+			r.m.CountPath(metrics.PathRDMA, metrics.ReasonOK)
+			r.m.AddBytes("received", string(metrics.PathRDMA), len(dst))
+			l.Path, l.Reason = metrics.PathRDMA, metrics.ReasonOK
+			return l, nil
+		} else {
+			r.log.Warn("rendezvous: RDMA get failed; fetching by chunks", "owner", fmt.Sprintf("%016x", uint64(h.Owner)), "err", err)
+		}
+		r.m.CountPath(metrics.PathChunked, metrics.ReasonGetFailed)
+		r.abandon(h.Owner, l.id)
+		if l, resp, err = r.acquire(ctx, h, nil); err != nil {
+			return nil, err
+		}
+		l.data = dst
+		if resp.Path != string(metrics.PathChunked) {
+			r.abandon(h.Owner, l.id)
+			return nil, fmt.Errorf("rendezvous: get: %w: owner %016x answered the fallback acquire (no offer) with path %q",
+				ErrProtocol, uint64(h.Owner), resp.Path)
+		}
+		l.Path, l.Reason = metrics.PathChunked, metrics.ReasonGetFailed
+	} else {
+		if offer != nil {
+			reason = metrics.Reason(resp.Reason) // we offered; the owner says why not
+		}
+		r.m.CountPath(metrics.PathChunked, reason)
+		l.Path, l.Reason = metrics.PathChunked, reason
+	}
+	if err := r.pullAll(ctx, h.Owner, l.id, int(resp.ChunkSize), dst); err != nil {
+		r.abandon(h.Owner, l.id)
+		return nil, err
+	}
+	r.m.AddBytes("received", string(metrics.PathChunked), len(dst))
+	return l, nil
+}
+
+// offer is the consumer's side of the path decision: it returns the offer to send (nil for none)
+// and, when there is none, the reason to count.
+func (r *Rendezvous) offer(owner transport.InstanceID) ([]byte, metrics.Reason, RDMAClient) {
+	c := r.cfg.Client
+	switch {
+	case c == nil:
+		return nil, metrics.ReasonNotConfigured, nil
+	case c.KillSwitch():
+		return nil, metrics.ReasonKillSwitch, nil
+	case !c.CanGet(owner):
+		return nil, metrics.ReasonNoOffer, nil
+	}
+	blob, err := c.Offer(owner)
+	if err != nil {
+		r.log.Warn("rendezvous: could not build an RDMA offer", "owner", fmt.Sprintf("%016x", uint64(owner)), "err", err)
+		return nil, metrics.ReasonNoOffer, nil
+	}
+	b, err := wire.AppendOffer(nil, wire.Offer{Backend: c.Backend(), Blob: blob})
+	if err != nil {
+		return nil, metrics.ReasonDecodeError, nil
+	}
+	return b, "", c
+}
+
+func (r *Rendezvous) acquire(ctx context.Context, h Handle, offer []byte) (*Lease, wire.AcquireResponse, error) {
+	req, err := wire.AppendAcquireRequest(nil, wire.AcquireRequest{Handle: h.wire(), Offer: offer})
+	if err != nil {
+		return nil, wire.AcquireResponse{}, err
+	}
+	b, err := r.msgr.Request(ctx, h.Owner, opAcquire, req)
+	if err != nil {
+		return nil, wire.AcquireResponse{}, remoteErr("acquire", err)
+	}
+	resp, err := wire.DecodeAcquireResponse(b)
+	if err == nil && !metrics.Valid(metrics.Path(resp.Path), metrics.Reason(resp.Reason)) {
+		err = fmt.Errorf("path %q with reason %q", resp.Path, resp.Reason)
+	}
+	if err == nil && resp.Size != h.Size {
+		err = fmt.Errorf("payload of %d bytes, the handle says %d", resp.Size, h.Size)
+	}
+	if err == nil && (resp.Path == string(metrics.PathRDMA)) != (len(resp.Descriptor) > 0) {
+		err = fmt.Errorf("path %q with a %d-byte descriptor", resp.Path, len(resp.Descriptor))
+	}
+	if err == nil && resp.Path == string(metrics.PathRDMA) && offer == nil {
+		err = errors.New("an RDMA descriptor although no offer was sent")
+	}
+	if err != nil {
+		r.m.CountPath(metrics.PathChunked, metrics.ReasonDecodeError)
+		if resp.Lease != 0 {
+			r.abandon(h.Owner, resp.Lease)
+		}
+		return nil, wire.AcquireResponse{}, fmt.Errorf("rendezvous: acquire from %016x: %w: %v", uint64(h.Owner), ErrProtocol, err)
+	}
+	return &Lease{r: r, h: h, id: resp.Lease}, resp, nil
+}
+
+// abandon detaches a lease in the background after a failed get, so the owner does not wait for
+// the TTL. Failure is harmless: the reaper ends the lease anyway.
+func (r *Rendezvous) abandon(owner transport.InstanceID, id uint64) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := r.endLease(ctx, owner, id, false, "detach"); err != nil {
+			r.log.Debug("rendezvous: detaching an abandoned lease failed; the owner's reaper will end it", "err", err)
+		}
+	}()
+}
+
+// pullAll moves dst's bytes with up to PullWindow pulls in flight. It returns after every pull
+// has finished, so nothing writes dst afterwards.
+func (r *Rendezvous) pullAll(ctx context.Context, owner transport.InstanceID, lease uint64, chunk int, dst []byte) error {
+	if limit := r.msgr.MaxFrame(owner) - wire.HeaderLen; limit > 0 && chunk > limit {
+		chunk = limit
+	}
+	n := (len(dst) + chunk - 1) / chunk
+	if n == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var next atomic.Int64
+	var once sync.Once
+	var firstErr error
+	var wg sync.WaitGroup
+	workers := min(r.cfg.PullWindow, n)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := make([]byte, 0, wire.PullRequestLen)
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				off := i * chunk
+				end := min(off+chunk, len(dst))
+				req = wire.AppendPullRequest(req[:0], wire.PullRequest{Lease: lease, Offset: uint64(off), Length: uint32(end - off)})
+				if err := r.msgr.RequestInto(ctx, owner, opPull, req, dst[off:end]); err != nil {
+					once.Do(func() { firstErr = remoteErr(fmt.Sprintf("pull of %d bytes at %d", end-off, off), err); cancel() })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return firstErr
+}
+
+// getLocal is the fast path when this instance owns h: a lease like any other (so detach and
+// release mean the same), and one copy from the slot.
+func (r *Rendezvous) getLocal(h Handle, dst []byte) (*Lease, error) {
+	sl, err := r.store.newLease(h, r.cfg.Self)
+	if err != nil {
+		return nil, fmt.Errorf("rendezvous: get: %w", err)
+	}
+	copy(dst, sl.Data)
+	r.m.AddBytes("received", "local", len(dst))
+	return &Lease{r: r, h: h, id: sl.Lease.ID, data: dst}, nil
+}
+
+// LeaseID returns the owner's ID for l (for tools and tests that speak the protocol directly).
+func LeaseID(l *Lease) uint64 { return l.id }

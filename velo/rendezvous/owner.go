@@ -1,0 +1,157 @@
+package rendezvous
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/velo-go/velo/velo/internal/wire"
+	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/transport"
+)
+
+func (r *Rendezvous) registerHandlers() {
+	g := r.msgr
+	g.HandleInternal(opMetadata, r.onMetadata)
+	g.HandleInternal(opAcquire, r.onAcquire)
+	g.HandleInternal(opPull, r.onPull)
+	g.HandleInternal(opDetach, func(ctx context.Context, from transport.InstanceID, p []byte) ([][]byte, func(), error) {
+		return r.onEndLease(from, p, false)
+	})
+	g.HandleInternal(opRelease, func(ctx context.Context, from transport.InstanceID, p []byte) ([][]byte, func(), error) {
+		return r.onEndLease(from, p, true)
+	})
+	g.HandleInternal(opRef, func(ctx context.Context, from transport.InstanceID, p []byte) ([][]byte, func(), error) {
+		return nil, nil, r.onHandle(p, r.store.ref)
+	})
+	g.HandleInternal(opDrop, func(ctx context.Context, from transport.InstanceID, p []byte) ([][]byte, func(), error) {
+		return nil, nil, r.onHandle(p, r.store.drop)
+	})
+}
+
+func decodeHandle(p []byte) (Handle, error) {
+	w, err := wire.DecodeHandle(p)
+	if err != nil {
+		return Handle{}, ownerErr(fmt.Errorf("%w: %w", ErrBadHandle, err))
+	}
+	return fromWire(w), nil
+}
+
+func (r *Rendezvous) onHandle(p []byte, op func(Handle) error) error {
+	h, err := decodeHandle(p)
+	if err != nil {
+		return err
+	}
+	return ownerErr(op(h))
+}
+
+func (r *Rendezvous) onMetadata(ctx context.Context, from transport.InstanceID, p []byte) ([][]byte, func(), error) {
+	h, err := decodeHandle(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	si, err := r.store.metadata(h)
+	if err != nil {
+		return nil, nil, ownerErr(err)
+	}
+	md := wire.Metadata{Size: si.size, Refs: uint32(si.refs), Leases: uint32(si.leases)}
+	if !si.pinned {
+		md.Staging = string(si.stagingReason)
+	}
+	b, err := wire.AppendMetadata(nil, md)
+	return [][]byte{b}, nil, err
+}
+
+func (r *Rendezvous) onAcquire(ctx context.Context, from transport.InstanceID, p []byte) ([][]byte, func(), error) {
+	req, err := wire.DecodeAcquireRequest(p)
+	if err != nil {
+		return nil, nil, ownerErr(fmt.Errorf("%w: %w", ErrProtocol, err))
+	}
+	h := fromWire(req.Handle)
+	sl, err := r.store.newLease(h, from)
+	if err != nil {
+		return nil, nil, ownerErr(err)
+	}
+	resp := wire.AcquireResponse{Lease: sl.Lease.ID, TTLMillis: uint64(r.cfg.LeaseTTL / time.Millisecond),
+		Size: uint64(len(sl.Data)), ChunkSize: uint32(r.maxChunk(from))}
+	path, reason := r.decide(ctx, sl, req.Offer, &resp)
+	r.m.CountPath(path, reason)
+	resp.Path, resp.Reason = string(path), string(reason)
+	b, err := wire.AppendAcquireResponse(nil, resp)
+	if err != nil {
+		r.store.endLease(from, sl.Lease.ID, false)
+		return nil, nil, err
+	}
+	return [][]byte{b}, nil, nil
+}
+
+// maxChunk is the largest pull this owner serves to peer: ChunkSize, capped so a chunk and its
+// header fit one frame of the transport that carries it.
+func (r *Rendezvous) maxChunk(peer transport.InstanceID) int {
+	c := r.cfg.ChunkSize
+	if f := r.msgr.MaxFrame(peer) - wire.HeaderLen; f > 0 && f < c {
+		c = f
+	}
+	return c
+}
+
+// decide is the owner's path decision (docs/architecture.md, "Path decision"): its own state
+// first, then the offer, then the slot's memory, then the registration.
+func (r *Rendezvous) decide(ctx context.Context, sl Slot, offer []byte, resp *wire.AcquireResponse) (metrics.Path, metrics.Reason) {
+	srv := r.cfg.Server
+	switch {
+	case srv == nil:
+		return metrics.PathChunked, metrics.ReasonNotConfigured
+	case srv.KillSwitch():
+		return metrics.PathChunked, metrics.ReasonKillSwitch
+	case r.draining.Load():
+		return metrics.PathChunked, metrics.ReasonDraining
+	case len(offer) == 0:
+		return metrics.PathChunked, metrics.ReasonNoOffer
+	}
+	o, err := wire.DecodeOffer(offer)
+	if err != nil {
+		r.log.Warn("rendezvous: undecodable RDMA offer", "peer", fmt.Sprintf("%016x", uint64(sl.Lease.Consumer)), "err", err)
+		return metrics.PathChunked, metrics.ReasonDecodeError
+	}
+	if o.Backend != srv.Backend() {
+		return metrics.PathChunked, metrics.ReasonNoOffer
+	}
+	if !sl.Opts.Pinned {
+		return metrics.PathChunked, sl.Opts.Reason
+	}
+	desc, onEnd, reason, err := srv.Serve(ctx, sl, o.Blob)
+	if err != nil || desc == nil {
+		if reason == "" || reason == metrics.ReasonOK {
+			reason = metrics.ReasonBudget
+		}
+		if err != nil {
+			r.log.Info("rendezvous: RDMA registration refused; serving chunks", "reason", reason, "err", err)
+		}
+		return metrics.PathChunked, reason
+	}
+	r.store.onLeaseEnd(sl.Lease.ID, onEnd)
+	resp.Descriptor = desc
+	return metrics.PathRDMA, metrics.ReasonOK
+}
+
+func (r *Rendezvous) onPull(ctx context.Context, from transport.InstanceID, p []byte) ([][]byte, func(), error) {
+	req, err := wire.DecodePullRequest(p)
+	if err != nil {
+		return nil, nil, ownerErr(fmt.Errorf("%w: %w", ErrProtocol, err))
+	}
+	chunk, done, err := r.store.read(from, req.Lease, req.Offset, req.Length, r.maxChunk(from))
+	if err != nil {
+		return nil, nil, ownerErr(err)
+	}
+	r.m.AddBytes("sent", string(metrics.PathChunked), len(chunk))
+	return [][]byte{chunk}, done, nil
+}
+
+func (r *Rendezvous) onEndLease(from transport.InstanceID, p []byte, release bool) ([][]byte, func(), error) {
+	req, err := wire.DecodeLeaseRequest(p)
+	if err != nil {
+		return nil, nil, ownerErr(fmt.Errorf("%w: %w", ErrProtocol, err))
+	}
+	return nil, nil, ownerErr(r.store.endLease(from, req.Lease, release))
+}

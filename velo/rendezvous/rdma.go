@@ -1,0 +1,41 @@
+package rendezvous
+
+import (
+	"context"
+
+	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/transport"
+)
+
+// The RDMA path plugs in through two small interfaces, one per side, both nil until an RDMA
+// registry exists (velo.WithUCXTransport). With them nil the decision below still runs and
+// reports not_configured, so the wire format, the metric series and the lease hooks that the RDMA
+// path needs are already exercised by the chunked path.
+
+// RDMAServer is the owner side of the RDMA path.
+type RDMAServer interface {
+	// Backend names the RMA backend whose offers this server answers ("ucx").
+	Backend() string
+	// KillSwitch reports whether the RDMA path is switched off on this owner.
+	KillSwitch() bool
+	// Serve makes exactly the slot's bytes readable for one lease, given the consumer's offer blob.
+	// On success it returns the descriptor sent to the consumer and a hook the store runs when the
+	// lease ends, however it ends (the registration is revoked there). On refusal it returns the
+	// reason (budget, pool_exhausted) and a nil hook; the lease then serves chunks.
+	Serve(ctx context.Context, slot Slot, offer []byte) (descriptor []byte, onLeaseEnd func(), reason metrics.Reason, err error)
+}
+
+// RDMAClient is the consumer side of the RDMA path.
+type RDMAClient interface {
+	// Backend names the RMA backend this client reads with; it goes in the offer.
+	Backend() string
+	// KillSwitch reports whether the RDMA path is switched off on this consumer.
+	KillSwitch() bool
+	// CanGet reports whether owner is registered on the RMA transport.
+	CanGet(owner transport.InstanceID) bool
+	// Offer returns the backend-specific part of an offer to owner.
+	Offer(owner transport.InstanceID) ([]byte, error)
+	// Get reads the bytes the descriptor names into dst (len(dst) == the payload size). It
+	// returns only once nothing writes dst any more.
+	Get(ctx context.Context, owner transport.InstanceID, descriptor []byte, dst []byte) error
+}

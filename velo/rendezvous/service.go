@@ -1,0 +1,227 @@
+// Package rendezvous moves large payloads between velo instances without pushing them through the
+// messenger: an owner stages bytes in a slot and hands out a Handle; a consumer that receives the
+// handle pulls the bytes.
+//
+// The protocol is consumer-driven, because only the consumer knows when (and whether) it wants
+// the bytes and where they should land:
+//
+//	metadata  handle -> size, references, leases
+//	acquire   handle + optional RDMA offer -> lease, TTL, and a chunked plan or an RDMA descriptor
+//	pull      lease, offset, length -> exactly those bytes (chunked path)
+//	detach    lease -> the lease ends, the slot stays
+//	release   lease -> the lease ends and one reference is dropped; the slot is freed at zero
+//	ref/drop  handle -> one reference more / less
+//
+// Why leases: a consumer that dies holding a lease would otherwise pin the owner's slot (and, on
+// the RDMA path, a memory registration) forever, and a one-sided GET leaves no trace on the owner.
+// Every lease has a TTL that each pull renews; an owner-side reaper ends leases whose TTL passed
+// and those of consumers the transport reports down. However a lease ends — release, detach, TTL,
+// peer down, shutdown — it ends in one place (store.endLocked), where its hooks run; the RDMA
+// registry revokes the lease's registration there.
+//
+// The chunked path pipelines several pulls at once so the socket never idles between chunks, and
+// each chunk is written from the slot with one writev and read straight into the consumer's
+// buffer (messenger.RequestInto). When owner and consumer are the same instance, Get copies from
+// the slot without any message.
+//
+// The RDMA path's hooks are here already (RDMAServer, RDMAClient, offers and descriptors in the
+// acquire messages); see rdma.go and docs/architecture.md for the decision order.
+package rendezvous
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/velo-go/velo/velo/internal/wire"
+	"github.com/velo-go/velo/velo/messenger"
+	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/transport"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultChunkSize  = 1 << 20
+	DefaultLeaseTTL   = 30 * time.Second
+	DefaultStageTTL   = 5 * time.Minute
+	DefaultPullWindow = 4
+)
+
+// Protocol message names (messenger internal handlers).
+const (
+	opMetadata = messenger.InternalPrefix + "rv.metadata"
+	opAcquire  = messenger.InternalPrefix + "rv.acquire"
+	opPull     = messenger.InternalPrefix + "rv.pull"
+	opDetach   = messenger.InternalPrefix + "rv.detach"
+	opRelease  = messenger.InternalPrefix + "rv.release"
+	opRef      = messenger.InternalPrefix + "rv.ref"
+	opDrop     = messenger.InternalPrefix + "rv.drop"
+)
+
+// Config configures the rendezvous service of one instance.
+type Config struct {
+	Self      transport.InstanceID
+	Messenger *messenger.Messenger
+	Metrics   *metrics.Metrics
+	Logger    *slog.Logger
+	// ChunkSize is the largest pull this owner serves (default 1 MiB).
+	ChunkSize int
+	// LeaseTTL is how long a lease lives without a pull (default 30 s).
+	LeaseTTL time.Duration
+	// StageTTL is how long a transparently staged message payload waits for its receiver
+	// (default 5 min).
+	StageTTL time.Duration
+	// PullWindow is how many pulls a consumer keeps in flight (default 4).
+	PullWindow int
+	// Server and Client are the RDMA path's two sides; nil means not configured.
+	Server RDMAServer
+	Client RDMAClient
+}
+
+// Rendezvous is one instance's owner and consumer sides.
+type Rendezvous struct {
+	cfg      Config
+	log      *slog.Logger
+	m        *metrics.Metrics
+	msgr     *messenger.Messenger
+	store    *store
+	draining atomic.Bool
+	stop     chan struct{}
+	wg       sync.WaitGroup
+}
+
+// New creates the service, registers its protocol handlers on the messenger and starts the reaper.
+func New(cfg Config) *Rendezvous {
+	if cfg.ChunkSize <= 0 {
+		cfg.ChunkSize = DefaultChunkSize
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.StageTTL <= 0 {
+		cfg.StageTTL = DefaultStageTTL
+	}
+	if cfg.PullWindow <= 0 {
+		cfg.PullWindow = DefaultPullWindow
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	r := &Rendezvous{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, msgr: cfg.Messenger,
+		store: newStore(cfg.Self, cfg.Metrics, cfg.LeaseTTL), stop: make(chan struct{})}
+	r.registerHandlers()
+	r.wg.Add(1)
+	go r.reaper()
+	return r
+}
+
+func (r *Rendezvous) reaper() {
+	defer r.wg.Done()
+	period := min(r.cfg.LeaseTTL, r.cfg.StageTTL) / 4
+	period = max(period, 10*time.Millisecond)
+	tk := time.NewTicker(period)
+	defer tk.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case now := <-tk.C:
+			r.store.reap(now)
+		}
+	}
+}
+
+// Stage puts data in a new slot. The slot holds data itself, not a copy: data must not change
+// until the slot is freed (OnFree runs, or every reference and lease is gone).
+func (r *Rendezvous) Stage(data []byte, o StageOptions) (Handle, error) {
+	if uint64(len(data)) > 1<<40 {
+		return Handle{}, fmt.Errorf("rendezvous: %w: %d bytes", ErrTooLarge, len(data))
+	}
+	return r.store.stage(data, o)
+}
+
+// BeginDrain makes this owner answer every later acquire on the chunked path (reason draining
+// when an RDMA registry exists).
+func (r *Rendezvous) BeginDrain() { r.draining.Store(true) }
+
+// PeerDown ends the leases peer holds here and frees payloads staged for it.
+func (r *Rendezvous) PeerDown(peer transport.InstanceID) {
+	if n := r.store.peerDown(peer); n > 0 {
+		r.log.Info("rendezvous: ended leases of a peer that went down", "peer", fmt.Sprintf("%016x", uint64(peer)), "leases", n)
+	}
+}
+
+// Close ends every lease, frees every slot and stops the reaper.
+func (r *Rendezvous) Close() {
+	select {
+	case <-r.stop:
+		return
+	default:
+	}
+	close(r.stop)
+	r.wg.Wait()
+	r.store.close()
+}
+
+// Counts reports the live slots and leases this owner holds.
+func (r *Rendezvous) Counts() (slots, leases int) { return r.store.counts() }
+
+// Metadata describes a live staged payload.
+type Metadata struct {
+	Size   uint64
+	Refs   int
+	Leases int
+	// Pinned reports registered memory (an RDMA-capable slot).
+	Pinned bool
+	// Staging is the reason recorded for unpinned memory (not_pinned for RegisterData).
+	Staging metrics.Reason
+}
+
+// Metadata asks the owner about h.
+func (r *Rendezvous) Metadata(ctx context.Context, h Handle) (Metadata, error) {
+	if h.Owner == r.cfg.Self {
+		si, err := r.store.metadata(h)
+		if err != nil {
+			return Metadata{}, fmt.Errorf("rendezvous: metadata: %w", err)
+		}
+		return Metadata{Size: si.size, Refs: si.refs, Leases: si.leases, Pinned: si.pinned, Staging: si.stagingReason}, nil
+	}
+	resp, err := r.msgr.Request(ctx, h.Owner, opMetadata, wire.AppendHandle(nil, h.wire()))
+	if err != nil {
+		return Metadata{}, remoteErr("metadata", err)
+	}
+	md, err := wire.DecodeMetadata(resp)
+	if err != nil {
+		return Metadata{}, fmt.Errorf("rendezvous: metadata: %w: %w", ErrProtocol, err)
+	}
+	out := Metadata{Size: md.Size, Refs: int(md.Refs), Leases: int(md.Leases), Staging: metrics.Reason(md.Staging)}
+	out.Pinned = out.Staging == ""
+	return out, nil
+}
+
+// Ref adds a reference to h, so one more consumer can release it.
+func (r *Rendezvous) Ref(ctx context.Context, h Handle) error {
+	return r.handleOp(ctx, "ref", opRef, h, r.store.ref)
+}
+
+// Release drops one reference to h without moving its bytes; the owner frees the slot when the
+// last reference is gone and its last lease has ended.
+func (r *Rendezvous) Release(ctx context.Context, h Handle) error {
+	return r.handleOp(ctx, "release", opDrop, h, r.store.drop)
+}
+
+func (r *Rendezvous) handleOp(ctx context.Context, what, op string, h Handle, local func(Handle) error) error {
+	if h.Owner == r.cfg.Self {
+		if err := local(h); err != nil {
+			return fmt.Errorf("rendezvous: %s: %w", what, err)
+		}
+		return nil
+	}
+	if _, err := r.msgr.Request(ctx, h.Owner, op, wire.AppendHandle(nil, h.wire())); err != nil {
+		return remoteErr(what, err)
+	}
+	return nil
+}

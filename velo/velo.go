@@ -1,0 +1,390 @@
+package velo
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/velo-go/velo/velo/messenger"
+	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/rendezvous"
+	"github.com/velo-go/velo/velo/transport"
+	"github.com/velo-go/velo/velo/transport/tcp"
+)
+
+// InstanceID names one velo instance for its lifetime (random at New).
+type InstanceID = transport.InstanceID
+
+// Handle names a staged payload; see RegisterData.
+type Handle = rendezvous.Handle
+
+// Lease is a consumer's hold on a fetched payload; end it with Release or Detach.
+type Lease = rendezvous.Lease
+
+// Metadata describes a staged payload as its owner sees it.
+type Metadata = rendezvous.Metadata
+
+// Message is what a handler receives.
+type Message = messenger.Message
+
+// Handler serves one handler name.
+type Handler = messenger.Handler
+
+// DefaultStagingThreshold is the payload size above which messages travel as a rendezvous handle.
+const DefaultStagingThreshold = 256 << 10
+
+// DefaultShutdownGrace is how long Close waits for running handlers.
+const DefaultShutdownGrace = 5 * time.Second
+
+type options struct {
+	transports []transport.Transport
+	reg        prometheus.Registerer
+	log        *slog.Logger
+	threshold  int
+	chunk      int
+	leaseTTL   time.Duration
+	stageTTL   time.Duration
+	window     int
+	grace      time.Duration
+}
+
+// Option configures New.
+type Option func(*options) error
+
+// WithTransport adds a transport. Messages go out on the first transport, in the order added,
+// that reaches the peer and carries the frame.
+func WithTransport(t transport.Transport) Option {
+	return func(o *options) error {
+		if t == nil {
+			return errors.New("velo: WithTransport(nil)")
+		}
+		o.transports = append(o.transports, t)
+		return nil
+	}
+}
+
+// WithRegisterer registers the instance's metrics on reg instead of a private registry. Two
+// instances on one registry need prometheus.WrapRegistererWith with distinct labels.
+func WithRegisterer(reg prometheus.Registerer) Option {
+	return func(o *options) error {
+		if reg == nil {
+			return errors.New("velo: WithRegisterer(nil)")
+		}
+		o.reg = reg
+		return nil
+	}
+}
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) error { o.log = l; return nil }
+}
+
+// WithStagingThreshold sets the payload size above which Send, Request and handler answers travel
+// as a rendezvous handle (default 256 KiB). Payloads that do not fit a transport frame are staged
+// whatever the threshold.
+func WithStagingThreshold(n int) Option {
+	return func(o *options) error {
+		if n < 0 {
+			return fmt.Errorf("velo: staging threshold %d is negative", n)
+		}
+		o.threshold = n
+		return nil
+	}
+}
+
+// WithChunkSize sets the largest chunk this instance serves on the chunked path (default 1 MiB;
+// capped so a chunk fits a transport frame).
+func WithChunkSize(n int) Option {
+	return func(o *options) error {
+		if n < 1<<10 {
+			return fmt.Errorf("velo: chunk size %d is below 1 KiB", n)
+		}
+		o.chunk = n
+		return nil
+	}
+}
+
+// WithLeaseTTL sets how long a lease this instance grants lives without activity (default 30 s).
+func WithLeaseTTL(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("velo: lease TTL %v must be positive", d)
+		}
+		o.leaseTTL = d
+		return nil
+	}
+}
+
+// WithStageTTL sets how long a transparently staged message payload waits for its receiver to
+// fetch it (default 5 min).
+func WithStageTTL(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("velo: stage TTL %v must be positive", d)
+		}
+		o.stageTTL = d
+		return nil
+	}
+}
+
+// WithPullWindow sets how many chunk pulls a get keeps in flight (default 4).
+func WithPullWindow(n int) Option {
+	return func(o *options) error {
+		if n < 1 {
+			return fmt.Errorf("velo: pull window %d must be at least 1", n)
+		}
+		o.window = n
+		return nil
+	}
+}
+
+// WithShutdownGrace sets how long Close waits for running handlers (default 5 s).
+func WithShutdownGrace(d time.Duration) Option {
+	return func(o *options) error { o.grace = d; return nil }
+}
+
+// Velo is one instance of the runtime. Its methods are safe for concurrent use.
+type Velo struct {
+	id          InstanceID
+	incarnation uint64
+	log         *slog.Logger
+	gatherer    prometheus.Gatherer
+	m           *metrics.Metrics
+	transports  []transport.Transport
+	msgr        *messenger.Messenger
+	rv          *rendezvous.Rendezvous
+	grace       time.Duration
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+func random64() uint64 {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("velo: crypto/rand failed: " + err.Error())
+	}
+	return binary.BigEndian.Uint64(b[:])
+}
+
+// New starts an instance. Transports are started in the order given; if one fails to start the
+// ones already started are closed.
+func New(ctx context.Context, opts ...Option) (*Velo, error) {
+	o := options{threshold: DefaultStagingThreshold, grace: DefaultShutdownGrace}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if o.log == nil {
+		o.log = slog.Default()
+	}
+	v := &Velo{id: InstanceID(random64() | 1), incarnation: random64(), grace: o.grace}
+	v.log = o.log.With("velo", fmt.Sprintf("%016x", uint64(v.id)))
+	reg := o.reg
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		reg, v.gatherer = r, r
+	} else if g, ok := reg.(prometheus.Gatherer); ok {
+		v.gatherer = g
+	}
+	m, err := metrics.New(reg)
+	if err != nil {
+		return nil, fmt.Errorf("velo: %w", err)
+	}
+	v.m = m
+	if len(o.transports) == 0 {
+		t, err := tcp.New(tcp.Config{})
+		if err != nil {
+			return nil, fmt.Errorf("velo: default TCP transport: %w", err)
+		}
+		o.transports = []transport.Transport{t}
+	}
+	v.msgr = messenger.New(messenger.Config{Metrics: m, Logger: v.log, StageThreshold: o.threshold})
+	v.rv = rendezvous.New(rendezvous.Config{Self: v.id, Messenger: v.msgr, Metrics: m, Logger: v.log,
+		ChunkSize: o.chunk, LeaseTTL: o.leaseTTL, StageTTL: o.stageTTL, PullWindow: o.window})
+	v.msgr.SetStager(v.rv.Stager())
+	names := map[string]bool{}
+	for _, t := range o.transports {
+		if names[t.Name()] {
+			v.abort()
+			return nil, fmt.Errorf("velo: two transports named %q: a PeerInfo holds one address per transport name", t.Name())
+		}
+		names[t.Name()] = true
+		idx := v.msgr.AddTransport(t)
+		if err := t.Start(&host{v: v, idx: idx}); err != nil {
+			v.abort()
+			return nil, fmt.Errorf("velo: starting transport %q: %w", t.Name(), err)
+		}
+		v.transports = append(v.transports, t)
+	}
+	v.log.Debug("velo: instance started", "transports", len(v.transports))
+	return v, nil
+}
+
+func (v *Velo) abort() {
+	v.rv.Close()
+	v.msgr.Close(context.Background())
+	for _, t := range v.transports {
+		t.Close()
+	}
+}
+
+// ID is this instance's random 64-bit ID.
+func (v *Velo) ID() InstanceID { return v.id }
+
+// Incarnation is this instance's random 64-bit incarnation.
+func (v *Velo) Incarnation() uint64 { return v.incarnation }
+
+// Metrics returns the gatherer of the instance's series: its private registry, or the Registerer
+// given to WithRegisterer when that is also a Gatherer (nil otherwise).
+func (v *Velo) Metrics() prometheus.Gatherer { return v.gatherer }
+
+// PeerInfo is what other instances pass to RegisterPeer to reach this one.
+func (v *Velo) PeerInfo() PeerInfo {
+	p := PeerInfo{ID: v.id, Incarnation: v.incarnation, Addresses: map[string][]byte{}}
+	for _, t := range v.transports {
+		p.Addresses[t.Name()] = t.Address()
+	}
+	return p
+}
+
+// RegisterPeer makes a peer reachable. Every address for one of this instance's transports is
+// validated by that transport; addresses for transports this instance lacks are ignored. It fails,
+// registering nothing, with an error wrapping ErrInvalidEndpoint when an address is unusable or
+// none matches.
+func (v *Velo) RegisterPeer(ctx context.Context, p PeerInfo) error {
+	if err := p.validate(); err != nil {
+		return err
+	}
+	if p.ID == v.id {
+		return fmt.Errorf("velo: %w: that PeerInfo describes this instance", ErrInvalidEndpoint)
+	}
+	var added []transport.Transport
+	for _, t := range v.transports {
+		blob, ok := p.Addresses[t.Name()]
+		if !ok {
+			continue
+		}
+		if err := t.AddPeer(ctx, transport.PeerAddress{ID: p.ID, Incarnation: p.Incarnation, Blob: blob}); err != nil {
+			for _, a := range added {
+				a.RemovePeer(p.ID)
+			}
+			return fmt.Errorf("velo: register peer %016x: %w", uint64(p.ID), err)
+		}
+		added = append(added, t)
+	}
+	if len(added) == 0 {
+		var have []string
+		for _, t := range v.transports {
+			have = append(have, t.Name())
+		}
+		return fmt.Errorf("velo: %w: peer %016x offers %v, this instance has transports %v: add a common transport",
+			ErrInvalidEndpoint, uint64(p.ID), p.transportNames(), have)
+	}
+	return nil
+}
+
+// Handle registers h for messages named name (replacing an earlier handler of that name).
+func (v *Velo) Handle(name string, h Handler) error { return v.msgr.Handle(name, h) }
+
+// Send delivers a fire-and-forget message; it returns once a transport took it.
+func (v *Velo) Send(ctx context.Context, peer InstanceID, name string, payload []byte) error {
+	return v.msgr.Send(ctx, peer, name, payload)
+}
+
+// Request calls a handler on peer and returns its answer.
+func (v *Velo) Request(ctx context.Context, peer InstanceID, name string, payload []byte) ([]byte, error) {
+	return v.msgr.Request(ctx, peer, name, payload)
+}
+
+// RegisterData stages data and returns its handle, with one reference. The slot holds data itself,
+// not a copy: do not modify data until the payload is freed (its last reference released and its
+// last lease ended).
+func (v *Velo) RegisterData(ctx context.Context, data []byte) (Handle, error) {
+	if err := ctx.Err(); err != nil {
+		return Handle{}, err
+	}
+	return v.rv.Stage(data, rendezvous.StageOptions{})
+}
+
+// Metadata asks the owner about h.
+func (v *Velo) Metadata(ctx context.Context, h Handle) (Metadata, error) {
+	return v.rv.Metadata(ctx, h)
+}
+
+// Get fetches h's payload into a new buffer (Lease.Bytes) and returns the lease on it.
+func (v *Velo) Get(ctx context.Context, h Handle) (*Lease, error) { return v.rv.Get(ctx, h) }
+
+// GetInto fetches h's payload into dst, which must be exactly h.Size bytes.
+func (v *Velo) GetInto(ctx context.Context, h Handle, dst []byte) (*Lease, error) {
+	return v.rv.GetInto(ctx, h, dst)
+}
+
+// Ref adds a reference to h on its owner.
+func (v *Velo) Ref(ctx context.Context, h Handle) error { return v.rv.Ref(ctx, h) }
+
+// Release drops one reference to h without fetching it.
+func (v *Velo) Release(ctx context.Context, h Handle) error { return v.rv.Release(ctx, h) }
+
+// StagedCounts reports how many payloads this instance holds as owner and how many leases on them
+// are open.
+func (v *Velo) StagedCounts() (slots, leases int) { return v.rv.Counts() }
+
+// BeginDrain announces shutdown: from now on this owner answers acquires on the chunked path
+// (reason draining once an RDMA path exists). Messages and gets keep working until Close.
+func (v *Velo) BeginDrain() { v.rv.BeginDrain() }
+
+// Close shuts the instance down: pending requests fail with ErrClosed, running handlers get up to
+// the shutdown grace to return, every lease ends, every staged payload is freed, and the
+// transports close. It is safe to call more than once.
+func (v *Velo) Close() error {
+	v.closeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), v.grace)
+		defer cancel()
+		err := v.msgr.Close(ctx)
+		v.rv.Close()
+		for _, t := range v.transports {
+			if terr := t.Close(); terr != nil && err == nil {
+				err = fmt.Errorf("velo: closing transport %q: %w", t.Name(), terr)
+			}
+		}
+		v.closeErr = err
+	})
+	return v.closeErr
+}
+
+// host is the runtime as one transport sees it.
+type host struct {
+	v   *Velo
+	idx int
+}
+
+func (h *host) LocalID() transport.InstanceID { return h.v.id }
+func (h *host) Incarnation() uint64           { return h.v.incarnation }
+func (h *host) Logger() *slog.Logger          { return h.v.log }
+func (h *host) Deliver(from transport.InstanceID, frame []byte) {
+	h.v.msgr.Deliver(h.idx, from, frame)
+}
+func (h *host) PeerDown(peer transport.InstanceID, err error) {
+	h.v.msgr.PeerDown(h.idx, peer, err)
+	h.v.rv.PeerDown(peer)
+}
+func (h *host) ClaimPrefix() int { return h.v.msgr.ClaimPrefix() }
+func (h *host) Claim(from transport.InstanceID, prefix []byte, size int) []byte {
+	return h.v.msgr.Claim(from, prefix, size)
+}
+func (h *host) Claimed(from transport.InstanceID, prefix []byte, err error) {
+	h.v.msgr.Claimed(from, prefix, err)
+}
