@@ -1,0 +1,895 @@
+//go:build cgo && linux
+
+// Helpers for package capi. See capi.h for why callbacks append to a ring.
+
+#define _GNU_SOURCE
+#include "capi.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucs/async/async_fwd.h>
+
+/* ---------------------------------------------------------------- event ring */
+
+struct velo_ucx_am_slot {
+	velo_ucx_ring_t         *ring;
+	unsigned                 id;
+	struct velo_ucx_am_slot *next;
+};
+
+velo_ucx_ring_t *velo_ucx_ring_new(ucp_worker_h worker)
+{
+	velo_ucx_ring_t *ring = calloc(1, sizeof(*ring));
+	if (ring != NULL) {
+		ring->worker = worker;
+	}
+	return ring;
+}
+
+static void guard_free(struct velo_ucx_guard *guard);
+
+void velo_ucx_ring_free(velo_ucx_ring_t *ring)
+{
+	struct velo_ucx_am_slot *slot, *next;
+
+	if (ring == NULL) {
+		return;
+	}
+	for (slot = ring->slots; slot != NULL; slot = next) {
+		next = slot->next;
+		free(slot);
+	}
+	guard_free(ring->guard);
+	free(ring->events);
+	free(ring->bytes);
+	free(ring);
+}
+
+void velo_ucx_ring_reset(velo_ucx_ring_t *ring)
+{
+	ring->count     = 0;
+	ring->bytes_len = 0;
+}
+
+static velo_ucx_event_t *ring_push(velo_ucx_ring_t *ring)
+{
+	velo_ucx_event_t *ev;
+	size_t ncap;
+	void *grown;
+
+	if (ring->count == ring->cap) {
+		ncap  = ring->cap ? ring->cap * 2 : 256;
+		grown = realloc(ring->events, ncap * sizeof(*ring->events));
+		if (grown == NULL) {
+			ring->dropped++;
+			return NULL;
+		}
+		ring->events = grown;
+		ring->cap    = ncap;
+	}
+	ev = &ring->events[ring->count++];
+	memset(ev, 0, sizeof(*ev));
+	return ev;
+}
+
+/* Copies n bytes into the arena; returns 0 and the offset, or -1 when out of memory. */
+static int ring_copy(velo_ucx_ring_t *ring, const void *p, size_t n, size_t *off)
+{
+	size_t ncap;
+	void *grown;
+
+	if (ring->bytes_len + n > ring->bytes_cap) {
+		ncap = ring->bytes_cap ? ring->bytes_cap : 4096;
+		while (ncap < ring->bytes_len + n) {
+			ncap *= 2;
+		}
+		grown = realloc(ring->bytes, ncap);
+		if (grown == NULL) {
+			return -1;
+		}
+		ring->bytes     = grown;
+		ring->bytes_cap = ncap;
+	}
+	if (n > 0) {
+		memcpy(ring->bytes + ring->bytes_len, p, n);
+	}
+	*off = ring->bytes_len;
+	ring->bytes_len += n;
+	return 0;
+}
+
+/* Per-operation callback context: which ring to report to and the caller's id. */
+typedef struct {
+	velo_ucx_ring_t *ring;
+	uint64_t         user;
+} op_ctx_t;
+
+static void push_done(velo_ucx_ring_t *ring, void *request, ucs_status_t status,
+                      uint64_t user, size_t length)
+{
+	velo_ucx_event_t *ev = ring_push(ring);
+	if (ev == NULL) {
+		return; /* Go notices ring->dropped and polls its requests instead */
+	}
+	ev->kind   = VELO_EV_REQ_DONE;
+	ev->status = status;
+	ev->handle = request;
+	ev->user   = user;
+	ev->length = length;
+}
+
+static void send_cb(void *request, ucs_status_t status, void *user_data)
+{
+	op_ctx_t *ctx = user_data;
+	push_done(ctx->ring, request, status, ctx->user, 0);
+	free(ctx);
+}
+
+static void recv_data_cb(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+	op_ctx_t *ctx = user_data;
+	push_done(ctx->ring, request, status, ctx->user, length);
+	free(ctx);
+}
+
+static void err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+	velo_ucx_ring_t *ring = arg;
+	velo_ucx_event_t *ev  = ring_push(ring);
+	if (ev == NULL) {
+		return;
+	}
+	ev->kind   = VELO_EV_EP_ERROR;
+	ev->status = status;
+	ev->handle = ep;
+}
+
+#define VELO_AM_DATA_IN_ARENA (1u << 31)
+
+static ucs_status_t am_cb(void *arg, const void *header, size_t header_length, void *data,
+                          size_t length, const ucp_am_recv_param_t *param)
+{
+	struct velo_ucx_am_slot *slot = arg;
+	velo_ucx_ring_t *ring         = slot->ring;
+	uint64_t attr                 = param->recv_attr;
+	int keep = (attr & (UCP_AM_RECV_ATTR_FLAG_DATA | UCP_AM_RECV_ATTR_FLAG_RNDV)) != 0;
+	velo_ucx_event_t *ev;
+	size_t off;
+
+	ev = ring_push(ring);
+	if (ev == NULL) {
+		return (attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_NO_MEMORY : UCS_OK;
+	}
+	if (ring_copy(ring, header, header_length, &off) != 0) {
+		ring->count--;
+		ring->dropped++;
+		return (attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_NO_MEMORY : UCS_OK;
+	}
+	ev->kind       = VELO_EV_AM;
+	ev->am_id      = slot->id;
+	ev->am_flags   = (uint32_t)attr;
+	ev->handle     = (attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : NULL;
+	ev->header_off = off;
+	ev->header_len = header_length;
+	ev->data_len   = length;
+	if (keep) {
+		ev->data = data;
+		return UCS_INPROGRESS; /* Go copies it out, then ucp_am_data_release */
+	}
+	/* Not persistent (UCP_AM_FLAG_PERSISTENT_DATA was refused): copy it now. */
+	if (ring_copy(ring, data, length, &off) != 0) {
+		ring->count--;
+		ring->dropped++;
+		return UCS_OK;
+	}
+	ev->am_flags |= VELO_AM_DATA_IN_ARENA;
+	ev->length    = off;
+	return UCS_OK;
+}
+
+/* ---------------------------------------------------------------- context and worker */
+
+ucs_status_t velo_ucx_init(ucp_config_t *config, uint64_t features, int mt_workers_shared,
+                           ucp_context_h *context_p)
+{
+	ucp_params_t params;
+
+	memset(&params, 0, sizeof(params));
+	params.field_mask        = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+	params.features          = features;
+	params.mt_workers_shared = mt_workers_shared;
+	return ucp_init(&params, config, context_p);
+}
+
+ucs_status_t velo_ucx_worker_create(ucp_context_h context, int thread_mode,
+                                    ucp_worker_h *worker_p)
+{
+	ucp_worker_params_t params;
+
+	memset(&params, 0, sizeof(params));
+	params.field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+	params.thread_mode = (ucs_thread_mode_t)thread_mode;
+	return ucp_worker_create(context, &params, worker_p);
+}
+
+ucs_status_t velo_ucx_worker_max_am_header(ucp_worker_h worker, size_t *max_p)
+{
+	ucp_worker_attr_t attr;
+	ucs_status_t status;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER;
+	status          = ucp_worker_query(worker, &attr);
+	if (status == UCS_OK) {
+		*max_p = attr.max_am_header;
+	}
+	return status;
+}
+
+ucs_status_t velo_ucx_config_print(const ucp_config_t *config, char **out, size_t *len)
+{
+	FILE *stream = open_memstream(out, len);
+	if (stream == NULL) {
+		return UCS_ERR_NO_MEMORY;
+	}
+	ucp_config_print(config, stream, NULL, UCS_CONFIG_PRINT_CONFIG);
+	fclose(stream);
+	return UCS_OK;
+}
+
+ucs_status_t velo_ucx_ep_print_info(ucp_ep_h ep, char **out, size_t *len)
+{
+	FILE *stream = open_memstream(out, len);
+	if (stream == NULL) {
+		return UCS_ERR_NO_MEMORY;
+	}
+	ucp_ep_print_info(ep, stream);
+	fclose(stream);
+	return UCS_OK;
+}
+
+/* ---------------------------------------------------------------- active messages */
+
+static struct velo_ucx_am_slot *am_slot(velo_ucx_ring_t *ring, unsigned id)
+{
+	struct velo_ucx_am_slot *slot;
+
+	for (slot = ring->slots; slot != NULL; slot = slot->next) {
+		if (slot->id == id) {
+			return slot;
+		}
+	}
+	slot = calloc(1, sizeof(*slot));
+	if (slot == NULL) {
+		return NULL;
+	}
+	slot->ring  = ring;
+	slot->id    = id;
+	slot->next  = ring->slots;
+	ring->slots = slot;
+	return slot;
+}
+
+static ucs_status_t set_handler(velo_ucx_ring_t *ring, unsigned id, ucp_am_recv_callback_t cb)
+{
+	ucp_am_handler_param_t param;
+	struct velo_ucx_am_slot *slot = am_slot(ring, id);
+
+	if (slot == NULL) {
+		return UCS_ERR_NO_MEMORY;
+	}
+	memset(&param, 0, sizeof(param));
+	param.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+	                   UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+	param.id    = id;
+	param.flags = UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA;
+	param.cb    = cb;
+	param.arg   = slot;
+	return ucp_worker_set_am_recv_handler(ring->worker, &param);
+}
+
+ucs_status_t velo_ucx_set_am_handler(velo_ucx_ring_t *ring, unsigned id, int enable)
+{
+	return set_handler(ring, id, enable ? am_cb : NULL);
+}
+
+ucs_status_t velo_ucx_ep_create(velo_ucx_ring_t *ring, const void *address, int err_mode_peer,
+                                ucp_ep_h *ep_p)
+{
+	ucp_ep_params_t params;
+
+	memset(&params, 0, sizeof(params));
+	params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+	                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+	params.address        = address;
+	params.err_mode       = err_mode_peer ? UCP_ERR_HANDLING_MODE_PEER :
+	                                        UCP_ERR_HANDLING_MODE_NONE;
+	params.err_handler.cb = err_cb;
+	params.err_handler.arg = ring;
+	return ucp_ep_create(ring->worker, &params, ep_p);
+}
+
+/* Fills param with a completion callback that reports to the ring. Returns the context to
+ * free when the operation does not return a request, or NULL when out of memory. */
+static op_ctx_t *op_param(velo_ucx_ring_t *ring, uint64_t user, ucp_request_param_t *param)
+{
+	op_ctx_t *ctx = malloc(sizeof(*ctx));
+	if (ctx == NULL) {
+		return NULL;
+	}
+	ctx->ring = ring;
+	ctx->user = user;
+	memset(param, 0, sizeof(*param));
+	param->op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+	param->cb.send      = send_cb;
+	param->user_data    = ctx;
+	return ctx;
+}
+
+static void *op_result(void *ptr, op_ctx_t *ctx)
+{
+	if (!UCS_PTR_IS_PTR(ptr)) {
+		free(ctx); /* completed at once or failed: the callback will not run */
+	}
+	return ptr;
+}
+
+void *velo_ucx_am_send(velo_ucx_ring_t *ring, ucp_ep_h ep, unsigned id, const void *header,
+                       size_t header_len, const void *buffer, size_t count, int iov,
+                       uint32_t flags, uint64_t user)
+{
+	ucp_request_param_t param;
+	op_ctx_t *ctx = op_param(ring, user, &param);
+
+	if (ctx == NULL) {
+		return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
+	}
+	param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+	param.flags         = flags;
+	if (iov) {
+		param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+		param.datatype      = ucp_dt_make_iov();
+	}
+	return op_result(ucp_am_send_nbx(ep, id, header, header_len, buffer, count, &param), ctx);
+}
+
+void *velo_ucx_am_recv_data(velo_ucx_ring_t *ring, void *desc, void *buffer, size_t length,
+                            uint64_t user)
+{
+	ucp_request_param_t param;
+	op_ctx_t *ctx = op_param(ring, user, &param);
+
+	if (ctx == NULL) {
+		return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
+	}
+	param.cb.recv_am = recv_data_cb;
+	return op_result(ucp_am_recv_data_nbx(ring->worker, desc, buffer, length, &param), ctx);
+}
+
+void *velo_ucx_get(velo_ucx_ring_t *ring, ucp_ep_h ep, void *buffer, size_t length,
+                   uint64_t remote_addr, ucp_rkey_h rkey, uint64_t user)
+{
+	ucp_request_param_t param;
+	op_ctx_t *ctx = op_param(ring, user, &param);
+
+	if (ctx == NULL) {
+		return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
+	}
+	return op_result(ucp_get_nbx(ep, buffer, length, remote_addr, rkey, &param), ctx);
+}
+
+void *velo_ucx_put(velo_ucx_ring_t *ring, ucp_ep_h ep, const void *buffer, size_t length,
+                   uint64_t remote_addr, ucp_rkey_h rkey, uint64_t user)
+{
+	ucp_request_param_t param;
+	op_ctx_t *ctx = op_param(ring, user, &param);
+
+	if (ctx == NULL) {
+		return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
+	}
+	return op_result(ucp_put_nbx(ep, buffer, length, remote_addr, rkey, &param), ctx);
+}
+
+void *velo_ucx_ep_flush(velo_ucx_ring_t *ring, ucp_ep_h ep, uint64_t user)
+{
+	ucp_request_param_t param;
+	op_ctx_t *ctx = op_param(ring, user, &param);
+
+	if (ctx == NULL) {
+		return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
+	}
+	return op_result(ucp_ep_flush_nbx(ep, &param), ctx);
+}
+
+void *velo_ucx_worker_flush(velo_ucx_ring_t *ring, uint64_t user)
+{
+	ucp_request_param_t param;
+	op_ctx_t *ctx = op_param(ring, user, &param);
+
+	if (ctx == NULL) {
+		return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
+	}
+	return op_result(ucp_worker_flush_nbx(ring->worker, &param), ctx);
+}
+
+void *velo_ucx_ep_close(velo_ucx_ring_t *ring, ucp_ep_h ep, int force, uint64_t user)
+{
+	ucp_request_param_t param;
+	op_ctx_t *ctx = op_param(ring, user, &param);
+
+	if (ctx == NULL) {
+		return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
+	}
+	param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+	param.flags         = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+	return op_result(ucp_ep_close_nbx(ep, &param), ctx);
+}
+
+int velo_ucx_ptr_status(void *ptr)
+{
+	return UCS_PTR_STATUS(ptr);
+}
+
+int velo_ucx_ptr_is_req(void *ptr)
+{
+	return UCS_PTR_IS_PTR(ptr);
+}
+
+ucs_status_t velo_ucx_mem_map(ucp_context_h context, void *address, size_t length,
+                              unsigned flags, ucp_mem_h *memh_p)
+{
+	ucp_mem_map_params_t params;
+
+	memset(&params, 0, sizeof(params));
+	params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+	                    UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+	params.address = address;
+	params.length  = length;
+	params.flags   = flags;
+	return ucp_mem_map(context, &params, memh_p);
+}
+
+/* ---------------------------------------------------------------- guarded GET
+ *
+ * Over transports without hardware RMA (tcp; UCX emulates GET in software there) the
+ * owner's UCX answers a GET by reading whatever address the request names: it never looks
+ * at the remote key, so a stale or forged key still reads owner memory, and an address that
+ * is no longer mapped kills the owner with SIGSEGV (measured on UCX 1.13; see docs/ucx.md).
+ * The guarded GET replaces that emulation with our own two active messages: the consumer
+ * asks (slot, token, address, length); the owner checks the request against its table of
+ * live registrations here, on the progress thread, and only then sends the bytes back. A
+ * revoked, unknown or out-of-range request gets an error status and no data.
+ *
+ * The reply is sent from inside the request's callback because the reply endpoint UCX hands
+ * us is only guaranteed to be valid during that callback. A registration counts replies in
+ * flight; Go defers ucp_mem_unmap until that count is zero, so a reply never reads memory
+ * the owner already released. */
+
+enum { GUARD_FREE = 0, GUARD_LIVE = 1, GUARD_REVOKED = 2 };
+
+typedef struct {
+	uint64_t token, base, length;
+	uint32_t inflight, state;
+} guard_slot_t;
+
+struct velo_ucx_guard {
+	guard_slot_t *slots;
+	uint32_t      count, cap;
+	uint32_t     *free_list;
+	uint32_t      nfree;
+};
+
+typedef struct {
+	velo_ucx_ring_t        *ring;
+	uint32_t                slot; /* UINT32_MAX when the reply carries no data */
+	velo_ucx_get_rep_hdr_t  hdr;  /* must stay valid until the send completes */
+} guard_reply_t;
+
+static void guard_free(struct velo_ucx_guard *guard)
+{
+	if (guard == NULL) {
+		return;
+	}
+	free(guard->slots);
+	free(guard->free_list);
+	free(guard);
+}
+
+static void guard_reply_finish(guard_reply_t *reply)
+{
+	struct velo_ucx_guard *guard = reply->ring->guard;
+	if (guard != NULL && reply->slot != UINT32_MAX && reply->slot < guard->count &&
+	    guard->slots[reply->slot].inflight > 0) {
+		guard->slots[reply->slot].inflight--;
+	}
+	free(reply);
+}
+
+static void guard_reply_cb(void *request, ucs_status_t status, void *user_data)
+{
+	guard_reply_finish(user_data);
+	ucp_request_free(request);
+}
+
+static ucs_status_t guard_req_cb(void *arg, const void *header, size_t header_length,
+                                 void *data, size_t length, const ucp_am_recv_param_t *param)
+{
+	struct velo_ucx_am_slot *amslot = arg;
+	velo_ucx_ring_t *ring           = amslot->ring;
+	struct velo_ucx_guard *guard    = ring->guard;
+	velo_ucx_get_req_hdr_t req;
+	ucp_request_param_t rp;
+	guard_reply_t *reply;
+	guard_slot_t *slot;
+	const void *buffer = NULL;
+	size_t count       = 0;
+	void *ptr;
+
+	if (header_length != sizeof(req) || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
+		ring->guard_refused++; /* not ours, or no way to answer */
+		return UCS_OK;
+	}
+	memcpy(&req, header, sizeof(req));
+	reply = calloc(1, sizeof(*reply));
+	if (reply == NULL) {
+		ring->guard_refused++;
+		return UCS_OK;
+	}
+	reply->ring       = ring;
+	reply->slot       = UINT32_MAX;
+	reply->hdr.req_id = req.req_id;
+	reply->hdr.magic  = VELO_UCX_GUARD_MAGIC;
+	reply->hdr.status = UCS_ERR_REJECTED;
+	if (req.magic == VELO_UCX_GUARD_MAGIC && guard != NULL && req.slot < guard->count) {
+		slot = &guard->slots[req.slot];
+		if (slot->state == GUARD_LIVE && slot->token == req.token) {
+			if (req.address >= slot->base && req.length <= slot->length &&
+			    req.address - slot->base <= slot->length - req.length) {
+				reply->hdr.status = UCS_OK;
+				reply->slot       = req.slot;
+				buffer            = (const void*)(uintptr_t)req.address;
+				count             = req.length;
+				slot->inflight++;
+			} else {
+				reply->hdr.status = UCS_ERR_INVALID_ADDR;
+			}
+		}
+	}
+	if (reply->hdr.status == UCS_OK) {
+		ring->guard_served++;
+	} else {
+		ring->guard_refused++;
+	}
+
+	memset(&rp, 0, sizeof(rp));
+	rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+	rp.cb.send      = guard_reply_cb;
+	rp.user_data    = reply;
+	ptr = ucp_am_send_nbx(param->reply_ep, ring->guard_rep_id, &reply->hdr, sizeof(reply->hdr),
+	                      buffer, count, &rp);
+	if (!UCS_PTR_IS_PTR(ptr)) {
+		guard_reply_finish(reply);
+	}
+	return UCS_OK;
+}
+
+ucs_status_t velo_ucx_guard_enable(velo_ucx_ring_t *ring, unsigned req_id, unsigned rep_id)
+{
+	if (ring->guard == NULL) {
+		ring->guard = calloc(1, sizeof(*ring->guard));
+		if (ring->guard == NULL) {
+			return UCS_ERR_NO_MEMORY;
+		}
+	}
+	ring->guard_req_id = req_id;
+	ring->guard_rep_id = rep_id;
+	return set_handler(ring, req_id, guard_req_cb);
+}
+
+int velo_ucx_guard_add(velo_ucx_ring_t *ring, uint64_t token, uint64_t base, uint64_t length,
+                       uint32_t *slot_p)
+{
+	struct velo_ucx_guard *guard = ring->guard;
+	uint32_t index;
+	void *grown;
+
+	if (guard == NULL) {
+		return -1;
+	}
+	if (guard->nfree > 0) {
+		index = guard->free_list[--guard->nfree];
+	} else {
+		if (guard->count == guard->cap) {
+			uint32_t ncap = guard->cap ? guard->cap * 2 : 64;
+			grown = realloc(guard->slots, ncap * sizeof(*guard->slots));
+			if (grown == NULL) {
+				return -1;
+			}
+			guard->slots = grown;
+			grown = realloc(guard->free_list, ncap * sizeof(*guard->free_list));
+			if (grown == NULL) {
+				return -1;
+			}
+			guard->free_list = grown;
+			guard->cap       = ncap;
+		}
+		index = guard->count++;
+	}
+	guard->slots[index].token    = token;
+	guard->slots[index].base     = base;
+	guard->slots[index].length   = length;
+	guard->slots[index].inflight = 0;
+	guard->slots[index].state    = GUARD_LIVE;
+	*slot_p = index;
+	return 0;
+}
+
+void velo_ucx_guard_revoke(velo_ucx_ring_t *ring, uint32_t slot)
+{
+	if (ring->guard != NULL && slot < ring->guard->count) {
+		ring->guard->slots[slot].state = GUARD_REVOKED;
+	}
+}
+
+uint32_t velo_ucx_guard_inflight(velo_ucx_ring_t *ring, uint32_t slot)
+{
+	if (ring->guard == NULL || slot >= ring->guard->count) {
+		return 0;
+	}
+	return ring->guard->slots[slot].inflight;
+}
+
+void velo_ucx_guard_release(velo_ucx_ring_t *ring, uint32_t slot)
+{
+	struct velo_ucx_guard *guard = ring->guard;
+
+	if (guard == NULL || slot >= guard->count || guard->slots[slot].state == GUARD_FREE) {
+		return;
+	}
+	memset(&guard->slots[slot], 0, sizeof(guard->slots[slot]));
+	guard->free_list[guard->nfree++] = slot;
+}
+
+/* ---------------------------------------------------------------- resource query */
+
+typedef struct {
+	velo_ucx_resource_t *items;
+	size_t               count, cap;
+} res_list_t;
+
+static velo_ucx_resource_t *res_push(res_list_t *list)
+{
+	void *grown;
+	if (list->count == list->cap) {
+		size_t ncap = list->cap ? list->cap * 2 : 16;
+		grown = realloc(list->items, ncap * sizeof(*list->items));
+		if (grown == NULL) {
+			return NULL;
+		}
+		list->items = grown;
+		list->cap   = ncap;
+	}
+	memset(&list->items[list->count], 0, sizeof(list->items[0]));
+	return &list->items[list->count++];
+}
+
+static void query_iface(uct_md_h md, uct_worker_h worker, const uct_tl_resource_desc_t *tl,
+                        velo_ucx_resource_t *res)
+{
+	uct_iface_config_t *config;
+	uct_iface_params_t params;
+	uct_iface_attr_t attr;
+	uct_iface_h iface;
+	ucs_status_t status;
+
+	status = uct_md_iface_config_read(md, tl->tl_name, NULL, NULL, &config);
+	if (status != UCS_OK) {
+		res->iface_status = status;
+		return;
+	}
+	memset(&params, 0, sizeof(params));
+	params.field_mask = UCT_IFACE_PARAM_FIELD_OPEN_MODE | UCT_IFACE_PARAM_FIELD_DEVICE |
+	                    UCT_IFACE_PARAM_FIELD_STATS_ROOT | UCT_IFACE_PARAM_FIELD_RX_HEADROOM |
+	                    UCT_IFACE_PARAM_FIELD_CPU_MASK;
+	params.open_mode            = UCT_IFACE_OPEN_MODE_DEVICE;
+	params.mode.device.tl_name  = tl->tl_name;
+	params.mode.device.dev_name = tl->dev_name;
+	params.stats_root           = NULL;
+	params.rx_headroom          = 0;
+	UCS_CPU_ZERO(&params.cpu_mask);
+	status = uct_iface_open(md, worker, &params, config, &iface);
+	uct_config_release(config);
+	res->iface_status = status;
+	if (status != UCS_OK) {
+		return;
+	}
+	status = uct_iface_query(iface, &attr);
+	if (status == UCS_OK) {
+		res->iface_flags   = attr.cap.flags;
+		res->put_max_short = attr.cap.put.max_short;
+		res->put_max_bcopy = attr.cap.put.max_bcopy;
+		res->put_max_zcopy = attr.cap.put.max_zcopy;
+		res->get_max_short = attr.cap.get.max_short;
+		res->get_max_bcopy = attr.cap.get.max_bcopy;
+		res->get_max_zcopy = attr.cap.get.max_zcopy;
+		res->am_max_short  = attr.cap.am.max_short;
+		res->am_max_bcopy  = attr.cap.am.max_bcopy;
+		res->am_max_zcopy  = attr.cap.am.max_zcopy;
+		res->am_max_hdr    = attr.cap.am.max_hdr;
+		res->latency_c     = attr.latency.c;
+		res->bw_dedicated  = attr.bandwidth.dedicated;
+		res->bw_shared     = attr.bandwidth.shared;
+		res->overhead      = attr.overhead;
+		res->max_num_eps   = attr.max_num_eps;
+		res->priority      = attr.priority;
+	} else {
+		res->iface_status = status;
+	}
+	uct_iface_close(iface);
+}
+
+static void query_md(uct_component_h component, const uct_component_attr_t *cattr,
+                     const char *md_name, uct_worker_h worker, res_list_t *list)
+{
+	uct_md_config_t *config;
+	uct_tl_resource_desc_t *tls = NULL;
+	unsigned num_tls = 0, i;
+	velo_ucx_resource_t base, *res;
+	uct_md_attr_t md_attr;
+	ucs_status_t status;
+	uct_md_h md;
+
+	memset(&base, 0, sizeof(base));
+	snprintf(base.component, sizeof(base.component), "%s", cattr->name);
+	base.component_flags = cattr->flags;
+	snprintf(base.md, sizeof(base.md), "%s", md_name);
+
+	status = uct_md_config_read(component, NULL, NULL, &config);
+	if (status == UCS_OK) {
+		status = uct_md_open(component, md_name, config, &md);
+		uct_config_release(config);
+	}
+	base.md_status = status;
+	if (status != UCS_OK) {
+		if ((res = res_push(list)) != NULL) {
+			*res = base;
+		}
+		return;
+	}
+	if (uct_md_query(md, &md_attr) == UCS_OK) {
+		base.md_flags         = md_attr.cap.flags;
+		base.rkey_packed_size = md_attr.rkey_packed_size;
+		base.reg_cost_c       = md_attr.reg_cost.c;
+		base.reg_cost_m       = md_attr.reg_cost.m;
+	}
+	if (uct_md_query_tl_resources(md, &tls, &num_tls) != UCS_OK) {
+		num_tls = 0;
+	}
+	if (num_tls == 0) {
+		if ((res = res_push(list)) != NULL) {
+			*res = base;
+		}
+	}
+	for (i = 0; i < num_tls; i++) {
+		res = res_push(list);
+		if (res == NULL) {
+			break;
+		}
+		*res = base;
+		snprintf(res->tl, sizeof(res->tl), "%s", tls[i].tl_name);
+		snprintf(res->dev, sizeof(res->dev), "%s", tls[i].dev_name);
+		res->dev_type = tls[i].dev_type;
+		res->sys_dev  = tls[i].sys_device;
+		query_iface(md, worker, &tls[i], res);
+	}
+	if (tls != NULL) {
+		uct_release_tl_resource_list(tls);
+	}
+	uct_md_close(md);
+}
+
+ucs_status_t velo_ucx_query_resources(velo_ucx_resource_t **out, size_t *count)
+{
+	uct_component_h *components = NULL;
+	unsigned num_components = 0, c, m;
+	uct_component_attr_t cattr;
+	ucs_async_context_t *async = NULL;
+	uct_worker_h worker        = NULL;
+	res_list_t list            = {0};
+	ucs_status_t status;
+
+	status = uct_query_components(&components, &num_components);
+	if (status != UCS_OK) {
+		return status;
+	}
+	status = ucs_async_context_create(UCS_ASYNC_MODE_THREAD_SPINLOCK, &async);
+	if (status != UCS_OK) {
+		goto out;
+	}
+	status = uct_worker_create(async, UCS_THREAD_MODE_SINGLE, &worker);
+	if (status != UCS_OK) {
+		goto out;
+	}
+	for (c = 0; c < num_components; c++) {
+		memset(&cattr, 0, sizeof(cattr));
+		cattr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME |
+		                   UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT |
+		                   UCT_COMPONENT_ATTR_FIELD_FLAGS;
+		if (uct_component_query(components[c], &cattr) != UCS_OK) {
+			continue;
+		}
+		cattr.md_resources = calloc(cattr.md_resource_count + 1, sizeof(uct_md_resource_desc_t));
+		if (cattr.md_resources == NULL) {
+			status = UCS_ERR_NO_MEMORY;
+			goto out;
+		}
+		cattr.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCES;
+		if (uct_component_query(components[c], &cattr) == UCS_OK) {
+			if (cattr.md_resource_count == 0) {
+				/* A component with no memory domain (no device): still report it. */
+				velo_ucx_resource_t *res = res_push(&list);
+				if (res != NULL) {
+					snprintf(res->component, sizeof(res->component), "%s", cattr.name);
+					res->component_flags = cattr.flags;
+					res->md_status       = UCS_ERR_NO_DEVICE;
+				}
+			}
+			for (m = 0; m < cattr.md_resource_count; m++) {
+				query_md(components[c], &cattr, cattr.md_resources[m].md_name, worker, &list);
+			}
+		}
+		free(cattr.md_resources);
+	}
+	status = UCS_OK;
+out:
+	if (worker != NULL) {
+		uct_worker_destroy(worker);
+	}
+	if (async != NULL) {
+		ucs_async_context_destroy(async);
+	}
+	uct_release_component_list(components);
+	if (status != UCS_OK) {
+		free(list.items);
+		return status;
+	}
+	*out   = list.items;
+	*count = list.count;
+	return UCS_OK;
+}
+
+typedef struct {
+	const char *name;
+	int         found;
+} sym_search_t;
+
+static int sym_visit(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	sym_search_t *search = arg;
+	const char *path     = info->dlpi_name;
+	void *handle;
+
+	if (search->found) {
+		return 1;
+	}
+	/* The main program has an empty name; dlopen(NULL) searches it and the global scope. */
+	handle = dlopen((path != NULL && path[0] != '\0') ? path : NULL, RTLD_LAZY | RTLD_NOLOAD);
+	if (handle == NULL) {
+		return 0;
+	}
+	if (dlsym(handle, search->name) != NULL) {
+		search->found = 1;
+	}
+	dlclose(handle);
+	return search->found;
+}
+
+int velo_ucx_symbol_loaded(const char *name)
+{
+	sym_search_t search = {name, 0};
+	dl_iterate_phdr(sym_visit, &search);
+	return search.found;
+}

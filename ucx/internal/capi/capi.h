@@ -1,0 +1,145 @@
+// C side of package capi: the few helpers that cannot be one-line Go wrappers because UCX
+// wants a callback or a parameter struct. Everything here runs on the thread that owns the
+// worker (the thread calling ucp_worker_progress), so nothing here locks.
+//
+// Why an event ring instead of calling into Go from each callback: a cgo callback (C -> Go)
+// costs a thread-state switch per message, and a callback that runs Go code inside
+// ucp_worker_progress may not call back into UCX safely. So every callback here only appends
+// a fixed-size record to a ring (and, for an active message, copies the header, which UCX
+// frees when the callback returns); Go drains the whole ring in one call after progress.
+// The measured difference is in docs/ucx.md.
+
+#ifndef VELO_UCX_CAPI_H
+#define VELO_UCX_CAPI_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <ucp/api/ucp.h>
+#include <uct/api/uct.h>
+
+// Event kinds in the ring.
+enum {
+	VELO_EV_AM       = 1, // an active message arrived (header copied, data kept by UCX)
+	VELO_EV_EP_ERROR = 2, // an endpoint's error handler ran
+	VELO_EV_REQ_DONE = 3, // a request's completion callback ran
+};
+
+typedef struct velo_ucx_event {
+	uint32_t kind;
+	int32_t  status;     // ucs_status_t
+	uint32_t am_id;      // VELO_EV_AM: the handler id
+	uint32_t am_flags;   // VELO_EV_AM: ucp_am_recv_param_t.recv_attr
+	uint64_t user;       // VELO_EV_REQ_DONE: the user id passed when the op was posted
+	void    *handle;     // REQ_DONE: the request; EP_ERROR: the ucp_ep_h; AM: reply ep or NULL
+	size_t   header_off; // VELO_EV_AM: offset of the copied header in the ring's byte arena
+	size_t   header_len;
+	void    *data;       // VELO_EV_AM: persistent data pointer, or the rendezvous descriptor
+	size_t   data_len;
+	size_t   length;     // REQ_DONE of ucp_am_recv_data_nbx: bytes received
+} velo_ucx_event_t;
+
+struct velo_ucx_am_slot;
+struct velo_ucx_guard;
+
+typedef struct velo_ucx_ring {
+	velo_ucx_event_t        *events;
+	size_t                   count, cap;
+	uint8_t                 *bytes; // header arena; offsets stay valid when it grows
+	size_t                   bytes_len, bytes_cap;
+	uint64_t                 dropped; // records lost because malloc failed
+	ucp_worker_h             worker;
+	struct velo_ucx_am_slot *slots;  // one per registered AM id (the callback arg)
+	struct velo_ucx_guard   *guard;  // guarded-GET registration table, or NULL
+	uint32_t                 guard_req_id, guard_rep_id;
+	uint64_t                 guard_served, guard_refused;
+} velo_ucx_ring_t;
+
+velo_ucx_ring_t *velo_ucx_ring_new(ucp_worker_h worker);
+void velo_ucx_ring_free(velo_ucx_ring_t *ring);
+void velo_ucx_ring_reset(velo_ucx_ring_t *ring);
+
+ucs_status_t velo_ucx_init(ucp_config_t *config, uint64_t features, int mt_workers_shared,
+                           ucp_context_h *context_p);
+ucs_status_t velo_ucx_worker_create(ucp_context_h context, int thread_mode,
+                                    ucp_worker_h *worker_p);
+ucs_status_t velo_ucx_worker_max_am_header(ucp_worker_h worker, size_t *max_p);
+ucs_status_t velo_ucx_config_print(const ucp_config_t *config, char **out, size_t *len);
+ucs_status_t velo_ucx_ep_print_info(ucp_ep_h ep, char **out, size_t *len);
+
+ucs_status_t velo_ucx_set_am_handler(velo_ucx_ring_t *ring, unsigned id, int enable);
+ucs_status_t velo_ucx_ep_create(velo_ucx_ring_t *ring, const void *address, int err_mode_peer,
+                                ucp_ep_h *ep_p);
+
+void *velo_ucx_am_send(velo_ucx_ring_t *ring, ucp_ep_h ep, unsigned id, const void *header,
+                       size_t header_len, const void *buffer, size_t count, int iov,
+                       uint32_t flags, uint64_t user);
+void *velo_ucx_am_recv_data(velo_ucx_ring_t *ring, void *desc, void *buffer, size_t length,
+                            uint64_t user);
+void *velo_ucx_get(velo_ucx_ring_t *ring, ucp_ep_h ep, void *buffer, size_t length,
+                   uint64_t remote_addr, ucp_rkey_h rkey, uint64_t user);
+void *velo_ucx_put(velo_ucx_ring_t *ring, ucp_ep_h ep, const void *buffer, size_t length,
+                   uint64_t remote_addr, ucp_rkey_h rkey, uint64_t user);
+void *velo_ucx_ep_flush(velo_ucx_ring_t *ring, ucp_ep_h ep, uint64_t user);
+void *velo_ucx_worker_flush(velo_ucx_ring_t *ring, uint64_t user);
+void *velo_ucx_ep_close(velo_ucx_ring_t *ring, ucp_ep_h ep, int force, uint64_t user);
+
+// Status of a ucs_status_ptr_t: 0 with *req NULL when done, 1 (INPROGRESS) with *req set, or
+// a negative error.
+int velo_ucx_ptr_status(void *ptr);
+int velo_ucx_ptr_is_req(void *ptr);
+
+ucs_status_t velo_ucx_mem_map(ucp_context_h context, void *address, size_t length,
+                              unsigned flags, ucp_mem_h *memh_p);
+
+// Guarded GET: see guard.c for the protocol and why it exists.
+typedef struct velo_ucx_get_req_hdr {
+	uint32_t magic;
+	uint32_t slot;
+	uint64_t token;
+	uint64_t address;
+	uint64_t length;
+	uint64_t req_id;
+} velo_ucx_get_req_hdr_t;
+
+typedef struct velo_ucx_get_rep_hdr {
+	uint64_t req_id;
+	int32_t  status;
+	uint32_t magic;
+} velo_ucx_get_rep_hdr_t;
+
+#define VELO_UCX_GUARD_MAGIC 0x56474731u /* "VGG1" */
+
+ucs_status_t velo_ucx_guard_enable(velo_ucx_ring_t *ring, unsigned req_id, unsigned rep_id);
+int velo_ucx_guard_add(velo_ucx_ring_t *ring, uint64_t token, uint64_t base, uint64_t length,
+                       uint32_t *slot_p);
+void velo_ucx_guard_revoke(velo_ucx_ring_t *ring, uint32_t slot);
+uint32_t velo_ucx_guard_inflight(velo_ucx_ring_t *ring, uint32_t slot);
+void velo_ucx_guard_release(velo_ucx_ring_t *ring, uint32_t slot);
+
+// Resource query (what ucx_info -d shows).
+typedef struct velo_ucx_resource {
+	char     component[UCT_COMPONENT_NAME_MAX];
+	uint64_t component_flags;
+	char     md[UCT_MD_NAME_MAX];
+	int32_t  md_status;       // uct_md_open result; the rest of the md fields need UCS_OK
+	uint64_t md_flags;
+	size_t   rkey_packed_size;
+	double   reg_cost_c, reg_cost_m;
+	char     tl[UCT_TL_NAME_MAX];  // empty when the md has no transport resources
+	char     dev[UCT_DEVICE_NAME_MAX];
+	int32_t  dev_type;
+	int32_t  sys_dev;
+	int32_t  iface_status;    // uct_iface_open result; iface fields need UCS_OK
+	uint64_t iface_flags;
+	size_t   put_max_short, put_max_bcopy, put_max_zcopy;
+	size_t   get_max_short, get_max_bcopy, get_max_zcopy;
+	size_t   am_max_short, am_max_bcopy, am_max_zcopy, am_max_hdr;
+	double   latency_c, bw_dedicated, bw_shared, overhead;
+	size_t   max_num_eps;
+	uint8_t  priority;
+} velo_ucx_resource_t;
+
+ucs_status_t velo_ucx_query_resources(velo_ucx_resource_t **out, size_t *count);
+int velo_ucx_symbol_loaded(const char *name);
+
+#endif

@@ -1,0 +1,599 @@
+//go:build cgo && linux
+
+package capi
+
+// #include <stdlib.h>
+// #include "capi.h"
+import "C"
+
+import (
+	"unsafe"
+)
+
+// Status is a raw ucs_status_t. Package ucx turns it into an error with the UCX name.
+type Status int32
+
+// Statuses this package returns itself.
+const (
+	OK         Status = C.UCS_OK
+	InProgress Status = C.UCS_INPROGRESS
+	ErrBusy    Status = C.UCS_ERR_BUSY
+	ErrNoMem   Status = C.UCS_ERR_NO_MEMORY
+	ErrNoElem  Status = C.UCS_ERR_NO_ELEM
+)
+
+// Feature bits of ucp_params_t.features.
+const (
+	FeatureRMA    = uint64(C.UCP_FEATURE_RMA)
+	FeatureAM     = uint64(C.UCP_FEATURE_AM)
+	FeatureWakeup = uint64(C.UCP_FEATURE_WAKEUP)
+)
+
+// Thread modes of ucp_worker_params_t.thread_mode.
+const (
+	ThreadModeSingle     = int(C.UCS_THREAD_MODE_SINGLE)
+	ThreadModeSerialized = int(C.UCS_THREAD_MODE_SERIALIZED)
+	ThreadModeMulti      = int(C.UCS_THREAD_MODE_MULTI)
+)
+
+// Flags of ucp_am_send_nbx and of ucp_am_recv_param_t.recv_attr.
+const (
+	AMSendFlagReply = uint32(C.UCP_AM_SEND_FLAG_REPLY)
+	AMSendFlagEager = uint32(C.UCP_AM_SEND_FLAG_EAGER)
+	AMSendFlagRndv  = uint32(C.UCP_AM_SEND_FLAG_RNDV)
+
+	AMRecvAttrReplyEP = uint32(C.UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
+	AMRecvAttrData    = uint32(C.UCP_AM_RECV_ATTR_FLAG_DATA)
+	AMRecvAttrRndv    = uint32(C.UCP_AM_RECV_ATTR_FLAG_RNDV)
+	// AMDataInArena marks an AM whose data the callback copied into the ring's arena
+	// (UCX refused to keep it); Event.Length is then its offset.
+	AMDataInArena = uint32(1) << 31
+)
+
+// Flags of ucp_mem_map.
+const (
+	MemMapNonblock = uint32(C.UCP_MEM_MAP_NONBLOCK)
+)
+
+// Event kinds of the ring (capi.h).
+const (
+	EventAM      = uint32(C.VELO_EV_AM)
+	EventEPError = uint32(C.VELO_EV_EP_ERROR)
+	EventReqDone = uint32(C.VELO_EV_REQ_DONE)
+)
+
+// Guarded-GET wire constants (capi.h).
+const (
+	GuardMagic     = uint32(C.VELO_UCX_GUARD_MAGIC)
+	GuardReqHdrLen = int(C.sizeof_velo_ucx_get_req_hdr_t)
+	GuardRepHdrLen = int(C.sizeof_velo_ucx_get_rep_hdr_t)
+)
+
+// Handles. Each wraps one C pointer; the zero value is NULL.
+type (
+	Config  struct{ p *C.ucp_config_t }
+	Context struct{ p C.ucp_context_h }
+	Worker  struct{ p C.ucp_worker_h }
+	Ep      struct{ p C.ucp_ep_h }
+	MemH    struct{ p C.ucp_mem_h }
+	RKey    struct{ p C.ucp_rkey_h }
+	Request struct{ p unsafe.Pointer }
+	Ring    struct{ p *C.velo_ucx_ring_t }
+)
+
+// Nil reports whether the handle is NULL.
+func (c Context) Nil() bool { return c.p == nil }
+
+// Nil reports whether the handle is NULL.
+func (w Worker) Nil() bool { return w.p == nil }
+
+// Nil reports whether the handle is NULL.
+func (e Ep) Nil() bool { return e.p == nil }
+
+// Nil reports whether the handle is NULL.
+func (r Request) Nil() bool { return r.p == nil }
+
+// Nil reports whether the handle is NULL.
+func (r Ring) Nil() bool { return r.p == nil }
+
+// ID is the endpoint's address as an integer: a comparable identity for maps, never
+// dereferenced.
+func (e Ep) ID() uintptr { return uintptr(unsafe.Pointer(e.p)) }
+
+// HandleID is the identity of an Event.Handle, comparable with Ep.ID and Request.ID.
+func HandleID(h unsafe.Pointer) uintptr { return uintptr(h) }
+
+// RequestFromHandle is the request an EventReqDone reported.
+func RequestFromHandle(h unsafe.Pointer) Request { return Request{h} }
+
+// ID is the request's address as an integer (for maps).
+func (r Request) ID() uintptr { return uintptr(r.p) }
+
+// Event mirrors velo_ucx_event_t.
+type Event struct {
+	Kind      uint32
+	Status    Status
+	AMID      uint32
+	AMFlags   uint32
+	User      uint64
+	Handle    unsafe.Pointer // request, ucp_ep_h or reply ep; C memory, never Go memory
+	HeaderOff uintptr
+	HeaderLen uintptr
+	Data      unsafe.Pointer // C memory owned by UCX until released or received
+	DataLen   uintptr
+	Length    uintptr
+}
+
+// UcsStatusString wraps ucs_status_string.
+func UcsStatusString(s Status) string {
+	return C.GoString(C.ucs_status_string(C.ucs_status_t(s)))
+}
+
+// UcpGetVersion wraps ucp_get_version.
+func UcpGetVersion() (major, minor, release uint) {
+	var ma, mi, re C.uint
+	C.ucp_get_version(&ma, &mi, &re)
+	return uint(ma), uint(mi), uint(re)
+}
+
+// UcpGetVersionString wraps ucp_get_version_string.
+func UcpGetVersionString() string { return C.GoString(C.ucp_get_version_string()) }
+
+// UcpAPIVersion is the UCP_API_MAJOR/MINOR of the headers this package was compiled with.
+func UcpAPIVersion() (major, minor uint) { return uint(C.UCP_API_MAJOR), uint(C.UCP_API_MINOR) }
+
+// UcpConfigRead wraps ucp_config_read(NULL, NULL, &config): the UCX_* environment.
+func UcpConfigRead() (Config, Status) {
+	var c *C.ucp_config_t
+	s := Status(C.ucp_config_read(nil, nil, &c))
+	return Config{c}, s
+}
+
+// UcpConfigModify wraps ucp_config_modify. name is without the UCX_ prefix.
+func UcpConfigModify(c Config, name, value string) Status {
+	cn, cv := C.CString(name), C.CString(value)
+	defer C.free(unsafe.Pointer(cn))
+	defer C.free(unsafe.Pointer(cv))
+	return Status(C.ucp_config_modify(c.p, cn, cv))
+}
+
+// UcpConfigRelease wraps ucp_config_release.
+func UcpConfigRelease(c Config) {
+	if c.p != nil {
+		C.ucp_config_release(c.p)
+	}
+}
+
+// UcpConfigPrint wraps ucp_config_print(UCS_CONFIG_PRINT_CONFIG) into a string
+// (helper velo_ucx_config_print).
+func UcpConfigPrint(c Config) (string, Status) {
+	var out *C.char
+	var n C.size_t
+	s := Status(C.velo_ucx_config_print(c.p, &out, &n))
+	if s != OK {
+		return "", s
+	}
+	defer C.free(unsafe.Pointer(out))
+	return C.GoStringN(out, C.int(n)), OK
+}
+
+// UcpInit wraps ucp_init with the given features (helper velo_ucx_init).
+func UcpInit(c Config, features uint64, mtWorkersShared bool) (Context, Status) {
+	var ctx C.ucp_context_h
+	s := Status(C.velo_ucx_init(c.p, C.uint64_t(features), cbool(mtWorkersShared), &ctx))
+	return Context{ctx}, s
+}
+
+// UcpCleanup wraps ucp_cleanup.
+func UcpCleanup(c Context) { C.ucp_cleanup(c.p) }
+
+// UcpWorkerCreate wraps ucp_worker_create (helper velo_ucx_worker_create).
+func UcpWorkerCreate(c Context, threadMode int) (Worker, Status) {
+	var w C.ucp_worker_h
+	s := Status(C.velo_ucx_worker_create(c.p, C.int(threadMode), &w))
+	return Worker{w}, s
+}
+
+// UcpWorkerDestroy wraps ucp_worker_destroy.
+func UcpWorkerDestroy(w Worker) { C.ucp_worker_destroy(w.p) }
+
+// UcpWorkerGetAddress wraps ucp_worker_get_address and ucp_worker_release_address,
+// returning a Go copy of the address.
+func UcpWorkerGetAddress(w Worker) ([]byte, Status) {
+	var addr *C.ucp_address_t
+	var n C.size_t
+	s := Status(C.ucp_worker_get_address(w.p, &addr, &n))
+	if s != OK {
+		return nil, s
+	}
+	out := C.GoBytes(unsafe.Pointer(addr), C.int(n))
+	C.ucp_worker_release_address(w.p, addr)
+	return out, OK
+}
+
+// UcpWorkerQueryMaxAMHeader wraps ucp_worker_query(UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER).
+func UcpWorkerQueryMaxAMHeader(w Worker) (int, Status) {
+	var n C.size_t
+	s := Status(C.velo_ucx_worker_max_am_header(w.p, &n))
+	return int(n), s
+}
+
+// UcpWorkerProgress wraps ucp_worker_progress.
+func UcpWorkerProgress(w Worker) uint { return uint(C.ucp_worker_progress(w.p)) }
+
+// UcpWorkerGetEfd wraps ucp_worker_get_efd.
+func UcpWorkerGetEfd(w Worker) (int, Status) {
+	var fd C.int
+	s := Status(C.ucp_worker_get_efd(w.p, &fd))
+	return int(fd), s
+}
+
+// UcpWorkerArm wraps ucp_worker_arm.
+func UcpWorkerArm(w Worker) Status { return Status(C.ucp_worker_arm(w.p)) }
+
+// UcpWorkerSignal wraps ucp_worker_signal. UCX documents it as safe from any thread.
+func UcpWorkerSignal(w Worker) Status { return Status(C.ucp_worker_signal(w.p)) }
+
+// RingNew wraps velo_ucx_ring_new: the event ring that the worker's callbacks fill.
+func RingNew(w Worker) Ring { return Ring{C.velo_ucx_ring_new(w.p)} }
+
+// RingFree wraps velo_ucx_ring_free.
+func RingFree(r Ring) { C.velo_ucx_ring_free(r.p) }
+
+// RingReset wraps velo_ucx_ring_reset: forget the drained events and header bytes.
+func RingReset(r Ring) { C.velo_ucx_ring_reset(r.p) }
+
+// RingLen is the number of events waiting in the ring.
+func RingLen(r Ring) int { return int(r.p.count) }
+
+// RingDropped is the number of events lost because malloc failed.
+func RingDropped(r Ring) uint64 { return uint64(r.p.dropped) }
+
+// RingGuardStats returns how many guarded GET requests this worker served and refused.
+func RingGuardStats(r Ring) (served, refused uint64) {
+	return uint64(r.p.guard_served), uint64(r.p.guard_refused)
+}
+
+// RingEvents appends the ring's events to dst (no allocation when dst has room).
+func RingEvents(r Ring, dst []Event) []Event {
+	n := int(r.p.count)
+	if n == 0 {
+		return dst
+	}
+	evs := unsafe.Slice(r.p.events, n)
+	for i := range evs {
+		e := &evs[i]
+		dst = append(dst, Event{
+			Kind:      uint32(e.kind),
+			Status:    Status(e.status),
+			AMID:      uint32(e.am_id),
+			AMFlags:   uint32(e.am_flags),
+			User:      uint64(e.user),
+			Handle:    e.handle,
+			HeaderOff: uintptr(e.header_off),
+			HeaderLen: uintptr(e.header_len),
+			Data:      e.data,
+			DataLen:   uintptr(e.data_len),
+			Length:    uintptr(e.length),
+		})
+	}
+	return dst
+}
+
+// RingBytes is a view of the ring's header arena, valid until the next RingReset or
+// progress call. Copy what you keep.
+func RingBytes(r Ring) []byte {
+	if r.p.bytes_len == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(r.p.bytes)), int(r.p.bytes_len))
+}
+
+// CBytes is a view of n bytes of C memory at p (valid as long as the C memory is).
+func CBytes(p unsafe.Pointer, n uintptr) []byte {
+	if p == nil || n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(p), int(n))
+}
+
+// UcpWorkerSetAmRecvHandler wraps ucp_worker_set_am_recv_handler with the ring's callback
+// (helper velo_ucx_set_am_handler); enable=false removes the handler.
+func UcpWorkerSetAmRecvHandler(r Ring, id uint16, enable bool) Status {
+	return Status(C.velo_ucx_set_am_handler(r.p, C.uint(id), cbool(enable)))
+}
+
+// UcpEpCreate wraps ucp_ep_create from a worker address, with the ring's error handler
+// (helper velo_ucx_ep_create). addr is only read during the call.
+func UcpEpCreate(r Ring, addr []byte, errModePeer bool) (Ep, Status) {
+	var ep C.ucp_ep_h
+	if len(addr) == 0 {
+		return Ep{}, Status(C.UCS_ERR_INVALID_PARAM)
+	}
+	s := Status(C.velo_ucx_ep_create(r.p, unsafe.Pointer(&addr[0]), cbool(errModePeer), &ep))
+	return Ep{ep}, s
+}
+
+// UcpEpPrintInfo wraps ucp_ep_print_info into a string (helper velo_ucx_ep_print_info).
+func UcpEpPrintInfo(ep Ep) string {
+	var out *C.char
+	var n C.size_t
+	if Status(C.velo_ucx_ep_print_info(ep.p, &out, &n)) != OK {
+		return ""
+	}
+	defer C.free(unsafe.Pointer(out))
+	return C.GoStringN(out, C.int(n))
+}
+
+// result splits a ucs_status_ptr_t into a request or a status.
+func result(p unsafe.Pointer) (Request, Status) {
+	if C.velo_ucx_ptr_is_req(p) != 0 {
+		return Request{p}, InProgress
+	}
+	return Request{}, Status(C.velo_ucx_ptr_status(p))
+}
+
+// UcpAmSendNbx wraps ucp_am_send_nbx (helper velo_ucx_am_send). header and buffer must stay
+// valid until the request completes (pinned Go memory or C memory). With iov, buffer points
+// to count ucp_dt_iov_t entries in C memory.
+func UcpAmSendNbx(r Ring, ep Ep, id uint16, header unsafe.Pointer, headerLen uintptr,
+	buffer unsafe.Pointer, count uintptr, iov bool, flags uint32, user uint64) (Request, Status) {
+	return result(C.velo_ucx_am_send(r.p, ep.p, C.uint(id), header, C.size_t(headerLen),
+		buffer, C.size_t(count), cbool(iov), C.uint32_t(flags), C.uint64_t(user)))
+}
+
+// UcpAmRecvDataNbx wraps ucp_am_recv_data_nbx (helper velo_ucx_am_recv_data).
+func UcpAmRecvDataNbx(r Ring, desc, buffer unsafe.Pointer, length uintptr, user uint64) (Request, Status) {
+	return result(C.velo_ucx_am_recv_data(r.p, desc, buffer, C.size_t(length), C.uint64_t(user)))
+}
+
+// UcpAmDataRelease wraps ucp_am_data_release.
+func UcpAmDataRelease(w Worker, data unsafe.Pointer) { C.ucp_am_data_release(w.p, data) }
+
+// UcpGetNbx wraps ucp_get_nbx (helper velo_ucx_get).
+func UcpGetNbx(r Ring, ep Ep, buffer unsafe.Pointer, length uintptr, remoteAddr uint64, rk RKey, user uint64) (Request, Status) {
+	return result(C.velo_ucx_get(r.p, ep.p, buffer, C.size_t(length), C.uint64_t(remoteAddr), rk.p, C.uint64_t(user)))
+}
+
+// UcpPutNbx wraps ucp_put_nbx (helper velo_ucx_put).
+func UcpPutNbx(r Ring, ep Ep, buffer unsafe.Pointer, length uintptr, remoteAddr uint64, rk RKey, user uint64) (Request, Status) {
+	return result(C.velo_ucx_put(r.p, ep.p, buffer, C.size_t(length), C.uint64_t(remoteAddr), rk.p, C.uint64_t(user)))
+}
+
+// UcpEpFlushNbx wraps ucp_ep_flush_nbx (helper velo_ucx_ep_flush).
+func UcpEpFlushNbx(r Ring, ep Ep, user uint64) (Request, Status) {
+	return result(C.velo_ucx_ep_flush(r.p, ep.p, C.uint64_t(user)))
+}
+
+// UcpWorkerFlushNbx wraps ucp_worker_flush_nbx (helper velo_ucx_worker_flush).
+func UcpWorkerFlushNbx(r Ring, user uint64) (Request, Status) {
+	return result(C.velo_ucx_worker_flush(r.p, C.uint64_t(user)))
+}
+
+// UcpEpCloseNbx wraps ucp_ep_close_nbx (helper velo_ucx_ep_close); force selects
+// UCP_EP_CLOSE_FLAG_FORCE.
+func UcpEpCloseNbx(r Ring, ep Ep, force bool, user uint64) (Request, Status) {
+	return result(C.velo_ucx_ep_close(r.p, ep.p, cbool(force), C.uint64_t(user)))
+}
+
+// UcpRequestCheckStatus wraps ucp_request_check_status.
+func UcpRequestCheckStatus(req Request) Status { return Status(C.ucp_request_check_status(req.p)) }
+
+// UcpRequestCancel wraps ucp_request_cancel.
+func UcpRequestCancel(w Worker, req Request) { C.ucp_request_cancel(w.p, req.p) }
+
+// UcpRequestFree wraps ucp_request_free.
+func UcpRequestFree(req Request) { C.ucp_request_free(req.p) }
+
+// UcpMemMap wraps ucp_mem_map of existing memory (helper velo_ucx_mem_map).
+func UcpMemMap(c Context, addr unsafe.Pointer, length uintptr, flags uint32) (MemH, Status) {
+	var m C.ucp_mem_h
+	s := Status(C.velo_ucx_mem_map(c.p, addr, C.size_t(length), C.uint(flags), &m))
+	return MemH{m}, s
+}
+
+// UcpMemUnmap wraps ucp_mem_unmap.
+func UcpMemUnmap(c Context, m MemH) Status { return Status(C.ucp_mem_unmap(c.p, m.p)) }
+
+// UcpRkeyPack wraps ucp_rkey_pack and ucp_rkey_buffer_release, returning a Go copy.
+func UcpRkeyPack(c Context, m MemH) ([]byte, Status) {
+	var buf unsafe.Pointer
+	var n C.size_t
+	s := Status(C.ucp_rkey_pack(c.p, m.p, &buf, &n))
+	if s != OK {
+		return nil, s
+	}
+	out := C.GoBytes(buf, C.int(n))
+	C.ucp_rkey_buffer_release(buf)
+	return out, OK
+}
+
+// UcpEpRkeyUnpack wraps ucp_ep_rkey_unpack. UCX takes no length: the caller must have
+// checked that buf holds a complete packed key (package ucx walks it first).
+func UcpEpRkeyUnpack(ep Ep, buf []byte) (RKey, Status) {
+	var rk C.ucp_rkey_h
+	if len(buf) == 0 {
+		return RKey{}, Status(C.UCS_ERR_INVALID_PARAM)
+	}
+	s := Status(C.ucp_ep_rkey_unpack(ep.p, unsafe.Pointer(&buf[0]), &rk))
+	return RKey{rk}, s
+}
+
+// UcpRkeyDestroy wraps ucp_rkey_destroy.
+func UcpRkeyDestroy(rk RKey) { C.ucp_rkey_destroy(rk.p) }
+
+// GuardEnable wraps velo_ucx_guard_enable: this worker answers guarded GET requests on AM
+// id reqID with replies on repID.
+func GuardEnable(r Ring, reqID, repID uint16) Status {
+	return Status(C.velo_ucx_guard_enable(r.p, C.uint(reqID), C.uint(repID)))
+}
+
+// GuardAdd wraps velo_ucx_guard_add: a live registration [base, base+length) with token.
+func GuardAdd(r Ring, token, base, length uint64) (uint32, Status) {
+	var slot C.uint32_t
+	if C.velo_ucx_guard_add(r.p, C.uint64_t(token), C.uint64_t(base), C.uint64_t(length), &slot) != 0 {
+		return 0, ErrNoMem
+	}
+	return uint32(slot), OK
+}
+
+// GuardRevoke wraps velo_ucx_guard_revoke: later requests for slot are refused.
+func GuardRevoke(r Ring, slot uint32) { C.velo_ucx_guard_revoke(r.p, C.uint32_t(slot)) }
+
+// GuardInflight wraps velo_ucx_guard_inflight: replies still reading slot's memory.
+func GuardInflight(r Ring, slot uint32) uint32 {
+	return uint32(C.velo_ucx_guard_inflight(r.p, C.uint32_t(slot)))
+}
+
+// GuardRelease wraps velo_ucx_guard_release: slot may be reused.
+func GuardRelease(r Ring, slot uint32) { C.velo_ucx_guard_release(r.p, C.uint32_t(slot)) }
+
+// Resource mirrors velo_ucx_resource_t: one transport on one device of one memory domain
+// (or a memory domain / component with no transport).
+type Resource struct {
+	Component      string
+	ComponentFlags uint64
+	MD             string
+	MDStatus       Status
+	MDFlags        uint64
+	RKeyPackedSize uint64
+	RegCostC       float64
+	RegCostM       float64
+	Transport      string
+	Device         string
+	DeviceType     int
+	SysDevice      int
+	IfaceStatus    Status
+	IfaceFlags     uint64
+	PutMaxShort    uint64
+	PutMaxBcopy    uint64
+	PutMaxZcopy    uint64
+	GetMaxShort    uint64
+	GetMaxBcopy    uint64
+	GetMaxZcopy    uint64
+	AMMaxShort     uint64
+	AMMaxBcopy     uint64
+	AMMaxZcopy     uint64
+	AMMaxHdr       uint64
+	LatencySec     float64
+	BWDedicated    float64
+	BWShared       float64
+	OverheadSec    float64
+	MaxEndpoints   uint64
+	Priority       int
+}
+
+// Capability bits of Resource.IfaceFlags (UCT_IFACE_FLAG_*) and Resource.MDFlags.
+const (
+	IfaceFlagAMShort           = uint64(C.UCT_IFACE_FLAG_AM_SHORT)
+	IfaceFlagAMBcopy           = uint64(C.UCT_IFACE_FLAG_AM_BCOPY)
+	IfaceFlagAMZcopy           = uint64(C.UCT_IFACE_FLAG_AM_ZCOPY)
+	IfaceFlagPutShort          = uint64(C.UCT_IFACE_FLAG_PUT_SHORT)
+	IfaceFlagPutBcopy          = uint64(C.UCT_IFACE_FLAG_PUT_BCOPY)
+	IfaceFlagPutZcopy          = uint64(C.UCT_IFACE_FLAG_PUT_ZCOPY)
+	IfaceFlagGetShort          = uint64(C.UCT_IFACE_FLAG_GET_SHORT)
+	IfaceFlagGetBcopy          = uint64(C.UCT_IFACE_FLAG_GET_BCOPY)
+	IfaceFlagGetZcopy          = uint64(C.UCT_IFACE_FLAG_GET_ZCOPY)
+	IfaceFlagErrPeerFailure    = uint64(C.UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE)
+	IfaceFlagConnectToIface    = uint64(C.UCT_IFACE_FLAG_CONNECT_TO_IFACE)
+	IfaceFlagConnectToEP       = uint64(C.UCT_IFACE_FLAG_CONNECT_TO_EP)
+	IfaceFlagConnectToSockaddr = uint64(C.UCT_IFACE_FLAG_CONNECT_TO_SOCKADDR)
+	IfaceFlagEPKeepalive       = uint64(C.UCT_IFACE_FLAG_EP_KEEPALIVE)
+
+	MDFlagAlloc    = uint64(C.UCT_MD_FLAG_ALLOC)
+	MDFlagReg      = uint64(C.UCT_MD_FLAG_REG)
+	MDFlagNeedRKey = uint64(C.UCT_MD_FLAG_NEED_RKEY)
+	MDFlagRKeyPtr  = uint64(C.UCT_MD_FLAG_RKEY_PTR)
+	MDFlagSockaddr = uint64(C.UCT_MD_FLAG_SOCKADDR)
+
+	ComponentFlagCM = uint64(C.UCT_COMPONENT_FLAG_CM)
+
+	DeviceTypeNet  = int(C.UCT_DEVICE_TYPE_NET)
+	DeviceTypeShm  = int(C.UCT_DEVICE_TYPE_SHM)
+	DeviceTypeAcc  = int(C.UCT_DEVICE_TYPE_ACC)
+	DeviceTypeSelf = int(C.UCT_DEVICE_TYPE_SELF)
+)
+
+// QueryResources walks uct_query_components, uct_component_query, uct_md_open,
+// uct_md_query, uct_md_query_tl_resources and uct_iface_open/uct_iface_query
+// (helper velo_ucx_query_resources).
+func QueryResources() ([]Resource, Status) {
+	var items *C.velo_ucx_resource_t
+	var n C.size_t
+	s := Status(C.velo_ucx_query_resources(&items, &n))
+	if s != OK {
+		return nil, s
+	}
+	defer C.free(unsafe.Pointer(items))
+	out := make([]Resource, 0, int(n))
+	for _, r := range unsafe.Slice(items, int(n)) {
+		out = append(out, Resource{
+			Component:      C.GoString(&r.component[0]),
+			ComponentFlags: uint64(r.component_flags),
+			MD:             C.GoString(&r.md[0]),
+			MDStatus:       Status(r.md_status),
+			MDFlags:        uint64(r.md_flags),
+			RKeyPackedSize: uint64(r.rkey_packed_size),
+			RegCostC:       float64(r.reg_cost_c),
+			RegCostM:       float64(r.reg_cost_m),
+			Transport:      C.GoString(&r.tl[0]),
+			Device:         C.GoString(&r.dev[0]),
+			DeviceType:     int(r.dev_type),
+			SysDevice:      int(r.sys_dev),
+			IfaceStatus:    Status(r.iface_status),
+			IfaceFlags:     uint64(r.iface_flags),
+			PutMaxShort:    uint64(r.put_max_short),
+			PutMaxBcopy:    uint64(r.put_max_bcopy),
+			PutMaxZcopy:    uint64(r.put_max_zcopy),
+			GetMaxShort:    uint64(r.get_max_short),
+			GetMaxBcopy:    uint64(r.get_max_bcopy),
+			GetMaxZcopy:    uint64(r.get_max_zcopy),
+			AMMaxShort:     uint64(r.am_max_short),
+			AMMaxBcopy:     uint64(r.am_max_bcopy),
+			AMMaxZcopy:     uint64(r.am_max_zcopy),
+			AMMaxHdr:       uint64(r.am_max_hdr),
+			LatencySec:     float64(r.latency_c),
+			BWDedicated:    float64(r.bw_dedicated),
+			BWShared:       float64(r.bw_shared),
+			OverheadSec:    float64(r.overhead),
+			MaxEndpoints:   uint64(r.max_num_eps),
+			Priority:       int(r.priority),
+		})
+	}
+	return out, OK
+}
+
+// SymbolLoaded reports whether any object loaded in this process (the program, a shared
+// library, or a UCX plugin that UCX dlopen'ed) exports name (helper velo_ucx_symbol_loaded,
+// dl_iterate_phdr + dlsym).
+func SymbolLoaded(name string) bool {
+	cn := C.CString(name)
+	defer C.free(unsafe.Pointer(cn))
+	return C.velo_ucx_symbol_loaded(cn) != 0
+}
+
+// IOV is one ucp_dt_iov_t entry, laid out as UCX reads it.
+type IOV struct {
+	Buffer unsafe.Pointer
+	Length uintptr
+}
+
+// IOVSize is sizeof(ucp_dt_iov_t).
+const IOVSize = int(C.sizeof_ucp_dt_iov_t)
+
+// Malloc wraps malloc (C memory for iov arrays and bounce buffers); Free wraps free.
+func Malloc(n uintptr) unsafe.Pointer { return C.malloc(C.size_t(n)) }
+
+// Free wraps free.
+func Free(p unsafe.Pointer) { C.free(p) }
+
+func cbool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// MemoryTypeLimit is UCS_MEMORY_TYPE_LAST of the compile-time headers: the number of
+// memory types this UCX knows.
+const MemoryTypeLimit = int(C.UCS_MEMORY_TYPE_LAST)

@@ -1,0 +1,397 @@
+//go:build cgo && linux
+
+package ucx
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/velo-go/velo/ucx/internal/capi"
+)
+
+// Worker is a UCP worker (ucp_worker_h): the progress engine, its address, its endpoints.
+//
+// Thread ownership: one OS thread at a time (single-thread mode). Signal is the one
+// method that may be called from any goroutine.
+//
+// Completions, endpoint failures and received active messages are not delivered through
+// cgo callbacks into Go. UCX calls small C callbacks during Progress that append records
+// to a ring; Poll hands them to Go in one batch. Call Poll after Progress.
+type Worker struct {
+	ctx     *Context
+	w       capi.Worker
+	ring    capi.Ring
+	eps     map[uintptr]*Endpoint
+	reqs    map[uint64]*Request
+	nextReq uint64
+	events  []capi.Event
+	dropped uint64
+	polling bool
+	closed  bool
+}
+
+// NewWorker creates a worker in single-thread mode (ucp_worker_create).
+func (c *Context) NewWorker() (*Worker, error) {
+	if c.isClosed() {
+		return nil, ErrClosed
+	}
+	w, s := capi.UcpWorkerCreate(c.c, capi.ThreadModeSingle)
+	if s != capi.OK {
+		return nil, statusErr("ucp_worker_create", Status(s))
+	}
+	ring := capi.RingNew(w)
+	if ring.Nil() {
+		capi.UcpWorkerDestroy(w)
+		return nil, statusErr("event ring", StatusNoMemory)
+	}
+	return &Worker{
+		ctx:  c,
+		w:    w,
+		ring: ring,
+		eps:  map[uintptr]*Endpoint{},
+		reqs: map[uint64]*Request{},
+	}, nil
+}
+
+// Context is the context the worker belongs to.
+func (w *Worker) Context() *Context { return w.ctx }
+
+// Address returns the worker's address (ucp_worker_get_address), the bytes a peer passes
+// to Connect.
+func (w *Worker) Address() ([]byte, error) {
+	if w.closed {
+		return nil, ErrClosed
+	}
+	b, s := capi.UcpWorkerGetAddress(w.w)
+	if s != capi.OK {
+		return nil, statusErr("ucp_worker_get_address", Status(s))
+	}
+	return b, nil
+}
+
+// MaxAMHeader is the largest active-message header the worker sends (ucp_worker_query).
+func (w *Worker) MaxAMHeader() (int, error) {
+	n, s := capi.UcpWorkerQueryMaxAMHeader(w.w)
+	if s != capi.OK {
+		return 0, statusErr("ucp_worker_query", Status(s))
+	}
+	return n, nil
+}
+
+// Progress calls ucp_worker_progress once and returns how many events it processed.
+// Callbacks fill the event ring; call Poll to receive them. Inside a Poll callback it
+// does nothing and returns 0 (the ring is being read).
+func (w *Worker) Progress() uint {
+	if w.closed || w.polling {
+		return 0
+	}
+	return capi.UcpWorkerProgress(w.w)
+}
+
+// EventFD is the worker's event file descriptor (ucp_worker_get_efd). It becomes
+// readable after Arm succeeded and a new event arrived. Needs FeatureWakeup.
+func (w *Worker) EventFD() (int, error) {
+	fd, s := capi.UcpWorkerGetEfd(w.w)
+	if s != capi.OK {
+		return -1, statusErr("ucp_worker_get_efd", Status(s))
+	}
+	return fd, nil
+}
+
+// Arm arms the event fd for the next event (ucp_worker_arm). It fails with StatusBusy
+// when events are pending: progress again before sleeping.
+func (w *Worker) Arm() error {
+	s := capi.UcpWorkerArm(w.w)
+	if s == capi.OK {
+		return nil
+	}
+	return Status(s)
+}
+
+// Signal wakes a thread waiting on the event fd (ucp_worker_signal). UCX allows it from
+// any thread; the caller must still make sure the worker is not being destroyed.
+func (w *Worker) Signal() error {
+	return statusErr("ucp_worker_signal", Status(capi.UcpWorkerSignal(w.w)))
+}
+
+// SetAMHandler makes the worker receive active messages with id into its event ring
+// (ucp_worker_set_am_recv_handler). Messages with ids that have no handler are dropped
+// by UCX.
+func (w *Worker) SetAMHandler(id uint16) error {
+	return statusErr("ucp_worker_set_am_recv_handler", Status(capi.UcpWorkerSetAmRecvHandler(w.ring, id, true)))
+}
+
+// RemoveAMHandler stops receiving id.
+func (w *Worker) RemoveAMHandler(id uint16) error {
+	return statusErr("ucp_worker_set_am_recv_handler", Status(capi.UcpWorkerSetAmRecvHandler(w.ring, id, false)))
+}
+
+// EventKind says what an Event reports.
+type EventKind int
+
+const (
+	// EventAM: an active message arrived (Event.AM).
+	EventAM EventKind = iota + 1
+	// EventEndpointError: an endpoint's error handler ran (Event.Endpoint, Event.Err).
+	// The endpoint's requests fail and it can only be closed.
+	EventEndpointError
+	// EventCompleted: a request completed (Event.Request, Event.Err).
+	EventCompleted
+)
+
+// Event is one record from the worker's event ring.
+type Event struct {
+	Kind     EventKind
+	Err      error
+	Endpoint *Endpoint // EventEndpointError; nil if UCX reported an endpoint it created itself
+	Request  *Request  // EventCompleted
+	AM       *AMEvent  // EventAM
+}
+
+// AMEvent is a received active message, valid only during the Poll callback.
+type AMEvent struct {
+	ID uint16
+	// Header and Data are views of C memory that UCX reuses after the callback; copy
+	// what you keep. Data is nil for a rendezvous message: receive it with ReceiveAMData.
+	Header     []byte
+	Data       []byte
+	Length     int
+	Rendezvous bool
+	// Sender identifies the sending endpoint when the sender set AMReply, else 0.
+	Sender   uint64
+	replyEP  unsafe.Pointer
+	desc     unsafe.Pointer
+	keep     bool // UCX keeps desc until ucp_am_data_release or ucp_am_recv_data_nbx
+	consumed bool
+}
+
+// Poll drains the event ring, calling fn for each event in the order the callbacks ran,
+// and returns how many it delivered. Completed requests are released before fn sees
+// them. An AMEvent's memory is released when fn returns unless fn called ReceiveAMData.
+func (w *Worker) Poll(fn func(*Event)) int {
+	if w.closed || w.polling {
+		return 0
+	}
+	if d := capi.RingDropped(w.ring); d != w.dropped {
+		// A callback could not record an event (malloc failed). Requests can be
+		// recovered by asking UCX; lost messages cannot.
+		w.dropped = d
+		w.ctx.log.Error("ucx: event ring lost records (out of memory); polling requests directly", "lost_total", d)
+		w.recoverRequests(fn)
+	}
+	if capi.RingLen(w.ring) == 0 {
+		return 0
+	}
+	w.polling = true
+	defer func() { w.polling = false }()
+	w.events = capi.RingEvents(w.ring, w.events[:0])
+	arena := capi.RingBytes(w.ring)
+	n := 0
+	for i := range w.events {
+		ev := &w.events[i]
+		switch ev.Kind {
+		case capi.EventReqDone:
+			r := w.reqs[ev.User]
+			if r == nil {
+				continue
+			}
+			w.complete(r, capi.Status(ev.Status), int(ev.Length))
+			n++
+			fn(&Event{Kind: EventCompleted, Request: r, Err: r.err})
+		case capi.EventEPError:
+			ep := w.eps[capi.HandleID(ev.Handle)]
+			err := fmt.Errorf("ucx: endpoint failed: %w", Status(ev.Status))
+			if ep != nil && ep.failed == nil {
+				ep.failed = err
+			}
+			n++
+			fn(&Event{Kind: EventEndpointError, Endpoint: ep, Err: err})
+		case capi.EventAM:
+			am := &AMEvent{
+				ID:         uint16(ev.AMID),
+				Length:     int(ev.DataLen),
+				Rendezvous: ev.AMFlags&capi.AMRecvAttrRndv != 0,
+				replyEP:    ev.Handle,
+			}
+			if ev.HeaderLen > 0 {
+				am.Header = arena[ev.HeaderOff : ev.HeaderOff+ev.HeaderLen]
+			}
+			if ev.Handle != nil {
+				am.Sender = uint64(capi.HandleID(ev.Handle))
+			}
+			switch {
+			case ev.AMFlags&capi.AMDataInArena != 0:
+				am.Data = arena[ev.Length : ev.Length+ev.DataLen]
+			case am.Rendezvous:
+				am.desc, am.keep = ev.Data, true
+			default:
+				am.desc, am.keep = ev.Data, ev.Data != nil
+				am.Data = capi.CBytes(ev.Data, ev.DataLen)
+			}
+			n++
+			fn(&Event{Kind: EventAM, AM: am})
+			if am.keep && !am.consumed {
+				capi.UcpAmDataRelease(w.w, am.desc)
+			}
+		}
+	}
+	capi.RingReset(w.ring)
+	return n
+}
+
+func (w *Worker) recoverRequests(fn func(*Event)) {
+	for _, r := range w.reqs {
+		if r.r.Nil() {
+			continue
+		}
+		if s := capi.UcpRequestCheckStatus(r.r); s != capi.InProgress {
+			w.complete(r, s, r.length)
+			fn(&Event{Kind: EventCompleted, Request: r, Err: r.err})
+		}
+	}
+}
+
+// ReceiveAMData starts receiving a rendezvous message into dst (ucp_am_recv_data_nbx).
+// Call it only inside the Poll callback that delivered ev. dst must stay valid and
+// unmoved until the request completes (mmap memory, C memory or pinned Go memory).
+func (w *Worker) ReceiveAMData(ev *AMEvent, dst []byte) (*Request, error) {
+	if !ev.Rendezvous || ev.consumed || ev.desc == nil {
+		return nil, fmt.Errorf("ucx: ReceiveAMData: %w: not a pending rendezvous message", StatusInvalidParam)
+	}
+	if len(dst) < ev.Length {
+		return nil, fmt.Errorf("ucx: ReceiveAMData: %w: buffer of %d bytes for a %d-byte message", StatusBufferTooSmall, len(dst), ev.Length)
+	}
+	ev.consumed = true
+	r := w.newRequest()
+	req, s := capi.UcpAmRecvDataNbx(w.ring, ev.desc, bufPtr(dst), uintptr(ev.Length), r.id)
+	return w.started(r, req, s, "ucp_am_recv_data_nbx", ev.Length)
+}
+
+// Flush starts a flush of every endpoint of the worker (ucp_worker_flush_nbx).
+func (w *Worker) Flush() (*Request, error) {
+	if w.closed {
+		return nil, ErrClosed
+	}
+	r := w.newRequest()
+	req, s := capi.UcpWorkerFlushNbx(w.ring, r.id)
+	return w.started(r, req, s, "ucp_worker_flush_nbx", 0)
+}
+
+// Pending is the number of requests the worker still tracks.
+func (w *Worker) Pending() int { return len(w.reqs) }
+
+// GuardStats reports how many guarded GET requests this worker served and refused.
+func (w *Worker) GuardStats() (served, refused uint64) { return capi.RingGuardStats(w.ring) }
+
+// Close destroys the worker (ucp_worker_destroy). Close or force-close its endpoints and
+// let their requests complete first; endpoints still open are destroyed with it.
+func (w *Worker) Close() error {
+	if w.closed {
+		return nil
+	}
+	w.closed = true
+	capi.UcpWorkerDestroy(w.w)
+	capi.RingFree(w.ring)
+	return nil
+}
+
+// Request is an operation UCX has not finished yet. It is owned by its worker's thread.
+type Request struct {
+	w       *Worker
+	r       capi.Request
+	id      uint64
+	done    bool
+	err     error
+	length  int
+	release func()
+	// UserData is free for the caller (the engine keeps its operation here).
+	UserData any
+}
+
+// Done reports whether the request completed (seen through Poll).
+func (r *Request) Done() bool { return r.done }
+
+// Err is the request's result once Done; StatusInProgress before.
+func (r *Request) Err() error {
+	if !r.done {
+		return StatusInProgress
+	}
+	return r.err
+}
+
+// Length is the received length of a completed ReceiveAMData request.
+func (r *Request) Length() int { return r.length }
+
+// Status asks UCX for the request's state (ucp_request_check_status) without waiting for
+// Poll: StatusInProgress, nil, or the error.
+func (r *Request) Status() error {
+	if r.done {
+		return r.err
+	}
+	s := Status(capi.UcpRequestCheckStatus(r.r))
+	if s == StatusOK {
+		return nil
+	}
+	return s
+}
+
+// Cancel asks UCX to cancel the request (ucp_request_cancel). It still completes through
+// Poll, with UCS_ERR_CANCELED if the cancel took effect. Not every operation can be
+// cancelled; those simply complete.
+func (r *Request) Cancel() {
+	if !r.done && !r.r.Nil() && !r.w.closed {
+		capi.UcpRequestCancel(r.w.w, r.r)
+	}
+}
+
+func (w *Worker) newRequest() *Request {
+	w.nextReq++
+	return &Request{w: w, id: w.nextReq}
+}
+
+// started files the result of posting an operation: nil request and nil error when it
+// completed at once, a tracked request while in progress, or the error.
+func (w *Worker) started(r *Request, req capi.Request, s capi.Status, call string, length int) (*Request, error) {
+	switch s {
+	case capi.InProgress:
+		r.r = req
+		w.reqs[r.id] = r
+		return r, nil
+	case capi.OK:
+		r.done = true
+		r.length = length
+		if r.release != nil {
+			r.release()
+		}
+		return nil, nil
+	default:
+		if r.release != nil {
+			r.release()
+		}
+		return nil, statusErr(call, Status(s))
+	}
+}
+
+func (w *Worker) complete(r *Request, s capi.Status, length int) {
+	delete(w.reqs, r.id)
+	r.done = true
+	r.length = length
+	if s != capi.OK {
+		r.err = Status(s)
+	}
+	if !r.r.Nil() {
+		capi.UcpRequestFree(r.r)
+		r.r = capi.Request{}
+	}
+	if r.release != nil {
+		r.release()
+		r.release = nil
+	}
+}
+
+func bufPtr(b []byte) unsafe.Pointer {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Pointer(&b[0])
+}
