@@ -135,7 +135,7 @@ func WithStageTTL(d time.Duration) Option {
 	}
 }
 
-// WithPullWindow sets how many chunk pulls a get keeps in flight (default 4).
+// WithPullWindow sets how many chunk pulls a get keeps in flight (default 8).
 func WithPullWindow(n int) Option {
 	return func(o *options) error {
 		if n < 1 {

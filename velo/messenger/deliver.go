@@ -315,9 +315,8 @@ func (g *Messenger) reply(idx int, to transport.InstanceID, id uint64, parts [][
 		}
 		out = append([][]byte{wire.AppendHeader(make([]byte, 0, wire.HeaderLen), h)}, parts...)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := t.Send(ctx, to, out...); err != nil {
+	// Answers are bounded by the transport's own I/O timeout, not by a context.
+	if err := t.Send(context.Background(), to, out...); err != nil {
 		g.m.Error("send_failed")
 		g.log.Info("messenger: could not send an answer", "peer", fmt.Sprintf("%016x", uint64(to)), "id", id, "err", err)
 		return

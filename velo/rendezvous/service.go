@@ -47,7 +47,7 @@ const (
 	DefaultChunkSize  = 1 << 20
 	DefaultLeaseTTL   = 30 * time.Second
 	DefaultStageTTL   = 5 * time.Minute
-	DefaultPullWindow = 4
+	DefaultPullWindow = 8
 )
 
 // Protocol message names (messenger internal handlers).
@@ -74,7 +74,7 @@ type Config struct {
 	// StageTTL is how long a transparently staged message payload waits for its receiver
 	// (default 5 min).
 	StageTTL time.Duration
-	// PullWindow is how many pulls a consumer keeps in flight (default 4).
+	// PullWindow is how many pulls a consumer keeps in flight (default 8).
 	PullWindow int
 	// Server and Client are the RDMA path's two sides; nil means not configured.
 	Server RDMAServer

@@ -107,8 +107,10 @@ type conn struct {
 	peerMax  int
 	br       *bufio.Reader
 	wmu      sync.Mutex // serialises frame writes
-	dlMu     sync.Mutex // guards dlGen against a cancel callback racing the next write
+	dlMu     sync.Mutex // guards the write deadline against a cancel callback racing the next write
 	dlGen    uint64
+	dlSet    time.Time // the write deadline currently set
+	dlExact  bool      // dlSet came from a context and must be replaced by the next write
 	cmu      sync.Mutex
 	closeErr error // set once, under cmu, before closed becomes true
 	closed   atomic.Bool
@@ -529,22 +531,33 @@ func (c *conn) writeFrame(ctx context.Context, size int, parts [][]byte) (int64,
 	if c.closed.Load() {
 		return 0, c.err()
 	}
-	deadline := time.Now().Add(c.t.cfg.IOTimeout)
+	// The write deadline is the I/O timeout, extended lazily (a timer update per frame is
+	// measurable on small messages), or the context's deadline when that is sooner. A context that
+	// can be cancelled gets a callback that cuts the write short.
+	now := time.Now()
+	deadline, exact := now.Add(c.t.cfg.IOTimeout), false
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
+		deadline, exact = dl, true
 	}
 	c.dlMu.Lock()
 	c.dlGen++
 	gen := c.dlGen
-	c.nc.SetWriteDeadline(deadline)
+	if exact || c.dlExact || c.dlSet.Sub(now) < c.t.cfg.IOTimeout/2 {
+		c.nc.SetWriteDeadline(deadline)
+		c.dlSet, c.dlExact = deadline, exact
+	}
 	c.dlMu.Unlock()
-	stop := context.AfterFunc(ctx, func() {
-		c.dlMu.Lock()
-		if c.dlGen == gen {
-			c.nc.SetWriteDeadline(longAgo)
-		}
-		c.dlMu.Unlock()
-	})
+	stop := func() bool { return true }
+	if ctx.Done() != nil {
+		stop = context.AfterFunc(ctx, func() {
+			c.dlMu.Lock()
+			if c.dlGen == gen {
+				c.nc.SetWriteDeadline(longAgo)
+				c.dlSet, c.dlExact = longAgo, true
+			}
+			c.dlMu.Unlock()
+		})
+	}
 	n, err := bufs.WriteTo(c.nc)
 	stop()
 	c.dlMu.Lock()
