@@ -1,0 +1,297 @@
+// Command rendezvous_two_proc moves a payload by rendezvous between two OS processes over TCP and
+// proves it arrived intact.
+//
+// The owner stages random bytes and publishes its PeerInfo, the handle and the payload's SHA-256
+// in owner.json; the consumer publishes its PeerInfo in consumer.json. Each registers the other
+// from those files, the consumer fetches the payload, checks the SHA-256 and reports back over the
+// messenger, and both print their velo_rendezvous_rdma_path_total lines.
+//
+//	go run ./examples/rendezvous_two_proc                    # starts both roles as children
+//	go run ./examples/rendezvous_two_proc --role owner --dir /shared/rv --listen 0.0.0.0:0 --advertise nodeA:0
+//	go run ./examples/rendezvous_two_proc --role consumer --dir /shared/rv
+//
+// With no --role it starts an owner and a consumer as child processes in a fresh directory and
+// exits non-zero unless both succeed.
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/velo-go/velo/velo"
+	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/transport/tcp"
+)
+
+type ownerFile struct {
+	Peer   velo.PeerInfo `json:"peer"`
+	Handle velo.Handle   `json:"handle"`
+	Size   int           `json:"size"`
+	SHA256 string        `json:"sha256"`
+}
+
+type consumerFile struct {
+	Peer velo.PeerInfo `json:"peer"`
+}
+
+func main() {
+	role := flag.String("role", "", "owner or consumer; empty starts both as child processes")
+	dir := flag.String("dir", "", "directory both processes read and write (default: a new temporary one)")
+	size := flag.Int("size", 8<<20, "payload size in bytes")
+	listen := flag.String("listen", "127.0.0.1:0", "TCP listen address")
+	advertise := flag.String("advertise", "", "host:port peers dial (default: the listen address; a port of 0 means the bound port)")
+	timeout := flag.Duration("timeout", 2*time.Minute, "give up after this long")
+	flag.Parse()
+
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	var err error
+	switch *role {
+	case "":
+		err = runBoth(*dir, *size, *timeout)
+	case "owner", "consumer":
+		if *dir == "" {
+			err = errors.New("--dir is required with --role")
+			break
+		}
+		var v *velo.Velo
+		if v, err = start(ctx, *listen, *advertise); err == nil {
+			if *role == "owner" {
+				err = runOwner(ctx, v, *dir, *size)
+			} else {
+				err = runConsumer(ctx, v, *dir)
+			}
+			v.Close()
+		}
+	default:
+		err = fmt.Errorf("--role %q: use owner or consumer", *role)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", roleName(*role), err)
+		os.Exit(1)
+	}
+}
+
+func roleName(r string) string {
+	if r == "" {
+		return "rendezvous_two_proc"
+	}
+	return r
+}
+
+func start(ctx context.Context, listen, advertise string) (*velo.Velo, error) {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, err
+	}
+	if host, port, err := net.SplitHostPort(advertise); err == nil && port == "0" {
+		advertise = net.JoinHostPort(host, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+	}
+	tr, err := tcp.New(tcp.Config{Listener: ln, Advertise: advertise})
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return velo.New(ctx, velo.WithTransport(tr), velo.WithLogger(log))
+}
+
+// writeJSON writes v to dir/name atomically, so the other side never reads half a file.
+func writeJSON(dir, name string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, "."+name+".tmp")
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, name))
+}
+
+// waitJSON polls for dir/name until ctx ends (the other process may start later, and on NFS a new
+// file can take a while to appear).
+func waitJSON(ctx context.Context, dir, name string, v any) error {
+	path := filepath.Join(dir, name)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		b, err := os.ReadFile(path)
+		if err == nil {
+			return json.Unmarshal(b, v)
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", path, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+func printPathLines(who string, v *velo.Velo) {
+	lines, err := metrics.Lines(v.Metrics(), metrics.RDMAPathTotal)
+	if err != nil {
+		fmt.Printf("%s: reading metrics: %v\n", who, err)
+		return
+	}
+	for _, l := range lines {
+		fmt.Printf("%s: %s\n", who, l)
+	}
+}
+
+func runOwner(ctx context.Context, v *velo.Velo, dir string, size int) error {
+	payload := make([]byte, size)
+	if _, err := rand.Read(payload); err != nil {
+		return err
+	}
+	sum := sha256.Sum256(payload)
+	done := make(chan error, 1)
+	if err := v.Handle("demo.verified", func(ctx context.Context, m *velo.Message) ([]byte, error) {
+		if string(m.Payload) != hex.EncodeToString(sum[:]) {
+			err := fmt.Errorf("consumer reports SHA-256 %s, owner staged %x", m.Payload, sum)
+			done <- err
+			return nil, err
+		}
+		done <- nil
+		return []byte("ok"), nil
+	}); err != nil {
+		return err
+	}
+	h, err := v.RegisterData(ctx, payload)
+	if err != nil {
+		return err
+	}
+	if err := writeJSON(dir, "owner.json", ownerFile{Peer: v.PeerInfo(), Handle: h, Size: size, SHA256: hex.EncodeToString(sum[:])}); err != nil {
+		return err
+	}
+	fmt.Printf("owner: staged %d bytes, SHA-256 %x; waiting for the consumer\n", size, sum)
+	var c consumerFile
+	if err := waitJSON(ctx, dir, "consumer.json", &c); err != nil {
+		return err
+	}
+	if err := v.RegisterPeer(ctx, c.Peer); err != nil {
+		return err
+	}
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("the consumer never reported: %w", ctx.Err())
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Printf("owner: consumer verified SHA-256 %x\n", sum)
+	printPathLines("owner", v)
+	return nil
+}
+
+func runConsumer(ctx context.Context, v *velo.Velo, dir string) error {
+	if err := writeJSON(dir, "consumer.json", consumerFile{Peer: v.PeerInfo()}); err != nil {
+		return err
+	}
+	var o ownerFile
+	if err := waitJSON(ctx, dir, "owner.json", &o); err != nil {
+		return err
+	}
+	if err := v.RegisterPeer(ctx, o.Peer); err != nil {
+		return err
+	}
+	start := time.Now()
+	l, err := v.Get(ctx, o.Handle)
+	if err != nil {
+		return err
+	}
+	took := time.Since(start)
+	sum := sha256.Sum256(l.Bytes())
+	got := hex.EncodeToString(sum[:])
+	if err := l.Release(ctx); err != nil {
+		return err
+	}
+	if got != o.SHA256 {
+		return fmt.Errorf("SHA-256 mismatch: got %s, owner staged %s", got, o.SHA256)
+	}
+	fmt.Printf("consumer: fetched %d bytes in %v on path %s/%s; SHA-256 %s verified\n", len(l.Bytes()), took.Round(time.Microsecond), l.Path, l.Reason, got)
+	if _, err := v.Request(ctx, o.Peer.ID, "demo.verified", []byte(got)); err != nil {
+		return fmt.Errorf("reporting to the owner: %w", err)
+	}
+	printPathLines("consumer", v)
+	return nil
+}
+
+// runBoth starts the owner and the consumer as child processes of this binary and relays their
+// output line by line.
+func runBoth(dir string, size int, timeout time.Duration) error {
+	if dir == "" {
+		d, err := os.MkdirTemp("", "velo-rv-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	errs := map[string]error{}
+	for _, role := range []string{"owner", "consumer"} {
+		cmd := exec.Command(self, "--role", role, "--dir", dir, "--size", strconv.Itoa(size), "--timeout", timeout.String())
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return err
+		}
+		cmd.Stderr = cmd.Stdout
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			relay(out)
+			err := cmd.Wait()
+			mu.Lock()
+			errs[role] = err
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	for _, role := range []string{"owner", "consumer"} {
+		if errs[role] != nil {
+			return fmt.Errorf("%s process failed: %v", role, errs[role])
+		}
+	}
+	fmt.Println("rendezvous_two_proc: both processes succeeded")
+	return nil
+}
+
+var stdoutMu sync.Mutex
+
+func relay(r io.Reader) {
+	s := bufio.NewScanner(r)
+	for s.Scan() {
+		stdoutMu.Lock()
+		fmt.Println(s.Text())
+		stdoutMu.Unlock()
+	}
+}
