@@ -1,12 +1,16 @@
 # Static UCX from source (third_party/ucx) and the Go link that uses it (-tags ucx_static).
 #
 #   make ucx-static       build UCX into third_party/ucx/build (cached by a stamp; see third_party/ucx/README.md)
-#   make test-static      recipe refusals + a static cgo binary: ucp_init over tcp, ldd, constructors
+#   make test-static      recipe refusals; a static cgo binary (ucp_init over tcp, ldd, constructors,
+#                         logging); the ucx module's tests linked against the static UCX
 #   make test-ctor-order  the mlx5 memory domains are tried before the verbs one, in the static link
 #
-# Variables the recipe reads (from the environment or the make command line): UCX_TARBALL, UCX_DIR,
-# UCX_EXTRA_CONFIGURE, VELO_UCX_IGNORE_MISSING_HEADERS, CC, CC_<target>, GOARCH, CFLAGS, CPATH, ...
+# The recipe reads its variables from the environment or the make command line: UCX_TARBALL,
+# UCX_DIR, UCX_EXTRA_CONFIGURE, VELO_UCX_IGNORE_MISSING_HEADERS, CC, CC_<target>, GOARCH, CFLAGS,
+# CPATH, C_INCLUDE_PATH, ...
 UCX_STATIC_RECIPE := third_party/ucx/ucx-static.sh
+# Which of the ucx module's tests test-static runs against the static UCX (a go test -run pattern).
+UCX_STATIC_UCX_TESTS ?= .
 
 .PHONY: ucx-static test-static test-ctor-order
 TEST_TARGETS += test-static
@@ -16,6 +20,7 @@ ucx-static: deps
 
 test-static: ucx-static
 	cd test && $(GOTEST) -tags ucx_static ./ucxstatic/...
+	cd ucx && $(GOTEST) -tags ucx_static -run '$(UCX_STATIC_UCX_TESTS)' ./...
 
 test-ctor-order: ucx-static
 	cd test && $(GOTEST) -tags ucx_static -run 'TestCtorOrder' -v ./ucxstatic/

@@ -368,30 +368,24 @@ func TestUCXDirChecksTheInstall(t *testing.T) {
 		r := runRecipe(t, []string{"UCX_DIR=/nonexistent/ucx"}, "check")
 		wantRefusal(t, r, "UCX_DIR=/nonexistent/ucx does not exist")
 	})
-	t.Run("static only", func(t *testing.T) {
-		t.Parallel()
-		dir := ucxPrefix(t, 1, 13, "lib/libucp.a")
-		r := runRecipe(t, []string{"UCX_DIR=" + dir}, "check")
-		wantRefusal(t, r, "no shared libucp.so", "make ucx-static")
-	})
-	t.Run("no libucp at all", func(t *testing.T) {
-		t.Parallel()
-		dir := ucxPrefix(t, 1, 13)
-		r := runRecipe(t, []string{"UCX_DIR=" + dir}, "check")
-		wantRefusal(t, r, "no shared libucp.so in lib/, lib64/")
-	})
-	t.Run("too old", func(t *testing.T) {
-		t.Parallel()
-		dir := ucxPrefix(t, 1, 12, "lib/libucp.so", "lib/ucx/libuct_ib.so.0")
-		r := runRecipe(t, []string{"UCX_DIR=" + dir}, "check")
-		wantRefusal(t, r, "holds UCX 1.12", "needs UCX 1.13 or later")
-	})
-	t.Run("no IB plugin", func(t *testing.T) {
-		t.Parallel()
-		dir := ucxPrefix(t, 1, 14, "lib64/libucp.so")
-		r := runRecipe(t, []string{"UCX_DIR=" + dir}, "check")
-		wantRefusal(t, r, "no InfiniBand plugin", "TCP only")
-	})
+	refusals := []struct {
+		name         string
+		major, minor int
+		files        []string
+		want         []string
+	}{
+		{"static only", 1, 13, []string{"lib/libucp.a"}, []string{"no shared libucp.so", "make ucx-static"}},
+		{"no libucp at all", 1, 13, nil, []string{"no shared libucp.so in lib/, lib64/"}},
+		{"too old", 1, 12, []string{"lib/libucp.so", "lib/ucx/libuct_ib.so.0"}, []string{"holds UCX 1.12", "needs UCX 1.13 or later"}},
+		{"no IB plugin", 1, 14, []string{"lib64/libucp.so"}, []string{"no InfiniBand plugin", "TCP only"}},
+	}
+	for _, tc := range refusals {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := ucxPrefix(t, tc.major, tc.minor, tc.files...)
+			wantRefusal(t, runRecipe(t, []string{"UCX_DIR=" + dir}, "check"), tc.want...)
+		})
+	}
 	t.Run("fixture accepted, version said", func(t *testing.T) {
 		t.Parallel()
 		dir := ucxPrefix(t, 1, 17, "lib/libucp.so", "lib/ucx/libuct_ib.so.0", "lib/pkgconfig/ucx.pc")

@@ -4,7 +4,7 @@ package ucxstatic
 
 // The link: one archive that holds a single relocatable object made of every UCX library (see
 // third_party/ucx/README.md, "Linking"), then the only shared libraries UCX may pull in.
-//
+
 // #cgo CFLAGS: -I${SRCDIR}/../../third_party/ucx/build/include
 // #cgo LDFLAGS: ${SRCDIR}/../../third_party/ucx/build/lib/libvelo_ucx.a -libverbs -lmlx5 -lrdmacm -lpthread -ldl -lrt -lm
 // #include <stdint.h>

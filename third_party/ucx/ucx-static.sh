@@ -451,14 +451,27 @@ stamp_key() {
 
 # --- build -------------------------------------------------------------------------------------
 
+# Each long step runs in its own session, so that a stopped build (Ctrl-C, a test deadline, make
+# being killed) takes the whole step down with it instead of leaving configure or make running.
+current_step=""
+stop_step() {
+	[ -z "$current_step" ] || kill -TERM -- "-$current_step" 2>/dev/null || true
+	exit 143
+}
+trap stop_step TERM INT HUP
+
 run_logged() { # name, then the command; stops with the log's tail on failure
 	local name=$1
 	shift
 	local log="$work_dir/logs/$name.log"
-	if ! "$@" >"$log" 2>&1; then
+	setsid "$@" >"$log" 2>&1 </dev/null &
+	current_step=$!
+	if ! wait "$current_step"; then
+		current_step=""
 		tail -25 "$log" >&2
 		die "$name failed; the full log is $log."
 	fi
+	current_step=""
 }
 
 # After configure, confirm from config.h that the RDMA pieces really made it in. This catches
@@ -500,7 +513,6 @@ build() {
 	local jobs d
 	jobs=$(nproc 2>/dev/null || echo 2)
 	note "make -j$jobs in ${ucx_src_dirs[*]}"
-	: >"$work_dir/logs/make.log"
 	for d in "${ucx_src_dirs[@]}"; do
 		run_logged "make-${d##*/}" make -C "$work_dir/obj/$d" -j"$jobs"
 	done
@@ -524,9 +536,12 @@ build() {
 	rm -f "$build_dir/lib/libvelo_ucx.a"
 	run_logged archive "$ar" rcs "$build_dir/lib/libvelo_ucx.a" "$work_dir/velo_ucx.o"
 	rm -f "$work_dir/velo_ucx.o"
-	local sym
-	for sym in ucp_init uct_ib_init uct_ib_md_ops_devx_entry uct_rdmacm_init uct_cma_init uct_tcp_init; do
-		"$nm" "$build_dir/lib/libvelo_ucx.a" 2>/dev/null | grep -q " [TtDd] $sym\$" ||
+	# ucp_init is an inline wrapper of ucp_init_version. The symbol list is read once: grep -q
+	# on a pipe would stop nm early, and pipefail would report that as a failure.
+	local sym syms
+	syms=$("$nm" "$build_dir/lib/libvelo_ucx.a" 2>/dev/null) || die "$nm could not read libvelo_ucx.a."
+	for sym in ucp_init_version uct_ib_init uct_ib_md_ops_devx_entry uct_rdmacm_init uct_cma_init uct_tcp_init; do
+		grep -q " [TtDd] $sym\$" <<<"$syms" ||
 			die "libvelo_ucx.a lacks $sym; the partial link or the configure result is wrong (logs in $work_dir/logs)."
 	done
 
