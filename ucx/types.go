@@ -311,3 +311,41 @@ type TransportCaps struct {
 // HasGet reports whether the transport reads remote memory itself. Without it, UCP
 // emulates GET in software through the target's worker.
 func (c TransportCaps) HasGet() bool { return c.GetShort || c.GetBcopy || c.GetZcopy }
+
+// ConnectOptions configure Engine.Connect.
+type ConnectOptions struct {
+	// ErrorMode defaults to ErrorModePeer (error handler, keepalive).
+	ErrorMode ErrorMode
+	// OnError is called once, on the engine's delivery goroutine, when UCX reports the
+	// endpoint failed (the peer died, keepalive expired, the connection was reset). The
+	// engine then force-closes the endpoint; later operations fail with
+	// ErrEndpointFailed.
+	OnError func(err error)
+}
+
+// SendOptions configure Conn.SendAMAsync.
+type SendOptions struct {
+	// Reply sets AMReply, so the receiver's AMMessage.Sender identifies this endpoint.
+	Reply bool
+	// Copy copies header and payload into C memory before the call returns, so the
+	// caller's buffers are free at once (and a cancelled Wait leaves nothing behind).
+	// Without it the buffers are pinned and owned by the operation until Done.
+	Copy bool
+}
+
+// EventKind says what an Event reports.
+type EventKind int
+
+const (
+	// EventAM: an active message arrived (Event.AM).
+	EventAM EventKind = iota + 1
+	// EventEndpointError: an endpoint's error handler ran (Event.Endpoint, Event.Err).
+	// The endpoint's requests fail and it can only be closed.
+	EventEndpointError
+	// EventCompleted: a request completed (Event.Request, Event.Err).
+	EventCompleted
+)
+
+// ReservedAMIDs: active-message ids from here up belong to the engine (the guarded GET);
+// user handlers take ids below it.
+const ReservedAMIDs = 0xFF00

@@ -126,19 +126,6 @@ func (w *Worker) RemoveAMHandler(id uint16) error {
 	return statusErr("ucp_worker_set_am_recv_handler", Status(capi.UcpWorkerSetAmRecvHandler(w.ring, id, false)))
 }
 
-// EventKind says what an Event reports.
-type EventKind int
-
-const (
-	// EventAM: an active message arrived (Event.AM).
-	EventAM EventKind = iota + 1
-	// EventEndpointError: an endpoint's error handler ran (Event.Endpoint, Event.Err).
-	// The endpoint's requests fail and it can only be closed.
-	EventEndpointError
-	// EventCompleted: a request completed (Event.Request, Event.Err).
-	EventCompleted
-)
-
 // Event is one record from the worker's event ring.
 type Event struct {
 	Kind     EventKind
@@ -291,7 +278,7 @@ func (w *Worker) Close() error {
 	}
 	w.closed = true
 	capi.UcpWorkerDestroy(w.w)
-	capi.RingFree(w.ring)
+	w.freeRing()
 	return nil
 }
 
@@ -394,4 +381,63 @@ func bufPtr(b []byte) unsafe.Pointer {
 		return nil
 	}
 	return unsafe.Pointer(&b[0])
+}
+
+// enableGuard makes the worker answer guarded GET requests (see capi.c).
+func (w *Worker) enableGuard(reqID, repID uint16) error {
+	return statusErr("guarded GET handler", Status(capi.GuardEnable(w.ring, reqID, repID)))
+}
+
+func (w *Worker) guardAdd(token, base, length uint64) (uint32, error) {
+	slot, s := capi.GuardAdd(w.ring, token, base, length)
+	return slot, statusErr("guard table", Status(s))
+}
+
+func (w *Worker) guardRevoke(slot uint32)          { capi.GuardRevoke(w.ring, slot) }
+func (w *Worker) guardInflight(slot uint32) uint32 { return capi.GuardInflight(w.ring, slot) }
+func (w *Worker) guardRelease(slot uint32)         { capi.GuardRelease(w.ring, slot) }
+
+// destroyAndDrain destroys the worker, collects the completions its destruction reported
+// and returns every request that was still tracked, marked done (with UCS_ERR_CANCELED
+// unless a completion said otherwise). Their request memory went with the worker, so they
+// are not freed. The ring stays allocated until freeRing.
+func (w *Worker) destroyAndDrain() []*Request {
+	if w.closed {
+		return nil
+	}
+	w.closed = true
+	capi.UcpWorkerDestroy(w.w)
+	status := map[uint64]capi.Status{}
+	for _, ev := range capi.RingEvents(w.ring, nil) {
+		if ev.Kind == capi.EventReqDone {
+			status[ev.User] = capi.Status(ev.Status)
+		}
+	}
+	capi.RingReset(w.ring)
+	out := make([]*Request, 0, len(w.reqs))
+	for id, r := range w.reqs {
+		delete(w.reqs, id)
+		r.done = true
+		r.r = capi.Request{}
+		if s, ok := status[id]; ok && s == capi.OK {
+			r.err = nil
+		} else if ok {
+			r.err = Status(s)
+		} else {
+			r.err = StatusCanceled
+		}
+		if r.release != nil {
+			r.release()
+			r.release = nil
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func (w *Worker) freeRing() {
+	if !w.ring.Nil() {
+		capi.RingFree(w.ring)
+		w.ring = capi.Ring{}
+	}
 }

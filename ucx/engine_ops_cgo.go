@@ -1,0 +1,932 @@
+//go:build cgo && linux
+
+package ucx
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/velo-go/velo/ucx/internal/capi"
+)
+
+// Conn is an endpoint owned by an engine. All methods are safe for concurrent use.
+type Conn struct {
+	e    *Engine
+	opts ConnectOptions
+	done chan struct{}
+
+	errMu sync.Mutex
+	err   error
+
+	// Progress-thread state.
+	ep        *Endpoint
+	id        uint64
+	rmaMode   RMAMode // resolved on first use; RMAAuto until then
+	gets      map[uint64]*engineOp
+	closing   bool
+	waiters   []chan error
+	closedErr error
+	isClosed  bool
+}
+
+// Connect creates an endpoint to the engine (or worker) whose address is addr. It returns
+// once the endpoint exists; wireup finishes in the background and the first operation
+// waits for it. A peer that cannot be reached surfaces as the first operation's error and
+// through OnError.
+func (e *Engine) Connect(ctx context.Context, addr []byte, opts ConnectOptions) (*Conn, error) {
+	c := &Conn{e: e, opts: opts, done: make(chan struct{}), gets: map[uint64]*engineOp{}}
+	res := make(chan error, 1)
+	addr = append([]byte(nil), addr...)
+	if err := e.submit(func() {
+		ep, err := e.w.Connect(addr, EndpointOptions{ErrorMode: opts.ErrorMode})
+		if err != nil {
+			res <- err
+			return
+		}
+		c.ep, c.id = ep, ep.ID()
+		e.conns[c.id] = c
+		res <- nil
+	}); err != nil {
+		return nil, err
+	}
+	select {
+	case err := <-res:
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	case <-ctx.Done():
+		// The endpoint may exist by now; close it once it does.
+		go func() {
+			if err := <-res; err == nil {
+				_ = c.Close(context.Background(), CloseForce)
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}
+
+// Done is closed when the endpoint failed or was closed.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err is why the endpoint is no longer usable (nil while it is).
+func (c *Conn) Err() error {
+	c.errMu.Lock()
+	defer c.errMu.Unlock()
+	return c.err
+}
+
+func (c *Conn) setErr(err error) bool {
+	c.errMu.Lock()
+	defer c.errMu.Unlock()
+	if c.err != nil {
+		return false
+	}
+	c.err = err
+	close(c.done)
+	return true
+}
+
+// usable is checked on the progress thread before an operation starts.
+func (c *Conn) usable() error {
+	if c.isClosed || c.closing {
+		if err := c.Err(); err != nil && !errors.Is(err, ErrClosed) {
+			return fmt.Errorf("%w: %w", ErrEndpointFailed, err)
+		}
+		return fmt.Errorf("ucx: connection closed: %w", ErrClosed)
+	}
+	return nil
+}
+
+// fail handles the endpoint's error event.
+func (c *Conn) fail(e *Engine, err error) {
+	if c.setErr(err) && c.opts.OnError != nil {
+		cb := c.opts.OnError
+		e.deliver(func() { cb(err) })
+	}
+	for _, op := range c.gets {
+		op.abandon(e, err)
+	}
+	c.startClose(e, CloseForce, nil)
+}
+
+func (c *Conn) startClose(e *Engine, mode CloseMode, waiter chan error) {
+	if c.isClosed {
+		if waiter != nil {
+			waiter <- c.closedErr
+		}
+		return
+	}
+	if waiter != nil {
+		c.waiters = append(c.waiters, waiter)
+	}
+	if c.closing {
+		return
+	}
+	c.closing = true
+	for _, op := range c.gets {
+		op.abandon(e, fmt.Errorf("ucx: connection closing: %w", ErrClosed))
+	}
+	if c.ep.Err() != nil {
+		mode = CloseForce
+	}
+	op := &engineOp{kind: opClose, op: newOp(), conn: c}
+	req, err := c.ep.Close(mode)
+	if err != nil {
+		// The endpoint is released even when its close reports an error.
+		c.closed(e, err)
+	}
+	e.started(op, req, err)
+}
+
+// closed runs when the endpoint's close completed (or the worker was destroyed).
+func (c *Conn) closed(e *Engine, err error) {
+	if c.isClosed {
+		return
+	}
+	c.isClosed = true
+	if err != nil && (errors.Is(err, ErrPeerFailure) || errors.Is(err, StatusCanceled)) {
+		// Closing an endpoint to a dead peer reports the failure; the close still worked.
+		err = nil
+	}
+	c.closedErr = err
+	c.setErr(fmt.Errorf("ucx: connection closed: %w", ErrClosed))
+	delete(e.conns, c.id)
+	for _, w := range c.waiters {
+		w <- err
+	}
+	c.waiters = nil
+}
+
+// Close closes the endpoint. CloseFlush lets outstanding operations finish and tells the
+// peer; CloseForce cancels them. Close returns when UCX released the endpoint or when
+// ctx ends (the close then still completes in the background).
+func (c *Conn) Close(ctx context.Context, mode CloseMode) error {
+	res := make(chan error, 1)
+	if err := c.e.submit(func() { c.startClose(c.e, mode, res) }); err != nil {
+		// The engine is closing and closes this endpoint itself.
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}
+	select {
+	case err := <-res:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Info returns ucp_ep_print_info for the endpoint (lanes, transports, thresholds).
+func (c *Conn) Info(ctx context.Context) (string, error) {
+	res := make(chan string, 1)
+	if err := c.e.submit(func() {
+		if c.usable() != nil {
+			res <- ""
+			return
+		}
+		res <- c.ep.Info()
+	}); err != nil {
+		return "", err
+	}
+	select {
+	case s := <-res:
+		return s, nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// RMAMode reports which GET path this connection uses (RMAGuarded or RMADirect), resolving
+// RMAAuto from the endpoint's lanes.
+func (c *Conn) RMAMode(ctx context.Context) (RMAMode, error) {
+	res := make(chan RMAMode, 1)
+	if err := c.e.submit(func() { res <- c.resolveRMA(c.e) }); err != nil {
+		return RMAAuto, err
+	}
+	select {
+	case m := <-res:
+		return m, nil
+	case <-ctx.Done():
+		return RMAAuto, ctx.Err()
+	}
+}
+
+func (c *Conn) resolveRMA(e *Engine) RMAMode {
+	if e.cfg.RMA != RMAAuto {
+		return e.cfg.RMA
+	}
+	if c.rmaMode == RMAAuto {
+		c.rmaMode = RMAGuarded
+		if c.usable() == nil && rmaLanesKeyed(c.ep.Info()) {
+			c.rmaMode = RMADirect
+		}
+	}
+	return c.rmaMode
+}
+
+// rmaLanesKeyed reads ucp_ep_print_info and reports whether the endpoint has RMA lanes
+// and every one of them is an InfiniBand RC/DC transport, whose NIC rejects a bad remote
+// key. A lane line looks like
+//
+//	lane[1]:  2:rc_mlx5/mlx5_0:1.0 md[1] -> md[1]/ib/sysdev[255] rma_bw#0 wireup
+//
+// and over tcp no lane carries an rma tag at all (UCX emulates RMA through the AM lane).
+// Anything unrecognised means "not keyed", which selects the guarded GET: safe, slower.
+func rmaLanesKeyed(info string) bool {
+	found := false
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimLeft(line, "# \t")
+		if !strings.HasPrefix(line, "lane[") {
+			continue
+		}
+		arrow := strings.Index(line, "->")
+		if arrow < 0 {
+			continue
+		}
+		rma := false
+		for _, tag := range strings.Fields(line[arrow+2:]) {
+			if strings.HasPrefix(tag, "rma") {
+				rma = true
+			}
+		}
+		if !rma {
+			continue
+		}
+		fields := strings.Fields(line[:arrow])
+		if len(fields) < 2 {
+			return false
+		}
+		tl := fields[1]
+		if i := strings.IndexByte(tl, ':'); i >= 0 {
+			tl = tl[i+1:]
+		}
+		if i := strings.IndexByte(tl, '/'); i >= 0 {
+			tl = tl[:i]
+		}
+		if !strings.HasPrefix(tl, "rc_") && !strings.HasPrefix(tl, "dc_") {
+			return false
+		}
+		found = true
+	}
+	return found
+}
+
+// ---------------------------------------------------------------- operations
+
+type opKind int
+
+const (
+	opSend opKind = iota
+	opGetGuarded
+	opGetDirect
+	opPut
+	opFlush
+	opRecvAM
+	opClose
+)
+
+var opNames = [...]string{"send_am", "get_guarded", "get_direct", "put", "flush", "recv_am", "close"}
+
+// engineOp is one operation on the progress thread. It may own several UCX requests (a
+// guarded GET owns its request message and the receive of the reply); it settles on the
+// first result and finishes — unpinning its buffers and completing its Op — only when
+// no UCX request of it is outstanding.
+type engineOp struct {
+	kind    opKind
+	op      *Op
+	conn    *Conn
+	pin     runtime.Pinner
+	cbuf    unsafe.Pointer // C bounce buffer (SendOptions.Copy)
+	live    []*Request     // UCX requests of this op still outstanding
+	counted bool           // counted in Engine.inflight
+	settled bool
+	result  error
+	n       int
+	stop    func() bool // stops the context watcher
+
+	// GET
+	dst     []byte
+	rk      *RemoteKey
+	getID   uint64
+	hdr     *[capi.GuardReqHdrLen]byte
+	waiting bool     // guarded: request sent, reply not yet seen
+	sendReq *Request // guarded: the request message, while UCX holds it
+	// received AM (rendezvous)
+	recvBuf []byte
+	amID    uint16
+	hdrLen  int
+	sender  uint64
+	handler AMHandler
+}
+
+// track counts op as in flight on the progress thread until it finishes.
+func (e *Engine) track(op *engineOp) {
+	if !op.counted {
+		op.counted = true
+		e.inflight++
+		e.metrics.inflight.Inc()
+	}
+}
+
+// started files the outcome of posting one UCX request for op.
+func (e *Engine) started(op *engineOp, req *Request, err error) {
+	e.track(op)
+	switch {
+	case err != nil:
+		op.settle(err)
+	case req == nil:
+		op.immediate(e)
+	default:
+		op.live = append(op.live, req)
+		req.UserData = op
+	}
+	op.tryFinish(e)
+}
+
+// immediate handles a request that completed inside the posting call.
+func (op *engineOp) immediate(e *Engine) {
+	switch op.kind {
+	case opGetGuarded:
+		// The request message went out; the reply is still to come.
+	case opGetDirect:
+		op.rk.Destroy()
+		op.n = len(op.dst)
+		op.settle(nil)
+	case opClose:
+		op.conn.closed(e, nil)
+		op.settle(nil)
+	case opRecvAM:
+		op.deliverRecv(e)
+		op.settle(nil)
+	default:
+		op.settle(nil)
+	}
+}
+
+// completed handles a request of op that completed through the event ring.
+func (op *engineOp) completed(e *Engine, req *Request) {
+	for i, r := range op.live {
+		if r == req {
+			op.live = append(op.live[:i], op.live[i+1:]...)
+			break
+		}
+	}
+	err := req.Err()
+	switch op.kind {
+	case opGetGuarded:
+		if req == op.sendReq {
+			op.sendReq = nil
+			if err != nil {
+				// The request message failed: no reply will come.
+				op.unwait(e)
+				op.settle(err)
+			}
+			break
+		}
+		// The receive of the reply's data.
+		if err == nil && req.Length() != len(op.dst) {
+			err = fmt.Errorf("ucx: guarded GET reply carried %d bytes, want %d: %w", req.Length(), len(op.dst), StatusMessageTruncated)
+		}
+		op.n = req.Length()
+		op.settle(err)
+	case opGetDirect:
+		op.rk.Destroy()
+		op.n = len(op.dst)
+		op.settle(err)
+	case opClose:
+		op.conn.closed(e, err)
+		op.settle(nil)
+	case opRecvAM:
+		if err == nil {
+			op.deliverRecv(e)
+		}
+		op.settle(err)
+	default:
+		op.settle(err)
+	}
+	op.tryFinish(e)
+}
+
+func (op *engineOp) settle(err error) {
+	if op.settled {
+		return
+	}
+	op.settled = true
+	op.result = err
+}
+
+// abandon ends op early (context cancelled, connection failed, engine closing). A
+// guarded GET still waiting for its reply settles at once: the reply, if it comes, is
+// dropped and never touches dst. Requests UCX holds are asked to cancel; the op finishes
+// when they complete.
+func (op *engineOp) abandon(e *Engine, err error) {
+	if op.settled {
+		return
+	}
+	if op.kind == opGetGuarded && op.waiting {
+		op.unwait(e)
+		op.settle(err)
+	}
+	for _, r := range op.live {
+		r.Cancel()
+	}
+	op.tryFinish(e)
+}
+
+func (op *engineOp) unwait(e *Engine) {
+	if op.waiting {
+		op.waiting = false
+		delete(e.gets, op.getID)
+		delete(op.conn.gets, op.getID)
+	}
+}
+
+func (op *engineOp) tryFinish(e *Engine) {
+	if !op.settled || len(op.live) > 0 || op.waiting || op.op == nil {
+		return
+	}
+	if op.counted {
+		op.counted = false
+		e.inflight--
+		e.metrics.inflight.Dec()
+	}
+	op.pin.Unpin()
+	if op.cbuf != nil {
+		capi.Free(op.cbuf)
+		op.cbuf = nil
+	}
+	if op.stop != nil {
+		op.stop()
+	}
+	result := "ok"
+	switch {
+	case errors.Is(op.result, context.Canceled) || errors.Is(op.result, context.DeadlineExceeded) || errors.Is(op.result, StatusCanceled):
+		result = "canceled"
+	case op.result != nil:
+		result = "error"
+	}
+	e.metrics.ops.WithLabelValues(opNames[op.kind], result).Inc()
+	o := op.op
+	op.op = nil
+	o.finish(op.result, op.n)
+}
+
+func (op *engineOp) deliverRecv(e *Engine) {
+	msg := AMMessage{ID: op.amID, Header: op.recvBuf[:op.hdrLen:op.hdrLen], Payload: op.recvBuf[op.hdrLen:], Sender: op.sender}
+	h := op.handler
+	e.metrics.amReceived.Inc()
+	e.deliver(func() { h(msg) })
+}
+
+// watch arranges for ctx's end to abandon op on the progress thread.
+func (e *Engine) watch(ctx context.Context, op *engineOp) {
+	if ctx.Done() == nil {
+		return
+	}
+	op.stop = context.AfterFunc(ctx, func() {
+		e.submitInternal(func() { op.abandon(e, ctx.Err()) })
+	})
+}
+
+// run submits an operation and returns its Op; a refused submission completes the Op
+// with the error at once.
+func (e *Engine) run(ctx context.Context, op *engineOp, start func()) *Op {
+	o := op.op
+	e.watch(ctx, op)
+	if err := e.submit(func() {
+		e.track(op)
+		if op.settled {
+			op.tryFinish(e) // cancelled before it started
+			return
+		}
+		start()
+	}); err != nil {
+		if op.stop != nil {
+			op.stop()
+		}
+		op.pin.Unpin()
+		if op.cbuf != nil {
+			capi.Free(op.cbuf)
+		}
+		return completedOp(err)
+	}
+	return o
+}
+
+// SendAM sends one active message and returns when UCX no longer needs header and
+// payload. The message goes out eagerly: header+payload above MaxEagerSize fail with
+// ErrMessageTooLarge. The payload is the concatenation of parts, sent without copying
+// them together.
+func (c *Conn) SendAM(ctx context.Context, id uint16, header []byte, parts ...[]byte) error {
+	o := c.SendAMAsync(ctx, id, header, parts, SendOptions{})
+	<-o.Done()
+	return o.Err()
+}
+
+// SendAMAsync starts SendAM and returns its Op. Unless opts.Copy, header and parts belong
+// to the operation until Done.
+func (c *Conn) SendAMAsync(ctx context.Context, id uint16, header []byte, parts [][]byte, opts SendOptions) *Op {
+	e := c.e
+	if id >= ReservedAMIDs {
+		return completedOp(fmt.Errorf("ucx: AM id %#x is reserved for the engine", id))
+	}
+	total := len(header)
+	for _, p := range parts {
+		total += len(p)
+	}
+	if total > e.cfg.MaxEagerSize {
+		return completedOp(fmt.Errorf("%w: %d bytes of header and payload exceed the eager limit of %d (EngineConfig.MaxEagerSize)", ErrMessageTooLarge, total, e.cfg.MaxEagerSize))
+	}
+	if len(header) > e.maxAMHeader {
+		return completedOp(fmt.Errorf("%w: AM header of %d bytes exceeds the worker's %d", ErrMessageTooLarge, len(header), e.maxAMHeader))
+	}
+	op := &engineOp{kind: opSend, op: newOp(), conn: c}
+	flags := AMEager
+	if opts.Reply {
+		flags |= AMReply
+	}
+	if opts.Copy && total > 0 {
+		op.cbuf = capi.Malloc(uintptr(total))
+		if op.cbuf == nil {
+			return completedOp(statusErr("send bounce buffer", StatusNoMemory))
+		}
+		buf := unsafe.Slice((*byte)(op.cbuf), total)
+		n := copy(buf, header)
+		for _, p := range parts {
+			n += copy(buf[n:], p)
+		}
+		header, parts = buf[:len(header):len(header)], [][]byte{buf[len(header):]}
+	} else {
+		if len(header) > 0 {
+			op.pin.Pin(&header[0])
+		}
+		for _, p := range parts {
+			if len(p) > 0 {
+				op.pin.Pin(&p[0])
+			}
+		}
+	}
+	return e.run(ctx, op, func() {
+		if err := c.usable(); err != nil {
+			op.settle(err)
+			op.tryFinish(e)
+			return
+		}
+		req, err := c.ep.SendAMParts(id, header, parts, flags)
+		e.started(op, req, err)
+	})
+}
+
+// Get reads len(dst) bytes at remoteAddr of the peer into dst, through the remote key a
+// peer's Registration.RemoteKey produced. It returns when the bytes are in dst or with an
+// error; if ctx ends first, Get still returns only once dst is no longer in UCX's hands.
+//
+// A key that fails validation, a range outside the registration, and (guarded path) a
+// registration the owner revoked all fail without reading any owner byte.
+func (c *Conn) Get(ctx context.Context, dst []byte, remoteAddr uint64, key []byte) error {
+	o := c.GetAsync(ctx, dst, remoteAddr, key)
+	<-o.Done()
+	return o.Err()
+}
+
+// GetAsync starts Get and returns its Op; dst belongs to the operation until Done.
+func (c *Conn) GetAsync(ctx context.Context, dst []byte, remoteAddr uint64, key []byte) *Op {
+	e := c.e
+	k, err := parseSealedKey(key, capi.MemoryTypeLimit)
+	if err != nil {
+		return completedOp(err)
+	}
+	if !k.Covers(remoteAddr, uint64(len(dst))) {
+		return completedOp(fmt.Errorf("%w: [%#x, +%d) is outside the key's region [%#x, +%d)", ErrOutOfRange, remoteAddr, len(dst), k.Base, k.Length))
+	}
+	key = append([]byte(nil), key...) // the op keeps the bytes; the caller may reuse its slice
+	k.UCXKey = key[sealedHeaderLen : len(key)-4]
+	op := &engineOp{kind: opGetGuarded, op: newOp(), conn: c, dst: dst}
+	if len(dst) > 0 {
+		op.pin.Pin(&dst[0])
+	}
+	return e.run(ctx, op, func() {
+		if err := c.usable(); err != nil {
+			op.settle(err)
+			op.tryFinish(e)
+			return
+		}
+		if c.resolveRMA(e) == RMADirect {
+			op.kind = opGetDirect
+			e.getDirect(op, k, remoteAddr)
+			return
+		}
+		e.getGuarded(op, k, remoteAddr)
+	})
+}
+
+func (e *Engine) getDirect(op *engineOp, k SealedKey, remoteAddr uint64) {
+	rk, err := op.conn.ep.UnpackRemoteKey(k.UCXKey)
+	if err != nil {
+		op.settle(err)
+		op.tryFinish(e)
+		return
+	}
+	op.rk = rk
+	req, err := op.conn.ep.Get(op.dst, remoteAddr, rk)
+	if err != nil {
+		rk.Destroy()
+	}
+	e.started(op, req, err)
+}
+
+func (e *Engine) getGuarded(op *engineOp, k SealedKey, remoteAddr uint64) {
+	e.nextGetID++
+	op.getID = e.nextGetID
+	op.hdr = new([capi.GuardReqHdrLen]byte)
+	h := op.hdr[:]
+	binary.LittleEndian.PutUint32(h[0:], capi.GuardMagic)
+	binary.LittleEndian.PutUint32(h[4:], k.Slot)
+	binary.LittleEndian.PutUint64(h[8:], k.Token)
+	binary.LittleEndian.PutUint64(h[16:], remoteAddr)
+	binary.LittleEndian.PutUint64(h[24:], uint64(len(op.dst)))
+	binary.LittleEndian.PutUint64(h[32:], op.getID)
+	op.pin.Pin(op.hdr)
+	op.waiting = true
+	e.gets[op.getID] = op
+	op.conn.gets[op.getID] = op
+	req, err := op.conn.ep.SendAM(guardReqID, h, nil, AMEager|AMReply)
+	if err != nil {
+		op.unwait(e)
+	}
+	op.sendReq = req
+	e.started(op, req, err)
+}
+
+// onGuardReply handles the owner's answer to a guarded GET.
+func (e *Engine) onGuardReply(am *AMEvent) {
+	if len(am.Header) != capi.GuardRepHdrLen || binary.LittleEndian.Uint32(am.Header[12:]) != capi.GuardMagic {
+		e.metrics.amDropped.WithLabelValues("bad_guard_reply").Inc()
+		return
+	}
+	id := binary.LittleEndian.Uint64(am.Header[0:])
+	status := Status(int32(binary.LittleEndian.Uint32(am.Header[8:])))
+	op := e.gets[id]
+	if op == nil {
+		return // abandoned: the reply's data is released unread
+	}
+	op.unwait(e)
+	switch {
+	case status == StatusRejected:
+		op.settle(fmt.Errorf("%w: %w", ErrRemoteKeyRevoked, status))
+	case status == StatusInvalidAddr:
+		op.settle(fmt.Errorf("%w (checked by the owner): %w", ErrOutOfRange, status))
+	case status != StatusOK:
+		op.settle(fmt.Errorf("ucx: guarded GET refused by the owner: %w", status))
+	case am.Length != len(op.dst):
+		op.settle(fmt.Errorf("ucx: guarded GET reply carried %d bytes, want %d: %w", am.Length, len(op.dst), StatusMessageTruncated))
+	case am.Rendezvous:
+		req, err := e.w.ReceiveAMData(am, op.dst)
+		switch {
+		case err != nil:
+			op.settle(err)
+		case req == nil:
+			op.n = len(op.dst)
+			op.settle(nil)
+		default:
+			e.started(op, req, nil)
+			return
+		}
+	default:
+		op.n = copy(op.dst, am.Data)
+		op.settle(nil)
+	}
+	op.tryFinish(e)
+}
+
+// Put writes src to remoteAddr of the peer and returns when src is free again; call
+// Flush to make it visible at the target. Put exists only on the direct path: over
+// transports where UCX emulates RMA in software the owner would write wherever the
+// request says, so there Put fails with StatusUnsupported (configure RMADirect to allow
+// it anyway).
+func (c *Conn) Put(ctx context.Context, src []byte, remoteAddr uint64, key []byte) error {
+	e := c.e
+	k, err := parseSealedKey(key, capi.MemoryTypeLimit)
+	if err != nil {
+		return err
+	}
+	if !k.Covers(remoteAddr, uint64(len(src))) {
+		return fmt.Errorf("%w: [%#x, +%d) is outside the key's region [%#x, +%d)", ErrOutOfRange, remoteAddr, len(src), k.Base, k.Length)
+	}
+	ucxKey := append([]byte(nil), k.UCXKey...)
+	op := &engineOp{kind: opPut, op: newOp(), conn: c}
+	if len(src) > 0 {
+		op.pin.Pin(&src[0])
+	}
+	o := e.run(ctx, op, func() {
+		if err := c.usable(); err != nil {
+			op.settle(err)
+			op.tryFinish(e)
+			return
+		}
+		if c.resolveRMA(e) != RMADirect {
+			op.settle(fmt.Errorf("ucx: Put over a transport without keyed RMA: %w (set EngineConfig.RMA to RMADirect to allow unguarded writes)", StatusUnsupported))
+			op.tryFinish(e)
+			return
+		}
+		rk, err := c.ep.UnpackRemoteKey(ucxKey)
+		if err != nil {
+			op.settle(err)
+			op.tryFinish(e)
+			return
+		}
+		req, err := c.ep.Put(src, remoteAddr, rk)
+		rk.Destroy() // UCX copies what it needs from the key when it posts the put
+		e.started(op, req, err)
+	})
+	<-o.Done()
+	return o.Err()
+}
+
+// Flush completes every RMA operation issued on the connection at origin and target.
+func (c *Conn) Flush(ctx context.Context) error {
+	e := c.e
+	op := &engineOp{kind: opFlush, op: newOp(), conn: c}
+	o := e.run(ctx, op, func() {
+		if err := c.usable(); err != nil {
+			op.settle(err)
+			op.tryFinish(e)
+			return
+		}
+		req, err := c.ep.Flush()
+		e.started(op, req, err)
+	})
+	<-o.Done()
+	return o.Err()
+}
+
+// ---------------------------------------------------------------- registrations
+
+// Registration is memory the engine mapped (ucp_mem_map) and serves to guarded GETs.
+// Each registration has its own remote key; Unregister kills it.
+type Registration struct {
+	e      *Engine
+	addr   uint64
+	length int
+	key    []byte
+	done   chan struct{}
+	pin    runtime.Pinner
+
+	// Progress-thread state.
+	memh    *MemHandle
+	slot    uint32
+	revoked bool
+	waiters []chan error
+	err     error
+}
+
+// Register maps mem for remote reads. mem must stay valid until Done: mmap'd memory
+// (AllocMemory) is the intended kind; Go memory is pinned for the registration's life.
+func (e *Engine) Register(ctx context.Context, mem []byte) (*Registration, error) {
+	if len(mem) == 0 {
+		return nil, fmt.Errorf("ucx: Register: %w: empty region", StatusInvalidParam)
+	}
+	var token [8]byte
+	if _, err := rand.Read(token[:]); err != nil {
+		return nil, fmt.Errorf("ucx: Register: token: %w", err)
+	}
+	r := &Registration{e: e, addr: uint64(uintptr(unsafe.Pointer(&mem[0]))), length: len(mem), done: make(chan struct{})}
+	r.pin.Pin(&mem[0])
+	res := make(chan error, 1)
+	if err := e.submit(func() {
+		memh, err := e.ctx.MapMemory(mem)
+		if err != nil {
+			res <- err
+			return
+		}
+		packed, err := memh.PackRemoteKey()
+		if err != nil {
+			memh.Unmap()
+			res <- err
+			return
+		}
+		slot, err := e.w.guardAdd(binary.LittleEndian.Uint64(token[:]), r.addr, uint64(r.length))
+		if err != nil {
+			memh.Unmap()
+			res <- err
+			return
+		}
+		r.memh, r.slot = memh, slot
+		r.key = AppendSealedKey(nil, SealedKey{Slot: slot, Token: binary.LittleEndian.Uint64(token[:]), Base: r.addr, Length: uint64(r.length), UCXKey: packed})
+		e.regs[r] = struct{}{}
+		res <- nil
+	}); err != nil {
+		r.pin.Unpin()
+		return nil, err
+	}
+	select {
+	case err := <-res:
+		if err != nil {
+			r.pin.Unpin()
+			return nil, err
+		}
+		return r, nil
+	case <-ctx.Done():
+		go func() {
+			if err := <-res; err == nil {
+				_ = r.Unregister(context.Background())
+			} else {
+				r.pin.Unpin()
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}
+
+// Addr is the registered region's address, the base a remote Get names.
+func (r *Registration) Addr() uint64 { return r.addr }
+
+// Len is the registered length.
+func (r *Registration) Len() int { return r.length }
+
+// RemoteKey is the sealed key a peer passes to Conn.Get. Every registration has its own.
+func (r *Registration) RemoteKey() []byte { return append([]byte(nil), r.key...) }
+
+// Done is closed once the registration is gone from UCX and no reply reads its memory:
+// from then on the memory may be freed.
+func (r *Registration) Done() <-chan struct{} { return r.done }
+
+// Unregister revokes the key at once (later guarded GETs with it fail without reading a
+// byte), waits for replies that are already reading the region, then unmaps it
+// (ucp_mem_unmap). If ctx ends first it returns ctx.Err() and the unmap still happens;
+// wait for Done before freeing the memory.
+func (r *Registration) Unregister(ctx context.Context) error {
+	res := make(chan error, 1)
+	if err := r.e.submit(func() { r.e.revoke(r, res) }); err != nil {
+		// The engine is closing; it unmaps every registration itself.
+		select {
+		case <-r.done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	select {
+	case err := <-res:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (e *Engine) revoke(r *Registration, waiter chan error) {
+	if waiter != nil {
+		select {
+		case <-r.done:
+			waiter <- r.err
+			return
+		default:
+		}
+		r.waiters = append(r.waiters, waiter)
+	}
+	if r.revoked {
+		return
+	}
+	r.revoked = true
+	delete(e.regs, r)
+	e.w.guardRevoke(r.slot)
+	e.unmapping = append(e.unmapping, r)
+	e.finishUnmaps()
+}
+
+// finishUnmaps unmaps revoked registrations whose replies have all completed.
+func (e *Engine) finishUnmaps() {
+	keep := e.unmapping[:0]
+	for _, r := range e.unmapping {
+		if e.w.guardInflight(r.slot) > 0 {
+			keep = append(keep, r)
+			continue
+		}
+		err := r.memh.Unmap()
+		e.w.guardRelease(r.slot)
+		r.finish(err)
+	}
+	clear(e.unmapping[len(keep):])
+	e.unmapping = keep
+}
+
+func (r *Registration) finish(err error) {
+	r.err = err
+	r.pin.Unpin()
+	close(r.done)
+	for _, w := range r.waiters {
+		w <- err
+	}
+	r.waiters = nil
+}

@@ -1,0 +1,80 @@
+package ucx
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// engineMetrics are the engine's collectors. They exist (and count) whether or not a
+// Registerer was configured, so the engine never checks for nil. Label values are closed
+// sets: op is one of opNames, result one of ok/error/canceled, reason one of
+// no_handler/too_large/bad_guard_reply, outcome served/refused.
+type engineMetrics struct {
+	reg          prometheus.Registerer
+	collectors   []prometheus.Collector
+	ops          *prometheus.CounterVec
+	opsRejected  prometheus.Counter
+	inflight     prometheus.Gauge
+	parks        prometheus.Counter
+	amReceived   prometheus.Counter
+	amDropped    *prometheus.CounterVec
+	guardReplies *prometheus.CounterVec
+}
+
+func newEngineMetrics(name string, reg prometheus.Registerer) (*engineMetrics, error) {
+	labels := prometheus.Labels{"engine": name}
+	m := &engineMetrics{
+		reg: reg,
+		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "ucx", Subsystem: "engine", Name: "operations_total", ConstLabels: labels,
+			Help: "Engine operations by kind and result.",
+		}, []string{"op", "result"}),
+		opsRejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "ucx", Subsystem: "engine", Name: "operations_rejected_total", ConstLabels: labels,
+			Help: "Operations submitted while the engine was closing; they never reached UCX.",
+		}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ucx", Subsystem: "engine", Name: "operations_in_flight", ConstLabels: labels,
+			Help: "Operations started and not finished.",
+		}),
+		parks: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "ucx", Subsystem: "engine", Name: "parks_total", ConstLabels: labels,
+			Help: "Times the progress thread slept on the worker event fd.",
+		}),
+		amReceived: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "ucx", Subsystem: "engine", Name: "am_received_total", ConstLabels: labels,
+			Help: "Active messages delivered to handlers.",
+		}),
+		amDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "ucx", Subsystem: "engine", Name: "am_dropped_total", ConstLabels: labels,
+			Help: "Active messages dropped, by reason.",
+		}, []string{"reason"}),
+		guardReplies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "ucx", Subsystem: "engine", Name: "guarded_get_requests_total", ConstLabels: labels,
+			Help: "Guarded GET requests this engine answered as owner, served or refused.",
+		}, []string{"outcome"}),
+	}
+	m.collectors = []prometheus.Collector{m.ops, m.opsRejected, m.inflight, m.parks, m.amReceived, m.amDropped, m.guardReplies}
+	if reg != nil {
+		for i, c := range m.collectors {
+			if err := reg.Register(c); err != nil {
+				for _, done := range m.collectors[:i] {
+					reg.Unregister(done)
+				}
+				return nil, fmt.Errorf("ucx: registering engine metrics (engine %q): %w (give each engine its own EngineConfig.Name)", name, err)
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *engineMetrics) unregister() {
+	if m.reg == nil {
+		return
+	}
+	for _, c := range m.collectors {
+		m.reg.Unregister(c)
+	}
+	m.reg = nil
+}
