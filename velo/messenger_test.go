@@ -53,9 +53,8 @@ func TestRemoteErrorsAreTyped(t *testing.T) {
 		return nil, errors.New("disk full")
 	})
 	b.Handle("panic", func(ctx context.Context, m *Message) ([]byte, error) {
-		var mm map[string]int
-		mm["x"] = 1 // a real bug: nil map write
-		return nil, nil
+		var table []int
+		return []byte{byte(table[len(m.Payload)])}, nil // a real bug: index out of range
 	})
 	b.Handle("ok", func(ctx context.Context, m *Message) ([]byte, error) { return []byte("fine"), nil })
 
@@ -68,7 +67,7 @@ func TestRemoteErrorsAreTyped(t *testing.T) {
 		t.Fatalf("handler error: %v", err)
 	}
 	_, err = a.Request(tctx(t), b.ID(), "panic", nil)
-	if !errors.Is(err, ErrHandlerPanic) || !strings.Contains(err.Error(), "nil map") {
+	if !errors.Is(err, ErrHandlerPanic) || !strings.Contains(err.Error(), "index out of range") {
 		t.Fatalf("handler panic: %v", err)
 	}
 	// The peer survived all of that.

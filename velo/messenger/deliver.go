@@ -170,6 +170,7 @@ func (g *Messenger) drain(from transport.InstanceID, in *inbox) {
 			in.running = false
 			in.queue = nil
 			in.mu.Unlock()
+			g.dropIdleInbox(from, in)
 			return
 		}
 		j := in.queue[0]
@@ -177,6 +178,18 @@ func (g *Messenger) drain(from transport.InstanceID, in *inbox) {
 		in.queue = in.queue[1:]
 		in.mu.Unlock()
 		g.runUser(j.idx, from, j.msg)
+	}
+}
+
+// dropIdleInbox forgets a peer's inbox once it is drained, so a process that talks to many
+// short-lived peers does not keep one per peer forever. Lock order is g.mu, then in.mu.
+func (g *Messenger) dropIdleInbox(from transport.InstanceID, in *inbox) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if !in.running && len(in.queue) == 0 && g.inboxes[from] == in {
+		delete(g.inboxes, from)
 	}
 }
 

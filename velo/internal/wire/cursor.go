@@ -67,17 +67,9 @@ func (r *reader) u64(field string) uint64 {
 	return binary.BigEndian.Uint64(b)
 }
 
-// bytes8/16/32 read a length of that width and then that many bytes.
+// bytes8/16 read a length of that width and then that many bytes.
 func (r *reader) bytes8(field string) []byte  { return r.take(int(r.u8(field+" length")), field) }
 func (r *reader) bytes16(field string) []byte { return r.take(int(r.u16(field+" length")), field) }
-func (r *reader) bytes32(field string) []byte {
-	n := r.u32(field + " length")
-	if uint64(n) > uint64(len(r.buf)) {
-		r.fail("%s length %d exceeds the %d-byte input", field, n, len(r.buf))
-		return nil
-	}
-	return r.take(int(n), field)
-}
 
 func (r *reader) rest() []byte {
 	if r.err != nil {
@@ -124,7 +116,4 @@ func (w *writer) bytes8(field string, v []byte) {
 }
 func (w *writer) bytes16(field string, v []byte) {
 	w.bytesN(field, v, 0xffff, func(n uint64) { w.u16(uint16(n)) })
-}
-func (w *writer) bytes32(field string, v []byte) {
-	w.bytesN(field, v, 0xffffffff, func(n uint64) { w.u32(uint32(n)) })
 }
