@@ -194,6 +194,3 @@ const (
 	MaskDCODPCaps       uint64 = 1 << 7
 	MaskNumLAGPorts     uint64 = 1 << 9
 )
-
-const requestedMask = MaskCQECompression | MaskSWParsing | MaskStridingRQ | MaskTunnelOffloads | MaskDynamicBFRegs |
-	MaskClockInfoUpdate | MaskFlowActionFlags | MaskDCODPCaps | MaskNumLAGPorts

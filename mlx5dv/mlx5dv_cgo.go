@@ -20,6 +20,10 @@ import (
 	"github.com/velo-go/velo/verbs"
 )
 
+// requestedMask is every optional part of struct mlx5dv_context that Caps carries.
+const requestedMask = MaskCQECompression | MaskSWParsing | MaskStridingRQ | MaskTunnelOffloads | MaskDynamicBFRegs |
+	MaskClockInfoUpdate | MaskFlowActionFlags | MaskDCODPCaps | MaskNumLAGPorts
+
 // withDevice finds name in ibv_get_device_list and runs fn while the list is valid. Its errors
 // say whether libibverbs has no devices at all, lacks this one, or lacks the mlx5 provider.
 func withDevice(op, name string, fn func(d *C.struct_ibv_device) error) error {

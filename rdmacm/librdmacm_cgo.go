@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/netip"
 	"os"
 	"syscall"
@@ -116,4 +117,13 @@ func ResolveLibrdmacm(ip netip.Addr) (Location, error) {
 		GIDIndex: -1,
 		Source:   SourceLibrdmacm,
 	}, nil
+}
+
+// netInterfaceIndex returns the index of the interface an IPv6 zone names.
+func netInterfaceIndex(zone string) (int, error) {
+	ifc, err := net.InterfaceByName(zone)
+	if err != nil {
+		return 0, err
+	}
+	return ifc.Index, nil
 }

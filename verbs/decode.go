@@ -17,17 +17,27 @@ func malformed(what, value string) error {
 	return fmt.Errorf("%w: %s %q", ErrMalformed, what, value)
 }
 
-// numberedName splits the "<number>: <name>" form used by state, phys_state and node_type.
-func numberedName(what, s string) (uint64, string, error) {
+// parseNumbered decodes the "<number>: <name>" form of state, phys_state and node_type. names
+// holds the kernel's name for each number ("" where it prints none); a known number must carry
+// its name, an unknown one may carry anything (the kernel prints a placeholder).
+func parseNumbered(what, s string, names []string) (uint8, error) {
 	num, name, ok := strings.Cut(s, ": ")
 	if !ok {
-		return 0, "", malformed(what, s)
+		return 0, malformed(what, s)
 	}
 	n, err := strconv.ParseUint(num, 10, 8)
-	if err != nil {
-		return 0, "", malformed(what, s)
+	if err != nil || (int(n) < len(names) && names[n] != "" && name != names[n]) {
+		return 0, malformed(what, s)
 	}
-	return n, name, nil
+	return uint8(n), nil
+}
+
+// numberedString names a value with the kernel's names, or as Type(n) when it has none.
+func numberedString(typ string, v uint8, names []string, first uint8) string {
+	if v >= first && int(v) < len(names) && names[v] != "" {
+		return names[v]
+	}
+	return fmt.Sprintf("%s(%d)", typ, v)
 }
 
 // PortState is a port's logical state. The values are those of the IBA and of enum ibv_port_state,
@@ -51,20 +61,14 @@ func (s PortState) String() string {
 	if int(s) < len(portStateNames) {
 		return "PORT_" + portStateNames[s]
 	}
-	return fmt.Sprintf("PORT_STATE(%d)", uint8(s))
+	return numberedString("PORT_STATE", uint8(s), nil, 0)
 }
 
 // ParsePortState decodes ports/<n>/state, printed as "%d: %s", e.g. "4: ACTIVE". The kernel prints
 // "UNKNOWN" as the name of a state it has no name for; the number is what counts then.
 func ParsePortState(s string) (PortState, error) {
-	n, name, err := numberedName("port state", s)
-	if err != nil {
-		return 0, err
-	}
-	if int(n) < len(portStateNames) && name != portStateNames[n] {
-		return 0, malformed("port state", s)
-	}
-	return PortState(n), nil
+	n, err := parseNumbered("port state", s, portStateNames[:])
+	return PortState(n), err
 }
 
 // PhysState is a port's physical state (IBA PortPhysicalState; same values as ibv_port_attr.phys_state).
@@ -85,22 +89,13 @@ var physStateNames = [...]string{"<unknown>", "Sleep", "Polling", "Disabled", "P
 
 // String returns the kernel's name, e.g. "LinkUp" or "Polling".
 func (s PhysState) String() string {
-	if s != 0 && int(s) < len(physStateNames) {
-		return physStateNames[s]
-	}
-	return fmt.Sprintf("PhysState(%d)", uint8(s))
+	return numberedString("PhysState", uint8(s), physStateNames[:], 1)
 }
 
 // ParsePhysState decodes ports/<n>/phys_state, printed as "%u: %s", e.g. "5: LinkUp".
 func ParsePhysState(s string) (PhysState, error) {
-	n, name, err := numberedName("physical port state", s)
-	if err != nil {
-		return 0, err
-	}
-	if n != 0 && int(n) < len(physStateNames) && name != physStateNames[n] {
-		return 0, malformed("physical port state", s)
-	}
-	return PhysState(n), nil
+	n, err := parseNumbered("physical port state", s, physStateNames[:])
+	return PhysState(n), err
 }
 
 // LinkLayer says what a port speaks. The values are those of IBV_LINK_LAYER_*.
@@ -413,22 +408,13 @@ var nodeTypeNames = [...]string{"", "CA", "switch", "router", "RNIC", "usNIC", "
 
 // String returns the kernel's name, e.g. "CA".
 func (t NodeType) String() string {
-	if t != 0 && int(t) < len(nodeTypeNames) {
-		return nodeTypeNames[t]
-	}
-	return fmt.Sprintf("NodeType(%d)", uint8(t))
+	return numberedString("NodeType", uint8(t), nodeTypeNames[:], 1)
 }
 
 // ParseNodeType decodes node_type, printed as "%u: %s", e.g. "1: CA".
 func ParseNodeType(s string) (NodeType, error) {
-	n, name, err := numberedName("node type", s)
-	if err != nil {
-		return 0, err
-	}
-	if n != 0 && int(n) < len(nodeTypeNames) && name != nodeTypeNames[n] {
-		return 0, malformed("node type", s)
-	}
-	return NodeType(n), nil
+	n, err := parseNumbered("node type", s, nodeTypeNames[:])
+	return NodeType(n), err
 }
 
 // parseHex16 decodes the "0x%x" values of lid and sm_lid.

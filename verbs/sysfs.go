@@ -247,15 +247,25 @@ func CheckPort(p Paths, spec string) (Port, error) {
 	return pt, nil
 }
 
-// deviceNames lists class/infiniband. A missing directory means no RDMA core is loaded: no devices.
-func deviceNames(p Paths) ([]string, error) {
-	dir := p.sys("class", "infiniband")
+// readDirIfAny lists a directory; one that does not exist lists as empty (a class directory
+// appears only once its driver is loaded).
+func readDirIfAny(dir string) ([]os.DirEntry, error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("verbs: reading %s: %w", dir, err)
+	}
+	return entries, nil
+}
+
+// deviceNames lists class/infiniband. A missing directory means no RDMA core is loaded: no devices.
+func deviceNames(p Paths) ([]string, error) {
+	dir := p.sys("class", "infiniband")
+	entries, err := readDirIfAny(dir)
+	if err != nil {
+		return nil, err
 	}
 	var names []string
 	for _, e := range entries {
@@ -395,9 +405,9 @@ func readDevice(p Paths, name string, nets []netdevInfo, uverbs map[string]Uverb
 	}
 
 	portsDir := filepath.Join(dir, "ports")
-	entries, err := os.ReadDir(portsDir)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return Device{}, fmt.Errorf("verbs: %w", err)
+	entries, err := readDirIfAny(portsDir)
+	if err != nil {
+		return Device{}, err
 	}
 	for _, e := range entries {
 		n, err := strconv.Atoi(e.Name())
@@ -495,12 +505,9 @@ func readPort(dir, device string, num int, parent string, nets []netdevInfo) (Po
 
 // tableLen counts the entries of a gids/ or pkeys/ directory. The kernel names them 0..len-1.
 func tableLen(dir string) (int, error) {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil
-	}
+	entries, err := readDirIfAny(dir)
 	if err != nil {
-		return 0, fmt.Errorf("verbs: %w", err)
+		return 0, err
 	}
 	n := 0
 	for _, e := range entries {
@@ -543,12 +550,9 @@ type netdevInfo struct {
 
 func readNetdevs(p Paths) ([]netdevInfo, error) {
 	dir := p.sys("class", "net")
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	entries, err := readDirIfAny(dir)
 	if err != nil {
-		return nil, fmt.Errorf("verbs: reading %s: %w", dir, err)
+		return nil, err
 	}
 	var out []netdevInfo
 	for _, e := range entries {
@@ -582,12 +586,9 @@ func NetdevPort(devs []Device, netdev string) (Port, bool) {
 
 func readUverbs(p Paths) (map[string]UverbsDevice, error) {
 	dir := p.sys("class", "infiniband_verbs")
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	entries, err := readDirIfAny(dir)
 	if err != nil {
-		return nil, fmt.Errorf("verbs: reading %s: %w", dir, err)
+		return nil, err
 	}
 	out := map[string]UverbsDevice{}
 	for _, e := range entries {

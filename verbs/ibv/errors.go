@@ -43,11 +43,6 @@ func (e *Error) Unwrap() []error {
 	return errs
 }
 
-// closedError is what every method of a nil or released object returns.
-func closedError(op, what string) error {
-	return &Error{Op: op, Kind: verbs.ErrClosed, Detail: "called on a nil or released " + what}
-}
-
 // memlockProbe reads the memlock state when ibv_reg_mr fails with ENOMEM; a variable so that the
 // mapping can be tested with any state (the real probe is tested in package verbs).
 var memlockProbe = verbs.ReadMemlock

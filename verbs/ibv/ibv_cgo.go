@@ -35,6 +35,11 @@ import (
 	"github.com/velo-go/velo/verbs"
 )
 
+// closedError is what every method of a nil or released object returns.
+func closedError(op, what string) error {
+	return &Error{Op: op, Kind: verbs.ErrClosed, Detail: "called on a nil or released " + what}
+}
+
 // be64 reads a __be64 that cgo handed over as a host integer: its bytes in memory are big-endian.
 func be64(v C.__be64) uint64 {
 	return binary.BigEndian.Uint64((*[8]byte)(unsafe.Pointer(&v))[:])
@@ -235,6 +240,17 @@ func checkPort(op, device string, port int) error {
 	return nil
 }
 
+// checkEntry validates the port and table index of a P_Key or GID query.
+func checkEntry(op, device string, port, index int) error {
+	if err := checkPort(op, device, port); err != nil {
+		return err
+	}
+	if index < 0 || index > 0xffff {
+		return &Error{Op: op, Device: device, Kind: verbs.ErrInvalid, Detail: fmt.Sprintf("index %d out of range", index)}
+	}
+	return nil
+}
+
 // QueryPort returns a port's attributes (ibv_query_port).
 func (c *Context) QueryPort(port int) (PortAttr, error) {
 	var out PortAttr
@@ -272,11 +288,8 @@ func (c *Context) QueryPort(port int) (PortAttr, error) {
 func (c *Context) QueryPKey(port, index int) (verbs.PKey, error) {
 	var out verbs.PKey
 	err := c.use("ibv_query_pkey", func(p *C.struct_ibv_context) error {
-		if err := checkPort("ibv_query_pkey", c.name, port); err != nil {
+		if err := checkEntry("ibv_query_pkey", c.name, port, index); err != nil {
 			return err
-		}
-		if index < 0 || index > 0xffff {
-			return &Error{Op: "ibv_query_pkey", Device: c.name, Kind: verbs.ErrInvalid, Detail: fmt.Sprintf("index %d out of range", index)}
 		}
 		var k C.__be16
 		if rc, err := C.ibv_query_pkey(p, C.uint8_t(port), C.int(index), &k); rc != 0 {
@@ -292,11 +305,8 @@ func (c *Context) QueryPKey(port, index int) (verbs.PKey, error) {
 func (c *Context) QueryGID(port, index int) (verbs.GID, error) {
 	var out verbs.GID
 	err := c.use("ibv_query_gid", func(p *C.struct_ibv_context) error {
-		if err := checkPort("ibv_query_gid", c.name, port); err != nil {
+		if err := checkEntry("ibv_query_gid", c.name, port, index); err != nil {
 			return err
-		}
-		if index < 0 || index > 0xffff {
-			return &Error{Op: "ibv_query_gid", Device: c.name, Kind: verbs.ErrInvalid, Detail: fmt.Sprintf("index %d out of range", index)}
 		}
 		var g C.union_ibv_gid
 		if rc, err := C.ibv_query_gid(p, C.uint8_t(port), C.int(index), &g); rc != 0 {
@@ -313,11 +323,8 @@ func (c *Context) QueryGID(port, index int) (verbs.GID, error) {
 func (c *Context) QueryGIDEx(port, index int) (GIDEntry, error) {
 	out := GIDEntry{Index: index}
 	err := c.use("ibv_query_gid_ex", func(p *C.struct_ibv_context) error {
-		if err := checkPort("ibv_query_gid_ex", c.name, port); err != nil {
+		if err := checkEntry("ibv_query_gid_ex", c.name, port, index); err != nil {
 			return err
-		}
-		if index < 0 || index > 0xffff {
-			return &Error{Op: "ibv_query_gid_ex", Device: c.name, Kind: verbs.ErrInvalid, Detail: fmt.Sprintf("index %d out of range", index)}
 		}
 		var e C.struct_ibv_gid_entry
 		rc, err := C.velo_ibv_query_gid_ex(p, C.uint32_t(port), C.uint32_t(index), &e)
