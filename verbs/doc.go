@@ -9,7 +9,7 @@
 // /sys/class/infiniband and /sys/class/infiniband_verbs. Reading it needs no libibverbs, no open
 // device and no privileges, so the probes work in a static CGO_ENABLED=0 binary and in containers
 // that lack the device nodes, and they run in tests against fixture trees. Operations that need a
-// device context (registering memory, allocating a PD) live in the cgo package [verbs/ibv], whose
+// device context (registering memory, allocating a PD) live in the cgo package github.com/velo-go/velo/verbs/ibv, whose
 // answers agree with these probes on real hardware.
 //
 // # Where the probes look
@@ -22,7 +22,7 @@
 //	class/infiniband/<dev>/ports/<n>/{state,phys_state,link_layer,rate,lid,sm_lid,lid_mask_count,sm_sl,cap_mask}
 //	class/infiniband/<dev>/ports/<n>/gids/<i>, gid_attrs/types/<i>, gid_attrs/ndevs/<i>, pkeys/<i>
 //	class/infiniband_verbs/uverbs<k>/{ibdev,abi_version,dev}
-//	class/net/<if>/{device,dev_port,type}    -> which netdev (IPoIB or Ethernet) sits on which port
+//	class/net/<if>/{device,dev_port}         -> which netdev (IPoIB or Ethernet) sits on which port
 //
 // and under the device root infiniband/uverbs<k>. The fixture trees in testdata/ follow the same
 // layout; testdata/README.md says where each file's format comes from.
@@ -41,6 +41,6 @@
 // the process holds CAP_IPC_LOCK in the initial user namespace. [ReadMemlock] reports both,
 // [CheckMemlock] says whether a registration of a given size fits and, when it does not, names the
 // limit, the need and the fix, and [RaiseMemlock] lifts the soft limit to the hard one. The package
-// verbstest runs a child process without CAP_IPC_LOCK and under a chosen limit, so that tests can
+// github.com/velo-go/velo/verbs/verbstest runs a child process without CAP_IPC_LOCK and under a chosen limit, so that tests can
 // exercise the failure for real.
 package verbs
