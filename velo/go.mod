@@ -5,6 +5,8 @@ go 1.26.0
 require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
+	github.com/velo-go/velo/verbs v0.0.0-00010101000000-000000000000
+	golang.org/x/sys v0.50.0
 )
 
 require (
@@ -13,6 +15,5 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
