@@ -15,6 +15,7 @@ import (
 	"github.com/velo-go/velo/velo/messenger"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/rendezvous"
+	"github.com/velo-go/velo/velo/rendezvous/rdma"
 	"github.com/velo-go/velo/velo/transport"
 	"github.com/velo-go/velo/velo/transport/tcp"
 )
@@ -53,6 +54,10 @@ type options struct {
 	stageTTL   time.Duration
 	window     int
 	grace      time.Duration
+
+	rmaTransport transport.Transport // WithUCXTransport: the transport the RDMA registry reads with
+	rdma         RDMAConfig
+	metricsReg   prometheus.Registerer
 }
 
 // Option configures New.
@@ -161,6 +166,7 @@ type Velo struct {
 	transports  []transport.Transport
 	msgr        *messenger.Messenger
 	rv          *rendezvous.Rendezvous
+	rdma        *rdma.Registry // nil unless WithUCXTransport
 	grace       time.Duration
 
 	closeOnce sync.Once
@@ -211,9 +217,17 @@ func New(ctx context.Context, opts ...Option) (*Velo, error) {
 		}
 		o.transports = []transport.Transport{t}
 	}
+	o.metricsReg = reg
+	if v.rdma, err = v.newRegistry(&o); err != nil {
+		return nil, err
+	}
 	v.msgr = messenger.New(messenger.Config{Metrics: m, Logger: v.log, StageThreshold: o.threshold})
-	v.rv = rendezvous.New(rendezvous.Config{Self: v.id, Messenger: v.msgr, Metrics: m, Logger: v.log,
-		ChunkSize: o.chunk, LeaseTTL: o.leaseTTL, StageTTL: o.stageTTL, PullWindow: o.window})
+	rc := rendezvous.Config{Self: v.id, Messenger: v.msgr, Metrics: m, Logger: v.log,
+		ChunkSize: o.chunk, LeaseTTL: o.leaseTTL, StageTTL: o.stageTTL, PullWindow: o.window}
+	if v.rdma != nil {
+		rc.Server, rc.Client, rc.Pool = v.rdma, v.rdma, v.rdma
+	}
+	v.rv = rendezvous.New(rc)
 	v.msgr.SetStager(v.rv.Stager())
 	names := map[string]bool{}
 	for _, t := range o.transports {
@@ -236,6 +250,9 @@ func New(ctx context.Context, opts ...Option) (*Velo, error) {
 func (v *Velo) abort() {
 	v.rv.Close()
 	v.msgr.Close(context.Background())
+	if v.rdma != nil {
+		v.rdma.Close()
+	}
 	for _, t := range v.transports {
 		t.Close()
 	}
@@ -355,6 +372,11 @@ func (v *Velo) Close() error {
 		defer cancel()
 		err := v.msgr.Close(ctx)
 		v.rv.Close()
+		if v.rdma != nil {
+			// After every lease ended (their registrations are revoked) and before the RMA
+			// transport closes under the arenas.
+			v.rdma.Close()
+		}
 		for _, t := range v.transports {
 			if terr := t.Close(); terr != nil && err == nil {
 				err = fmt.Errorf("velo: closing transport %q: %w", t.Name(), terr)

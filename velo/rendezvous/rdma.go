@@ -39,3 +39,15 @@ type RDMAClient interface {
 	// returns only once nothing writes dst any more.
 	Get(ctx context.Context, owner transport.InstanceID, descriptor []byte, dst []byte) error
 }
+
+// PinnedPool hands out pinned memory to stage payloads in; the RDMA registry implements it. The
+// owner stages a copy there (RegisterDataPinned, and transparent staging of large messages) so
+// that RDMAServer.Serve can register exactly the slot for one lease.
+type PinnedPool interface {
+	// Pin returns memory for an n-byte payload and the options to stage it with (Pinned, OnFree,
+	// Token). mayMap allows mapping a new arena; the transparent stager passes false, so a message
+	// send never waits for a large pin. When there is no memory to give, mem is nil and
+	// opts.Reason says why (kill_switch, pool_exhausted, budget); the payload is then staged in
+	// plain memory and that reason is what an RDMA offer for it is answered with.
+	Pin(n int, mayMap bool) (mem []byte, opts StageOptions)
+}

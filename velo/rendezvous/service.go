@@ -79,6 +79,9 @@ type Config struct {
 	// Server and Client are the RDMA path's two sides; nil means not configured.
 	Server RDMAServer
 	Client RDMAClient
+	// Pool is the pinned memory StagePinned and the transparent stager copy payloads into; nil
+	// stages everything in plain memory.
+	Pool PinnedPool
 }
 
 // Rendezvous is one instance's owner and consumer sides.
@@ -141,6 +144,38 @@ func (r *Rendezvous) Stage(data []byte, o StageOptions) (Handle, error) {
 		return Handle{}, fmt.Errorf("rendezvous: %w: %d bytes", ErrTooLarge, len(data))
 	}
 	return r.store.stage(data, o)
+}
+
+// StagePinned stages a copy of data in pinned memory, mapping the pool's first arena when none is
+// mapped, so that RDMA consumers can read it by a one-sided GET. When the pool has no memory to
+// give (or there is no pool) the copy goes to plain memory and the slot records why; the payload
+// is then served by chunks. Either way data may be reused once StagePinned returns.
+func (r *Rendezvous) StagePinned(data []byte) (Handle, error) {
+	return r.stageCopy(data, true, StageOptions{Reason: metrics.ReasonNotConfigured})
+}
+
+// stageCopy stages a copy of data: in pinned memory when the pool gives some, else in plain
+// memory under the reason the pool gave (o.Reason when there is no pool).
+func (r *Rendezvous) stageCopy(data []byte, mayMap bool, o StageOptions) (Handle, error) {
+	if uint64(len(data)) > 1<<40 {
+		return Handle{}, fmt.Errorf("rendezvous: %w: %d bytes", ErrTooLarge, len(data))
+	}
+	if r.cfg.Pool != nil && len(data) > 0 {
+		mem, po := r.cfg.Pool.Pin(len(data), mayMap)
+		if mem != nil {
+			copy(mem, data)
+			po.For, po.TTL = o.For, o.TTL
+			h, err := r.Stage(mem, po)
+			if err != nil && po.OnFree != nil {
+				po.OnFree()
+			}
+			return h, err
+		}
+		o.Reason = po.Reason
+	} else if len(data) == 0 {
+		o.Reason = metrics.ReasonNotPinned // nothing to read remotely
+	}
+	return r.Stage(append([]byte(nil), data...), o)
 }
 
 // BeginDrain makes this owner answer every later acquire on the chunked path (reason draining

@@ -11,10 +11,12 @@ import (
 
 // stagePayload (messenger.Stager.Stage): keep a copy of a large message payload for peer and return its
 // encoded handle. The copy is what lets Send return while the receiver has not fetched yet and the
-// caller reuses its buffer. The slot is transient: freed when the receiver releases it, when the
+// caller reuses its buffer. With an RDMA registry the copy goes to pinned memory when an arena is
+// already mapped (never mapping one: a send must not wait for a large pin), else to plain memory
+// with reason pool_exhausted. The slot is transient: freed when the receiver releases it, when the
 // receiver goes down, or after StageTTL with no lease open.
 func (r *Rendezvous) stagePayload(ctx context.Context, peer transport.InstanceID, payload []byte) ([]byte, error) {
-	h, err := r.Stage(append([]byte(nil), payload...), StageOptions{For: peer, TTL: r.cfg.StageTTL})
+	h, err := r.stageCopy(payload, false, StageOptions{For: peer, TTL: r.cfg.StageTTL})
 	if err != nil {
 		return nil, err
 	}

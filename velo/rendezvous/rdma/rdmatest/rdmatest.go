@@ -1,0 +1,232 @@
+// Package rdmatest is an in-process stand-in for an RMA transport, for tests of the RDMA registry
+// and of the runtime's RDMA path on machines and in packages where the UCX transport is not at
+// hand. It sits below the transport.RMA seam only: messages travel over a real TCP transport, and
+// every behaviour tested with it is tested again over real UCX (module test, package rdma).
+//
+// A Fabric joins the Transports of one process. A registration gets a random key that names it;
+// a GET by another Transport on the fabric checks the key and the range against the owner's live
+// registrations, as UCX's guarded GET does, and copies the bytes while holding the registration,
+// so Deregister returns only once no GET reads the memory. A revoked or forged key reads nothing.
+package rdmatest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/velo-go/velo/velo/transport"
+	"github.com/velo-go/velo/velo/transport/tcp"
+)
+
+// Errors a GET fails with.
+var (
+	ErrRevoked    = errors.New("rdmatest: remote key revoked or unknown")
+	ErrOutOfRange = errors.New("rdmatest: read outside the registered region")
+	ErrInjected   = errors.New("rdmatest: injected GET failure")
+)
+
+// Fabric joins Transports in one process.
+type Fabric struct {
+	mu    sync.Mutex
+	nodes map[transport.InstanceID]*Transport
+}
+
+// NewFabric returns an empty fabric.
+func NewFabric() *Fabric { return &Fabric{nodes: map[transport.InstanceID]*Transport{}} }
+
+func (f *Fabric) node(id transport.InstanceID) *Transport {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.nodes[id]
+}
+
+// Transport carries messages over TCP (on 127.0.0.1) and implements transport.RMA on its fabric.
+type Transport struct {
+	*tcp.Transport
+	f    *Fabric
+	name string
+	self transport.InstanceID
+
+	mu     sync.RWMutex
+	peers  map[transport.InstanceID]bool
+	regs   map[uint64]*registration
+	nextID uint64
+
+	// FailGets makes the next n GETs fail with ErrInjected.
+	FailGets atomic.Int32
+	// BeforeGet, when set, runs at the start of every GET (a test blocks here to let a lease expire).
+	BeforeGet func(ctx context.Context)
+	// RegisterErr, when set, makes RegisterMemory fail with it.
+	RegisterErr atomic.Pointer[error]
+
+	Registrations   atomic.Int64 // RegisterMemory calls that succeeded
+	Deregistrations atomic.Int64
+	Gets            atomic.Int64 // GETs that moved bytes
+}
+
+// New returns a transport named name ("ucx" to stand where the UCX transport would) on f.
+func (f *Fabric) New(name string) (*Transport, error) {
+	tr, err := tcp.New(tcp.Config{})
+	if err != nil {
+		return nil, err
+	}
+	return &Transport{Transport: tr, f: f, name: name, peers: map[transport.InstanceID]bool{}, regs: map[uint64]*registration{}}, nil
+}
+
+// Name is the name given to New.
+func (t *Transport) Name() string { return t.name }
+
+// Start starts the TCP transport and joins the fabric under the host's ID.
+func (t *Transport) Start(h transport.Host) error {
+	if err := t.Transport.Start(h); err != nil {
+		return err
+	}
+	t.self = h.LocalID()
+	t.f.mu.Lock()
+	t.f.nodes[t.self] = t
+	t.f.mu.Unlock()
+	return nil
+}
+
+// AddPeer registers the peer for messages and for GETs.
+func (t *Transport) AddPeer(ctx context.Context, p transport.PeerAddress) error {
+	if err := t.Transport.AddPeer(ctx, p); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.peers[p.ID] = true
+	t.mu.Unlock()
+	return nil
+}
+
+// RemovePeer forgets the peer.
+func (t *Transport) RemovePeer(id transport.InstanceID) {
+	t.mu.Lock()
+	delete(t.peers, id)
+	t.mu.Unlock()
+	t.Transport.RemovePeer(id)
+}
+
+// Close leaves the fabric and closes the TCP transport.
+func (t *Transport) Close() error {
+	t.f.mu.Lock()
+	if t.f.nodes[t.self] == t {
+		delete(t.f.nodes, t.self)
+	}
+	t.f.mu.Unlock()
+	return t.Transport.Close()
+}
+
+// LiveRegistrations is how many registrations are not deregistered yet.
+func (t *Transport) LiveRegistrations() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.regs)
+}
+
+// RMABackend names the backend.
+func (t *Transport) RMABackend() string { return t.name }
+
+// CanGet reports whether peer was added here and is on the fabric.
+func (t *Transport) CanGet(peer transport.InstanceID) bool {
+	t.mu.RLock()
+	ok := t.peers[peer]
+	t.mu.RUnlock()
+	return ok && t.f.node(peer) != nil
+}
+
+type registration struct {
+	t     *Transport
+	id    uint64
+	token uint64
+	mem   []byte
+	addr  uint64
+}
+
+func (r *registration) Addr() uint64 { return r.addr }
+func (r *registration) Len() int     { return len(r.mem) }
+func (r *registration) RKey() []byte {
+	k := binary.LittleEndian.AppendUint64(nil, r.id)
+	return binary.LittleEndian.AppendUint64(k, r.token)
+}
+
+// Deregister revokes the key; it waits for GETs reading the region (they hold the read lock).
+func (r *registration) Deregister() error {
+	r.t.mu.Lock()
+	defer r.t.mu.Unlock()
+	if r.t.regs[r.id] != r {
+		return fmt.Errorf("rdmatest: registration %d deregistered twice", r.id)
+	}
+	delete(r.t.regs, r.id)
+	r.t.Deregistrations.Add(1)
+	return nil
+}
+
+// RegisterMemory registers mem under a fresh key.
+func (t *Transport) RegisterMemory(mem []byte) (transport.Registration, error) {
+	if p := t.RegisterErr.Load(); p != nil {
+		return nil, *p
+	}
+	if len(mem) == 0 {
+		return nil, errors.New("rdmatest: empty region")
+	}
+	var tok [8]byte
+	if _, err := rand.Read(tok[:]); err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.nextID++
+	r := &registration{t: t, id: t.nextID, token: binary.LittleEndian.Uint64(tok[:]) | 1, mem: mem, addr: uint64(uintptr(unsafe.Pointer(&mem[0])))}
+	t.regs[r.id] = r
+	t.Registrations.Add(1)
+	return r, nil
+}
+
+// Get reads from peer's registration named by rkey.
+func (t *Transport) Get(ctx context.Context, peer transport.InstanceID, remoteAddr uint64, rkey []byte, dst []byte) error {
+	if hook := t.BeforeGet; hook != nil {
+		hook(ctx)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !t.CanGet(peer) {
+		return fmt.Errorf("rdmatest: %w: peer %016x is not on the fabric", transport.ErrPeerUnreachable, uint64(peer))
+	}
+	for n := t.FailGets.Load(); n > 0; n = t.FailGets.Load() {
+		if t.FailGets.CompareAndSwap(n, n-1) {
+			return ErrInjected
+		}
+	}
+	if len(rkey) != 16 {
+		return fmt.Errorf("%w: key of %d bytes", ErrRevoked, len(rkey))
+	}
+	owner := t.f.node(peer)
+	if owner == nil {
+		return fmt.Errorf("rdmatest: %w", transport.ErrPeerUnreachable)
+	}
+	owner.mu.RLock()
+	defer owner.mu.RUnlock()
+	r := owner.regs[binary.LittleEndian.Uint64(rkey)]
+	if r == nil || r.token != binary.LittleEndian.Uint64(rkey[8:]) {
+		return ErrRevoked
+	}
+	if remoteAddr < r.addr || remoteAddr-r.addr > uint64(len(r.mem)) || uint64(len(dst)) > uint64(len(r.mem))-(remoteAddr-r.addr) {
+		return fmt.Errorf("%w: [%#x, +%d) against [%#x, +%d)", ErrOutOfRange, remoteAddr, len(dst), r.addr, len(r.mem))
+	}
+	off := remoteAddr - r.addr
+	copy(dst, r.mem[off:off+uint64(len(dst))])
+	t.Gets.Add(1)
+	return nil
+}
+
+var (
+	_ transport.Transport = (*Transport)(nil)
+	_ transport.RMA       = (*Transport)(nil)
+)

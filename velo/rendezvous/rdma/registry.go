@@ -1,0 +1,355 @@
+package rdma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/rendezvous"
+	"github.com/velo-go/velo/velo/transport"
+	"github.com/velo-go/velo/verbs"
+)
+
+// Options are what the runtime hands the registry besides its Config.
+type Options struct {
+	// Logger (default slog.Default()).
+	Logger *slog.Logger
+	// Registerer receives the registry's gauges (nil: not registered anywhere).
+	Registerer prometheus.Registerer
+	// KillSwitch is the value of VELO_RDMA_RENDEZVOUS_DISABLE read at startup; the runtime reads
+	// the environment once and passes it here, so a registry never sees the variable change.
+	KillSwitch bool
+}
+
+// Registry is one instance's RDMA registry. It implements rendezvous.RDMAServer (owner side),
+// rendezvous.RDMAClient (consumer side) and rendezvous.PinnedPool (pinned staging). All methods
+// are safe for concurrent use.
+type Registry struct {
+	rma      transport.RMA
+	backend  string
+	disabled bool
+	why      string // what disabled it, for logs
+	log      *slog.Logger
+	pool     *pool
+	g        *gauges
+
+	mu     sync.Mutex
+	leases map[*leaseReg]struct{}
+	closed bool
+	stop   chan struct{}
+	wg     sync.WaitGroup
+}
+
+// leaseReg is one lease's registration of one slot.
+type leaseReg struct {
+	reg   transport.Registration
+	slot  *Slot
+	bytes int
+	once  sync.Once
+}
+
+var (
+	_ rendezvous.RDMAServer = (*Registry)(nil)
+	_ rendezvous.RDMAClient = (*Registry)(nil)
+	_ rendezvous.PinnedPool = (*Registry)(nil)
+)
+
+// New creates the registry over rma. It maps nothing yet: the first arena is mapped by the first
+// pinned staging (RegisterDataPinned) or pinned consumer buffer (GetPinned).
+func New(rma transport.RMA, cfg Config, o Options) (*Registry, error) {
+	if rma == nil {
+		return nil, errors.New("rdma: New: nil RMA")
+	}
+	pc, err := cfg.Pool.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	g, err := newGauges(o.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	r := &Registry{rma: rma, backend: rma.RMABackend(), log: o.Logger, g: g,
+		leases: map[*leaseReg]struct{}{}, stop: make(chan struct{})}
+	switch {
+	case cfg.Disabled:
+		r.disabled, r.why = true, "RDMAConfig.Disabled"
+	case o.KillSwitch:
+		r.disabled, r.why = true, KillSwitchEnv
+	}
+	r.pool = newPool(pc, r.log, g)
+	if r.disabled {
+		r.log.Info("rdma: the RDMA rendezvous path is switched off; every transfer takes the chunked path (reason kill_switch)", "by", r.why)
+	} else if err := verbs.CheckMemlock(uint64(pc.ArenaSize)); err != nil && errors.Is(err, verbs.ErrMemlock) {
+		r.log.Warn("rdma: the first pinned arena will not fit the memlock limit; pinned staging will fall back to plain memory and transfers to the chunked path (reason pool_exhausted)",
+			"arena_bytes", pc.ArenaSize, "err", err)
+	}
+	if pc.ArenaReclaimAfter > 0 {
+		r.wg.Add(1)
+		go r.reclaimer(pc.ArenaReclaimAfter)
+	}
+	return r, nil
+}
+
+func (r *Registry) reclaimer(after time.Duration) {
+	defer r.wg.Done()
+	tk := time.NewTicker(max(after/2, 10*time.Millisecond))
+	defer tk.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case now := <-tk.C:
+			if n := r.pool.reclaim(now); n > 0 {
+				r.log.Debug("rdma: unmapped idle arenas", "arenas", n)
+			}
+		}
+	}
+}
+
+// Backend names the RMA backend ("ucx").
+func (r *Registry) Backend() string { return r.backend }
+
+// KillSwitch reports whether the RDMA path is switched off here.
+func (r *Registry) KillSwitch() bool { return r.disabled }
+
+// ---------------------------------------------------------------------------- pinned staging
+
+// Pin implements rendezvous.PinnedPool.
+func (r *Registry) Pin(n int, mayMap bool) ([]byte, rendezvous.StageOptions) {
+	if r.disabled {
+		return nil, rendezvous.StageOptions{Reason: metrics.ReasonKillSwitch}
+	}
+	s, reason, err := r.pool.alloc(n, mayMap)
+	if err != nil {
+		switch {
+		case isMapFailure(err):
+			r.log.Warn("rdma: no pinned memory; staging in plain memory, transfers of it take the chunked path", "reason", reason, "err", err)
+		case errors.Is(err, ErrBudget):
+			r.log.Info("rdma: registered-bytes budget spent; staging in plain memory", "reason", reason, "err", err)
+		default:
+			r.log.Debug("rdma: staging in plain memory", "reason", reason, "err", err)
+		}
+		return nil, rendezvous.StageOptions{Reason: reason}
+	}
+	return s.Bytes(), rendezvous.StageOptions{Pinned: true, Token: s, OnFree: func() { r.pool.free(s) }}
+}
+
+// Buffer is pinned memory a consumer fetched a payload into (velo's GetPinned). Free gives it
+// back; Bytes must not be used afterwards.
+type Buffer struct {
+	s    *Slot
+	once sync.Once
+}
+
+// Bytes is the buffer's memory.
+func (b *Buffer) Bytes() []byte { return b.s.Bytes() }
+
+// Free returns the memory to the pool. It is idempotent.
+func (b *Buffer) Free() { b.once.Do(func() { b.s.p.free(b.s) }) }
+
+// AllocBuffer returns n bytes of pinned memory, mapping an arena when none has room. It fails
+// with an error wrapping ErrBudget, ErrArenaMap (ErrMemlock) or ErrClosed, naming the fix.
+func (r *Registry) AllocBuffer(n int) (*Buffer, error) {
+	s, _, err := r.pool.alloc(n, true)
+	if err != nil {
+		return nil, err
+	}
+	return &Buffer{s: s}, nil
+}
+
+// ---------------------------------------------------------------------------- owner side
+
+// Serve implements rendezvous.RDMAServer: it registers exactly the slot's pages for one lease and
+// returns the descriptor and the hook that revokes the registration when the lease ends.
+func (r *Registry) Serve(ctx context.Context, sl rendezvous.Slot, offer []byte) ([]byte, func(), metrics.Reason, error) {
+	if err := checkOffer(offer); err != nil {
+		return nil, nil, metrics.ReasonDecodeError, err
+	}
+	s, ok := sl.Opts.Token.(*Slot)
+	if !ok || s == nil || s.p != r.pool {
+		return nil, nil, metrics.ReasonNotPinned, fmt.Errorf("rdma: slot %d is not in this registry's pinned memory", sl.ID)
+	}
+	region := s.region()
+	if err := r.pool.reserve(len(region)); err != nil {
+		return nil, nil, metrics.ReasonBudget, err
+	}
+	reg, err := r.rma.RegisterMemory(region)
+	if err != nil {
+		r.pool.unreserve(len(region))
+		return nil, nil, metrics.ReasonBudget, fmt.Errorf("rdma: registering %s for lease %d: %w", verbs.FormatBytes(uint64(len(region))), sl.Lease.ID, err)
+	}
+	desc, err := AppendDescriptor(nil, Descriptor{Addr: reg.Addr(), Length: uint64(len(sl.Data)), RKey: reg.RKey()})
+	lr := &leaseReg{reg: reg, slot: s, bytes: len(region)}
+	if err != nil {
+		r.revoke(lr)
+		return nil, nil, metrics.ReasonDecodeError, err
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		r.revoke(lr)
+		return nil, nil, metrics.ReasonPoolExhausted, ErrClosed
+	}
+	r.leases[lr] = struct{}{}
+	r.g.leaseRegs.Inc()
+	r.g.leaseBytes.Add(float64(lr.bytes))
+	r.mu.Unlock()
+	return desc, func() { r.endLease(lr) }, metrics.ReasonOK, nil
+}
+
+func (r *Registry) endLease(lr *leaseReg) {
+	r.mu.Lock()
+	_, live := r.leases[lr]
+	delete(r.leases, lr)
+	r.mu.Unlock()
+	if live {
+		r.g.leaseRegs.Dec()
+		r.g.leaseBytes.Sub(float64(lr.bytes))
+	}
+	r.revoke(lr)
+}
+
+// revoke deregisters once. When the transport cannot confirm the key is dead, the slot is
+// quarantined: its pages are never reused or unmapped, because a peer might still read them.
+func (r *Registry) revoke(lr *leaseReg) {
+	lr.once.Do(func() {
+		if err := lr.reg.Deregister(); err != nil {
+			r.log.Error("rdma: revoking a lease's registration failed; its slot stays pinned and out of use for good", "err", err)
+			r.pool.mu.Lock()
+			lr.slot.quarantine = true
+			r.pool.mu.Unlock()
+			return
+		}
+		r.pool.unreserve(lr.bytes)
+	})
+}
+
+// ---------------------------------------------------------------------------- consumer side
+
+// CanGet reports whether owner is registered on the RMA transport.
+func (r *Registry) CanGet(owner transport.InstanceID) bool { return r.rma.CanGet(owner) }
+
+// Offer returns the backend-specific part of an offer.
+func (r *Registry) Offer(transport.InstanceID) ([]byte, error) { return offerBlob(), nil }
+
+// Get reads the bytes the descriptor names into dst with one GET.
+func (r *Registry) Get(ctx context.Context, owner transport.InstanceID, descriptor []byte, dst []byte) error {
+	d, err := DecodeDescriptor(descriptor)
+	if err != nil {
+		return err
+	}
+	if d.Length != uint64(len(dst)) {
+		return fmt.Errorf("rdma: %w: descriptor names %d bytes for a %d-byte payload", ErrDescriptor, d.Length, len(dst))
+	}
+	return r.rma.Get(ctx, owner, d.Addr, d.RKey, dst)
+}
+
+// ---------------------------------------------------------------------------- state
+
+// Stats is what the registry holds now.
+type Stats struct {
+	// Arenas and ArenaBytes: mapped arenas (pooled and oversized) and their bytes.
+	Arenas     int
+	ArenaBytes int64
+	// Slots: pinned slots handed out (staged payloads and consumer buffers) not yet freed.
+	Slots int
+	// LeaseRegistrations and LeaseBytes: live per-lease registrations and the bytes they cover.
+	LeaseRegistrations int
+	LeaseBytes         int64
+	// PinnedBytes is what counts against the budget: ArenaBytes plus LeaseBytes.
+	PinnedBytes int64
+	// Budget is RegisteredBytesBudget.
+	Budget int64
+	// LastArenaError is the last arena map failure (a memlock limit, typically), nil if none.
+	LastArenaError error
+}
+
+// Stats reports the registry's state.
+func (r *Registry) Stats() Stats {
+	ps := r.pool.stats()
+	r.mu.Lock()
+	n := len(r.leases)
+	var lb int64
+	for lr := range r.leases {
+		lb += int64(lr.bytes)
+	}
+	r.mu.Unlock()
+	return Stats{Arenas: ps.arenas, ArenaBytes: ps.arenaBytes, Slots: ps.slots, LeaseRegistrations: n, LeaseBytes: lb,
+		PinnedBytes: ps.pinned, Budget: r.pool.cfg.RegisteredBytesBudget, LastArenaError: ps.lastFail}
+}
+
+// Close revokes any registration still live (normally none: the rendezvous service ends every
+// lease first), stops the reclaimer and unmaps every arena no slot is left in. An arena that
+// still holds a consumer's pinned buffer stays mapped until that buffer is freed: unmapping it
+// would pull memory from under the caller. Call it before closing the RMA transport.
+func (r *Registry) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	live := make([]*leaseReg, 0, len(r.leases))
+	for lr := range r.leases {
+		live = append(live, lr)
+	}
+	r.mu.Unlock()
+	for _, lr := range live {
+		r.endLease(lr)
+	}
+	close(r.stop)
+	r.wg.Wait()
+	if n := r.pool.close(); n > 0 {
+		r.log.Warn("rdma: pinned memory still in use at close; its arenas are unmapped once it is freed", "slots", n)
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------- metrics
+
+type gauges struct {
+	arenas, arenaBytes    prometheus.Gauge
+	leaseRegs, leaseBytes prometheus.Gauge
+	arenaFailures         prometheus.Counter
+}
+
+// Series the registry exports (beside velo's own).
+const (
+	ArenasGauge             = "velo_rdma_arenas"
+	ArenaBytesGauge         = "velo_rdma_arena_bytes"
+	LeaseRegistrationsGauge = "velo_rdma_lease_registrations"
+	LeaseBytesGauge         = "velo_rdma_lease_registered_bytes"
+	ArenaFailuresTotal      = "velo_rdma_arena_map_failures_total"
+)
+
+func newGauges(reg prometheus.Registerer) (*gauges, error) {
+	g := &gauges{
+		arenas:        prometheus.NewGauge(prometheus.GaugeOpts{Name: ArenasGauge, Help: "Pinned arenas mapped by the RDMA registry."}),
+		arenaBytes:    prometheus.NewGauge(prometheus.GaugeOpts{Name: ArenaBytesGauge, Help: "Bytes of the mapped pinned arenas (mlocked)."}),
+		leaseRegs:     prometheus.NewGauge(prometheus.GaugeOpts{Name: LeaseRegistrationsGauge, Help: "Live per-lease memory registrations (one remote key each)."}),
+		leaseBytes:    prometheus.NewGauge(prometheus.GaugeOpts{Name: LeaseBytesGauge, Help: "Bytes covered by live per-lease registrations."}),
+		arenaFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: ArenaFailuresTotal, Help: "Arenas that could not be mapped or locked (memlock limit, out of memory)."}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{g.arenas, g.arenaBytes, g.leaseRegs, g.leaseBytes, g.arenaFailures} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("%w: %v", metrics.ErrRegister, err)
+			}
+		}
+	}
+	return g, nil
+}
+
+func (g *gauges) setArenas(n int, bytes int64) {
+	g.arenas.Set(float64(n))
+	g.arenaBytes.Set(float64(bytes))
+}
