@@ -16,21 +16,37 @@ import (
 // always redirect a deployed binary (for example onto InfiniBand with UCX_TLS and
 // UCX_NET_DEVICES) without a rebuild.
 
-// envDefaults are set in the process environment before the first context unless the user
-// already set them. With both off, UCX patches no libc allocation functions and keeps no
-// registration cache: this binding maps memory explicitly (Context.MapMemory), and a cache
-// would keep registrations (and on InfiniBand, remote access) alive after the program
-// unmapped them.
-var envDefaults = [...]struct{ name, value string }{
-	{"UCX_RCACHE_ENABLE", "n"},
-	{"UCX_MEM_EVENTS", "n"},
+// envDefaults are applied before the first context unless the user set the variable.
+// With both off, UCX patches no libc allocation functions and keeps no registration
+// cache: this binding maps memory explicitly (Context.MapMemory), and a cache would keep
+// registrations (and on InfiniBand, remote access) alive after the program unmapped them.
+//
+// UCX_RCACHE_ENABLE is a context setting, read by ucp_config_read, so setting it in the
+// process environment works. UCX_MEM_EVENTS is a UCM global option that libucs parses in
+// its library constructor — before a Go program's main — so the environment is read too
+// early to change from Go; the cgo build applies it with ucm_set_global_opts instead
+// (loadTime below). A user who sets UCX_MEM_EVENTS in the environment is honoured by UCX
+// itself at load.
+var envDefaults = [...]struct {
+	name, value string
+	loadTime    bool
+}{
+	{"UCX_RCACHE_ENABLE", "n", false},
+	{"UCX_MEM_EVENTS", "n", true},
 }
+
+// applyLoadTimeDefault applies a default for a variable UCX parsed when it was loaded;
+// the cgo build sets it. It reports whether it could.
+var applyLoadTimeDefault func(name, value string) bool
 
 // EnvDefault records what the binding did with one default variable.
 type EnvDefault struct {
 	Name    string
 	Value   string // the value in effect after the defaults were applied
 	UserSet bool   // true when the variable was already set and left alone
+	// Via says how a default was applied: "environment" (os.Setenv before the first
+	// context) or "ucm_set_global_opts" (UCX read the variable before main).
+	Via string `json:",omitempty"`
 }
 
 var (
@@ -38,10 +54,10 @@ var (
 	envApplied []EnvDefault
 )
 
-// ApplyEnvDefaults sets UCX_RCACHE_ENABLE=n and UCX_MEM_EVENTS=n in the process
-// environment unless they are already set, once per process, and reports the outcome.
-// NewContext, NewEngine and QueryResources call it; call it yourself only if something
-// else in the process creates a UCX context first.
+// ApplyEnvDefaults applies UCX_RCACHE_ENABLE=n and UCX_MEM_EVENTS=n unless the user set
+// them, once per process, and reports the outcome. NewContext, NewEngine and
+// QueryResources call it; call it yourself only if something else in the process creates
+// a UCX context first.
 func ApplyEnvDefaults() []EnvDefault {
 	envOnce.Do(func() {
 		for _, d := range envDefaults {
@@ -49,10 +65,16 @@ func ApplyEnvDefaults() []EnvDefault {
 				envApplied = append(envApplied, EnvDefault{Name: d.name, Value: v, UserSet: true})
 				continue
 			}
+			if d.loadTime {
+				if applyLoadTimeDefault != nil && applyLoadTimeDefault(d.name, d.value) {
+					envApplied = append(envApplied, EnvDefault{Name: d.name, Value: d.value, Via: "ucm_set_global_opts"})
+				}
+				continue
+			}
 			// os.Setenv reaches the C environment (setenv) in a cgo binary, which is
 			// where ucp_config_read looks.
 			_ = os.Setenv(d.name, d.value)
-			envApplied = append(envApplied, EnvDefault{Name: d.name, Value: d.value})
+			envApplied = append(envApplied, EnvDefault{Name: d.name, Value: d.value, Via: "environment"})
 		}
 	})
 	return append([]EnvDefault(nil), envApplied...)

@@ -155,3 +155,5 @@ func parseSealedKey(b []byte, memTypeLimit int) (SealedKey, error) {
 func (k SealedKey) Covers(addr uint64, n uint64) bool {
 	return addr >= k.Base && n <= k.Length && addr-k.Base <= k.Length-n
 }
+
+func crc32Castagnoli(b []byte) uint32 { return crc32.Checksum(b, crc32c) }

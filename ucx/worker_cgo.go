@@ -44,6 +44,12 @@ func (c *Context) NewWorker() (*Worker, error) {
 		capi.UcpWorkerDestroy(w)
 		return nil, statusErr("event ring", StatusNoMemory)
 	}
+	// UCX 1.13 dereferences a NULL handler table (SIGSEGV) when an active message reaches
+	// a worker that never registered any AM handler. Registering and removing one
+	// allocates the table, after which unknown ids are dropped.
+	if s := capi.UcpWorkerSetAmRecvHandler(ring, 0, true); s == capi.OK {
+		capi.UcpWorkerSetAmRecvHandler(ring, 0, false)
+	}
 	return &Worker{
 		ctx:  c,
 		w:    w,

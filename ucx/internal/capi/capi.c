@@ -653,6 +653,24 @@ void velo_ucx_guard_release(velo_ucx_ring_t *ring, uint32_t slot)
 	guard->free_list[guard->nfree++] = slot;
 }
 
+/* ---------------------------------------------------------------- UCM options
+ *
+ * UCX_MEM_EVENTS belongs to UCM's global options, which libucs parses in its library
+ * constructor, before a Go program's main runs: setting the variable from Go is too late
+ * for this process. ucm_set_global_opts is UCM's own way to change them afterwards. */
+
+int velo_ucx_ucm_events_enabled(void)
+{
+	return ucm_global_opts.enable_events;
+}
+
+void velo_ucx_ucm_set_events(int enable)
+{
+	ucm_global_config_t opts = ucm_global_opts;
+	opts.enable_events       = enable;
+	ucm_set_global_opts(&opts);
+}
+
 /* ---------------------------------------------------------------- resource query */
 
 typedef struct {

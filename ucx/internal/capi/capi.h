@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <ucp/api/ucp.h>
 #include <uct/api/uct.h>
+#include <ucm/api/ucm.h>
 
 // Event kinds in the ring.
 enum {
@@ -138,6 +139,9 @@ typedef struct velo_ucx_resource {
 	size_t   max_num_eps;
 	uint8_t  priority;
 } velo_ucx_resource_t;
+
+int velo_ucx_ucm_events_enabled(void);
+void velo_ucx_ucm_set_events(int enable);
 
 ucs_status_t velo_ucx_query_resources(velo_ucx_resource_t **out, size_t *count);
 int velo_ucx_symbol_loaded(const char *name);

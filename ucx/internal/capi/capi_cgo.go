@@ -597,3 +597,10 @@ func cbool(b bool) C.int {
 // MemoryTypeLimit is UCS_MEMORY_TYPE_LAST of the compile-time headers: the number of
 // memory types this UCX knows.
 const MemoryTypeLimit = int(C.UCS_MEMORY_TYPE_LAST)
+
+// UcmEventsEnabled reads ucm_global_opts.enable_events (UCX_MEM_EVENTS as UCM applies it).
+func UcmEventsEnabled() bool { return C.velo_ucx_ucm_events_enabled() != 0 }
+
+// UcmSetEvents wraps ucm_set_global_opts with enable_events changed (helper
+// velo_ucx_ucm_set_events).
+func UcmSetEvents(enable bool) { C.velo_ucx_ucm_set_events(cbool(enable)) }

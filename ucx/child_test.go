@@ -1,0 +1,235 @@
+//go:build cgo && linux
+
+package ucx
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"runtime"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// childInfo is what a child process reports on its first stdout line.
+type childInfo struct {
+	Address []byte       `json:"address"`
+	Key     []byte       `json:"key"`
+	RawKey  []byte       `json:"raw_key"`
+	Base    uint64       `json:"base"`
+	Length  int          `json:"length"`
+	Env     []EnvDefault `json:"env"`
+	Setting []Setting    `json:"settings"`
+	Log     string       `json:"log"`
+	Events  bool         `json:"mem_events"`
+}
+
+// TestChildProcess is the entry point of the child processes other tests start; run on
+// its own it does nothing.
+func TestChildProcess(t *testing.T) {
+	role := os.Getenv(childEnv)
+	if role == "" {
+		t.Skip("helper process for the killed-peer, environment and raw-UCX tests")
+	}
+	var err error
+	switch role {
+	case "engine-peer":
+		err = childEnginePeer()
+	case "env-report":
+		err = childEnvReport()
+	case "raw-owner":
+		err = childRawOwner()
+	default:
+		err = fmt.Errorf("unknown child role %q", role)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(2)
+	}
+	os.Exit(0)
+}
+
+func report(info childInfo) error {
+	b, err := json.Marshal(info)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(os.Stdout, "%s\n", b)
+	return err
+}
+
+// childEnginePeer runs an engine that serves one registration and echoes AM id 1 back
+// on id 2, until stdin closes.
+func childEnginePeer() error {
+	ctx := context.Background()
+	e, err := NewEngine(ctx, EngineConfig{Name: "child", Context: ContextConfig{TLS: testTLS}})
+	if err != nil {
+		return err
+	}
+	mem, err := AllocMemory(1<<20, MemoryOptions{})
+	if err != nil {
+		return err
+	}
+	fill(mem.Bytes(), 42)
+	reg, err := e.Register(ctx, mem.Bytes())
+	if err != nil {
+		return err
+	}
+	if err := report(childInfo{Address: e.Address(), Key: reg.RemoteKey(), Base: reg.Addr(), Length: reg.Len()}); err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return e.Close(ctx)
+}
+
+// childEnvReport creates a context (TLS "tcp" in code) and reports the environment
+// defaults, the effective settings and what was logged.
+func childEnvReport() error {
+	var logbuf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logbuf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	c, err := NewContext(ContextConfig{TLS: testTLS, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	env := ApplyEnvDefaults()
+	return report(childInfo{Env: env, Setting: c.Settings(), Log: logbuf.String(), Events: memEventsEnabled()})
+}
+
+// childRawOwner maps memory with the low layer, reports its address and raw key, and
+// progresses its worker; on "munmap" from stdin it unmaps the memory (keeping the UCX
+// registration's bookkeeping as a careless owner would) and keeps progressing.
+func childRawOwner() error {
+	runtime.LockOSThread()
+	c, err := NewContext(ContextConfig{TLS: testTLS})
+	if err != nil {
+		return err
+	}
+	w, err := c.NewWorker()
+	if err != nil {
+		return err
+	}
+	addr, err := w.Address()
+	if err != nil {
+		return err
+	}
+	mem, err := unix.Mmap(-1, 0, 1<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return err
+	}
+	fill(mem, 7)
+	mh, err := c.MapMemory(mem)
+	if err != nil {
+		return err
+	}
+	key, err := mh.PackRemoteKey()
+	if err != nil {
+		return err
+	}
+	if err := report(childInfo{Address: addr, RawKey: key, Base: mh.Addr(), Length: len(mem)}); err != nil {
+		return err
+	}
+	cmds := make(chan string, 1)
+	go func() {
+		s := bufio.NewScanner(os.Stdin)
+		for s.Scan() {
+			cmds <- s.Text()
+		}
+		close(cmds)
+	}()
+	for {
+		w.Progress()
+		w.Poll(func(*Event) {})
+		select {
+		case cmd, ok := <-cmds:
+			if !ok {
+				return nil
+			}
+			if cmd == "munmap" {
+				if err := mh.Unmap(); err != nil {
+					return err
+				}
+				if err := unix.Munmap(mem); err != nil {
+					return err
+				}
+				fmt.Println("unmapped")
+			}
+		default:
+			time.Sleep(10 * time.Microsecond)
+		}
+	}
+}
+
+// startChild starts a child with role and returns its report and the command. The child
+// is killed at cleanup if still running.
+func startChild(t *testing.T, role string, env ...string) (childInfo, *childProc) {
+	t.Helper()
+	cmd := childCommand(t, role, env...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &childProc{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout), exited: make(chan struct{})}
+	cmd.Stderr = &p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		stdin.Close()
+		select {
+		case <-p.exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-p.exited
+		}
+		if t.Failed() && p.stderr.Len() > 0 {
+			t.Logf("child %s stderr:\n%s", role, p.stderr.String())
+		}
+	})
+	lines := make(chan string, 1)
+	go func() {
+		line, _ := p.out.ReadString('\n')
+		lines <- line
+	}()
+	var line string
+	select {
+	case line = <-lines:
+	case <-time.After(testTimeout):
+		cmd.Process.Kill()
+		t.Fatalf("child %s reported nothing within %v", role, testTimeout)
+	}
+	if line == "" {
+		<-p.exited
+		t.Fatalf("child %s exited without a report: %v\n%s", role, p.err, p.stderr.String())
+	}
+	var info childInfo
+	if err := json.Unmarshal([]byte(line), &info); err != nil {
+		t.Fatalf("child %s report %q: %v", role, line, err)
+	}
+	return info, p
+}
+
+type childProc struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	out    *bufio.Reader
+	exited chan struct{}
+	err    error
+	stderr bytes.Buffer // read only after exited is closed
+}

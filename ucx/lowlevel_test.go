@@ -1,0 +1,284 @@
+//go:build cgo && linux
+
+package ucx
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// amSizes sweeps the AM protocol boundaries over tcp: short (< 8 KiB), eager zcopy,
+// the default rendezvous threshold (~20 KiB, which AMEager must not cross), multi-
+// fragment eager up to 8 MiB.
+var amSizes = []int{0, 1, 100, 8185, 8186, 20553, 20554, 65536, 1 << 20, 8 << 20}
+
+// TestLowAMSendExits drives ucp_am_send_nbx through its three completion exits for every
+// size: done at once (NULL), a request completed later through the event ring, and an
+// error (on an endpoint whose peer is gone). Payloads are checksummed at the receiver.
+func TestLowAMSendExits(t *testing.T) {
+	p := newLowPair(t)
+	if err := p.b.SetAMHandler(3); err != nil {
+		t.Fatal(err)
+	}
+	immediate, requests := 0, 0
+	for _, n := range amSizes {
+		payload := allocFilled(t, max(n, 1), uint64(n)).Bytes()[:n]
+		header := []byte(fmt.Sprintf("size=%d", n))
+		var got []byte
+		var gotHeader string
+		received := false
+		req, err := p.ab.SendAM(3, header, payload, AMEager)
+		if err != nil {
+			t.Fatalf("%d bytes: SendAM: %v", n, err)
+		}
+		if req == nil {
+			immediate++
+		} else {
+			requests++
+		}
+		p.until(t, func() bool { return received && (req == nil || req.Done()) }, func(w *Worker, ev *Event) {
+			if ev.Kind == EventAM && w == p.b {
+				if ev.AM.Rendezvous {
+					t.Errorf("%d bytes arrived by rendezvous although AMEager was set", n)
+				}
+				got = append([]byte(nil), ev.AM.Data...)
+				gotHeader = string(ev.AM.Header)
+				received = true
+			}
+		})
+		if req != nil && req.Err() != nil {
+			t.Fatalf("%d bytes: request failed: %v", n, req.Err())
+		}
+		if gotHeader != string(header) || len(got) != n || digest(got) != digest(payload) {
+			t.Fatalf("%d bytes: received header %q and %d bytes with a different checksum", n, gotHeader, len(got))
+		}
+	}
+	if immediate == 0 || requests == 0 {
+		t.Fatalf("want both exits: %d immediate, %d through requests", immediate, requests)
+	}
+	t.Logf("%d sizes completed at once, %d through requests", immediate, requests)
+
+	// The error exit: a third worker goes away; the endpoint to it fails.
+	c, err := p.ctx.NewWorker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := c.Address()
+	ac, err := p.a.Connect(addr, EndpointOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wire up, then destroy the peer.
+	first, _ := ac.SendAM(3, nil, []byte("x"), AMEager)
+	deadline := time.Now().Add(testTimeout)
+	for first != nil && !first.Done() && time.Now().Before(deadline) {
+		p.a.Progress()
+		c.Progress()
+		p.a.Poll(func(*Event) {})
+		c.Poll(func(*Event) {})
+	}
+	c.Close()
+	failed := false
+	p.until(t, func() bool { return failed }, func(w *Worker, ev *Event) {
+		if ev.Kind == EventEndpointError && ev.Endpoint == ac {
+			failed = true
+			if !errors.Is(ev.Err, ErrPeerFailure) {
+				t.Errorf("endpoint error %v does not match ErrPeerFailure", ev.Err)
+			}
+		}
+	})
+	for _, n := range amSizes {
+		payload := make([]byte, n)
+		req, err := ac.SendAM(3, nil, payload, AMEager)
+		if err == nil {
+			t.Fatalf("%d bytes: SendAM on a failed endpoint succeeded (request %v)", n, req)
+		}
+		if !errors.Is(err, ErrEndpointFailed) {
+			t.Fatalf("%d bytes: error %v does not wrap ErrEndpointFailed", n, err)
+		}
+	}
+	if r, _ := ac.Close(CloseForce); r != nil {
+		p.until(t, r.Done, nil)
+	}
+}
+
+// TestLowRemoteKeyValidation: keys that would make ucp_ep_rkey_unpack read past their end
+// never reach it.
+func TestLowRemoteKeyValidation(t *testing.T) {
+	p := newLowPair(t)
+	mem := allocFilled(t, 4096, 1)
+	mh, err := p.ctx.MapMemory(mem.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mh.Unmap()
+	packed, err := mh.PackRemoteKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rk, err := p.ab.UnpackRemoteKey(packed)
+	if err != nil {
+		t.Fatalf("a genuine key: %v", err)
+	}
+	rk.Destroy()
+	for name, bad := range map[string][]byte{
+		"all 0xff (protocol v2 of UCX 1.13 crashes on it)": bytes.Repeat([]byte{0xff}, 64),
+		"truncated":        packed[:len(packed)-1],
+		"empty":            {},
+		"header only":      packed[:8],
+		"unknown mem type": append(append([]byte(nil), packed[:8]...), append([]byte{200}, packed[9:]...)...),
+	} {
+		if _, err := p.ab.UnpackRemoteKey(bad); !errors.Is(err, ErrInvalidRemoteKey) {
+			t.Errorf("%s: got %v, want ErrInvalidRemoteKey", name, err)
+		}
+	}
+}
+
+// TestUCXOverTCPDoesNotCheckRemoteKeys records what UCX itself enforces when RMA is
+// emulated in software (tcp): nothing. A GET with the key of a region that was unmapped,
+// or with a structurally valid key of zeros, still returns the owner's bytes. This is
+// why Engine.Get uses the guarded GET on such transports.
+func TestUCXOverTCPDoesNotCheckRemoteKeys(t *testing.T) {
+	p := newLowPair(t)
+	if rmaLanesKeyed(p.ab.Info()) {
+		t.Skip("this endpoint has hardware-keyed RMA lanes (UCX_TLS selects InfiniBand); the claim is about software RMA")
+	}
+	mem := allocFilled(t, 4096, 99)
+	mh, err := p.ctx.MapMemory(mem.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	packed, _ := mh.PackRemoteKey()
+	get := func(packed []byte) []byte {
+		t.Helper()
+		rk, err := p.ab.UnpackRemoteKey(packed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rk.Destroy()
+		dst := allocFilled(t, 64, 0).Bytes()[:64]
+		req, err := p.ab.Get(dst, mh.Addr(), rk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if req != nil {
+			p.until(t, req.Done, nil)
+			if req.Err() != nil {
+				t.Fatal(req.Err())
+			}
+		}
+		return dst
+	}
+	if err := mh.Unmap(); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(packed); !bytes.Equal(got, mem.Bytes()[:64]) {
+		t.Fatalf("after ucp_mem_unmap the GET returned other bytes; has UCX started checking keys over %s? Update docs/ucx.md", testTLS)
+	}
+	zeros := make([]byte, len(packed))
+	copy(zeros, packed[:8]) // same memory-domain map, so the layout stays valid
+	if got := get(zeros); !bytes.Equal(got, mem.Bytes()[:64]) {
+		t.Fatalf("a zeroed key returned other bytes")
+	}
+}
+
+// TestUCXOverTCPCrashesOwnerOnFreedMemory records the worse half: an owner that frees
+// memory it once registered dies with SIGSEGV when a peer GETs it, because UCX's software
+// GET reads the address without checking anything. The engine never unmaps memory while
+// a guarded reply reads it and never serves a revoked key.
+func TestUCXOverTCPCrashesOwnerOnFreedMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a child process that crashes on purpose")
+	}
+	info, child := startChild(t, "raw-owner")
+	p := newLowPair(t)
+	ep, err := p.a.Connect(info.Address, EndpointOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rmaLanesKeyed(ep.Info()) {
+		t.Skip("hardware-keyed RMA lanes; the claim is about software RMA")
+	}
+	if _, err := fmt.Fprintln(child.stdin, "munmap"); err != nil {
+		t.Fatal(err)
+	}
+	if line, _ := child.out.ReadString('\n'); strings.TrimSpace(line) != "unmapped" {
+		t.Fatalf("child said %q", line)
+	}
+	rk, err := ep.UnpackRemoteKey(info.RawKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := allocFilled(t, 64, 0).Bytes()[:64]
+	req, err := ep.Get(dst, info.Base, rk)
+	if err == nil && req != nil {
+		p.until(t, func() bool { return req.Done() || ep.Err() != nil }, nil)
+	}
+	select {
+	case <-child.exited:
+	case <-time.After(testTimeout):
+		t.Fatal("the owner survived a GET of freed memory; has UCX started checking? Update docs/ucx.md")
+	}
+	// UCX's own fault handler re-raises SIGSEGV; without it Go's runtime reports the
+	// fault in C code and exits with status 2. Either way the owner is dead.
+	ws, _ := child.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	segv := ws.Signaled() && ws.Signal() == syscall.SIGSEGV
+	if !segv && !strings.Contains(child.stderr.String(), "SIGSEGV") && !strings.Contains(child.stderr.String(), "Segmentation fault") {
+		t.Fatalf("owner exited with %v and no segmentation fault report:\n%s", child.cmd.ProcessState, child.stderr.String())
+	}
+	t.Logf("owner died as expected: %v", child.cmd.ProcessState)
+	rk.Destroy()
+	if r, _ := ep.Close(CloseForce); r != nil {
+		p.until(t, r.Done, nil)
+	}
+}
+
+func TestResourceQuery(t *testing.T) {
+	res, err := QueryResources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tcp *Transport
+	for _, c := range res.Components {
+		for _, d := range c.MemoryDomains {
+			for i, tr := range d.Transports {
+				if tr.Name == "tcp" && tr.Err == nil {
+					tcp = &d.Transports[i]
+				}
+			}
+		}
+	}
+	if tcp == nil {
+		t.Fatalf("no usable tcp transport in %v", res)
+	}
+	if tcp.Caps.HasGet() || !tcp.Caps.AMShort || !tcp.Caps.PeerFailure {
+		t.Errorf("tcp caps %+v: want AM and peer-failure handling, no hardware GET", tcp.Caps)
+	}
+	if !res.Support.Verbs {
+		t.Logf("this UCX has no verbs support: %v", res)
+	}
+	var sb strings.Builder
+	res.WriteTo(&sb)
+	if !strings.Contains(sb.String(), "transport tcp/") {
+		t.Errorf("table lacks the tcp transport:\n%s", sb.String())
+	}
+	t.Logf("%v", res)
+}
+
+func TestVersion(t *testing.T) {
+	v := Version()
+	if v.Major != 1 || v.Minor < 13 {
+		t.Fatalf("linked UCX %+v; the binding needs 1.13 or newer", v)
+	}
+	if !strings.HasPrefix(v.String, fmt.Sprintf("%d.%d", v.Major, v.Minor)) {
+		t.Errorf("version string %q does not start with %d.%d", v.String, v.Major, v.Minor)
+	}
+	if v.APIMajor != v.Major || v.APIMinor > v.Minor {
+		t.Errorf("compiled against UCP API %d.%d, linked %d.%d: the library is older than the headers", v.APIMajor, v.APIMinor, v.Major, v.Minor)
+	}
+}
