@@ -1,3 +1,11 @@
 module github.com/velo-go/velo/tools/ibcheck
 
-go 1.26
+go 1.26.0
+
+require (
+	github.com/velo-go/velo/mlx5dv v0.0.0-00010101000000-000000000000
+	github.com/velo-go/velo/rdmacm v0.0.0-00010101000000-000000000000
+	github.com/velo-go/velo/ucx v0.0.0-00010101000000-000000000000
+	github.com/velo-go/velo/velo v0.0.0-00010101000000-000000000000
+	github.com/velo-go/velo/verbs v0.0.0-00010101000000-000000000000
+)
