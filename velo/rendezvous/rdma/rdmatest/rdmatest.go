@@ -64,6 +64,8 @@ type Transport struct {
 	// RegisterErr, when set, makes RegisterMemory fail with it.
 	RegisterErr atomic.Pointer[error]
 
+	last atomic.Pointer[GetArgs]
+
 	Registrations   atomic.Int64 // RegisterMemory calls that succeeded
 	Deregistrations atomic.Int64
 	Gets            atomic.Int64 // GETs that moved bytes
@@ -188,8 +190,20 @@ func (t *Transport) RegisterMemory(mem []byte) (transport.Registration, error) {
 	return r, nil
 }
 
+// GetArgs are the arguments of a GET, kept so a test can replay a descriptor after its lease ended.
+type GetArgs struct {
+	Peer       transport.InstanceID
+	RemoteAddr uint64
+	RKey       []byte
+	Len        int
+}
+
+// LastGet returns the arguments of the last GET attempted (nil before the first).
+func (t *Transport) LastGet() *GetArgs { return t.last.Load() }
+
 // Get reads from peer's registration named by rkey.
 func (t *Transport) Get(ctx context.Context, peer transport.InstanceID, remoteAddr uint64, rkey []byte, dst []byte) error {
+	t.last.Store(&GetArgs{Peer: peer, RemoteAddr: remoteAddr, RKey: append([]byte(nil), rkey...), Len: len(dst)})
 	if hook := t.BeforeGet; hook != nil {
 		hook(ctx)
 	}

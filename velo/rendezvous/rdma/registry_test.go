@@ -1,0 +1,145 @@
+package rdma_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/rendezvous"
+	"github.com/velo-go/velo/velo/rendezvous/rdma"
+	"github.com/velo-go/velo/velo/rendezvous/rdma/rdmatest"
+)
+
+func newRegistry(t *testing.T, cfg rdma.Config) (*rdma.Registry, *rdmatest.Transport) {
+	t.Helper()
+	rt, err := rdmatest.NewFabric().New("ucx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	r, err := rdma.New(rt, cfg, rdma.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		r.Close()
+		if st := r.Stats(); st.PinnedBytes != 0 || st.Arenas != 0 || rt.LiveRegistrations() != 0 {
+			t.Errorf("after Close: %+v, %d live registrations", st, rt.LiveRegistrations())
+		}
+	})
+	return r, rt
+}
+
+func pinnedSlot(t *testing.T, r *rdma.Registry, n int) rendezvous.Slot {
+	t.Helper()
+	mem, opts := r.Pin(n, true)
+	if mem == nil {
+		t.Fatalf("Pin: %s", opts.Reason)
+	}
+	t.Cleanup(opts.OnFree)
+	return rendezvous.Slot{ID: 1, Data: mem, Opts: opts, Lease: rendezvous.LeaseInfo{ID: 1}}
+}
+
+func TestServeRegistersExactlyTheSlot(t *testing.T) {
+	r, rt := newRegistry(t, rdma.Config{})
+	sl := pinnedSlot(t, r, 10_000)
+	offer, _ := r.Offer(0)
+	desc, end, reason, err := r.Serve(context.Background(), sl, offer)
+	if err != nil || reason != metrics.ReasonOK {
+		t.Fatalf("Serve: %v %s", err, reason)
+	}
+	d, err := rdma.DecodeDescriptor(desc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Length != 10_000 || rt.LiveRegistrations() != 1 {
+		t.Fatalf("descriptor %+v, %d registrations", d, rt.LiveRegistrations())
+	}
+	st := r.Stats()
+	if st.LeaseRegistrations != 1 || st.LeaseBytes != 12<<10 || st.PinnedBytes != st.ArenaBytes+st.LeaseBytes {
+		t.Fatalf("stats while serving: %+v (the registration covers the slot's three pages)", st)
+	}
+	end()
+	end() // a second end is harmless
+	if rt.LiveRegistrations() != 0 || r.Stats().LeaseRegistrations != 0 || rt.Deregistrations.Load() != 1 {
+		t.Fatal("the lease's registration was not revoked exactly once")
+	}
+}
+
+func TestServeRefusals(t *testing.T) {
+	r, _ := newRegistry(t, rdma.Config{})
+	sl := pinnedSlot(t, r, 100)
+	if _, _, reason, err := r.Serve(context.Background(), sl, []byte{9}); reason != metrics.ReasonDecodeError || !errors.Is(err, rdma.ErrDescriptor) {
+		t.Fatalf("bad offer: %s %v", reason, err)
+	}
+	offer, _ := r.Offer(0)
+	other, _ := newRegistry(t, rdma.Config{})
+	foreign := pinnedSlot(t, other, 100)
+	if _, _, reason, err := r.Serve(context.Background(), foreign, offer); reason != metrics.ReasonNotPinned || err == nil {
+		t.Fatalf("another registry's slot: %s %v", reason, err)
+	}
+}
+
+func TestCloseRevokesLiveRegistrations(t *testing.T) {
+	r, rt := newRegistry(t, rdma.Config{})
+	sl := pinnedSlot(t, r, 100)
+	offer, _ := r.Offer(0)
+	if _, _, _, err := r.Serve(context.Background(), sl, offer); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	if rt.LiveRegistrations() != 0 {
+		t.Fatal("Close left a registration")
+	}
+	if _, _, reason, err := r.Serve(context.Background(), sl, offer); err == nil || reason == metrics.ReasonOK {
+		t.Fatal("Serve after Close")
+	}
+}
+
+func TestKillSwitchPinsNothing(t *testing.T) {
+	for _, cfg := range []struct {
+		c   rdma.Config
+		env bool
+	}{{rdma.Config{Disabled: true}, false}, {rdma.Config{}, true}} {
+		rt, _ := rdmatest.NewFabric().New("ucx")
+		r, err := rdma.New(rt, cfg.c, rdma.Options{KillSwitch: cfg.env, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mem, opts := r.Pin(100, true)
+		if mem != nil || opts.Reason != metrics.ReasonKillSwitch || !r.KillSwitch() || r.Stats().Arenas != 0 {
+			t.Fatalf("kill switch: %v %+v", mem != nil, opts)
+		}
+		r.Close()
+		rt.Close()
+	}
+}
+
+func TestReclaimerUnmapsIdleArenas(t *testing.T) {
+	r, _ := newRegistry(t, rdma.Config{Pool: rdma.PoolConfig{ArenaSize: 1 << 20, ArenaReclaimAfter: 20 * time.Millisecond}})
+	var frees []func()
+	for i := 0; i < 3; i++ {
+		mem, opts := r.Pin(1<<20, true)
+		if mem == nil {
+			t.Fatal(opts.Reason)
+		}
+		frees = append(frees, opts.OnFree)
+	}
+	if r.Stats().Arenas != 3 {
+		t.Fatalf("%d arenas", r.Stats().Arenas)
+	}
+	for _, f := range frees {
+		f()
+	}
+	deadline := time.Now().Add(time.Minute)
+	for r.Stats().Arenas != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("idle arenas not reclaimed: %+v", r.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
