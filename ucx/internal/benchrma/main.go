@@ -1,0 +1,312 @@
+// Command benchrma prints the cost of registering memory with UCX and the bandwidth of
+// GETs through the engine, each beside a baseline measured in the same run on the same
+// machine, as a ratio. It asserts nothing. `make bench-rma` runs it.
+//
+//   - ucp_mem_map of 4 KiB … 64 MiB against plain mmap+mlock of the same size (the
+//     kernel's own cost of pinning that memory), and Engine.Register (mem map, key pack,
+//     guard entry) against the same baseline.
+//   - GET bandwidth per size, direct (ucp_get_nbx) and guarded, against
+//     `ucx_perftest -t ucp_get` run with the same UCX_TLS, owner in another process.
+//
+// UCX_TLS defaults to tcp (the environment wins, as everywhere in the binding).
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/velo-go/velo/ucx"
+)
+
+const roleEnv = "UCX_BENCH_RMA_ROLE"
+
+func main() {
+	quick := flag.Bool("quick", false, "fewer iterations (a smoke run)")
+	flag.Parse()
+	if os.Getenv("UCX_TLS") == "" {
+		os.Setenv("UCX_TLS", "tcp")
+	}
+	if os.Getenv(roleEnv) == "owner" {
+		if err := owner(); err != nil {
+			fmt.Fprintln(os.Stderr, "owner:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	v := ucx.Version()
+	fmt.Printf("UCX %s (linked), UCX_TLS=%s, %d CPUs, %s\n\n", v.String, os.Getenv("UCX_TLS"), runtime.NumCPU(), runtime.Version())
+	if err := registration(*quick); err != nil {
+		fmt.Fprintln(os.Stderr, "registration:", err)
+		os.Exit(1)
+	}
+	fmt.Println()
+	if err := bandwidth(*quick); err != nil {
+		fmt.Fprintln(os.Stderr, "bandwidth:", err)
+		os.Exit(1)
+	}
+}
+
+var regSizes = []int{4 << 10, 64 << 10, 1 << 20, 8 << 20, 64 << 20}
+
+func human(n int) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// median runs f n times and returns the median duration.
+func median(n int, f func() error) (time.Duration, error) {
+	d := make([]time.Duration, 0, n)
+	for i := 0; i < n; i++ {
+		t0 := time.Now()
+		if err := f(); err != nil {
+			return 0, err
+		}
+		d = append(d, time.Since(t0))
+	}
+	for i := 1; i < len(d); i++ {
+		for j := i; j > 0 && d[j] < d[j-1]; j-- {
+			d[j], d[j-1] = d[j-1], d[j]
+		}
+	}
+	return d[len(d)/2], nil
+}
+
+func registration(quick bool) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	c, err := ucx.NewContext(ucx.ContextConfig{})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	e, err := ucx.NewEngine(context.Background(), ucx.EngineConfig{Name: "bench-reg"})
+	if err != nil {
+		return err
+	}
+	defer e.Close(context.Background())
+	fmt.Println("Registration cost (median per call; baseline: mmap+mlock+munlock+munmap of the same size)")
+	fmt.Printf("%-8s %14s %14s %8s %16s %8s\n", "size", "mmap+mlock", "ucp_mem_map", "ratio", "Engine.Register", "ratio")
+	for _, n := range regSizes {
+		iters := 21
+		if n >= 8<<20 {
+			iters = 7
+		}
+		if quick {
+			iters = 3
+		}
+		base, err := median(iters, func() error {
+			b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+			if err != nil {
+				return err
+			}
+			if err := unix.Mlock(b); err != nil {
+				unix.Munmap(b)
+				return fmt.Errorf("mlock %s: %w (needs RLIMIT_MEMLOCK or CAP_IPC_LOCK)", human(n), err)
+			}
+			unix.Munlock(b)
+			return unix.Munmap(b)
+		})
+		if err != nil {
+			return err
+		}
+		mem, err := ucx.AllocMemory(n, ucx.MemoryOptions{})
+		if err != nil {
+			return err
+		}
+		mapCost, err := median(iters, func() error {
+			mh, err := c.MapMemory(mem.Bytes())
+			if err != nil {
+				return err
+			}
+			return mh.Unmap()
+		})
+		if err != nil {
+			return err
+		}
+		regCost, err := median(iters, func() error {
+			r, err := e.Register(context.Background(), mem.Bytes())
+			if err != nil {
+				return err
+			}
+			return r.Unregister(context.Background())
+		})
+		if err != nil {
+			return err
+		}
+		mem.Free()
+		fmt.Printf("%-8s %14v %14v %7.3fx %16v %7.3fx\n", human(n), base, mapCost,
+			float64(mapCost)/float64(base), regCost, float64(regCost)/float64(base))
+	}
+	return nil
+}
+
+// ownerInfo is what the owner process reports.
+type ownerInfo struct {
+	Address []byte
+	Key     []byte
+	Base    uint64
+}
+
+var bwSizes = []int{64 << 10, 1 << 20, 8 << 20, 64 << 20}
+
+// owner serves one registration of the largest size until stdin closes.
+func owner() error {
+	ctx := context.Background()
+	e, err := ucx.NewEngine(ctx, ucx.EngineConfig{Name: "owner"})
+	if err != nil {
+		return err
+	}
+	defer e.Close(ctx)
+	mem, err := ucx.AllocMemory(bwSizes[len(bwSizes)-1], ucx.MemoryOptions{})
+	if err != nil {
+		return err
+	}
+	for i := range mem.Bytes() {
+		mem.Bytes()[i] = byte(i)
+	}
+	r, err := e.Register(ctx, mem.Bytes())
+	if err != nil {
+		return err
+	}
+	b, _ := json.Marshal(ownerInfo{Address: e.Address(), Key: r.RemoteKey(), Base: r.Addr()})
+	fmt.Printf("%s\n", b)
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return nil
+}
+
+func iterationsFor(n int, quick bool) int {
+	it := int(math.Max(5, math.Min(200, float64(256<<20)/float64(n))))
+	if quick {
+		it = 3
+	}
+	return it
+}
+
+func bandwidth(quick bool) error {
+	ctx := context.Background()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), roleEnv+"=owner")
+	cmd.Stderr = os.Stderr
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() { stdin.Close(); cmd.Wait() }()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("owner process: %w", err)
+	}
+	var info ownerInfo
+	if err := json.Unmarshal([]byte(line), &info); err != nil {
+		return err
+	}
+	dst, err := ucx.AllocMemory(bwSizes[len(bwSizes)-1], ucx.MemoryOptions{})
+	if err != nil {
+		return err
+	}
+	defer dst.Free()
+
+	results := map[ucx.RMAMode]map[int]float64{}
+	for _, mode := range []ucx.RMAMode{ucx.RMADirect, ucx.RMAGuarded} {
+		e, err := ucx.NewEngine(ctx, ucx.EngineConfig{Name: "consumer-" + mode.String(), RMA: mode})
+		if err != nil {
+			return err
+		}
+		conn, err := e.Connect(ctx, info.Address, ucx.ConnectOptions{})
+		if err != nil {
+			return err
+		}
+		results[mode] = map[int]float64{}
+		for _, n := range bwSizes {
+			buf := dst.Bytes()[:n]
+			if err := conn.Get(ctx, buf, info.Base, info.Key); err != nil { // warm-up, wireup
+				return fmt.Errorf("%v GET %s: %w", mode, human(n), err)
+			}
+			it := iterationsFor(n, quick)
+			t0 := time.Now()
+			for i := 0; i < it; i++ {
+				if err := conn.Get(ctx, buf, info.Base, info.Key); err != nil {
+					return err
+				}
+			}
+			results[mode][n] = float64(n) * float64(it) / time.Since(t0).Seconds() / (1 << 20)
+		}
+		conn.Close(ctx, ucx.CloseFlush)
+		e.Close(ctx)
+	}
+
+	fmt.Printf("GET bandwidth (MiB/s; baseline: ucx_perftest -t ucp_get, UCX_TLS=%s, same run)\n", os.Getenv("UCX_TLS"))
+	fmt.Printf("%-8s %12s %12s %8s %12s %8s\n", "size", "ucx_perftest", "direct", "ratio", "guarded", "ratio")
+	for i, n := range bwSizes {
+		base, err := perftest(n, iterationsFor(n, quick), 13500+i)
+		if err != nil {
+			fmt.Printf("%-8s %12s (ucx_perftest failed: %v)\n", human(n), "-", err)
+			continue
+		}
+		d, g := results[ucx.RMADirect][n], results[ucx.RMAGuarded][n]
+		fmt.Printf("%-8s %12.1f %12.1f %7.2fx %12.1f %7.2fx\n", human(n), base, d, d/base, g, g/base)
+	}
+	return nil
+}
+
+var finalLine = regexp.MustCompile(`(?m)^Final:\s+(.*)$`)
+
+// perftest runs ucx_perftest as server and client on loopback and returns the client's
+// overall bandwidth in MiB/s (perftest's "MB" are 2^20 bytes).
+func perftest(size, iters, port int) (float64, error) {
+	bin, err := exec.LookPath("ucx_perftest")
+	if err != nil {
+		return 0, errors.New("ucx_perftest not found (Debian package ucx-utils; `make deps` installs it)")
+	}
+	srv := exec.Command(bin, "-p", strconv.Itoa(port))
+	srv.Env = os.Environ()
+	if err := srv.Start(); err != nil {
+		return 0, err
+	}
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	var out []byte
+	for attempt := 0; attempt < 50; attempt++ {
+		cli := exec.Command(bin, "127.0.0.1", "-p", strconv.Itoa(port), "-t", "ucp_get",
+			"-s", strconv.Itoa(size), "-n", strconv.Itoa(iters))
+		cli.Env = os.Environ()
+		out, err = cli.CombinedOutput()
+		if err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // the server may not listen yet: retry the connect
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
+	}
+	m := finalLine.FindSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("no Final line in:\n%s", out)
+	}
+	f := strings.Fields(string(m[1]))
+	// iterations, lat 50%, lat avg, lat overall, bw avg, bw overall, rate avg, rate overall
+	if len(f) < 6 {
+		return 0, fmt.Errorf("short Final line %q", m[1])
+	}
+	return strconv.ParseFloat(f[5], 64)
+}
