@@ -197,7 +197,7 @@ func writeJSON(w io.Writer, rep *check.Report, strict bool) error {
 // writeExports prints `ibcheck env`: comments, then one export line per variable, ready for eval.
 func writeExports(w io.Writer, ex check.Exports) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# ibcheck env: %s (%s), %s\n", ex.Port.Spec(), ex.Because, ex.Port.State)
+	fmt.Fprintf(&b, "# ibcheck env: %s, %s\n", ex.Port.Spec(), ex.Because)
 	for _, v := range ex.Vars {
 		fmt.Fprintf(&b, "export %s=%s  # %s\n", v.Name, v.Value, v.Why)
 	}

@@ -69,6 +69,12 @@ func Env(ctx context.Context, cfg Config, sys System) (Exports, error) {
 	}
 	r.ucx = sys.UCX(ctx, nil, false)
 	out := Exports{Port: p, Because: r.chosenBecause()}
+	if r.portSource == PortFromAuto {
+		out.Because = "the first PORT_ACTIVE InfiniBand port"
+		if p.LinkLayer != verbs.LinkLayerInfiniBand {
+			out.Because = "an Ethernet (RoCE) port: no InfiniBand port is active"
+		}
+	}
 	out.Vars = append(out.Vars, Export{"UCX_NET_DEVICES", p.Spec(), fmt.Sprintf("%s, %s", p.LinkLayer, p.Rate)})
 	tlsWhy := "RC for data, UD for RC's wireup, self for loopback"
 	if r.ucx.Err != nil {

@@ -361,10 +361,11 @@ func (r *run) checkMemlock(context.Context) Result {
 		if m.CapIPCLock && !m.InitUserNS {
 			res.Finding += "; CAP_IPC_LOCK is held only inside a user namespace, where it does not lift the limit"
 		}
-		res.Fix = "raise the limit before starting the job: `ulimit -l unlimited` as root (systemd: LimitMEMLOCK=infinity; /etc/security/limits.conf: " +
-			"memlock unlimited), or in a container grant IPC_LOCK (docker run --cap-add=IPC_LOCK --ulimit memlock=-1)"
 		if m.Hard == verbs.Unlimited || m.Hard > m.Soft && m.Hard-used >= need {
-			res.Fix = "the hard limit allows it: raise the soft limit in the job's shell (`ulimit -l " + ulimitValue(m.Hard) + "`); " + res.Fix
+			res.Fix = "the hard limit allows it: run `ulimit -l " + ulimitValue(m.Hard) + "` in the job's shell before starting it (no privilege needed)"
+		} else {
+			res.Fix = "raise the limit before starting the job: `ulimit -l unlimited` as root (systemd: LimitMEMLOCK=infinity; /etc/security/limits.conf: " +
+				"memlock unlimited), or in a container grant IPC_LOCK (docker run --cap-add=IPC_LOCK --ulimit memlock=-1)"
 		}
 	}
 	return res
@@ -391,6 +392,9 @@ func ulimitValue(v uint64) string {
 	return strconv.FormatUint(v/1024, 10)
 }
 
+// hardwareReachable: the libraries' view of the hardware is the node the sysfs tree describes.
+func (r *run) hardwareReachable() bool { return r.cfg.Paths.Live() || r.sys.HardwareMatchesSysfs }
+
 func (r *run) checkRegistration(ctx context.Context) Result {
 	res := Result{ID: "registration"}
 	size := veloArenaSize
@@ -403,7 +407,7 @@ func (r *run) checkRegistration(ctx context.Context) Result {
 		res.Status, res.Probe = NotCompiled, Inconclusive
 		res.Finding = "not compiled in: registering memory needs libibverbs (rebuild with cgo)"
 		return res
-	case !r.cfg.Paths.Live():
+	case !r.hardwareReachable():
 		res.Status, res.Finding = Skip, "the node checks read a sysfs tree that is not this machine's; libibverbs registers on the live system"
 		return res
 	}
@@ -420,6 +424,7 @@ func (r *run) checkRegistration(ctx context.Context) Result {
 	case res.Probe == NotAvailable:
 		res.Status = Fail
 		res.Finding = fmt.Sprintf("registering one %s arena on %s failed: %v", verbs.FormatBytes(size), r.port.Device, err)
+		res.Fix = "do what the error says; `ibv_devinfo -d " + r.port.Device + "` shows whether libibverbs sees the device at all"
 	default:
 		res.Status = Warn
 		res.Finding = couldNotTell(fmt.Errorf("registering one %s arena on %s: %w", verbs.FormatBytes(size), r.port.Device, err))
@@ -449,7 +454,7 @@ func (r *run) checkDEVX(context.Context) Result {
 		res.Status, res.Probe = NotCompiled, Inconclusive
 		res.Finding = "not compiled in: opening a DEVX context needs libmlx5 (rebuild with cgo); " + name + " is an mlx5 device"
 		return res
-	case !r.cfg.Paths.Live():
+	case !r.hardwareReachable():
 		res.Status = Skip
 		res.Finding = name + " is an mlx5 device, but the sysfs tree is not this machine's; libmlx5 opens DEVX on the live system"
 		return res
@@ -463,7 +468,7 @@ func (r *run) checkDEVX(context.Context) Result {
 		res.Finding = "a DEVX context opens on " + name + ": UCX can open its mlx5 memory domain (uct_ib_mlx5_devx_md_ops), so rc_mlx5 and ud_mlx5 have devices"
 	case errors.As(err, &devx) && res.Probe == NotAvailable:
 		res.Status = Fail
-		res.Finding = fmt.Sprintf("DEVX does not open on %s: the %s lacks DEVX support (%s); UCX falls back to the verbs memory domain and rc_mlx5/ud_mlx5 have no devices",
+		res.Finding = fmt.Sprintf("DEVX does not open on %s (%s): %s; UCX falls back to the verbs memory domain and rc_mlx5/ud_mlx5 have no devices",
 			name, devx.Missing, devx.Detail)
 		res.Fix = "fix the " + devx.Missing.String() + " as said, or run on rc_verbs,ud_verbs (slower)"
 	default:

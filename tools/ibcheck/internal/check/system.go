@@ -27,6 +27,11 @@ type System struct {
 	ProbeDEVX func(device string) error
 	// UCX asks the linked UCX (see ProbeUCX).
 	UCX func(ctx context.Context, protoValues []string, withResources bool) UCXInfo
+	// HardwareMatchesSysfs says that RegisterArena and ProbeDEVX reach the node that a sysfs tree
+	// other than /sys describes. Live leaves it false: libibverbs and libmlx5 always see this
+	// machine, so on a fixture tree those checks are skipped. Tests that pair a fixture with
+	// fake hardware answers set it.
+	HardwareMatchesSysfs bool
 	// Interfaces lists the node's network interfaces and addresses, for --ip; nil means the
 	// live system's.
 	Interfaces func() ([]rdmacm.Interface, error)

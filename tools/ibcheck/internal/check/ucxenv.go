@@ -194,6 +194,10 @@ func (r *run) checkTLS(context.Context) Result {
 		res.Status = Warn
 		res.Finding = "UCX_TLS=" + v + " only excludes transports: UCX chooses among the rest"
 		res.Fix = "pin them: export UCX_TLS=" + rec
+	case rcBare && !ud && !rcAlias && !ib && has(map[string]bool{"tcp": true}):
+		res.Status = Warn
+		res.Finding = "UCX_TLS=" + v + " names an RC transport without a UD one; UCX may wire RC up through tcp instead, but " + wireupExplained
+		res.Fix = "add the UD transport of the same kind (ud_mlx5 beside rc_mlx5, ud_verbs beside rc_verbs): export UCX_TLS=" + rec
 	case rcBare && !ud && !rcAlias && !ib:
 		res.Status = Fail
 		res.Finding = "UCX_TLS=" + v + " names an RC transport without a UD one: " + wireupExplained

@@ -37,7 +37,7 @@ const ucxProbeTimeout = 30 * time.Second
 
 // The UCX settings whose defaults the checks judge, without the UCX_ prefix. A name missing from
 // UCXInfo.Defaults is unknown to the linked UCX (UCX_MAX_RMA_RAILS does not exist in 1.13).
-var probedSettings = []string{"PROTO_ENABLE", "MAX_RMA_RAILS", "MAX_RNDV_RAILS", "RCACHE_ENABLE"}
+var probedSettings = []string{"PROTO_ENABLE", "MAX_RMA_RAILS", "MAX_RNDV_RAILS"}
 
 // UCXInfo is what ibcheck learned from the UCX linked into this binary: the library velo itself
 // runs on, which is why ibcheck asks it rather than the system's ucx_info.
@@ -138,7 +138,7 @@ func runProbeChild(ctx context.Context, args []string, out any) error {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	runErr := cmd.Run()
-	if jsonErr := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), out); jsonErr == nil && runErr == nil {
+	if jsonErr := json.Unmarshal(lastJSONLine(stdout.Bytes()), out); jsonErr == nil && runErr == nil {
 		return nil
 	}
 	why := "it printed no answer"
@@ -148,10 +148,22 @@ func runProbeChild(ctx context.Context, args []string, out any) error {
 	case runErr != nil:
 		why = runErr.Error()
 	}
-	if tail := lastLines(stderr.String(), 3); tail != "" {
+	if tail := lastLines(stdout.String()+"\n"+stderr.String(), 3); tail != "" {
 		why += " (" + tail + ")"
 	}
 	return fmt.Errorf("the UCX probe (%s %s) failed: %s", UCXProbeArg, strings.Join(args, " "), why)
+}
+
+// lastJSONLine returns the last line of the child's output that holds a JSON object: UCX prints
+// its own errors to stdout, before the answer.
+func lastJSONLine(b []byte) []byte {
+	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := bytes.TrimSpace(lines[i]); bytes.HasPrefix(l, []byte("{")) {
+			return l
+		}
+	}
+	return nil
 }
 
 // probeEnv is the child's environment: the parent's without any UCX_* variable, so that every
