@@ -1,0 +1,99 @@
+package ucxt
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the transport's collectors. They exist whether or not a Registerer was given, so
+// the code never checks for nil. Label values are closed sets, listed with each series, and
+// every one is created at zero so a dashboard sees 0 rather than a missing series.
+type metrics struct {
+	reg        prometheus.Registerer
+	collectors []prometheus.Collector
+
+	frames    *prometheus.CounterVec // direction: sent, received
+	dropped   *prometheus.CounterVec // reason: see dropReasons
+	lost      prometheus.Counter
+	endpoints *prometheus.CounterVec // event: see endpointEvents
+	open      prometheus.Gauge
+	peerDown  prometheus.Counter
+}
+
+var (
+	frameDirections = []string{"sent", "received"}
+	// dropReasons: malformed (undecodable header or hello), unknown_sender (no hello and not
+	// registered, or another incarnation), too_large (above EagerMax), stale (an epoch already
+	// given up on), rejected_blob (a hello whose address blob is unusable).
+	dropReasons = []string{"malformed", "unknown_sender", "too_large", "stale", "rejected_blob"}
+	// endpointEvents: opened, reaped (this side's idle reaper retired it), retired_by_peer (the
+	// peer's fin), failed (UCX reported the endpoint dead), removed (RemovePeer).
+	endpointEvents = []string{"opened", "reaped", "retired_by_peer", "failed", "removed"}
+)
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		reg: reg,
+		frames: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "velo", Subsystem: "ucx_transport", Name: "frames_total",
+			Help: "Frames of the runtime carried over UCX, by direction.",
+		}, []string{"direction"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "velo", Subsystem: "ucx_transport", Name: "frames_dropped_total",
+			Help: "Received frames not delivered, by reason.",
+		}, []string{"reason"}),
+		lost: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "velo", Subsystem: "ucx_transport", Name: "frames_lost_total",
+			Help: "Frames a peer sent that never arrived (gaps in its sequence numbers); only an endpoint that failed loses frames.",
+		}),
+		endpoints: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "velo", Subsystem: "ucx_transport", Name: "endpoint_events_total",
+			Help: "Endpoint lifecycle events: opened, reaped, retired_by_peer, failed, removed.",
+		}, []string{"event"}),
+		open: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "velo", Subsystem: "ucx_transport", Name: "endpoints",
+			Help: "Endpoints this instance has open (including retired ones not yet closed).",
+		}),
+		peerDown: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "velo", Subsystem: "ucx_transport", Name: "peer_down_total",
+			Help: "Peers reported down to the runtime because their endpoint failed.",
+		}),
+	}
+	for _, d := range frameDirections {
+		m.frames.WithLabelValues(d)
+	}
+	for _, r := range dropReasons {
+		m.dropped.WithLabelValues(r)
+	}
+	for _, e := range endpointEvents {
+		m.endpoints.WithLabelValues(e)
+	}
+	m.collectors = []prometheus.Collector{m.frames, m.dropped, m.lost, m.endpoints, m.open, m.peerDown}
+	if reg == nil {
+		return m, nil
+	}
+	for i, c := range m.collectors {
+		if err := reg.Register(c); err != nil {
+			for _, done := range m.collectors[:i] {
+				reg.Unregister(done)
+			}
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				return nil, fmt.Errorf("ucx: metrics: %w (one UCX transport per Registerer)", err)
+			}
+			return nil, fmt.Errorf("ucx: metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) unregister() {
+	if m.reg == nil {
+		return
+	}
+	for _, c := range m.collectors {
+		m.reg.Unregister(c)
+	}
+}

@@ -1,0 +1,183 @@
+package ucxt
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/velo-go/velo/ucx"
+	"github.com/velo-go/velo/velo/transport"
+)
+
+// onAM receives every frame, on the engine's delivery goroutine (one message at a time, in the
+// order the worker received them).
+func (t *Transport) onAM(m ucx.AMMessage) {
+	h, err := decodeHeader(m.Header)
+	if err != nil {
+		t.m.dropped.WithLabelValues("malformed").Inc()
+		t.log.Warn("ucx: dropping a malformed frame", "err", err)
+		return
+	}
+	f := inFrame{kind: h.Kind, epoch: h.Epoch, seq: h.Seq}
+	var p *peer
+	switch h.Kind {
+	case kindHello:
+		prev, b, err := decodeHelloBody(m.Payload)
+		switch {
+		case errors.Is(err, errBlobVersion):
+			t.m.dropped.WithLabelValues("rejected_blob").Inc()
+			t.log.Warn(fmt.Sprintf("ucx: rejecting peer blob: unsupported ucx blob version %d (expected %d)", b.Version, BlobVersion),
+				"peer", fmt.Sprintf("%016x", uint64(h.Sender)))
+			return
+		case err != nil:
+			t.m.dropped.WithLabelValues("rejected_blob").Inc()
+			t.log.Warn("ucx: dropping a hello with an unusable address", "peer", fmt.Sprintf("%016x", uint64(h.Sender)), "err", err)
+			return
+		case b.Incarnation != h.Incarnation:
+			t.m.dropped.WithLabelValues("rejected_blob").Inc()
+			t.log.Warn("ucx: dropping a hello whose address names another incarnation", "peer", fmt.Sprintf("%016x", uint64(h.Sender)))
+			return
+		}
+		if t.registeredAsOther(h) {
+			// A registered peer of another incarnation: AddPeer decides who that peer is.
+			t.m.dropped.WithLabelValues("unknown_sender").Inc()
+			t.log.Warn("ucx: dropping a hello from another incarnation of a registered peer", "peer", fmt.Sprintf("%016x", uint64(h.Sender)))
+			return
+		}
+		if p, err = t.record(h.Sender, b, false); err != nil {
+			return // closed
+		}
+		f.prevEpoch = prev
+	default:
+		if p = t.sender(h); p == nil {
+			t.m.dropped.WithLabelValues("unknown_sender").Inc()
+			t.log.Debug("ucx: dropping a frame from an unknown sender", "peer", fmt.Sprintf("%016x", uint64(h.Sender)), "kind", h.Kind)
+			return
+		}
+		if h.Kind == kindData {
+			if len(m.Payload) > t.cfg.EagerMax {
+				t.m.dropped.WithLabelValues("too_large").Inc()
+				t.log.Warn("ucx: dropping a frame above the eager limit", "peer", fmt.Sprintf("%016x", uint64(h.Sender)),
+					"bytes", len(m.Payload), "limit", t.cfg.EagerMax, "err", transport.ErrFrameTooLarge)
+				// The sequence still advances: count it as received-and-dropped, not lost.
+			} else {
+				f.payload = m.Payload
+				if f.payload == nil {
+					f.payload = []byte{} // an empty frame is still a frame; nil marks a dropped one
+				}
+			}
+		}
+	}
+	p.touch()
+
+	t.recvMu.Lock()
+	defer t.recvMu.Unlock()
+	st := t.inbound[h.Sender]
+	if st == nil || st.inc != h.Incarnation {
+		st = &inboundState{inc: h.Incarnation}
+		t.inbound[h.Sender] = st
+	}
+	t.deliver(h.Sender, st.accept(f, time.Now()))
+	if h.Kind == kindFin {
+		// The peer retired its endpoint: stop ours too, so that the peer can close without
+		// anything of ours in flight, and reconnect on our next send.
+		p.sendMu.Lock()
+		if oc := p.conn; oc != nil {
+			t.retireLocked(p, oc, "retired_by_peer")
+		}
+		p.sendMu.Unlock()
+		t.closeRetired(p, st.quiet())
+	}
+}
+
+// sender returns the registered peer a non-hello frame claims to come from, or nil when the
+// sender never introduced itself (or is another incarnation than the one we know).
+func (t *Transport) sender(h frameHeader) *peer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.peers[h.Sender]
+	if p == nil || p.inc != h.Incarnation {
+		return nil
+	}
+	return p
+}
+
+// registeredAsOther reports whether AddPeer registered the frame's sender with another
+// incarnation.
+func (t *Transport) registeredAsOther(h frameHeader) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.peers[h.Sender]
+	return p != nil && p.added && p.inc != h.Incarnation
+}
+
+// deliver hands payloads to the runtime and counts what inbound reported. The caller holds
+// recvMu, which keeps one sender's frames in order between the delivery goroutine and the
+// maintenance loop.
+func (t *Transport) deliver(from transport.InstanceID, r inResult) {
+	for _, b := range r.deliver {
+		if b == nil {
+			continue // a frame dropped as too large keeps its place in the sequence only
+		}
+		t.m.frames.WithLabelValues("received").Inc()
+		t.host.Deliver(from, b)
+	}
+	if r.lost > 0 {
+		t.m.lost.Add(float64(r.lost))
+		t.log.Warn("ucx: frames from peer were lost with a failed endpoint", "peer", fmt.Sprintf("%016x", uint64(from)), "frames", r.lost)
+	}
+	if r.stale > 0 {
+		t.m.dropped.WithLabelValues("stale").Add(float64(r.stale))
+		t.log.Warn("ucx: dropping frames of an endpoint already given up on", "peer", fmt.Sprintf("%016x", uint64(from)), "frames", r.stale)
+	}
+}
+
+// peerQuiet reports whether id has no endpoint open to us as far as we know.
+func (t *Transport) peerQuiet(id transport.InstanceID) bool {
+	t.recvMu.Lock()
+	defer t.recvMu.Unlock()
+	st := t.inbound[id]
+	return st == nil || st.quiet()
+}
+
+// maintain runs the idle reaper, closes retired endpoints whose peer never answered their fin,
+// and releases frames held for an endpoint that will not finish.
+func (t *Transport) maintain() {
+	defer t.wg.Done()
+	tick := time.NewTicker(t.cfg.tick())
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-tick.C:
+		}
+		t.mu.Lock()
+		peers := make([]*peer, 0, len(t.peers))
+		for _, p := range t.peers {
+			peers = append(peers, p)
+		}
+		t.mu.Unlock()
+		now := time.Now()
+		for _, p := range peers {
+			if t.cfg.EPIdleTimeout > 0 && now.Sub(time.Unix(0, p.lastUse.Load())) >= t.cfg.EPIdleTimeout {
+				p.sendMu.Lock()
+				if oc := p.conn; oc != nil && !oc.busy() {
+					t.retireLocked(p, oc, "reaped")
+				}
+				p.sendMu.Unlock()
+			}
+			p.sendMu.Lock()
+			pending := len(p.retired) > 0
+			p.sendMu.Unlock()
+			if pending {
+				t.closeRetired(p, t.peerQuiet(p.id))
+			}
+		}
+		t.recvMu.Lock()
+		for id, st := range t.inbound {
+			t.deliver(id, st.expire(now, t.timings.holdTimeout))
+		}
+		t.recvMu.Unlock()
+	}
+}

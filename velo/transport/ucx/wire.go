@@ -1,0 +1,191 @@
+package ucxt
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/velo-go/velo/velo/transport"
+)
+
+// BlobVersion is the UCX wire version this build speaks. It is the first byte of the address
+// blob, and it also fixes the frame header layout: version 2 starts every frame header with the
+// sender's 8-byte incarnation. A peer on another version would misread every frame, so the two
+// refuse each other at AddPeer instead.
+const BlobVersion = 2
+
+// Address blob, version 2 (big-endian, like every velo wire layout):
+//
+//	0  version (2)
+//	1  flags: bit 0 = serves one-sided reads (RMA); other bits are ignored
+//	2  reserved (2 bytes, zero)
+//	4  largest frame the instance reads over UCX (uint32)
+//	8  incarnation (uint64)
+//	16 worker address length n (uint32)
+//	20 the UCX worker address (n bytes)
+const (
+	blobFixedLen  = 20
+	blobFlagRMA   = 1 << 0
+	maxWorkerAddr = 64 << 10 // real worker addresses are a few hundred bytes at most
+)
+
+// errBlobVersion is wrapped by decodeBlob when the version byte is not BlobVersion; AddPeer
+// logs the rejection line for it.
+var errBlobVersion = errors.New("unsupported ucx blob version")
+
+// peerBlob is a decoded address blob.
+type peerBlob struct {
+	Version     byte
+	RMA         bool
+	MaxFrame    int
+	Incarnation uint64
+	Worker      []byte // aliases the input
+}
+
+func appendBlob(dst []byte, b peerBlob) []byte {
+	var flags byte
+	if b.RMA {
+		flags |= blobFlagRMA
+	}
+	dst = append(dst, BlobVersion, flags, 0, 0)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(b.MaxFrame))
+	dst = binary.BigEndian.AppendUint64(dst, b.Incarnation)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(b.Worker)))
+	return append(dst, b.Worker...)
+}
+
+// decodeBlob checks and decodes an address blob. Every error wraps transport.ErrInvalidEndpoint;
+// a blob of another version also wraps errBlobVersion and says which version it carries.
+func decodeBlob(b []byte) (peerBlob, error) {
+	bad := func(format string, args ...any) (peerBlob, error) {
+		return peerBlob{}, fmt.Errorf("ucx: %w: address blob: %s", transport.ErrInvalidEndpoint, fmt.Sprintf(format, args...))
+	}
+	if len(b) == 0 {
+		return bad("empty (the peer published no UCX address)")
+	}
+	if b[0] != BlobVersion {
+		return peerBlob{Version: b[0]}, fmt.Errorf("ucx: %w: %w %d (expected %d): upgrade all UCX peers together",
+			transport.ErrInvalidEndpoint, errBlobVersion, b[0], BlobVersion)
+	}
+	if len(b) < blobFixedLen {
+		return bad("%d bytes is shorter than the %d-byte fixed part", len(b), blobFixedLen)
+	}
+	if b[2] != 0 || b[3] != 0 {
+		return bad("reserved bytes are set")
+	}
+	p := peerBlob{
+		Version:     b[0],
+		RMA:         b[1]&blobFlagRMA != 0,
+		MaxFrame:    int(binary.BigEndian.Uint32(b[4:])),
+		Incarnation: binary.BigEndian.Uint64(b[8:]),
+	}
+	if p.MaxFrame < MinEagerMax {
+		return bad("largest frame %d is below the minimum of %d", p.MaxFrame, MinEagerMax)
+	}
+	n := binary.BigEndian.Uint32(b[16:])
+	if n == 0 || n > maxWorkerAddr {
+		return bad("worker address length %d is outside 1..%d", n, maxWorkerAddr)
+	}
+	if uint64(len(b)-blobFixedLen) != uint64(n) {
+		return bad("worker address length %d, but %d bytes follow", n, len(b)-blobFixedLen)
+	}
+	p.Worker = b[blobFixedLen:]
+	return p, nil
+}
+
+// Frame header, wire version 2: the header of every active message this transport sends
+// (big-endian). The runtime's frame is the message's payload, untouched.
+//
+//	0  sender's incarnation (uint64): first, so a receiver (and its idle reaper) can tell
+//	   which incarnation of a peer sent the frame before it reads anything else
+//	8  sender's instance ID (uint64)
+//	16 kind: 0 data, 1 hello, 2 fin
+//	17 flags (zero)
+//	18 reserved (2 bytes, zero)
+//	20 epoch (uint32): the sender's endpoint the frame travels on, unique per sender
+//	24 seq (uint64): data frames count 1, 2, 3 … per epoch; a fin carries the last data seq
+//	   of its epoch; a hello carries the last data seq of the previous epoch
+//
+// A hello is the first message on every endpoint: its payload is the previous epoch (uint32,
+// 0 for none) followed by the sender's address blob, so a receiver learns the sender's limits
+// and how to answer it, and knows which epoch must finish before this one may be delivered. A
+// fin is the last message on an endpoint the sender retires; it has no payload.
+const frameHeaderLen = 32
+
+type frameKind uint8
+
+const (
+	kindData  frameKind = 0
+	kindHello frameKind = 1
+	kindFin   frameKind = 2
+)
+
+func (k frameKind) String() string {
+	switch k {
+	case kindData:
+		return "data"
+	case kindHello:
+		return "hello"
+	case kindFin:
+		return "fin"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+type frameHeader struct {
+	Incarnation uint64
+	Sender      transport.InstanceID
+	Kind        frameKind
+	Epoch       uint32
+	Seq         uint64
+}
+
+var errMalformedFrame = errors.New("malformed ucx frame")
+
+func appendHeader(dst []byte, h frameHeader) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, h.Incarnation)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(h.Sender))
+	dst = append(dst, byte(h.Kind), 0, 0, 0)
+	dst = binary.BigEndian.AppendUint32(dst, h.Epoch)
+	return binary.BigEndian.AppendUint64(dst, h.Seq)
+}
+
+func decodeHeader(b []byte) (frameHeader, error) {
+	if len(b) != frameHeaderLen {
+		return frameHeader{}, fmt.Errorf("%w: header of %d bytes, want %d (a peer on another wire version?)", errMalformedFrame, len(b), frameHeaderLen)
+	}
+	h := frameHeader{
+		Incarnation: binary.BigEndian.Uint64(b),
+		Sender:      transport.InstanceID(binary.BigEndian.Uint64(b[8:])),
+		Kind:        frameKind(b[16]),
+		Epoch:       binary.BigEndian.Uint32(b[20:]),
+		Seq:         binary.BigEndian.Uint64(b[24:]),
+	}
+	switch {
+	case h.Kind > kindFin:
+		return frameHeader{}, fmt.Errorf("%w: unknown kind %d", errMalformedFrame, b[16])
+	case b[17] != 0 || b[18] != 0 || b[19] != 0:
+		return frameHeader{}, fmt.Errorf("%w: reserved header bytes are set", errMalformedFrame)
+	case h.Sender == 0:
+		return frameHeader{}, fmt.Errorf("%w: sender instance ID 0", errMalformedFrame)
+	case h.Epoch == 0:
+		return frameHeader{}, fmt.Errorf("%w: epoch 0", errMalformedFrame)
+	case h.Kind == kindData && h.Seq == 0:
+		return frameHeader{}, fmt.Errorf("%w: data frame with seq 0", errMalformedFrame)
+	}
+	return h, nil
+}
+
+// appendHelloBody is a hello's payload: the previous epoch and the sender's address blob.
+func appendHelloBody(dst []byte, prevEpoch uint32, blob []byte) []byte {
+	dst = binary.BigEndian.AppendUint32(dst, prevEpoch)
+	return append(dst, blob...)
+}
+
+func decodeHelloBody(b []byte) (prevEpoch uint32, blob peerBlob, err error) {
+	if len(b) < 4 {
+		return 0, peerBlob{}, fmt.Errorf("%w: hello of %d bytes", errMalformedFrame, len(b))
+	}
+	blob, err = decodeBlob(b[4:])
+	return binary.BigEndian.Uint32(b), blob, err
+}
