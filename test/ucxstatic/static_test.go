@@ -340,3 +340,18 @@ func passThroughRecipeEnv() []string {
 	}
 	return env
 }
+
+// TestStaticUCXModuleBinary links the ucx module's own test binary with -tags ucx_static (its
+// internal/capi/link_static.go) and checks the same dynamic-dependency promise on it. make
+// test-static then runs that module's tests against the static UCX.
+func TestStaticUCXModuleBinary(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "ucx.test")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "go", "test", "-c", "-tags", "ucx_static", "-o", bin,
+		"github.com/velo-go/velo/ucx").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go test -c -tags ucx_static github.com/velo-go/velo/ucx: %v\n%s", err, out)
+	}
+	checkDynamicDeps(t, bin)
+}

@@ -252,9 +252,13 @@ configure_args() {
 		--without-cuda --without-rocm --without-gdrcopy --without-knem --without-xpmem --without-ugni
 		--without-fuse3 --without-java --without-go
 		--disable-doxygen-doc
+		--disable-dependency-tracking
 	)
 	[ -z "$configure_host" ] || args+=("$configure_host")
 	args+=("CC=$cc")
+	# UCX compiles with -O3 -g; debug info doubles the archives and the compile and link time
+	# for a library users do not step through. CFLAGS, when set, replaces this default.
+	args+=("CFLAGS=${CFLAGS--g0}")
 	args+=("${extra_args[@]}")
 }
 
@@ -487,16 +491,28 @@ check_config_h() {
 		die "configure did not enable the rdmacm transport; see $work_dir/logs/configure.log."
 }
 
+# step_done NAME records how long the step since the previous mark took, for the build summary.
+step_times=""
+step_mark=0
+step_done() {
+	local now
+	now=$(date +%s)
+	step_times="${step_times:+$step_times, }$1 $((now - step_mark))s"
+	step_mark=$now
+}
+
 build() {
 	mkdir -p "$work_dir/logs" "$src_root"
 	local t0 t1
 	t0=$(date +%s)
+	step_mark=$t0
 	rm -rf "$src_root/ucx" "$work_dir/obj" "$build_dir"
 	if [ -n "${UCX_TARBALL:-}" ]; then
 		unpack_tarball
 	else
 		fetch_debian_source
 	fi
+	step_done source
 	if [ ! -x "$src_root/ucx/configure" ]; then
 		local tool
 		for tool in autoreconf automake libtoolize; do
@@ -504,21 +520,25 @@ build() {
 		done
 		note "running autogen.sh (this source ships no configure)"
 		run_logged autogen bash -c "cd '$src_root/ucx' && ./autogen.sh"
+		step_done autogen
 	fi
 	patch_configure
 	mkdir -p "$work_dir/obj"
 	note "configure: ${args[*]}"
 	run_logged configure bash -c 'cd "$1" && shift && "$@"' _ "$work_dir/obj" "$src_root/ucx/configure" "${args[@]}"
 	check_config_h
+	step_done configure
 	local jobs d
 	jobs=$(nproc 2>/dev/null || echo 2)
 	note "make -j$jobs in ${ucx_src_dirs[*]}"
 	for d in "${ucx_src_dirs[@]}"; do
 		run_logged "make-${d##*/}" make -C "$work_dir/obj/$d" -j"$jobs"
 	done
+	step_done make
 	for d in "${ucx_src_dirs[@]}"; do
 		run_logged "install-${d##*/}" make -C "$work_dir/obj/$d" install
 	done
+	step_done install
 
 	# One relocatable object holding every UCX object, wrapped in a one-member archive. See
 	# README.md, "Linking": it is how every constructor reaches a Go binary without
@@ -545,14 +565,16 @@ build() {
 			die "libvelo_ucx.a lacks $sym; the partial link or the configure result is wrong (logs in $work_dir/logs)."
 	done
 
+	step_done link
 	t1=$(date +%s)
 	{
 		printf 'UCX static build for velo\n'
-		printf 'built %s in %ss on %s cores\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$((t1 - t0))" "$jobs"
+		printf 'built %s in %ss on %s cores (%s; load average %s)\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+			"$((t1 - t0))" "$jobs" "$step_times" "$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)"
 		stamp_key
 	} >"$build_dir/velo-ucx-build.txt"
 	stamp_key >"$stamp"
-	note "built UCX into $build_dir in $((t1 - t0)) s"
+	note "built UCX into $build_dir in $((t1 - t0)) s ($step_times)"
 }
 
 # --- main --------------------------------------------------------------------------------------
