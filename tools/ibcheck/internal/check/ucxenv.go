@@ -467,16 +467,21 @@ func (r *run) ucxUnknown(res Result) Result {
 // minUCX is the oldest UCX velo's ucx module supports (Debian 12's).
 var minUCX = [2]uint{1, 13}
 
-func (r *run) checkUCXVersion(context.Context) Result {
-	res := Result{ID: "ucx_version"}
+func (r *run) checkUCXVersion(context.Context) (res Result) {
+	res = Result{ID: "ucx_version"}
+	res.fact("wire_version", strconv.Itoa(veloUCXWireVersion))
+	wire := fmt.Sprintf("; velo's UCX wire version is %d (every UCX peer must run the same, or register refuses it)", veloUCXWireVersion)
 	if r.ucx.Err != nil {
-		return r.ucxUnknown(res)
+		res = r.ucxUnknown(res)
+		res.Finding += wire
+		return res
 	}
 	v := r.ucx.Version
 	res.fact("version", v.String)
 	res.fact("api", fmt.Sprintf("%d.%d", v.APIMajor, v.APIMinor))
 	res.Probe = Available
 	linked := fmt.Sprintf("linked UCX %s (compiled against the %d.%d headers)", v.String, v.APIMajor, v.APIMinor)
+	defer func() { res.Finding += wire }()
 	switch {
 	case v.Major < minUCX[0] || v.Major == minUCX[0] && v.Minor < minUCX[1]:
 		res.Status, res.Probe = Fail, NotAvailable
