@@ -170,14 +170,6 @@ func hardware(reg func(string) error, devx func(string) error) func(*check.Syste
 	}
 }
 
-func both(fs ...func(*check.System)) func(*check.System) {
-	return func(s *check.System) {
-		for _, f := range fs {
-			f(s)
-		}
-	}
-}
-
 var pinnedEnv = map[string]string{"UCX_NET_DEVICES": "mlx5_0:1", "UCX_TLS": "rc_mlx5,ud_mlx5,self"}
 
 func envWith(extra map[string]string) map[string]string {

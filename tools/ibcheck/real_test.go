@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -125,7 +124,10 @@ func buildIbcheck(t *testing.T, static bool) string {
 		name = "ibcheck-static"
 	}
 	bin := filepath.Join(binDir, name)
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("building ibcheck needs the go command on PATH: %v", err)
+	}
 	cmd := exec.Command(goTool, "build", "-o", bin, ".")
 	cmd.Env = os.Environ()
 	if static {
@@ -196,6 +198,11 @@ func TestRealBinaryOnThisMachine(t *testing.T) {
 	}
 	if rep.Checks[0].ID != "devices" || rep.Checks[0].Status != "fail" || rep.Checks[0].Probe != "not_available" {
 		t.Errorf("first check %+v", rep.Checks[0])
+	}
+	// --ucx lists the linked UCX's resources (the self transport exists on every machine).
+	out, _, _ = runBinary(t, bin, cleanEnv(), "--ucx")
+	if check.Live().CGO && !strings.Contains(out, "component self") {
+		t.Errorf("--ucx lists no self component:\n%s", out)
 	}
 }
 
