@@ -27,11 +27,13 @@ type outConn struct {
 	// Guarded by p.sendMu.
 	seq       uint64 // data frames submitted
 	retiredAt time.Time
-	closing   bool
+	// peerEpoch is the peer's newest endpoint to us when this one was retired: this one closes
+	// once the peer finished every endpoint up to it (they are the ones UCX may have paired with
+	// this one; closing this endpoint under them could cost their frames in flight).
+	peerEpoch uint32
 
 	mu       sync.Mutex // guards the fields below; taken without p.sendMu or under it
 	inflight int        // operations submitted and not finished
-	failed   bool
 	state    connState
 }
 
@@ -52,19 +54,17 @@ func (t *Transport) connLocked(ctx context.Context, p *peer) (*outConn, error) {
 	if p.gone {
 		return nil, fmt.Errorf("ucx: %w", transport.ErrClosed)
 	}
-	if len(p.worker) == 0 {
-		return nil, fmt.Errorf("ucx: %w: %016x has no UCX address", transport.ErrUnknownPeer, uint64(p.id))
-	}
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
 		return nil, fmt.Errorf("ucx: %w", transport.ErrClosed)
 	}
+	worker := p.addr.worker
 	t.nextEpoch++
 	epoch := t.nextEpoch
 	t.mu.Unlock()
 	oc := &outConn{p: p, epoch: epoch}
-	c, err := t.eng.Connect(ctx, p.worker, ucx.ConnectOptions{
+	c, err := t.eng.Connect(ctx, worker, ucx.ConnectOptions{
 		ErrorMode: ucx.ErrorModePeer,
 		OnError:   func(err error) { t.connFailed(oc, err) },
 	})
@@ -121,7 +121,7 @@ func (t *Transport) opDone(oc *outConn) {
 	idle := oc.inflight == 0 && oc.state == connRetired
 	oc.mu.Unlock()
 	if idle {
-		t.closeRetired(oc.p, t.peerQuiet(oc.p.id))
+		t.closeRetired(oc.p, t.peerView(oc.p.id))
 	}
 }
 
@@ -132,9 +132,14 @@ func (oc *outConn) busy() bool {
 }
 
 // retireLocked makes oc's fin the last message on it and takes it out of use: the next frame to
-// the peer opens a new endpoint. The caller holds p.sendMu and oc is p.conn.
-func (t *Transport) retireLocked(p *peer, oc *outConn, event string) {
-	hdr := appendHeader(make([]byte, 0, frameHeaderLen), frameHeader{Incarnation: t.inc, Sender: t.self, Kind: kindFin, Epoch: oc.epoch, Seq: oc.seq})
+// the peer opens a new endpoint. ask sets finAsk (this side started the retirement); peerEpoch is
+// the peer's newest endpoint to us now. The caller holds p.sendMu and oc is p.conn.
+func (t *Transport) retireLocked(p *peer, oc *outConn, event string, ask bool, peerEpoch uint32) {
+	h := frameHeader{Incarnation: t.inc, Sender: t.self, Kind: kindFin, Epoch: oc.epoch, Seq: oc.seq}
+	if ask {
+		h.Flags = finAsk
+	}
+	hdr := appendHeader(make([]byte, 0, frameHeaderLen), h)
 	t.submit(oc, hdr, nil)
 	oc.mu.Lock()
 	if oc.state == connOpen {
@@ -142,6 +147,7 @@ func (t *Transport) retireLocked(p *peer, oc *outConn, event string) {
 	}
 	oc.mu.Unlock()
 	oc.retiredAt = time.Now()
+	oc.peerEpoch = peerEpoch
 	p.conn = nil
 	p.prevEpoch, p.prevSeq = oc.epoch, oc.seq
 	p.retired = append(p.retired, oc)
@@ -152,24 +158,26 @@ func (t *Transport) retireLocked(p *peer, oc *outConn, event string) {
 // retireAll retires p's open endpoint (if any) and stops p from opening new ones; used when the
 // peer is forgotten.
 func (t *Transport) retireAll(p *peer, event string) {
+	v := t.peerView(p.id)
 	p.sendMu.Lock()
 	p.gone = true
 	if p.conn != nil {
-		t.retireLocked(p, p.conn, event)
+		t.retireLocked(p, p.conn, event, true, v.latest)
 	}
 	p.sendMu.Unlock()
-	t.closeRetired(p, t.peerQuiet(p.id))
+	t.closeRetired(p, v)
 }
 
 // closeRetired closes p's retired endpoints that are done: no operation of theirs in flight, and
-// the peer has stopped its endpoint to us (quiet) or finWait has passed.
-func (t *Transport) closeRetired(p *peer, quiet bool) {
+// the peer has finished the endpoints it had open when each was retired (v says), or finWait has
+// passed.
+func (t *Transport) closeRetired(p *peer, v peerView) {
 	now := time.Now()
 	p.sendMu.Lock()
 	keep := p.retired[:0]
 	var closing []*outConn
 	for _, oc := range p.retired {
-		if oc.busy() || (!quiet && now.Sub(oc.retiredAt) < t.timings.finWait) {
+		if oc.busy() || (!v.finishedThrough(oc.peerEpoch) && now.Sub(oc.retiredAt) < t.timings.finWait) {
 			keep = append(keep, oc)
 			continue
 		}
@@ -199,7 +207,6 @@ func (t *Transport) connFailed(oc *outConn, err error) {
 	p := oc.p
 	oc.mu.Lock()
 	expected := oc.state != connOpen
-	oc.failed = true
 	oc.mu.Unlock()
 	p.sendMu.Lock()
 	if p.conn == oc {

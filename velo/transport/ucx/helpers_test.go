@@ -74,7 +74,7 @@ func (s *syncBuffer) String() string {
 func newHost() *testHost {
 	buf := &syncBuffer{}
 	var w io.Writer = buf
-	if testing.Verbose() && os.Getenv("UCXT_TEST_LOG") != "" {
+	if os.Getenv("UCXT_TEST_LOG") != "" {
 		w = io.MultiWriter(buf, os.Stderr)
 	}
 	return &testHost{

@@ -26,8 +26,7 @@ type inbound struct {
 	nextKnown bool
 	open      bool // cur's endpoint is open at the sender as far as we know (no fin yet)
 
-	held      []inFrame // frames of newer epochs, in arrival order
-	heldSince time.Time
+	held []inFrame // frames of newer epochs, in arrival order
 }
 
 // inFrame is one received frame as inbound sees it.
@@ -35,8 +34,9 @@ type inFrame struct {
 	kind      frameKind
 	epoch     uint32
 	seq       uint64
-	prevEpoch uint32 // hello only
-	payload   []byte // data only
+	prevEpoch uint32    // hello only
+	payload   []byte    // data only
+	at        time.Time // when it arrived (set by accept)
 }
 
 // inResult is what accepting or expiring produced: payloads to deliver, in order, and how many
@@ -71,12 +71,10 @@ func (in *inbound) accept(f inFrame, now time.Time) inResult {
 		return r
 	default:
 		in.noteHello(f, in.cur)
-		if len(in.held) == 0 {
-			in.heldSince = now
-		}
+		f.at = now
 		in.held = append(in.held, f)
 	}
-	in.advance(now, &r)
+	in.advance(&r)
 	return r
 }
 
@@ -124,14 +122,14 @@ func (in *inbound) noteHello(f inFrame, cur uint32) {
 }
 
 // advance moves to the next epoch while the current one is complete and its successor known.
-func (in *inbound) advance(now time.Time, r *inResult) {
+func (in *inbound) advance(r *inResult) {
 	for in.endKnown && in.delivered >= in.end && in.nextKnown {
-		in.switchTo(in.next, now, r)
+		in.switchTo(in.next, r)
 	}
 }
 
 // switchTo makes epoch the current one and applies its held frames.
-func (in *inbound) switchTo(epoch uint32, now time.Time, r *inResult) {
+func (in *inbound) switchTo(epoch uint32, r *inResult) {
 	in.cur, in.delivered, in.end, in.endKnown, in.next, in.nextKnown, in.open = epoch, 0, 0, false, 0, false, false
 	keep := in.held[:0]
 	for _, f := range in.held {
@@ -149,16 +147,14 @@ func (in *inbound) switchTo(epoch uint32, now time.Time, r *inResult) {
 	}
 	clear(in.held[len(keep):])
 	in.held = keep
-	if len(in.held) > 0 {
-		in.heldSince = now
-	}
 }
 
-// expire gives up on the current epoch when frames of a newer one have waited holdTimeout: the
-// missing frames are counted lost and delivery moves on.
+// expire gives up on the current epoch when a frame of a newer one has waited holdTimeout since
+// it arrived: the missing frames are counted lost and delivery moves on, as far as the held
+// frames' own waits allow. No frame waits much longer than holdTimeout.
 func (in *inbound) expire(now time.Time, holdTimeout time.Duration) inResult {
 	var r inResult
-	for len(in.held) > 0 && now.Sub(in.heldSince) >= holdTimeout {
+	for len(in.held) > 0 && now.Sub(in.held[0].at) >= holdTimeout {
 		if in.endKnown && in.end > in.delivered {
 			r.lost += in.end - in.delivered
 		}
@@ -169,12 +165,46 @@ func (in *inbound) expire(now time.Time, holdTimeout time.Duration) inResult {
 				next = min(next, f.epoch)
 			}
 		}
-		in.switchTo(next, now, &r)
-		in.advance(now, &r)
+		in.switchTo(next, &r)
+		in.advance(&r)
 	}
 	return r
 }
 
-// quiet reports that the sender has no endpoint open to us that we know of: it closed its last
-// one with a fin, or it never opened one.
-func (in *inbound) quiet() bool { return !in.open && len(in.held) == 0 }
+// view is a snapshot of what we know of the sender's endpoints, for decisions taken outside the
+// receive lock.
+func (in *inbound) view() peerView {
+	v := peerView{started: in.started, cur: in.cur, open: in.open, latest: in.cur}
+	for _, f := range in.held {
+		if v.minHeld == 0 || f.epoch < v.minHeld {
+			v.minHeld = f.epoch
+		}
+		v.latest = max(v.latest, f.epoch)
+	}
+	return v
+}
+
+// peerView is what inbound knew of a sender at one moment.
+type peerView struct {
+	started bool
+	cur     uint32
+	open    bool
+	latest  uint32 // the newest epoch of the sender seen (0: none)
+	minHeld uint32 // the oldest epoch with frames held (0: none)
+}
+
+// finishedThrough reports whether every endpoint of the sender up to epoch e is finished: its fin
+// arrived, a successor took over, or we gave up on it. Epoch 0 (none) is always finished.
+func (v peerView) finishedThrough(e uint32) bool {
+	switch {
+	case !v.started || e == 0:
+		return true
+	case v.minHeld != 0 && v.minHeld <= e:
+		return false
+	case v.cur > e:
+		return true
+	case v.cur == e:
+		return !v.open
+	}
+	return false
+}

@@ -79,14 +79,16 @@ func (t *Transport) onAM(m ucx.AMMessage) {
 	}
 	t.deliver(h.Sender, st.accept(f, time.Now()))
 	if h.Kind == kindFin {
-		// The peer retired its endpoint: stop ours too, so that the peer can close without
-		// anything of ours in flight, and reconnect on our next send.
-		p.sendMu.Lock()
-		if oc := p.conn; oc != nil {
-			t.retireLocked(p, oc, "retired_by_peer")
+		if h.Flags&finAsk != 0 {
+			// The peer retired its endpoint: stop ours too, so that the peer can close without
+			// anything of ours in flight, and reconnect on our next send.
+			p.sendMu.Lock()
+			if oc := p.conn; oc != nil {
+				t.retireLocked(p, oc, "retired_by_peer", false, st.view().latest)
+			}
+			p.sendMu.Unlock()
 		}
-		p.sendMu.Unlock()
-		t.closeRetired(p, st.quiet())
+		t.closeRetired(p, st.view())
 	}
 }
 
@@ -132,12 +134,14 @@ func (t *Transport) deliver(from transport.InstanceID, r inResult) {
 	}
 }
 
-// peerQuiet reports whether id has no endpoint open to us as far as we know.
-func (t *Transport) peerQuiet(id transport.InstanceID) bool {
+// peerView snapshots what we know of id's endpoints to us.
+func (t *Transport) peerView(id transport.InstanceID) peerView {
 	t.recvMu.Lock()
 	defer t.recvMu.Unlock()
-	st := t.inbound[id]
-	return st == nil || st.quiet()
+	if st := t.inbound[id]; st != nil {
+		return st.view()
+	}
+	return peerView{}
 }
 
 // maintain runs the idle reaper, closes retired endpoints whose peer never answered their fin,
@@ -161,9 +165,10 @@ func (t *Transport) maintain() {
 		now := time.Now()
 		for _, p := range peers {
 			if t.cfg.EPIdleTimeout > 0 && now.Sub(time.Unix(0, p.lastUse.Load())) >= t.cfg.EPIdleTimeout {
+				v := t.peerView(p.id)
 				p.sendMu.Lock()
 				if oc := p.conn; oc != nil && !oc.busy() {
-					t.retireLocked(p, oc, "reaped")
+					t.retireLocked(p, oc, "reaped", true, v.latest)
 				}
 				p.sendMu.Unlock()
 			}
@@ -171,7 +176,7 @@ func (t *Transport) maintain() {
 			pending := len(p.retired) > 0
 			p.sendMu.Unlock()
 			if pending {
-				t.closeRetired(p, t.peerQuiet(p.id))
+				t.closeRetired(p, t.peerView(p.id))
 			}
 		}
 		t.recvMu.Lock()

@@ -20,7 +20,7 @@ func (t *Transport) CanGet(id transport.InstanceID) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := t.peers[id]
-	return !t.closed && t.started && p != nil && p.added && p.rma
+	return !t.closed && t.started && p != nil && p.added && p.addr.rma
 }
 
 // RegisterMemory implements transport.RMA: it maps mem with ucp_mem_map and packs its remote
@@ -90,11 +90,11 @@ func (t *Transport) Get(ctx context.Context, id transport.InstanceID, remoteAddr
 		return fmt.Errorf("ucx: GET from %016x: %w: [%#x, +%d) is outside the key's region [%#x, +%d)",
 			uint64(id), ucx.ErrOutOfRange, remoteAddr, len(dst), k.Base, k.Length)
 	}
-	p, err := t.lookup(id)
+	p, _, err := t.lookup(id)
 	if err != nil {
 		return err
 	}
-	if !p.added || !p.rma {
+	if !t.CanGet(id) {
 		return fmt.Errorf("ucx: GET from %016x: %w: the peer is not registered for one-sided reads (RegisterPeer with its UCX address)", uint64(id), transport.ErrUnknownPeer)
 	}
 	p.sendMu.Lock()

@@ -209,7 +209,7 @@ func TestUnusableRkeyIsRefusedOverTCP(t *testing.T) {
 // rmaMode is the GET path the engine uses on n's endpoint to peer.
 func (n node) rmaMode(t testing.TB, peer transport.InstanceID) ucx.RMAMode {
 	t.Helper()
-	p, err := n.lookup(peer)
+	p, _, err := n.lookup(peer)
 	if err != nil {
 		t.Fatal(err)
 	}

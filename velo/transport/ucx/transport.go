@@ -57,13 +57,13 @@ type timings struct {
 
 // peer is one remote instance: registered with AddPeer, or learned from its hello.
 type peer struct {
-	id       transport.InstanceID
-	inc      uint64
-	worker   []byte
-	maxFrame int
-	rma      bool
-	added    bool // AddPeer registered it
-	learned  bool // a hello introduced it, and its endpoint to us has not failed since
+	id  transport.InstanceID
+	inc uint64
+
+	// Guarded by Transport.mu.
+	addr    *peerAddr // replaced, never changed, when a newer blob arrives
+	added   bool      // AddPeer registered it
+	learned bool      // a hello introduced it, and its endpoint to us has not failed since
 
 	lastUse atomic.Int64 // unix nanoseconds of the last frame or GET either way
 
@@ -75,6 +75,13 @@ type peer struct {
 	prevEpoch uint32     // the last endpoint's epoch and data seq, for the next hello
 	prevSeq   uint64
 	gone      bool // removed or transport closed: open nothing new
+}
+
+// peerAddr is what a peer's blob says: where its worker is and what it accepts.
+type peerAddr struct {
+	worker   []byte
+	maxFrame int
+	rma      bool
 }
 
 func (p *peer) touch() { p.lastUse.Store(time.Now().UnixNano()) }
@@ -267,9 +274,7 @@ func (t *Transport) record(id transport.InstanceID, b peerBlob, added bool) (*pe
 		p.touch()
 		t.peers[id] = p
 	}
-	p.worker = append([]byte(nil), b.Worker...)
-	p.maxFrame = b.MaxFrame
-	p.rma = b.RMA
+	p.addr = &peerAddr{worker: append([]byte(nil), b.Worker...), maxFrame: b.MaxFrame, rma: b.RMA}
 	if added {
 		p.added = true
 	} else {
@@ -320,20 +325,21 @@ func (t *Transport) Reaches(id transport.InstanceID) bool {
 	return !t.closed && p != nil && (p.added || p.learned)
 }
 
-func (t *Transport) lookup(id transport.InstanceID) (*peer, error) {
+// lookup finds a peer that Send can reach, with its current address.
+func (t *Transport) lookup(id transport.InstanceID) (*peer, *peerAddr, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return nil, fmt.Errorf("ucx: %w", transport.ErrClosed)
+		return nil, nil, fmt.Errorf("ucx: %w", transport.ErrClosed)
 	}
 	if !t.started {
-		return nil, errors.New("ucx: the transport is not started (add it to a velo instance first)")
+		return nil, nil, errors.New("ucx: the transport is not started (add it to a velo instance first)")
 	}
 	p := t.peers[id]
 	if p == nil || !(p.added || p.learned) {
-		return nil, fmt.Errorf("ucx: %w: %016x (register it with RegisterPeer first)", transport.ErrUnknownPeer, uint64(id))
+		return nil, nil, fmt.Errorf("ucx: %w: %016x (register it with RegisterPeer first)", transport.ErrUnknownPeer, uint64(id))
 	}
-	return p, nil
+	return p, p.addr, nil
 }
 
 // Send implements transport.Transport. The frame goes out as one eager active message on the
@@ -346,13 +352,13 @@ func (t *Transport) Send(ctx context.Context, id transport.InstanceID, parts ...
 	for _, b := range parts {
 		n += len(b)
 	}
-	p, err := t.lookup(id)
+	p, pa, err := t.lookup(id)
 	if err != nil {
 		return err
 	}
-	if limit := min(t.cfg.EagerMax, p.maxFrame); n > limit {
+	if limit := min(t.cfg.EagerMax, pa.maxFrame); n > limit {
 		return fmt.Errorf("ucx: %w: %d bytes to %016x exceed the eager limit of %d (this side %d, the peer %d)",
-			transport.ErrFrameTooLarge, n, uint64(id), limit, t.cfg.EagerMax, p.maxFrame)
+			transport.ErrFrameTooLarge, n, uint64(id), limit, t.cfg.EagerMax, pa.maxFrame)
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc

@@ -100,7 +100,8 @@ func decodeBlob(b []byte) (peerBlob, error) {
 //	   which incarnation of a peer sent the frame before it reads anything else
 //	8  sender's instance ID (uint64)
 //	16 kind: 0 data, 1 hello, 2 fin
-//	17 flags (zero)
+//	17 flags: on a fin, bit 0 (finAsk) asks the receiver to retire its endpoint to the sender
+//	   too; zero otherwise
 //	18 reserved (2 bytes, zero)
 //	20 epoch (uint32): the sender's endpoint the frame travels on, unique per sender
 //	24 seq (uint64): data frames count 1, 2, 3 … per epoch; a fin carries the last data seq
@@ -111,6 +112,11 @@ func decodeBlob(b []byte) (peerBlob, error) {
 // and how to answer it, and knows which epoch must finish before this one may be delivered. A
 // fin is the last message on an endpoint the sender retires; it has no payload.
 const frameHeaderLen = 32
+
+// finAsk is the fin flag of a retirement the sender started itself (idle reaper, RemovePeer), as
+// opposed to one that answers the peer's fin; only the former is answered, so two busy peers do
+// not retire each other's fresh endpoints back and forth.
+const finAsk = 1 << 0
 
 type frameKind uint8
 
@@ -136,6 +142,7 @@ type frameHeader struct {
 	Incarnation uint64
 	Sender      transport.InstanceID
 	Kind        frameKind
+	Flags       byte
 	Epoch       uint32
 	Seq         uint64
 }
@@ -145,7 +152,7 @@ var errMalformedFrame = errors.New("malformed ucx frame")
 func appendHeader(dst []byte, h frameHeader) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, h.Incarnation)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(h.Sender))
-	dst = append(dst, byte(h.Kind), 0, 0, 0)
+	dst = append(dst, byte(h.Kind), h.Flags, 0, 0)
 	dst = binary.BigEndian.AppendUint32(dst, h.Epoch)
 	return binary.BigEndian.AppendUint64(dst, h.Seq)
 }
@@ -158,14 +165,17 @@ func decodeHeader(b []byte) (frameHeader, error) {
 		Incarnation: binary.BigEndian.Uint64(b),
 		Sender:      transport.InstanceID(binary.BigEndian.Uint64(b[8:])),
 		Kind:        frameKind(b[16]),
+		Flags:       b[17],
 		Epoch:       binary.BigEndian.Uint32(b[20:]),
 		Seq:         binary.BigEndian.Uint64(b[24:]),
 	}
 	switch {
 	case h.Kind > kindFin:
 		return frameHeader{}, fmt.Errorf("%w: unknown kind %d", errMalformedFrame, b[16])
-	case b[17] != 0 || b[18] != 0 || b[19] != 0:
+	case b[18] != 0 || b[19] != 0:
 		return frameHeader{}, fmt.Errorf("%w: reserved header bytes are set", errMalformedFrame)
+	case h.Flags&^finAsk != 0 || (h.Flags != 0 && h.Kind != kindFin):
+		return frameHeader{}, fmt.Errorf("%w: flags %#x on a %s frame", errMalformedFrame, h.Flags, h.Kind)
 	case h.Sender == 0:
 		return frameHeader{}, fmt.Errorf("%w: sender instance ID 0", errMalformedFrame)
 	case h.Epoch == 0:

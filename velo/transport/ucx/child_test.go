@@ -1,0 +1,169 @@
+//go:build cgo && linux
+
+package ucxt
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/velo-go/velo/velo/transport"
+)
+
+// childEnv makes the test binary run as a peer process instead of the tests.
+const childEnv = "UCXT_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "peer" {
+		os.Exit(childPeer())
+	}
+	os.Exit(m.Run())
+}
+
+// childPeer is a UCX transport in its own process. It prints its peer address, reads the
+// parent's from stdin, registers it (eager endpoint), says "ready" over UCX and then waits to be
+// killed (or for stdin to close).
+func childPeer() int {
+	h := newHost()
+	tr, err := New(Config{TLS: testTLS, EagerEndpoints: true, Logger: h.log})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 1
+	}
+	defer tr.Close()
+	if err := tr.Start(h); err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 1
+	}
+	fmt.Println(formatAddr(transport.PeerAddress{ID: h.id, Incarnation: h.inc, Blob: tr.Address()}))
+	in := bufio.NewReader(os.Stdin)
+	line, err := in.ReadString('\n')
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child: reading the parent's address:", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	parent, err := parseAddr(strings.TrimSpace(line))
+	if err == nil {
+		err = tr.AddPeer(ctx, parent)
+	}
+	if err == nil {
+		err = tr.Send(ctx, parent.ID, []byte("ready"))
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 1
+	}
+	_, _ = io.Copy(io.Discard, in)
+	return 0
+}
+
+func formatAddr(a transport.PeerAddress) string {
+	return fmt.Sprintf("%016x %016x %s", uint64(a.ID), a.Incarnation, hex.EncodeToString(a.Blob))
+}
+
+func parseAddr(s string) (transport.PeerAddress, error) {
+	f := strings.Fields(s)
+	if len(f) != 3 {
+		return transport.PeerAddress{}, fmt.Errorf("address line %q", s)
+	}
+	id, err1 := strconv.ParseUint(f[0], 16, 64)
+	inc, err2 := strconv.ParseUint(f[1], 16, 64)
+	blob, err3 := hex.DecodeString(f[2])
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return transport.PeerAddress{}, err
+	}
+	return transport.PeerAddress{ID: transport.InstanceID(id), Incarnation: inc, Blob: blob}, nil
+}
+
+// TestKilledPeerReportedDown: a peer process killed with SIGKILL is reported through
+// Host.PeerDown within a bounded time, with an error wrapping ErrPeerUnreachable; sends to it then
+// fail instead of hanging, and the transport goes on serving other peers.
+func TestKilledPeerReportedDown(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=peer")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	lines := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(stdout).ReadString('\n')
+		lines <- l
+	}()
+	var line string
+	select {
+	case line = <-lines:
+	case <-time.After(wait):
+		t.Fatalf("the child printed no address; stderr:\n%s", stderr.String())
+	}
+	child, err := parseAddr(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatalf("child said %q: %v; stderr:\n%s", line, err, stderr.String())
+	}
+
+	a := newNode(t, func(c *Config) { c.EagerEndpoints = true })
+	if err := a.AddPeer(testCtx(t), child); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Fprintln(stdin, formatAddr(a.addr())); err != nil {
+		t.Fatal(err)
+	}
+	if f := a.h.waitFrames(t, 1)[0]; f.from != child.ID || string(f.frame) != "ready" {
+		t.Fatalf("from the child: %q from %016x", f.frame, uint64(f.from))
+	}
+	if err := a.Send(testCtx(t), child.ID, []byte("still there?")); err != nil {
+		t.Fatalf("send to the live child: %v", err)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	<-exited
+	d := a.h.waitDown(t, child.ID)
+	t.Logf("PeerDown %v after SIGKILL: %v", time.Since(killed).Round(time.Millisecond), d.err)
+	if !errors.Is(d.err, transport.ErrPeerUnreachable) {
+		t.Fatalf("PeerDown error %v does not wrap ErrPeerUnreachable", d.err)
+	}
+	if err := a.Send(testCtx(t), child.ID, []byte("anyone?")); err == nil {
+		// The send may be taken by a fresh endpoint before UCX notices the peer is gone; the
+		// failure must then surface as another PeerDown, not as a hang.
+		a.h.waitDown(t, child.ID)
+	} else if !errors.Is(err, transport.ErrPeerUnreachable) {
+		t.Fatalf("send to the dead child: %v", err)
+	}
+	// Other peers are unaffected.
+	b := newNode(t, nil)
+	link(t, a, b)
+	if err := a.Send(testCtx(t), b.h.id, []byte("alive")); err != nil {
+		t.Fatal(err)
+	}
+	b.h.waitFrames(t, 1)
+}
