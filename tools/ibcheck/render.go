@@ -31,7 +31,11 @@ func writeTable(w io.Writer, rep *check.Report, strict bool) {
 	}
 	fmt.Fprintf(&b, "ibcheck: node preflight of %s\n", where)
 	if rep.Port != "" {
-		fmt.Fprintf(&b, "checked port: %s (chosen by %s)\n", rep.Port, rep.PortSource)
+		how := "chosen by " + rep.PortSource
+		if rep.PortSource == check.PortFromAuto {
+			how = "chosen automatically: the node's best port"
+		}
+		fmt.Fprintf(&b, "checked port: %s (%s)\n", rep.Port, how)
 	}
 	if !rep.CGO {
 		b.WriteString("this binary was built with CGO_ENABLED=0: checks that need libibverbs, libmlx5, librdmacm or UCX say N/C (not compiled in)\n")

@@ -30,13 +30,15 @@ type Config struct {
 
 // How the checked port was chosen (Report.PortSource).
 const (
-	PortFromDevice         = "--device"
-	PortFromIP             = "--ip"
-	PortFromUCXNetDevices  = "UCX_NET_DEVICES"
-	PortFromAuto           = "auto" // the best port the node has; see bestPort
-	PortFromNone           = ""     // no port: no device, or none could be read
-	defaultProtoTrialValue = "n"    // the UCX_PROTO_ENABLE value every run tries a GET under
+	PortFromDevice        = "--device"
+	PortFromIP            = "--ip"
+	PortFromUCXNetDevices = "UCX_NET_DEVICES"
+	PortFromAuto          = "auto" // the best port the node has; see bestPort
+	PortFromNone          = ""     // no port: no device, or none could be read
 )
+
+// defaultProtoTrialValue is the UCX_PROTO_ENABLE value every run tries a GET under.
+const defaultProtoTrialValue = "n"
 
 // run carries what the checks share.
 type run struct {

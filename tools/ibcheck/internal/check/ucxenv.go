@@ -301,6 +301,7 @@ func (r *run) checkProtoEnable(context.Context) Result {
 	if !set {
 		res.Status = Pass
 		res.Finding = "UCX_PROTO_ENABLE is unset: " + summary
+		res.Probe = Available
 		if verdict == "rma_broken" || verdict == "unknown" {
 			res.Status, res.Probe = Warn, Inconclusive
 		}
