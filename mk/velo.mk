@@ -1,8 +1,9 @@
 # velo runtime (module velo/): see docs/velo.md.
 #   test-velo   every package under -race, fuzz seed corpora included (about 1 min on 2 cores)
 #   bench-velo  chunked Get and messenger latency beside raw TCP, as ratios (about 20 s)
-#   demo        owner and consumer processes move 8 MiB by rendezvous over TCP
-.PHONY: test-velo bench-velo demo
+#   (make demo is the rendezvous RDMA example: mk/rdma.mk; the TCP-only example runs with
+#    cd velo && go run ./examples/rendezvous_two_proc)
+.PHONY: test-velo bench-velo
 TEST_TARGETS += test-velo
 BENCH_TARGETS += bench-velo
 LINT_TARGETS += lint-velo
@@ -12,9 +13,6 @@ test-velo: deps
 
 bench-velo: deps
 	cd velo && $(GO) run ./internal/bench
-
-demo: deps
-	cd velo && $(GO) run ./examples/rendezvous_two_proc
 
 # Package velo and everything it imports stay pure Go: no package outside the standard library in
 # its import graph may have cgo files, and the whole module builds with CGO_ENABLED=0.

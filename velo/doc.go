@@ -39,10 +39,15 @@
 // instance drops one without fetching. Leases expire after WithLeaseTTL without activity, so a
 // consumer that dies cannot pin an owner's memory. Metadata asks the owner about a handle.
 //
-// Today every transfer between instances takes the chunked path over the messenger; the RDMA path
-// plugs into the same protocol later. Each get on the consumer and each acquire on the owner counts
-// velo_rendezvous_rdma_path_total{path,reason}; without an RDMA registry that is
-// {path="chunked",reason="not_configured"}. Metrics returns a Gatherer for the instance's series.
+// Bytes move on one of two paths. The chunked path pulls them over the messenger and works
+// everywhere. The RDMA path reads them with one one-sided GET: add the UCX transport with
+// WithUCXTransport (which creates the RDMA registry, configured by WithRDMA), stage with
+// RegisterDataPinned (a copy in pinned memory), and gets take it when both ends can; GetPinned
+// fetches into this instance's pinned memory. The owner registers exactly the payload's pages for
+// each lease and revokes that registration when the lease ends. Each get on the consumer and each
+// acquire on the owner counts velo_rendezvous_rdma_path_total{path,reason}, which says which path
+// was taken and why (without an RDMA registry: {path="chunked",reason="not_configured"}); see
+// docs/rendezvous-rdma.md. Metrics returns a Gatherer for the instance's series.
 //
 // # Shutting down
 //

@@ -75,24 +75,10 @@ func link(t *testing.T, a, b rnode, ucx bool) {
 
 func pathCount(t *testing.T, v *Velo, p metrics.Path, r metrics.Reason) float64 {
 	t.Helper()
-	return metric(t, v, metrics.RDMAPathTotal, map[string]string{"path": string(p), "reason": string(r)})
+	return rdmatest.PathCount(t, v.Metrics(), rdmatest.Pair{Path: p, Reason: r})
 }
 
-// onlyPath checks that v counted exactly want on the path series, and zero on every other pair.
-func onlyPath(t *testing.T, who string, v *Velo, want map[[2]string]float64) {
-	t.Helper()
-	pairs := [][2]string{pr(metrics.PathRDMA, metrics.ReasonOK)}
-	for _, r := range metrics.ChunkedReasons {
-		pairs = append(pairs, pr(metrics.PathChunked, r))
-	}
-	for _, k := range pairs {
-		if got := pathCount(t, v, metrics.Path(k[0]), metrics.Reason(k[1])); got != want[k] {
-			t.Errorf("%s: %s/%s = %v, want %v", who, k[0], k[1], got, want[k])
-		}
-	}
-}
-
-func pr(p metrics.Path, r metrics.Reason) [2]string { return [2]string{string(p), string(r)} }
+func pr(p metrics.Path, r metrics.Reason) rdmatest.Pair { return rdmatest.Pair{Path: p, Reason: r} }
 
 // TestRDMAPathReasons reaches every reason of the path table and checks the series on both sides.
 func TestRDMAPathReasons(t *testing.T) {
@@ -114,48 +100,48 @@ func TestRDMAPathReasons(t *testing.T) {
 		return h
 	}
 	rdmaOK := pr(metrics.PathRDMA, metrics.ReasonOK)
-	ch := func(r metrics.Reason) [2]string { return pr(metrics.PathChunked, r) }
+	ch := func(r metrics.Reason) rdmatest.Pair { return pr(metrics.PathChunked, r) }
 	cases := []struct {
 		name        string
 		s           setup
-		owner, cons map[[2]string]float64
+		owner, cons map[rdmatest.Pair]float64
 		wantPath    metrics.Path
 	}{
 		{"ok", setup{ownerReg: true, consReg: true, consUCX: true, stage: pinned},
-			map[[2]string]float64{rdmaOK: 1}, map[[2]string]float64{rdmaOK: 1}, metrics.PathRDMA},
+			map[rdmatest.Pair]float64{rdmaOK: 1}, map[rdmatest.Pair]float64{rdmaOK: 1}, metrics.PathRDMA},
 		{"not_configured on both", setup{consUCX: true, stage: pinned},
-			map[[2]string]float64{ch(metrics.ReasonNotConfigured): 1}, map[[2]string]float64{ch(metrics.ReasonNotConfigured): 1}, metrics.PathChunked},
+			map[rdmatest.Pair]float64{ch(metrics.ReasonNotConfigured): 1}, map[rdmatest.Pair]float64{ch(metrics.ReasonNotConfigured): 1}, metrics.PathChunked},
 		{"not_configured consumer, no_offer owner", setup{ownerReg: true, consUCX: true, stage: pinned},
-			map[[2]string]float64{ch(metrics.ReasonNoOffer): 1}, map[[2]string]float64{ch(metrics.ReasonNotConfigured): 1}, metrics.PathChunked},
+			map[rdmatest.Pair]float64{ch(metrics.ReasonNoOffer): 1}, map[rdmatest.Pair]float64{ch(metrics.ReasonNotConfigured): 1}, metrics.PathChunked},
 		{"no_offer: owner not registered over UCX", setup{ownerReg: true, consReg: true, stage: pinned},
-			map[[2]string]float64{ch(metrics.ReasonNoOffer): 1}, map[[2]string]float64{ch(metrics.ReasonNoOffer): 1}, metrics.PathChunked},
+			map[rdmatest.Pair]float64{ch(metrics.ReasonNoOffer): 1}, map[rdmatest.Pair]float64{ch(metrics.ReasonNoOffer): 1}, metrics.PathChunked},
 		{"kill_switch on the consumer (environment)", setup{ownerReg: true, consReg: true, consUCX: true, consEnv: "Yes", stage: pinned},
-			map[[2]string]float64{ch(metrics.ReasonNoOffer): 1}, map[[2]string]float64{ch(metrics.ReasonKillSwitch): 1}, metrics.PathChunked},
+			map[rdmatest.Pair]float64{ch(metrics.ReasonNoOffer): 1}, map[rdmatest.Pair]float64{ch(metrics.ReasonKillSwitch): 1}, metrics.PathChunked},
 		{"kill_switch on the owner (environment)", setup{ownerReg: true, consReg: true, consUCX: true, ownerEnv: "ON", stage: pinned},
-			map[[2]string]float64{ch(metrics.ReasonKillSwitch): 1}, map[[2]string]float64{ch(metrics.ReasonKillSwitch): 1}, metrics.PathChunked},
+			map[rdmatest.Pair]float64{ch(metrics.ReasonKillSwitch): 1}, map[rdmatest.Pair]float64{ch(metrics.ReasonKillSwitch): 1}, metrics.PathChunked},
 		{"kill_switch on the owner (Disabled)", setup{ownerReg: true, consReg: true, consUCX: true, ownerOpts: []Option{WithRDMA(RDMAConfig{Disabled: true})}, stage: pinned},
-			map[[2]string]float64{ch(metrics.ReasonKillSwitch): 1}, map[[2]string]float64{ch(metrics.ReasonKillSwitch): 1}, metrics.PathChunked},
+			map[rdmatest.Pair]float64{ch(metrics.ReasonKillSwitch): 1}, map[rdmatest.Pair]float64{ch(metrics.ReasonKillSwitch): 1}, metrics.PathChunked},
 		{"draining", setup{ownerReg: true, consReg: true, consUCX: true, stage: pinned, before: func(o, _ rnode) { o.BeginDrain() }},
-			map[[2]string]float64{ch(metrics.ReasonDraining): 1}, map[[2]string]float64{ch(metrics.ReasonDraining): 1}, metrics.PathChunked},
+			map[rdmatest.Pair]float64{ch(metrics.ReasonDraining): 1}, map[rdmatest.Pair]float64{ch(metrics.ReasonDraining): 1}, metrics.PathChunked},
 		{"not_pinned", setup{ownerReg: true, consReg: true, consUCX: true, stage: func(t *testing.T, o rnode) Handle {
 			h, err := o.RegisterData(tctx(t), data)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return h
-		}}, map[[2]string]float64{ch(metrics.ReasonNotPinned): 1}, map[[2]string]float64{ch(metrics.ReasonNotPinned): 1}, metrics.PathChunked},
+		}}, map[rdmatest.Pair]float64{ch(metrics.ReasonNotPinned): 1}, map[rdmatest.Pair]float64{ch(metrics.ReasonNotPinned): 1}, metrics.PathChunked},
 		{"budget: no room for an arena", setup{ownerReg: true, consReg: true, consUCX: true, stage: pinned,
 			ownerOpts: []Option{WithRDMA(RDMAConfig{Pool: RDMAPoolConfig{ArenaSize: 1 << 20, RegisteredBytesBudget: 2 << 20}})}},
-			map[[2]string]float64{ch(metrics.ReasonBudget): 1}, map[[2]string]float64{ch(metrics.ReasonBudget): 1}, metrics.PathChunked},
+			map[rdmatest.Pair]float64{ch(metrics.ReasonBudget): 1}, map[rdmatest.Pair]float64{ch(metrics.ReasonBudget): 1}, metrics.PathChunked},
 		{"budget: no room for the lease's registration", setup{ownerReg: true, consReg: true, consUCX: true, stage: pinned,
 			ownerOpts: []Option{WithRDMA(RDMAConfig{Pool: RDMAPoolConfig{ArenaSize: 4 << 20, RegisteredBytesBudget: 6 << 20}})}},
-			map[[2]string]float64{ch(metrics.ReasonBudget): 1}, map[[2]string]float64{ch(metrics.ReasonBudget): 1}, metrics.PathChunked},
+			map[rdmatest.Pair]float64{ch(metrics.ReasonBudget): 1}, map[rdmatest.Pair]float64{ch(metrics.ReasonBudget): 1}, metrics.PathChunked},
 		{"budget: the transport refuses the registration", setup{ownerReg: true, consReg: true, consUCX: true, stage: pinned, before: func(o, _ rnode) {
 			err := errors.New("ibv_reg_mr: Cannot allocate memory")
 			o.rt.RegisterErr.Store(&err)
-		}}, map[[2]string]float64{ch(metrics.ReasonBudget): 1}, map[[2]string]float64{ch(metrics.ReasonBudget): 1}, metrics.PathChunked},
+		}}, map[rdmatest.Pair]float64{ch(metrics.ReasonBudget): 1}, map[rdmatest.Pair]float64{ch(metrics.ReasonBudget): 1}, metrics.PathChunked},
 		{"get_failed re-acquires without an offer", setup{ownerReg: true, consReg: true, consUCX: true, stage: pinned, before: func(_, c rnode) { c.rt.FailGets.Store(1) }},
-			map[[2]string]float64{rdmaOK: 1, ch(metrics.ReasonNoOffer): 1}, map[[2]string]float64{ch(metrics.ReasonGetFailed): 1}, metrics.PathChunked},
+			map[rdmatest.Pair]float64{rdmaOK: 1, ch(metrics.ReasonNoOffer): 1}, map[rdmatest.Pair]float64{ch(metrics.ReasonGetFailed): 1}, metrics.PathChunked},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -181,15 +167,18 @@ func TestRDMAPathReasons(t *testing.T) {
 			if l.Path != c.wantPath {
 				t.Errorf("lease path %s/%s, want %s", l.Path, l.Reason, c.wantPath)
 			}
-			onlyPath(t, "owner", owner.Velo, c.owner)
-			onlyPath(t, "consumer", cons.Velo, c.cons)
+			rdmatest.ExpectPaths(t, "owner", owner.Metrics(), c.owner)
+			rdmatest.ExpectPaths(t, "consumer", cons.Metrics(), c.cons)
 			if err := l.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
 			// The release is answered after the owner ended the lease, so its registration is gone.
-			if st := owner.RDMAStats(); st.LeaseRegistrations != 0 || st.LeaseBytes != 0 || st.Slots != 0 {
+			// The slot itself is freed once the owner's last chunk write has returned, which can be
+			// a moment after the consumer read it.
+			if st := owner.RDMAStats(); st.LeaseRegistrations != 0 || st.LeaseBytes != 0 {
 				t.Fatalf("after release the owner holds %+v", st)
 			}
+			eventually(t, "the owner to free the slot", func() bool { return owner.RDMAStats().Slots == 0 })
 			if r, d := owner.rt.Registrations.Load(), owner.rt.Deregistrations.Load(); r != d {
 				t.Fatalf("%d registrations, %d revoked", r, d)
 			}

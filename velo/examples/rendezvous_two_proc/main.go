@@ -15,27 +15,21 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/velo-go/velo/velo"
-	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/examples/internal/twoproc"
 	"github.com/velo-go/velo/velo/transport/tcp"
 )
 
@@ -112,52 +106,6 @@ func start(ctx context.Context, listen, advertise string) (*velo.Velo, error) {
 	return velo.New(ctx, velo.WithTransport(tr), velo.WithLogger(log))
 }
 
-// writeJSON writes v to dir/name atomically, so the other side never reads half a file.
-func writeJSON(dir, name string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := filepath.Join(dir, "."+name+".tmp")
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, name))
-}
-
-// waitJSON polls for dir/name until ctx ends (the other process may start later, and on NFS a new
-// file can take a while to appear).
-func waitJSON(ctx context.Context, dir, name string, v any) error {
-	path := filepath.Join(dir, name)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		b, err := os.ReadFile(path)
-		if err == nil {
-			return json.Unmarshal(b, v)
-		}
-		if !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w", path, ctx.Err())
-		case <-tick.C:
-		}
-	}
-}
-
-func printPathLines(who string, v *velo.Velo) {
-	lines, err := metrics.Lines(v.Metrics(), metrics.RDMAPathTotal)
-	if err != nil {
-		fmt.Printf("%s: reading metrics: %v\n", who, err)
-		return
-	}
-	for _, l := range lines {
-		fmt.Printf("%s: %s\n", who, l)
-	}
-}
-
 func runOwner(ctx context.Context, v *velo.Velo, dir string, size int) error {
 	payload := make([]byte, size)
 	if _, err := rand.Read(payload); err != nil {
@@ -180,12 +128,12 @@ func runOwner(ctx context.Context, v *velo.Velo, dir string, size int) error {
 	if err != nil {
 		return err
 	}
-	if err := writeJSON(dir, "owner.json", ownerFile{Peer: v.PeerInfo(), Handle: h, Size: size, SHA256: hex.EncodeToString(sum[:])}); err != nil {
+	if err := twoproc.WriteJSON(dir, "owner.json", ownerFile{Peer: v.PeerInfo(), Handle: h, Size: size, SHA256: hex.EncodeToString(sum[:])}); err != nil {
 		return err
 	}
 	fmt.Printf("owner: staged %d bytes, SHA-256 %x; waiting for the consumer\n", size, sum)
 	var c consumerFile
-	if err := waitJSON(ctx, dir, "consumer.json", &c); err != nil {
+	if err := twoproc.WaitJSON(ctx, dir, "consumer.json", &c); err != nil {
 		return err
 	}
 	if err := v.RegisterPeer(ctx, c.Peer); err != nil {
@@ -200,16 +148,16 @@ func runOwner(ctx context.Context, v *velo.Velo, dir string, size int) error {
 		return err
 	}
 	fmt.Printf("owner: consumer verified SHA-256 %x\n", sum)
-	printPathLines("owner", v)
+	twoproc.PrintPathLines("owner", v)
 	return nil
 }
 
 func runConsumer(ctx context.Context, v *velo.Velo, dir string) error {
-	if err := writeJSON(dir, "consumer.json", consumerFile{Peer: v.PeerInfo()}); err != nil {
+	if err := twoproc.WriteJSON(dir, "consumer.json", consumerFile{Peer: v.PeerInfo()}); err != nil {
 		return err
 	}
 	var o ownerFile
-	if err := waitJSON(ctx, dir, "owner.json", &o); err != nil {
+	if err := twoproc.WaitJSON(ctx, dir, "owner.json", &o); err != nil {
 		return err
 	}
 	if err := v.RegisterPeer(ctx, o.Peer); err != nil {
@@ -233,12 +181,11 @@ func runConsumer(ctx context.Context, v *velo.Velo, dir string) error {
 	if _, err := v.Request(ctx, o.Peer.ID, "demo.verified", []byte(got)); err != nil {
 		return fmt.Errorf("reporting to the owner: %w", err)
 	}
-	printPathLines("consumer", v)
+	twoproc.PrintPathLines("consumer", v)
 	return nil
 }
 
-// runBoth starts the owner and the consumer as child processes of this binary and relays their
-// output line by line.
+// runBoth starts the owner and the consumer as child processes of this binary.
 func runBoth(dir string, size int, timeout time.Duration) error {
 	if dir == "" {
 		d, err := os.MkdirTemp("", "velo-rv-")
@@ -248,50 +195,11 @@ func runBoth(dir string, size int, timeout time.Duration) error {
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	self, err := os.Executable()
-	if err != nil {
+	if err := twoproc.RunBoth([]string{"owner", "consumer"}, func(role string) []string {
+		return []string{"--role", role, "--dir", dir, "--size", strconv.Itoa(size), "--timeout", timeout.String()}
+	}); err != nil {
 		return err
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	errs := map[string]error{}
-	for _, role := range []string{"owner", "consumer"} {
-		cmd := exec.Command(self, "--role", role, "--dir", dir, "--size", strconv.Itoa(size), "--timeout", timeout.String())
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		cmd.Stderr = cmd.Stdout
-		if err := cmd.Start(); err != nil {
-			return err
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			relay(out)
-			err := cmd.Wait()
-			mu.Lock()
-			errs[role] = err
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	for _, role := range []string{"owner", "consumer"} {
-		if errs[role] != nil {
-			return fmt.Errorf("%s process failed: %v", role, errs[role])
-		}
 	}
 	fmt.Println("rendezvous_two_proc: both processes succeeded")
 	return nil
-}
-
-var stdoutMu sync.Mutex
-
-func relay(r io.Reader) {
-	s := bufio.NewScanner(r)
-	for s.Scan() {
-		stdoutMu.Lock()
-		fmt.Println(s.Text())
-		stdoutMu.Unlock()
-	}
 }

@@ -1,0 +1,32 @@
+# The rendezvous RDMA path (velo/rendezvous/rdma, test/rdma, the example): docs/rendezvous-rdma.md.
+#
+#   test-rdma-registry    the registry below the RMA seam: arenas, budget, reclaim, per-lease
+#                         registrations, descriptors, memlock in a constrained child; and the
+#                         runtime's path tests on an in-process RMA (-race; about 15 s)
+#   test-rendezvous-rdma  end to end over the real UCX transport (UCX_TLS=tcp set in code; the
+#                         environment wins, so the same tests run on InfiniBand): every path reason
+#                         on both sides, revocation on every lease ending, memlock fallback, the
+#                         example in two network namespaces with kernel byte counts (about 2 min)
+#   bench-rendezvous-rdma RDMA-path Get of 1, 8, 64 MiB beside ucx_perftest -t ucp_get and the
+#                         chunked path; peak RSS of a 1 GiB get (prints ratios, asserts nothing)
+#   demo                  the two-process example over UCX_TLS=tcp; exits non-zero unless the
+#                         transfer took the RDMA path
+.PHONY: test-rdma-registry test-rendezvous-rdma bench-rendezvous-rdma demo
+TEST_TARGETS += test-rdma-registry test-rendezvous-rdma
+BENCH_TARGETS += bench-rendezvous-rdma
+
+# A test run must not inherit a kill switch from the shell: the tests set it themselves.
+RDMA_TEST_ENV := env -u VELO_RDMA_RENDEZVOUS_DISABLE
+
+test-rdma-registry: deps
+	cd velo && $(RDMA_TEST_ENV) $(GOTEST) -race ./rendezvous/rdma/... ./examples/internal/...
+	cd velo && $(RDMA_TEST_ENV) $(GOTEST) -race -run 'RDMA|GetPinned|UCXTransport' .
+
+test-rendezvous-rdma: deps
+	cd test && $(RDMA_TEST_ENV) GOEXPERIMENT=cgocheck2 $(GOTEST) ./rdma/...
+
+bench-rendezvous-rdma: deps
+	cd test && $(RDMA_TEST_ENV) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./rdma/cmd/rdmabench
+
+demo: deps
+	UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./velo/examples/rendezvous_rdma_two_proc

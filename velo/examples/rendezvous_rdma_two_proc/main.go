@@ -1,0 +1,296 @@
+// Command rendezvous_rdma_two_proc moves a payload between two OS processes on the rendezvous RDMA
+// path — a TCP control plane, the UCX transport beside it, one GET for the bytes — and proves the
+// lane it took.
+//
+// The owner stages random bytes with RegisterDataPinned and publishes its PeerInfo, the handle and
+// the payload's SHA-256 in owner.json; the consumer publishes its PeerInfo in consumer.json. Each
+// registers the other from those files, the consumer fetches the payload, checks the SHA-256,
+// reports back over the messenger, and both print their velo_rendezvous_rdma_path_total lines and
+// what the kernel counted on velo's TCP control-plane sockets (TCP_INFO) beside every other TCP
+// socket of the process (UCX's own, over UCX_TLS=tcp). The consumer exits non-zero unless the
+// transfer took the RDMA path, so a correct payload that came by chunks still fails.
+//
+//	UCX_TLS=tcp go run ./velo/examples/rendezvous_rdma_two_proc     # both roles as child processes
+//
+//	# two nodes, a directory both can read and write
+//	UCX_NET_DEVICES=mlx5_2:1 UCX_TLS=rc_mlx5,ud_mlx5,self rendezvous_rdma_two_proc --role owner --dir /shared/rv
+//	UCX_NET_DEVICES=mlx5_2:1 UCX_TLS=rc_mlx5,ud_mlx5,self rendezvous_rdma_two_proc --role consumer --dir /shared/rv
+//
+// Each side listens on --listen (default all interfaces, a free port) and publishes --advertise
+// (default: this host's address on its default route, else its first non-loopback address, else
+// 127.0.0.1), so the files work across hosts. See docs/rendezvous-rdma.md.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/velo-go/velo/velo"
+	"github.com/velo-go/velo/velo/examples/internal/twoproc"
+	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/transport/tcp"
+	ucxt "github.com/velo-go/velo/velo/transport/ucx"
+)
+
+type ownerFile struct {
+	Peer   velo.PeerInfo `json:"peer"`
+	TCP    string        `json:"tcp"` // the control-plane address, for the TCP_INFO split
+	Handle velo.Handle   `json:"handle"`
+	Size   int           `json:"size"`
+	SHA256 string        `json:"sha256"`
+}
+
+type consumerFile struct {
+	Peer velo.PeerInfo `json:"peer"`
+	TCP  string        `json:"tcp"`
+}
+
+// report is what the consumer tells the owner once it has the bytes.
+type report struct {
+	SHA256 string `json:"sha256"`
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+type flags struct {
+	role, dir, listen, advertise string
+	size                         int
+	timeout                      time.Duration
+}
+
+func main() {
+	var f flags
+	flag.StringVar(&f.role, "role", "", "owner or consumer; empty starts both as child processes")
+	flag.StringVar(&f.dir, "dir", "", "directory both processes read and write (default: a new temporary one)")
+	flag.IntVar(&f.size, "size", 8<<20, "payload size in bytes")
+	flag.StringVar(&f.listen, "listen", "0.0.0.0:0", "TCP control-plane listen address")
+	flag.StringVar(&f.advertise, "advertise", "", "host (or host:port) other nodes reach this one at (default: the address of the default route)")
+	flag.DurationVar(&f.timeout, "timeout", 2*time.Minute, "give up after this long")
+	flag.Parse()
+
+	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+	defer cancel()
+	var err error
+	switch f.role {
+	case "":
+		err = runBoth(f)
+	case "owner", "consumer":
+		err = runRole(ctx, f)
+	default:
+		err = fmt.Errorf("--role %q: use owner or consumer", f.role)
+	}
+	if err != nil {
+		who := f.role
+		if who == "" {
+			who = "rendezvous_rdma_two_proc"
+		}
+		fmt.Fprintf(os.Stderr, "%s: %v\n", who, err)
+		os.Exit(1)
+	}
+}
+
+func runRole(ctx context.Context, f flags) error {
+	if f.dir == "" {
+		return errors.New("--dir is required with --role")
+	}
+	if f.size <= 0 {
+		return fmt.Errorf("--size %d: must be positive", f.size)
+	}
+	v, addr, err := start(ctx, f.listen, f.advertise)
+	if err != nil {
+		return err
+	}
+	defer v.Close()
+	if f.role == "owner" {
+		return runOwner(ctx, v, addr, f.dir, f.size)
+	}
+	return runConsumer(ctx, v, addr, f.dir)
+}
+
+// start brings up a TCP control plane and the UCX transport beside it, with the RDMA registry.
+func start(ctx context.Context, listen, advertise string) (*velo.Velo, *net.TCPAddr, error) {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, nil, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	host := advertise
+	if h, p, err := net.SplitHostPort(advertise); err == nil {
+		host = h
+		if p != "0" && p != "" {
+			port, _ = strconv.Atoi(p)
+		}
+	}
+	if host == "" {
+		host = twoproc.RoutableHost()
+	}
+	adv := net.JoinHostPort(host, strconv.Itoa(port))
+	addr, err := net.ResolveTCPAddr("tcp", adv)
+	if err != nil {
+		ln.Close()
+		return nil, nil, fmt.Errorf("--advertise %q: %w", advertise, err)
+	}
+	tr, err := tcp.New(tcp.Config{Listener: ln, Advertise: adv})
+	if err != nil {
+		ln.Close()
+		return nil, nil, err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// Eager endpoints move UCX wireup from the first GET to RegisterPeer.
+	u, err := ucxt.New(ucxt.Config{EagerEndpoints: true, Logger: log})
+	if err != nil {
+		tr.Close()
+		return nil, nil, fmt.Errorf("UCX transport: %w", err)
+	}
+	v, err := velo.New(ctx, velo.WithTransport(tr), velo.WithUCXTransport(u), velo.WithRDMA(velo.RDMAConfig{}), velo.WithLogger(log))
+	if err != nil {
+		tr.Close()
+		u.Close()
+		return nil, nil, err
+	}
+	return v, addr, nil
+}
+
+func runOwner(ctx context.Context, v *velo.Velo, addr *net.TCPAddr, dir string, size int) error {
+	payload := make([]byte, size)
+	if _, err := rand.Read(payload); err != nil {
+		return err
+	}
+	sum := sha256.Sum256(payload)
+	reports := make(chan report, 1)
+	if err := v.Handle("demo.verified", func(ctx context.Context, m *velo.Message) ([]byte, error) {
+		var r report
+		if err := json.Unmarshal(m.Payload, &r); err != nil {
+			return nil, err
+		}
+		reports <- r
+		return []byte("ok"), nil
+	}); err != nil {
+		return err
+	}
+	h, err := v.RegisterDataPinned(ctx, payload)
+	if err != nil {
+		return err
+	}
+	where := "pinned memory"
+	if md, err := v.Metadata(ctx, h); err == nil && !md.Pinned {
+		where = fmt.Sprintf("plain memory (reason %s: it will move by chunks)", md.Staging)
+	}
+	if err := twoproc.WriteJSON(dir, "owner.json", ownerFile{Peer: v.PeerInfo(), TCP: addr.String(), Handle: h, Size: size, SHA256: hex.EncodeToString(sum[:])}); err != nil {
+		return err
+	}
+	fmt.Printf("owner: staged %d bytes in %s, SHA-256 %x; control plane %s; waiting for the consumer\n", size, where, sum, addr)
+	var c consumerFile
+	if err := twoproc.WaitJSON(ctx, dir, "consumer.json", &c); err != nil {
+		return err
+	}
+	if err := v.RegisterPeer(ctx, c.Peer); err != nil {
+		return err
+	}
+	var r report
+	select {
+	case r = <-reports:
+	case <-ctx.Done():
+		return fmt.Errorf("the consumer never reported: %w", ctx.Err())
+	}
+	if r.SHA256 != hex.EncodeToString(sum[:]) {
+		return fmt.Errorf("the consumer reports SHA-256 %s, the owner staged %x", r.SHA256, sum)
+	}
+	fmt.Printf("owner: the consumer verified SHA-256 %x on path %s/%s\n", sum, r.Path, r.Reason)
+	printKernelCounts("owner", addr.Port, c.TCP)
+	twoproc.PrintPathLines("owner", v)
+	return nil
+}
+
+func runConsumer(ctx context.Context, v *velo.Velo, addr *net.TCPAddr, dir string) error {
+	if err := twoproc.WriteJSON(dir, "consumer.json", consumerFile{Peer: v.PeerInfo(), TCP: addr.String()}); err != nil {
+		return err
+	}
+	var o ownerFile
+	if err := twoproc.WaitJSON(ctx, dir, "owner.json", &o); err != nil {
+		return err
+	}
+	// Register the owner before the first get: a get to an owner this instance does not know over
+	// UCX offers nothing and takes the chunked path (reason no_offer).
+	if err := v.RegisterPeer(ctx, o.Peer); err != nil {
+		return err
+	}
+	start := time.Now()
+	l, err := v.Get(ctx, o.Handle)
+	if err != nil {
+		return err
+	}
+	took := time.Since(start)
+	sum := sha256.Sum256(l.Bytes())
+	got := hex.EncodeToString(sum[:])
+	if err := l.Release(ctx); err != nil {
+		return err
+	}
+	if got != o.SHA256 {
+		return fmt.Errorf("SHA-256 mismatch: got %s, the owner staged %s", got, o.SHA256)
+	}
+	fmt.Printf("consumer: fetched %d bytes in %v on path %s/%s; SHA-256 %s verified\n", len(l.Bytes()), took.Round(time.Microsecond), l.Path, l.Reason, got)
+	rb, _ := json.Marshal(report{SHA256: got, Path: string(l.Path), Reason: string(l.Reason)})
+	if _, err := v.Request(ctx, o.Peer.ID, "demo.verified", rb); err != nil {
+		return fmt.Errorf("reporting to the owner: %w", err)
+	}
+	printKernelCounts("consumer", addr.Port, o.TCP)
+	twoproc.PrintPathLines("consumer", v)
+	if l.Path != metrics.PathRDMA {
+		return fmt.Errorf("the bytes are right but took the %s path (reason %s), not RDMA: see the common failures in docs/rendezvous-rdma.md", l.Path, l.Reason)
+	}
+	return nil
+}
+
+// printKernelCounts prints what the kernel counted on velo's TCP control plane and on the other
+// TCP sockets of this process: after an RDMA-path transfer the former holds only control
+// messages, and over UCX_TLS=tcp the payload shows up in the latter.
+func printKernelCounts(who string, listenPort int, peerTCP string) {
+	peerPort := -1
+	if _, p, err := net.SplitHostPort(peerTCP); err == nil {
+		peerPort, _ = strconv.Atoi(p)
+	}
+	ctl, other, err := twoproc.KernelTCPCounts(listenPort, peerPort)
+	if err != nil {
+		fmt.Printf("%s: kernel TCP counts unavailable: %v\n", who, err)
+		return
+	}
+	fmt.Printf("%s: kernel TCP_INFO: velo TCP control plane: %v\n", who, ctl)
+	fmt.Printf("%s: kernel TCP_INFO: other TCP sockets (UCX): %v\n", who, other)
+}
+
+// runBoth starts the owner and the consumer as child processes of this binary.
+func runBoth(f flags) error {
+	dir := f.dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "velo-rv-rdma-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	err := twoproc.RunBoth([]string{"owner", "consumer"}, func(role string) []string {
+		a := []string{"--role", role, "--dir", dir, "--size", strconv.Itoa(f.size), "--timeout", f.timeout.String(), "--listen", f.listen}
+		if f.advertise != "" {
+			a = append(a, "--advertise", f.advertise)
+		}
+		return a
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Println("rendezvous_rdma_two_proc: both processes succeeded; the payload took the RDMA path")
+	return nil
+}
