@@ -3,13 +3,16 @@
 package ucxt
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/velo-go/velo/velo/transport"
 )
 
 // TestReaperLosesNothing: endpoints are reaped over and over while frames flow both ways, each
@@ -54,8 +57,11 @@ func TestReaperLosesNothing(t *testing.T) {
 				if t.Failed() {
 					return
 				}
-				before := reaped()
-				eventually(t, fmt.Sprintf("a reap after round %d", round), func() bool { return reaped() > before })
+				// Every side holds an endpoint after its burst; go on the moment one of them is
+				// retired, so the next burst races with the fin exchange.
+				eventually(t, fmt.Sprintf("a reap after round %d", round), func() bool {
+					return !a.hasOpenEndpoint(b.h.id) || !b.hasOpenEndpoint(a.h.id)
+				})
 			}
 			for _, c := range []struct {
 				h    *testHost
@@ -99,4 +105,91 @@ func TestReaperLosesNothing(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestReaperSendsAroundTheTimeout: both sides send single frames spaced around the idle timeout,
+// so reaps fire just before, during and just after sends in either direction. Nothing is lost,
+// duplicated or reordered.
+func TestReaperSendsAroundTheTimeout(t *testing.T) {
+	const idle = 30 * time.Millisecond
+	a := newNode(t, func(c *Config) { c.EPIdleTimeout = idle })
+	b := newNode(t, func(c *Config) { c.EPIdleTimeout = idle })
+	link(t, a, b)
+	const frames = 40
+	var wg sync.WaitGroup
+	for _, d := range []struct{ from, to node }{{a, b}, {b, a}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(d.from.h.id), 1))
+			for i := uint32(1); i <= frames; i++ {
+				time.Sleep(idle/2 + time.Duration(r.Int64N(int64(3*idle/2)))) // spacing, not synchronisation
+				if err := d.from.Send(testCtx(t), d.to.h.id, binary.BigEndian.AppendUint32(nil, i)); err != nil {
+					t.Errorf("send %d: %v", i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, n := range []node{a, b} {
+		got := n.h.waitFrames(t, frames)
+		for i, f := range got {
+			if v := binary.BigEndian.Uint32(f.frame); v != uint32(i+1) {
+				t.Fatalf("frame %d carries %d", i+1, v)
+			}
+		}
+		if lost := testutil.ToFloat64(n.m.lost); lost != 0 {
+			t.Fatalf("frames_lost_total %v", lost)
+		}
+	}
+	reaps := testutil.ToFloat64(a.m.endpoints.WithLabelValues("reaped")) + testutil.ToFloat64(b.m.endpoints.WithLabelValues("reaped"))
+	t.Logf("%v reaps during %d frames each way", reaps, frames)
+	if reaps == 0 {
+		t.Fatal("no reap happened: the test exercised nothing")
+	}
+}
+
+// TestReaperSparesBusyEndpoints: an endpoint with a GET in flight is not reaped however long the
+// GET takes, and the GET completes.
+func TestReaperSparesBusyEndpoints(t *testing.T) {
+	owner := newNode(t, nil)
+	consumer := newNode(t, func(c *Config) { c.EPIdleTimeout = 10 * time.Millisecond })
+	link(t, owner, consumer)
+	mem := mapped(t, 64<<20)
+	reg, err := owner.RegisterMemory(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Deregister()
+	dst := make([]byte, len(mem))
+	for i := 0; i < 3; i++ {
+		if err := consumer.Get(testCtx(t), owner.h.id, reg.Addr(), reg.RKey(), dst); err != nil {
+			t.Fatalf("GET %d: %v", i, err)
+		}
+		if !bytes.Equal(dst, mem) {
+			t.Fatalf("GET %d returned other bytes", i)
+		}
+		// Let the reaper retire the idle endpoint between GETs, so the next GET opens a new one.
+		eventually(t, "the idle endpoint reaped", func() bool { return !consumer.hasOpenEndpoint(owner.h.id) })
+	}
+	if f := testutil.ToFloat64(consumer.m.endpoints.WithLabelValues("failed")); f != 0 {
+		t.Fatalf("%v endpoints failed", f)
+	}
+	if r := testutil.ToFloat64(consumer.m.endpoints.WithLabelValues("reaped")); r != 3 {
+		t.Fatalf("%v reaps for 3 GETs separated by idle time", r)
+	}
+}
+
+// hasOpenEndpoint reports whether n has an endpoint to peer that frames would go on now.
+func (n node) hasOpenEndpoint(peer transport.InstanceID) bool {
+	n.mu.Lock()
+	p := n.peers[peer]
+	n.mu.Unlock()
+	if p == nil {
+		return false
+	}
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	return p.conn != nil
 }
