@@ -1,0 +1,364 @@
+// Command rdmabench prints what the rendezvous RDMA path costs, as ratios against baselines
+// measured in the same run on the same machine (`make bench-rendezvous-rdma`):
+//
+//   - RDMA-path GetInto of 1, 8 and 64 MiB beside `ucx_perftest -t ucp_get` of the same size with
+//     the same UCX_TLS, and beside the chunked path (the same bytes staged with RegisterData);
+//   - the peak RSS of a process that Gets a 1 GiB payload, against the payload's size: a get never
+//     holds two full copies.
+//
+// Owner and consumer are separate processes, as in a deployment: the bench runs itself again as
+// the owner and measures from the parent. Each round runs ucx_perftest, then the velo RDMA gets,
+// then the chunked gets, so machine noise falls on all three; every figure is the median of its
+// rounds (a velo round's figure is the median of its gets). A velo get here is what a caller pays:
+// the acquire round trip and the GET (the detach that ends the lease is not timed). It asserts
+// nothing, but it stops if a get does not take the path it measures.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/velo-go/velo/velo"
+	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/transport/tcp"
+	ucxt "github.com/velo-go/velo/velo/transport/ucx"
+)
+
+var sizes = []int{1 << 20, 8 << 20, 64 << 20}
+
+// ownerInfo is the owner process's first line on stdout.
+type ownerInfo struct {
+	Peer     velo.PeerInfo
+	Pinned   []velo.Handle // one per size
+	Plain    []velo.Handle
+	RSS      *velo.Handle // the large payload, when asked for
+	Baseline int64        // the owner's peak RSS before it staged the large payload (bytes)
+	Peak     int64        // and after
+}
+
+func main() {
+	role := flag.String("role", "", "internal: owner or rss")
+	quick := flag.Bool("quick", false, "fewer rounds and gets (a smoke run)")
+	rssMiB := flag.Int("rss", 1024, "payload of the peak-RSS measurement in MiB (0 skips it)")
+	flag.Parse()
+	log.SetFlags(0)
+	if os.Getenv("UCX_TLS") == "" {
+		os.Setenv("UCX_TLS", "tcp") // the same for velo and ucx_perftest
+	}
+	var err error
+	switch *role {
+	case "owner":
+		err = runOwner(*rssMiB)
+	case "rss":
+		err = runRSS()
+	case "":
+		err = runBench(*quick, *rssMiB)
+	default:
+		err = fmt.Errorf("-role %q", *role)
+	}
+	if err != nil {
+		log.Fatalf("rdmabench: %v", err)
+	}
+}
+
+// start brings up an instance with a TCP control plane and the UCX transport beside it.
+func start(ctx context.Context) (*velo.Velo, error) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctl, err := tcp.New(tcp.Config{})
+	if err != nil {
+		return nil, err
+	}
+	u, err := ucxt.New(ucxt.Config{EagerEndpoints: true, Logger: quiet})
+	if err != nil {
+		ctl.Close()
+		return nil, err
+	}
+	return velo.New(ctx, velo.WithTransport(ctl), velo.WithUCXTransport(u), velo.WithLogger(quiet),
+		velo.WithRDMA(velo.RDMAConfig{Pool: velo.RDMAPoolConfig{RegisteredBytesBudget: 4 << 30}}))
+}
+
+func peakRSS() int64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru.Maxrss << 10 // KiB on Linux
+}
+
+func fill(b []byte, seed byte) {
+	for i := range b {
+		b[i] = byte(i*7) + seed
+	}
+}
+
+// runOwner stages every size twice (pinned and plain), prints ownerInfo, and when stdin says
+// "rss" stages the large payload and prints ownerInfo again; it exits when stdin closes.
+func runOwner(rssMiB int) error {
+	ctx := context.Background()
+	v, err := start(ctx)
+	if err != nil {
+		return err
+	}
+	defer v.Close()
+	info := ownerInfo{Peer: v.PeerInfo()}
+	for i, n := range sizes {
+		b := make([]byte, n)
+		fill(b, byte(i))
+		hp, err := v.RegisterDataPinned(ctx, b)
+		if err != nil {
+			return err
+		}
+		if md, _ := v.Metadata(ctx, hp); !md.Pinned {
+			return fmt.Errorf("the %d-byte payload is not in pinned memory (reason %s)", n, md.Staging)
+		}
+		hu, err := v.RegisterData(ctx, b)
+		if err != nil {
+			return err
+		}
+		info.Pinned, info.Plain = append(info.Pinned, hp), append(info.Plain, hu)
+	}
+	enc := json.NewEncoder(os.Stdout)
+	if err := enc.Encode(info); err != nil {
+		return err
+	}
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		if in.Text() != "rss" {
+			continue
+		}
+		info.Baseline = peakRSS()
+		b := make([]byte, rssMiB<<20)
+		fill(b, 9)
+		h, err := v.RegisterDataPinned(ctx, b)
+		if err != nil {
+			return err
+		}
+		b = nil
+		info.RSS, info.Peak = &h, peakRSS()
+		if err := enc.Encode(info); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runRSS is a fresh consumer process: one Get of the large payload, then its peak RSS.
+func runRSS() error {
+	ctx := context.Background()
+	var info ownerInfo
+	if err := json.Unmarshal([]byte(os.Getenv("RDMABENCH_OWNER")), &info); err != nil {
+		return err
+	}
+	v, err := start(ctx)
+	if err != nil {
+		return err
+	}
+	defer v.Close()
+	if err := v.RegisterPeer(ctx, info.Peer); err != nil {
+		return err
+	}
+	before := peakRSS()
+	l, err := v.Get(ctx, *info.RSS)
+	if err != nil {
+		return err
+	}
+	after := peakRSS()
+	b := l.Bytes()
+	for _, i := range []int{0, len(b) / 2, len(b) - 1} {
+		if b[i] != byte(i*7)+9 {
+			return fmt.Errorf("byte %d of the large payload differs", i)
+		}
+	}
+	if err := l.Release(ctx); err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(map[string]any{"before": before, "after": after, "path": string(l.Path) + "/" + string(l.Reason)})
+}
+
+func runBench(quick bool, rssMiB int) error {
+	ctx := context.Background()
+	rounds, gets := 5, 8
+	if quick {
+		rounds, gets = 1, 2
+	}
+	owner := exec.Command(os.Args[0], "-role", "owner", "-rss", strconv.Itoa(rssMiB))
+	owner.Stderr = os.Stderr
+	stdin, err := owner.StdinPipe()
+	if err != nil {
+		return err
+	}
+	stdout, err := owner.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := owner.Start(); err != nil {
+		return err
+	}
+	defer func() { stdin.Close(); owner.Wait() }()
+	dec := json.NewDecoder(stdout)
+	var info ownerInfo
+	if err := dec.Decode(&info); err != nil {
+		return fmt.Errorf("reading the owner: %w", err)
+	}
+	v, err := start(ctx)
+	if err != nil {
+		return err
+	}
+	defer v.Close()
+	if err := v.RegisterPeer(ctx, info.Peer); err != nil {
+		return err
+	}
+
+	fmt.Printf("rendezvous RDMA path, UCX_TLS=%s, %d rounds of %d gets; MB/s are 2^20 bytes per second, as ucx_perftest prints them\n\n", os.Getenv("UCX_TLS"), rounds, gets)
+	fmt.Printf("%-8s %14s %14s %14s %10s %10s\n", "size", "perftest MB/s", "velo rdma MB/s", "chunked MB/s", "rdma/perf", "rdma/chunk")
+	for i, n := range sizes {
+		dst := make([]byte, n)
+		// Warm up both paths (endpoint wireup, first registration, page faults in dst).
+		for _, h := range []velo.Handle{info.Pinned[i], info.Plain[i]} {
+			if _, err := getOnce(ctx, v, h, dst, ""); err != nil {
+				return err
+			}
+		}
+		var perf, rdma, chunked []float64
+		for r := 0; r < rounds; r++ {
+			p, err := perftest(n, max(gets, 4))
+			if err != nil {
+				return err
+			}
+			perf = append(perf, p)
+			x, err := velorate(ctx, v, info.Pinned[i], dst, gets, metrics.PathRDMA)
+			if err != nil {
+				return err
+			}
+			rdma = append(rdma, x)
+			if x, err = velorate(ctx, v, info.Plain[i], dst, gets, metrics.PathChunked); err != nil {
+				return err
+			}
+			chunked = append(chunked, x)
+		}
+		p, r, c := median(perf), median(rdma), median(chunked)
+		fmt.Printf("%-8s %14.0f %14.0f %14.0f %10.2f %10.2f\n", fmt.Sprintf("%d MiB", n>>20), p, r, c, r/p, r/c)
+	}
+	if rssMiB <= 0 {
+		return nil
+	}
+	fmt.Println()
+	if _, err := io.WriteString(stdin, "rss\n"); err != nil {
+		return err
+	}
+	if err := dec.Decode(&info); err != nil {
+		return fmt.Errorf("reading the owner: %w", err)
+	}
+	enc, _ := json.Marshal(info)
+	cons := exec.Command(os.Args[0], "-role", "rss")
+	cons.Env = append(os.Environ(), "RDMABENCH_OWNER="+string(enc))
+	cons.Stderr = os.Stderr
+	out, err := cons.Output()
+	if err != nil {
+		return fmt.Errorf("the peak-RSS consumer: %w", err)
+	}
+	var res struct {
+		Before, After int64
+		Path          string
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		return err
+	}
+	size := int64(rssMiB) << 20
+	fmt.Printf("peak RSS of a %d MiB Get (path %s), in a fresh consumer process:\n", rssMiB, res.Path)
+	fmt.Printf("  consumer: peak %d MiB before the get, %d MiB after: the get added %.2f× the payload (two full copies would add ≥ 2×)\n",
+		res.Before>>20, res.After>>20, float64(res.After-res.Before)/float64(size))
+	fmt.Printf("  owner:    peak %d MiB before staging it, %d MiB after RegisterDataPinned: staging added %.2f× the payload (the caller's buffer and its pinned copy)\n",
+		info.Baseline>>20, info.Peak>>20, float64(info.Peak-info.Baseline)/float64(size))
+	return nil
+}
+
+func getOnce(ctx context.Context, v *velo.Velo, h velo.Handle, dst []byte, want metrics.Path) (time.Duration, error) {
+	start := time.Now()
+	l, err := v.GetInto(ctx, h, dst)
+	took := time.Since(start)
+	if err != nil {
+		return 0, err
+	}
+	if want != "" && l.Path != want {
+		return 0, fmt.Errorf("a get measured as %s took %s/%s", want, l.Path, l.Reason)
+	}
+	return took, l.Detach(ctx)
+}
+
+// velorate is the median rate of n gets of h, in MB/s (2^20).
+func velorate(ctx context.Context, v *velo.Velo, h velo.Handle, dst []byte, n int, want metrics.Path) (float64, error) {
+	var rates []float64
+	for i := 0; i < n; i++ {
+		d, err := getOnce(ctx, v, h, dst, want)
+		if err != nil {
+			return 0, err
+		}
+		rates = append(rates, float64(len(dst))/(1<<20)/d.Seconds())
+	}
+	return median(rates), nil
+}
+
+var finalLine = regexp.MustCompile(`^Final:\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)`)
+
+// perftest runs ucx_perftest -t ucp_get between a server and a client on loopback and returns the
+// client's overall bandwidth in MB/s.
+func perftest(size, iters int) (float64, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	srv := exec.CommandContext(ctx, "ucx_perftest", "-p", port)
+	var srvOut strings.Builder
+	srv.Stdout, srv.Stderr = &srvOut, &srvOut
+	if err := srv.Start(); err != nil {
+		return 0, fmt.Errorf("ucx_perftest (Debian package ucx-utils): %w", err)
+	}
+	defer srv.Wait()
+	defer srv.Process.Kill()
+	args := []string{"127.0.0.1", "-p", port, "-t", "ucp_get", "-s", strconv.Itoa(size), "-n", strconv.Itoa(iters), "-w", "2"}
+	var out []byte
+	for attempt := 0; ; attempt++ {
+		out, err = exec.CommandContext(ctx, "ucx_perftest", args...).CombinedOutput()
+		if err == nil || attempt == 50 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // the server may not listen yet
+	}
+	if err != nil {
+		return 0, fmt.Errorf("ucx_perftest client: %v\n%s\nserver:\n%s", err, out, srvOut.String())
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if m := finalLine.FindStringSubmatch(strings.TrimSpace(l)); m != nil {
+			return strconv.ParseFloat(m[6], 64)
+		}
+	}
+	return 0, errors.New("ucx_perftest printed no Final line:\n" + string(out))
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
