@@ -135,6 +135,9 @@ type Registration interface {
 	Len() int
 	// RKey is the packed remote key that a peer needs to read the region.
 	RKey() []byte
-	// Deregister revokes the registration. After it returns the remote key is dead.
+	// Deregister revokes the registration. After it returns nil the remote key is dead and no
+	// remote read touches the memory any more, so the caller may reuse or free it. After an
+	// error neither is certain: the caller must leave the memory as it is (the RDMA registry
+	// keeps such a slot out of use for good).
 	Deregister() error
 }
