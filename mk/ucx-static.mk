@@ -18,9 +18,10 @@ TEST_TARGETS += test-static
 ucx-static: deps
 	@$(UCX_STATIC_RECIPE) build
 
+# Both run under GOEXPERIMENT=cgocheck2 (the cgo pointer checks), like every cgo suite here.
 test-static: ucx-static
-	cd test && $(GOTEST) -tags ucx_static ./ucxstatic/...
-	cd ucx && $(GOTEST) -tags ucx_static -run '$(UCX_STATIC_UCX_TESTS)' ./...
+	cd test && GOEXPERIMENT=cgocheck2 $(GOTEST) -tags ucx_static ./ucxstatic/...
+	cd ucx && GOEXPERIMENT=cgocheck2 $(GOTEST) -tags ucx_static -run '$(UCX_STATIC_UCX_TESTS)' ./...
 
 test-ctor-order: ucx-static
-	cd test && $(GOTEST) -tags ucx_static -run 'TestCtorOrder' -v ./ucxstatic/
+	cd test && GOEXPERIMENT=cgocheck2 $(GOTEST) -tags ucx_static -run 'TestCtorOrder' -v ./ucxstatic/
