@@ -207,7 +207,7 @@ func TestRDMARevokedOnEveryLeaseEnding(t *testing.T) {
 			f := rdmatest.NewFabric()
 			var ownerOpts []Option
 			if end == "ttl" {
-				ownerOpts = append(ownerOpts, WithLeaseTTL(300*time.Millisecond))
+				ownerOpts = append(ownerOpts, WithLeaseTTL(time.Second))
 			}
 			owner := rdmaNode(t, f, true, ownerOpts...)
 			cons := rdmaNode(t, f, true)
@@ -268,7 +268,7 @@ func TestRDMARevokedOnEveryLeaseEnding(t *testing.T) {
 // GET fails without reading, and the get falls back to chunks once.
 func TestRDMALeaseExpiresDuringGet(t *testing.T) {
 	f := rdmatest.NewFabric()
-	owner := rdmaNode(t, f, true, WithLeaseTTL(200*time.Millisecond))
+	owner := rdmaNode(t, f, true, WithLeaseTTL(time.Second))
 	cons := rdmaNode(t, f, true)
 	link(t, owner, cons, true)
 	data := payload(2<<20, 3)

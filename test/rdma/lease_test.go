@@ -25,7 +25,7 @@ func TestKeyRevokedOnEveryLeaseEnding(t *testing.T) {
 		t.Run(end, func(t *testing.T) {
 			var opts []velo.Option
 			if end == "ttl" {
-				opts = append(opts, velo.WithLeaseTTL(500*time.Millisecond))
+				opts = append(opts, velo.WithLeaseTTL(2*time.Second))
 			}
 			owner := startNode(t, true, opts...)
 			ctx := tctx(t)
@@ -93,7 +93,7 @@ func TestKeyRevokedOnEveryLeaseEnding(t *testing.T) {
 // TestLeaseExpiresBeforeTheGet: the owner's TTL reaper revokes the key before the consumer's GET
 // runs; UCX refuses the GET and the get falls back to chunks once (get_failed).
 func TestLeaseExpiresBeforeTheGet(t *testing.T) {
-	owner := startNode(t, true, velo.WithLeaseTTL(300*time.Millisecond))
+	owner := startNode(t, true, velo.WithLeaseTTL(time.Second))
 	cons := startNode(t, true)
 	link(t, owner, cons, true)
 	ctx := tctx(t)
