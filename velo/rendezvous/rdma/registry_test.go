@@ -5,8 +5,11 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/rendezvous"
@@ -14,14 +17,18 @@ import (
 	"github.com/velo-go/velo/velo/rendezvous/rdma/rdmatest"
 )
 
-func newRegistry(t *testing.T, cfg rdma.Config) (*rdma.Registry, *rdmatest.Transport) {
+func newRegistry(t *testing.T, cfg rdma.Config, reg ...prometheus.Registerer) (*rdma.Registry, *rdmatest.Transport) {
 	t.Helper()
+	var r0 prometheus.Registerer
+	if len(reg) > 0 {
+		r0 = reg[0]
+	}
 	rt, err := rdmatest.NewFabric().New("ucx")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rt.Close() })
-	r, err := rdma.New(rt, cfg, rdma.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	r, err := rdma.New(rt, cfg, rdma.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: r0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,8 +52,18 @@ func pinnedSlot(t *testing.T, r *rdma.Registry, n int) rendezvous.Slot {
 }
 
 func TestServeRegistersExactlyTheSlot(t *testing.T) {
-	r, rt := newRegistry(t, rdma.Config{})
+	g := prometheus.NewRegistry()
+	r, rt := newRegistry(t, rdma.Config{}, g)
+	gauge := func(name string) float64 {
+		v, err := metrics.Value(g, name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
 	sl := pinnedSlot(t, r, 10_000)
+	page := os.Getpagesize()
+	region := (10_000 + page - 1) / page * page
 	offer, _ := r.Offer(0)
 	desc, end, reason, err := r.Serve(context.Background(), sl, offer)
 	if err != nil || reason != metrics.ReasonOK {
@@ -60,13 +77,19 @@ func TestServeRegistersExactlyTheSlot(t *testing.T) {
 		t.Fatalf("descriptor %+v, %d registrations", d, rt.LiveRegistrations())
 	}
 	st := r.Stats()
-	if st.LeaseRegistrations != 1 || st.LeaseBytes != 12<<10 || st.PinnedBytes != st.ArenaBytes+st.LeaseBytes {
-		t.Fatalf("stats while serving: %+v (the registration covers the slot's three pages)", st)
+	if st.LeaseRegistrations != 1 || st.LeaseBytes != int64(region) || st.PinnedBytes != st.ArenaBytes+st.LeaseBytes {
+		t.Fatalf("stats while serving: %+v (the registration covers the slot's whole pages, %d bytes)", st, region)
+	}
+	if gauge(rdma.LeaseRegistrationsGauge) != 1 || gauge(rdma.LeaseBytesGauge) != float64(region) || gauge(rdma.ArenasGauge) != 1 || gauge(rdma.ArenaBytesGauge) != rdma.DefaultArenaSize {
+		t.Fatal("the gauges do not show the arena and the registration")
 	}
 	end()
 	end() // a second end is harmless
 	if rt.LiveRegistrations() != 0 || r.Stats().LeaseRegistrations != 0 || rt.Deregistrations.Load() != 1 {
 		t.Fatal("the lease's registration was not revoked exactly once")
+	}
+	if gauge(rdma.LeaseRegistrationsGauge) != 0 || gauge(rdma.LeaseBytesGauge) != 0 {
+		t.Fatal("the registration gauges did not return to 0")
 	}
 }
 
