@@ -188,9 +188,8 @@ func TestExampleAcrossNamespaces(t *testing.T) {
 	if ucx := counts["consumer"]["other TCP sockets (UCX)"]; ucx[2] < size {
 		t.Errorf("the consumer's UCX sockets received %d bytes, less than the %d-byte payload", ucx[2], size)
 	}
-	if ucx := counts["owner"]["other TCP sockets (UCX)"]; ucx[1] < size {
-		t.Errorf("the owner's UCX sockets sent %d bytes, less than the %d-byte payload", ucx[1], size)
-	}
+	// (Not the owner's bytes out: they are bytes the consumer acknowledged, and its last ACK on the
+	// UCX socket may still be delayed when the owner reads them.)
 }
 
 var _ = context.Background

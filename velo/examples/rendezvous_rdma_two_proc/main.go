@@ -107,22 +107,29 @@ func runRole(ctx context.Context, f flags) error {
 	if f.size <= 0 {
 		return fmt.Errorf("--size %d: must be positive", f.size)
 	}
-	v, addr, err := start(ctx, f.listen, f.advertise)
+	n, err := start(ctx, f.listen, f.advertise)
 	if err != nil {
 		return err
 	}
-	defer v.Close()
+	defer n.v.Close()
 	if f.role == "owner" {
-		return runOwner(ctx, v, addr, f.dir, f.size)
+		return runOwner(ctx, n, f.dir, f.size)
 	}
-	return runConsumer(ctx, v, addr, f.dir)
+	return runConsumer(ctx, n, f.dir)
+}
+
+// node is one side: the instance, its TCP control plane and the address it publishes.
+type node struct {
+	v    *velo.Velo
+	ctl  *tcp.Transport
+	addr *net.TCPAddr
 }
 
 // start brings up a TCP control plane and the UCX transport beside it, with the RDMA registry.
-func start(ctx context.Context, listen, advertise string) (*velo.Velo, *net.TCPAddr, error) {
+func start(ctx context.Context, listen, advertise string) (node, error) {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		return nil, nil, err
+		return node{}, err
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	host := advertise
@@ -139,30 +146,31 @@ func start(ctx context.Context, listen, advertise string) (*velo.Velo, *net.TCPA
 	addr, err := net.ResolveTCPAddr("tcp", adv)
 	if err != nil {
 		ln.Close()
-		return nil, nil, fmt.Errorf("--advertise %q: %w", advertise, err)
+		return node{}, fmt.Errorf("--advertise %q: %w", advertise, err)
 	}
 	tr, err := tcp.New(tcp.Config{Listener: ln, Advertise: adv})
 	if err != nil {
 		ln.Close()
-		return nil, nil, err
+		return node{}, err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// Eager endpoints move UCX wireup from the first GET to RegisterPeer.
 	u, err := ucxt.New(ucxt.Config{EagerEndpoints: true, Logger: log})
 	if err != nil {
 		tr.Close()
-		return nil, nil, fmt.Errorf("UCX transport: %w", err)
+		return node{}, fmt.Errorf("UCX transport: %w", err)
 	}
 	v, err := velo.New(ctx, velo.WithTransport(tr), velo.WithUCXTransport(u), velo.WithRDMA(velo.RDMAConfig{}), velo.WithLogger(log))
 	if err != nil {
 		tr.Close()
 		u.Close()
-		return nil, nil, err
+		return node{}, err
 	}
-	return v, addr, nil
+	return node{v: v, ctl: tr, addr: addr}, nil
 }
 
-func runOwner(ctx context.Context, v *velo.Velo, addr *net.TCPAddr, dir string, size int) error {
+func runOwner(ctx context.Context, n node, dir string, size int) error {
+	v, addr := n.v, n.addr
 	payload := make([]byte, size)
 	if _, err := rand.Read(payload); err != nil {
 		return err
@@ -208,12 +216,13 @@ func runOwner(ctx context.Context, v *velo.Velo, addr *net.TCPAddr, dir string, 
 		return fmt.Errorf("the consumer reports SHA-256 %s, the owner staged %x", r.SHA256, sum)
 	}
 	fmt.Printf("owner: the consumer verified SHA-256 %x on path %s/%s\n", sum, r.Path, r.Reason)
-	printKernelCounts("owner", addr.Port, c.TCP)
+	printKernelCounts("owner", n, c.Peer.ID, c.TCP)
 	twoproc.PrintPathLines("owner", v)
 	return nil
 }
 
-func runConsumer(ctx context.Context, v *velo.Velo, addr *net.TCPAddr, dir string) error {
+func runConsumer(ctx context.Context, n node, dir string) error {
+	v, addr := n.v, n.addr
 	if err := twoproc.WriteJSON(dir, "consumer.json", consumerFile{Peer: v.PeerInfo(), TCP: addr.String()}); err != nil {
 		return err
 	}
@@ -245,7 +254,7 @@ func runConsumer(ctx context.Context, v *velo.Velo, addr *net.TCPAddr, dir strin
 	if _, err := v.Request(ctx, o.Peer.ID, "demo.verified", rb); err != nil {
 		return fmt.Errorf("reporting to the owner: %w", err)
 	}
-	printKernelCounts("consumer", addr.Port, o.TCP)
+	printKernelCounts("consumer", n, o.Peer.ID, o.TCP)
 	twoproc.PrintPathLines("consumer", v)
 	if l.Path != metrics.PathRDMA {
 		return fmt.Errorf("the bytes are right but took the %s path (reason %s), not RDMA: see the common failures in docs/rendezvous-rdma.md", l.Path, l.Reason)
@@ -253,20 +262,26 @@ func runConsumer(ctx context.Context, v *velo.Velo, addr *net.TCPAddr, dir strin
 	return nil
 }
 
-// printKernelCounts prints what the kernel counted on velo's TCP control plane and on the other
-// TCP sockets of this process: after an RDMA-path transfer the former holds only control
-// messages, and over UCX_TLS=tcp the payload shows up in the latter.
-func printKernelCounts(who string, listenPort int, peerTCP string) {
-	peerPort := -1
-	if _, p, err := net.SplitHostPort(peerTCP); err == nil {
-		peerPort, _ = strconv.Atoi(p)
-	}
-	ctl, other, err := twoproc.KernelTCPCounts(listenPort, peerPort)
+// printKernelCounts prints what the kernel counted (TCP_INFO) on velo's TCP control-plane
+// connection to the peer — asked of the TCP transport, which knows its connections — and on every
+// other TCP socket of this process (over UCX_TLS=tcp, UCX's own). After an RDMA-path transfer the
+// former holds only control messages and the payload shows up in the latter.
+func printKernelCounts(who string, n node, peer velo.InstanceID, peerTCP string) {
+	ctl, err := n.ctl.KernelCounts(peer)
 	if err != nil {
 		fmt.Printf("%s: kernel TCP counts unavailable: %v\n", who, err)
 		return
 	}
-	fmt.Printf("%s: kernel TCP_INFO: velo TCP control plane: %v\n", who, ctl)
+	peerPort := -1
+	if _, p, err := net.SplitHostPort(peerTCP); err == nil {
+		peerPort, _ = strconv.Atoi(p)
+	}
+	_, other, err := twoproc.KernelTCPCounts(n.addr.Port, peerPort)
+	if err != nil {
+		fmt.Printf("%s: kernel TCP counts unavailable: %v\n", who, err)
+		return
+	}
+	fmt.Printf("%s: kernel TCP_INFO: velo TCP control plane: %v\n", who, twoproc.TCPCounts{Conns: ctl.Conns, BytesOut: ctl.BytesAcked, BytesIn: ctl.BytesReceived})
 	fmt.Printf("%s: kernel TCP_INFO: other TCP sockets (UCX): %v\n", who, other)
 }
 
