@@ -105,8 +105,8 @@ func childEnvReport() error {
 }
 
 // childRawOwner maps memory with the low layer, reports its address and raw key, and
-// progresses its worker; on "munmap" from stdin it unmaps the memory (keeping the UCX
-// registration's bookkeeping as a careless owner would) and keeps progressing.
+// progresses its worker; on "munmap" from stdin it deregisters the memory and makes it
+// inaccessible, as an owner that freed it would, and keeps progressing.
 func childRawOwner() error {
 	runtime.LockOSThread()
 	c, err := NewContext(ContextConfig{TLS: testTLS})
@@ -157,7 +157,10 @@ func childRawOwner() error {
 				if err := mh.Unmap(); err != nil {
 					return err
 				}
-				if err := unix.Munmap(mem); err != nil {
+				// Make the pages inaccessible but keep the addresses reserved: after a
+				// plain munmap a later mapping may reuse them, and the GET would then
+				// return whatever lives there instead of faulting.
+				if err := unix.Mprotect(mem, unix.PROT_NONE); err != nil {
 					return err
 				}
 				fmt.Println("unmapped")

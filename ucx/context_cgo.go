@@ -21,8 +21,11 @@ type Context struct {
 	c        capi.Context
 	settings []Setting
 	log      *slog.Logger
-	mu       sync.Mutex // guards closed against a concurrent Close only
-	closed   bool
+	// protoV2: protocol v2 is enabled; replyBroken: AM sends with the reply flag would
+	// crash this UCX (see NewContext).
+	protoV2, replyBroken bool
+	mu                   sync.Mutex // guards closed against a concurrent Close only
+	closed               bool
 }
 
 // NewContext reads the UCX_* environment (after ApplyEnvDefaults), applies cfg's values
@@ -66,13 +69,23 @@ func NewContext(cfg ContextConfig) (*Context, error) {
 		return nil, fmt.Errorf("ucx: ucp_init: %w (if UCX printed nothing, a UCX constructor did not run; check UCX_TLS/UCX_NET_DEVICES name available resources with 'ucx_info -d')", Status(s))
 	}
 	ctx := &Context{c: c, settings: parseConfigPrint(text, program, os.LookupEnv), log: log}
+	maj, min, _ := capi.UcpGetVersion()
 	if v, ok := ctx.Setting("PROTO_ENABLE"); ok {
-		maj, min, _ := capi.UcpGetVersion()
 		if w := protoEnableWarning(v.Value, v.Source, maj, min); w != "" {
 			log.Warn("ucx: WARNING: " + w)
 		}
+		ctx.protoV2 = isAffirmative(v.Value)
 	}
+	// Measured on UCX 1.13.1: with protocol v2 (UCX_PROTO_ENABLE=y, experimental there)
+	// every ucp_am_send_nbx with UCP_AM_SEND_FLAG_REPLY aborts the process ("stack
+	// smashing detected"). Such sends are refused instead; see docs/ucx.md.
+	ctx.replyBroken = ctx.protoV2 && maj == 1 && min <= 13
 	return ctx, nil
+}
+
+// errReplyBroken is returned for reply-flagged sends where they would crash UCX.
+func errReplyBroken() error {
+	return fmt.Errorf("ucx: UCP_AM_SEND_FLAG_REPLY with protocol v2 on UCX 1.13 aborts the process: %w (unset UCX_PROTO_ENABLE; protocol v1 is this release's default)", StatusUnsupported)
 }
 
 // Settings returns every effective setting of the context's configuration, as

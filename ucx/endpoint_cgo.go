@@ -76,6 +76,9 @@ func (e *Endpoint) SendAM(id uint16, header, payload []byte, flags AMFlags) (*Re
 	if err := e.usable(); err != nil {
 		return nil, err
 	}
+	if flags&AMReply != 0 && e.w.ctx.replyBroken {
+		return nil, errReplyBroken()
+	}
 	r := e.w.newRequest()
 	req, s := capi.UcpAmSendNbx(e.w.ring, e.ep, id, bufPtr(header), uintptr(len(header)),
 		bufPtr(payload), uintptr(len(payload)), false, amFlags(flags), r.id)
@@ -88,6 +91,9 @@ func (e *Endpoint) SendAM(id uint16, header, payload []byte, flags AMFlags) (*Re
 func (e *Endpoint) SendAMParts(id uint16, header []byte, parts [][]byte, flags AMFlags) (*Request, error) {
 	if err := e.usable(); err != nil {
 		return nil, err
+	}
+	if flags&AMReply != 0 && e.w.ctx.replyBroken {
+		return nil, errReplyBroken()
 	}
 	nonEmpty := 0
 	for _, p := range parts {

@@ -21,6 +21,28 @@ const (
 	guardRepID = 0xFFF1
 )
 
+// engineSettings adds the engine's own UCX defaults to the program's settings (the
+// environment still wins over both).
+//
+// On UCX 1.13 that is UCX_ZCOPY_THRESH=inf: its tcp transport can complete a zero-copy
+// active-message fragment twice when the endpoint fails while the send is in flight,
+// which trips an assertion and aborts the sending process (measured: about 1 run in 12
+// of TestPeerGoesAwayWithSendsInFlight; none in 30 with the threshold at inf). Eager
+// frames are bounded by MaxEagerSize, so copying them costs little; RMA and the guarded
+// GET's bulk replies are unaffected.
+func engineSettings(user map[string]string, v VersionInfo) map[string]string {
+	out := make(map[string]string, len(user)+1)
+	for k, val := range user {
+		out[normalizeSettingName(k)] = val
+	}
+	if v.Major == 1 && v.Minor <= 13 {
+		if _, ok := out["ZCOPY_THRESH"]; !ok {
+			out["ZCOPY_THRESH"] = "inf"
+		}
+	}
+	return out
+}
+
 // parkTimeout bounds one sleep of the progress thread. UCX runs keepalive and other
 // timers from ucp_worker_progress, so an idle engine still wakes a few times a second;
 // the cost is measured in docs/ucx.md (an idle engine uses well under 0.1% of a core).
@@ -95,6 +117,7 @@ func NewEngine(ctx context.Context, cfg EngineConfig) (*Engine, error) {
 		cfg.Context.Logger = cfg.Logger
 	}
 	cfg.Context.Features |= FeatureAM | FeatureRMA | FeatureWakeup
+	cfg.Context.Settings = engineSettings(cfg.Context.Settings, Version())
 	e := &Engine{
 		cfg:         cfg,
 		log:         logger(cfg.Logger).With("engine", cfg.Name),
@@ -218,6 +241,11 @@ func (e *Engine) start() error {
 	}
 	if err := w.enableGuard(guardReqID, guardRepID); err != nil {
 		return fail(err)
+	}
+	if ctx.replyBroken {
+		e.log.Warn("ucx: WARNING: protocol v2 is enabled on UCX 1.13, where it is experimental: AM sends with the reply " +
+			"flag abort the process (refused here, so guarded GETs fail with UCS_ERR_UNSUPPORTED), and an RMA " +
+			"operation on an endpoint whose peer died trips an assertion inside UCX; unset UCX_PROTO_ENABLE")
 	}
 	if err := w.SetAMHandler(guardRepID); err != nil {
 		return fail(err)

@@ -166,6 +166,14 @@ func protoEnableWarning(value string, source SettingSource, major, minor uint) s
 		"unset UCX_PROTO_ENABLE", value, source, major, minor)
 }
 
+func isAffirmative(v string) bool {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "y", "yes", "1", "on", "true":
+		return true
+	}
+	return false
+}
+
 func isNegative(v string) bool {
 	switch strings.ToLower(strings.TrimSpace(v)) {
 	case "n", "no", "0", "off", "false", "none":

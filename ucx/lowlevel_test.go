@@ -195,8 +195,11 @@ func TestUCXOverTCPCrashesOwnerOnFreedMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a child process that crashes on purpose")
 	}
-	info, child := startChild(t, "raw-owner")
 	p := newLowPair(t)
+	if p.ctx.protoV2 {
+		t.Skip("protocol v2 on UCX 1.13: the consumer's own UCX asserts (stubs.c) when the owner dies mid-GET")
+	}
+	info, child := startChild(t, "raw-owner")
 	ep, err := p.a.Connect(info.Address, EndpointOptions{})
 	if err != nil {
 		t.Fatal(err)

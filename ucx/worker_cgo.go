@@ -403,15 +403,23 @@ func (w *Worker) guardRevoke(slot uint32)          { capi.GuardRevoke(w.ring, sl
 func (w *Worker) guardInflight(slot uint32) uint32 { return capi.GuardInflight(w.ring, slot) }
 func (w *Worker) guardRelease(slot uint32)         { capi.GuardRelease(w.ring, slot) }
 
-// destroyAndDrain destroys the worker, collects the completions its destruction reported
-// and returns every request that was still tracked, marked done (with UCS_ERR_CANCELED
-// unless a completion said otherwise). Their request memory went with the worker, so they
-// are not freed. The ring stays allocated until freeRing.
+// destroyAndDrain releases every tracked request (ucp_request_free), destroys the worker,
+// collects the completions its destruction reported and returns every request that was
+// still tracked, marked done (with UCS_ERR_CANCELED unless a completion said otherwise).
+// The ring stays allocated until freeRing.
 func (w *Worker) destroyAndDrain() []*Request {
 	if w.closed {
 		return nil
 	}
 	w.closed = true
+	// UCX asserts that every request handed to the user was released before the worker
+	// goes: release them now (UCX frees each when it completes or is purged below).
+	for _, r := range w.reqs {
+		if !r.r.Nil() {
+			capi.UcpRequestFree(r.r)
+			r.r = capi.Request{}
+		}
+	}
 	capi.UcpWorkerDestroy(w.w)
 	status := map[uint64]capi.Status{}
 	for _, ev := range capi.RingEvents(w.ring, nil) {

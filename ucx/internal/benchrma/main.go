@@ -48,8 +48,27 @@ func main() {
 		}
 		return
 	}
+	// The engine may apply UCX defaults of its own (see EngineConfig); export them so
+	// ucx_perftest runs with exactly the same UCX configuration.
+	probe, err := ucx.NewEngine(context.Background(), ucx.EngineConfig{Name: "bench-probe"})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "engine:", err)
+		os.Exit(1)
+	}
+	var same []string
+	for _, s := range probe.Settings() {
+		if s.Source == ucx.SourceProgram {
+			os.Setenv("UCX_"+s.Name, s.Value)
+			same = append(same, "UCX_"+s.Name+"="+s.Value)
+		}
+	}
+	probe.Close(context.Background())
 	v := ucx.Version()
-	fmt.Printf("UCX %s (linked), UCX_TLS=%s, %d CPUs, %s\n\n", v.String, os.Getenv("UCX_TLS"), runtime.NumCPU(), runtime.Version())
+	fmt.Printf("UCX %s (linked), UCX_TLS=%s, %d CPUs, %s\n", v.String, os.Getenv("UCX_TLS"), runtime.NumCPU(), runtime.Version())
+	if len(same) > 0 {
+		fmt.Printf("engine defaults, exported to ucx_perftest too: %s\n", strings.Join(same, " "))
+	}
+	fmt.Println()
 	if err := registration(*quick); err != nil {
 		fmt.Fprintln(os.Stderr, "registration:", err)
 		os.Exit(1)
