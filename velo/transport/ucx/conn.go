@@ -11,30 +11,47 @@ import (
 	"github.com/velo-go/velo/velo/transport"
 )
 
-// outConn is one endpoint from this instance to a peer: one epoch.
+// Slots: how endpoints are numbered, and why.
 //
-// Its life: open (frames go on it) → retired (its fin went out last; it waits until its own
-// operations finished and the peer has stopped its endpoint to us, or finWait passed) → closed
-// with a flush. It can fail at any point (UCX calls the error handler); a failure of an open
-// endpoint is a peer failure and reaches the runtime as PeerDown, a failure of a retired one is
-// the expected end of a conversation that both sides finished.
+// UCX matches endpoints created through worker addresses (ucp_ep_match): the n-th endpoint this
+// worker creates toward a peer's worker and the n-th one the peer creates toward us become one
+// connection, whichever side created its endpoint first. That is invisible until one side closes:
+// the other side's endpoint then stays "up", short messages may still pass, but zero-copy and
+// reply-carrying messages vanish without an error until keepalive gives up. It is the loss the
+// guide describes for its idle reaper, and it also strikes an endpoint created while the peer's
+// same-numbered endpoint is being closed.
+//
+// So endpoints here are numbered, and the number is the slot: the n-th endpoint each side creates
+// toward the other (the frame header's epoch). Both sides keep their counts in step: a peer's
+// hello for slot n makes us create our n-th endpoint at once (joining the slot: UCX pairs it with
+// the peer's), after burning — creating and dropping unused — any numbers we skipped. Each side
+// sends on its endpoint of the newest slot. Retiring a slot is a fin exchange: the side that
+// starts it (idle reaper, RemovePeer) sends a fin asking the other to follow; the other retires
+// its endpoint of that slot with its own fin after everything it sent there. An endpoint closes
+// only when its own fin went out, nothing of its own is in flight, and the peer has finished the
+// slot (its fin arrived, or a later slot of it superseded this one) — so neither side ever closes
+// a connection the other still sends on — or, if the peer never answers, after finWait. A fin is
+// held back while a GET is in flight on the endpoint, because the owner closing its side would
+// cut the GET's reply.
+
+// outConn is this side's endpoint of one slot to one peer.
 type outConn struct {
 	p       *peer
 	c       *ucx.Conn
-	epoch   uint32
+	epoch   uint32 // the slot
 	helloOp *ucx.Op
 
 	// Guarded by p.sendMu.
 	seq       uint64 // data frames submitted
 	retiredAt time.Time
-	// peerEpoch is the peer's newest endpoint to us when this one was retired: this one closes
-	// once the peer finished every endpoint up to it (they are the ones UCX may have paired with
-	// this one; closing this endpoint under them could cost their frames in flight).
-	peerEpoch uint32
 
-	mu       sync.Mutex // guards the fields below; taken without p.sendMu or under it
-	inflight int        // operations submitted and not finished
-	state    connState
+	mu         sync.Mutex // guards the fields below; taken alone or under p.sendMu
+	inflight   int        // operations submitted and not finished (sends, the fin, GETs)
+	gets       int        // GETs in flight
+	state      connState
+	finAsk     bool // the fin to send asks the peer to retire the slot too
+	finPending bool // retired, fin not sent yet (waiting for GETs)
+	finSent    bool
 }
 
 type connState int
@@ -45,8 +62,31 @@ const (
 	connClosing
 )
 
-// connLocked returns p's open endpoint, opening one (and sending its hello) when there is none.
-// The caller holds p.sendMu, so the hello is the first thing submitted on a new endpoint.
+// slotKey names one incarnation of a peer: UCX counts endpoints per remote worker, and a new
+// incarnation is a new worker.
+type slotKey struct {
+	id  transport.InstanceID
+	inc uint64
+}
+
+// allocSlot returns the number of the next endpoint toward p. It survives RemovePeer, as UCX's
+// own count does.
+func (t *Transport) allocSlot(p *peer) uint32 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := slotKey{p.id, p.inc}
+	t.slots[k]++
+	return t.slots[k]
+}
+
+func (t *Transport) slotCount(p *peer) uint32 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.slots[slotKey{p.id, p.inc}]
+}
+
+// connLocked returns p's endpoint of the newest slot, opening a new slot when there is none. The
+// caller holds p.sendMu.
 func (t *Transport) connLocked(ctx context.Context, p *peer) (*outConn, error) {
 	if p.conn != nil {
 		return p.conn, nil
@@ -54,16 +94,20 @@ func (t *Transport) connLocked(ctx context.Context, p *peer) (*outConn, error) {
 	if p.gone {
 		return nil, fmt.Errorf("ucx: %w", transport.ErrClosed)
 	}
+	return t.openLocked(ctx, p, t.allocSlot(p))
+}
+
+// openLocked creates this side's endpoint of slot and sends its hello, which is the first thing
+// on it. The caller holds p.sendMu.
+func (t *Transport) openLocked(ctx context.Context, p *peer, slot uint32) (*outConn, error) {
 	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
+	closed := t.closed
+	worker := p.addr.worker
+	t.mu.Unlock()
+	if closed {
 		return nil, fmt.Errorf("ucx: %w", transport.ErrClosed)
 	}
-	worker := p.addr.worker
-	t.nextEpoch++
-	epoch := t.nextEpoch
-	t.mu.Unlock()
-	oc := &outConn{p: p, epoch: epoch}
+	oc := &outConn{p: p, epoch: slot}
 	c, err := t.eng.Connect(ctx, worker, ucx.ConnectOptions{
 		ErrorMode: ucx.ErrorModePeer,
 		OnError:   func(err error) { t.connFailed(oc, err) },
@@ -84,10 +128,49 @@ func (t *Transport) connLocked(ctx context.Context, p *peer) (*outConn, error) {
 		<-c.Done()
 		t.m.open.Dec()
 	}()
-	hdr := appendHeader(make([]byte, 0, frameHeaderLen), frameHeader{Incarnation: t.inc, Sender: t.self, Kind: kindHello, Epoch: epoch, Seq: p.prevSeq})
+	hdr := appendHeader(make([]byte, 0, frameHeaderLen), frameHeader{Incarnation: t.inc, Sender: t.self, Kind: kindHello, Epoch: slot, Seq: p.prevSeq})
 	oc.helloOp = t.submit(oc, hdr, [][]byte{appendHelloBody(nil, p.prevEpoch, t.blob)})
 	p.conn = oc
 	return oc, nil
+}
+
+// joinLocked follows the peer into slot: it retires our endpoints of older slots and creates our
+// endpoint of slot (burning any numbers we skipped), so that UCX pairs it with the peer's. The
+// caller holds p.sendMu.
+func (t *Transport) joinLocked(ctx context.Context, p *peer, slot uint32) {
+	if oc := p.conn; oc != nil && oc.epoch < slot {
+		t.retireLocked(p, oc, "retired_by_peer", false)
+	}
+	if p.gone || t.slotCount(p) >= slot {
+		return
+	}
+	for t.slotCount(p)+1 < slot {
+		n := t.allocSlot(p)
+		t.burn(ctx, p, n)
+	}
+	if _, err := t.openLocked(ctx, p, t.allocSlot(p)); err != nil {
+		t.log.Debug("ucx: joining the peer's endpoint slot failed; the next send opens a new one", "peer", fmt.Sprintf("%016x", uint64(p.id)), "slot", slot, "err", err)
+	}
+}
+
+// burn creates endpoint number n toward p and drops it unused: the peer has left that slot
+// behind, and an endpoint of ours numbered n could be paired with its dying one.
+func (t *Transport) burn(ctx context.Context, p *peer, n uint32) {
+	t.mu.Lock()
+	worker := p.addr.worker
+	t.mu.Unlock()
+	c, err := t.eng.Connect(ctx, worker, ucx.ConnectOptions{ErrorMode: ucx.ErrorModePeer})
+	if err != nil {
+		return
+	}
+	t.log.Debug("ucx: burning an endpoint number the peer left behind", "peer", fmt.Sprintf("%016x", uint64(p.id)), "slot", n)
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), t.timings.finWait)
+		defer cancel()
+		_ = c.Close(ctx, ucx.CloseForce)
+	}()
 }
 
 // submit starts one active message on oc and counts it in flight until UCX is done with it. The
@@ -102,24 +185,38 @@ func (t *Transport) submit(oc *outConn, hdr []byte, parts [][]byte) *ucx.Op {
 	go func() {
 		defer t.wg.Done()
 		<-op.Done()
-		t.opDone(oc)
+		t.opDone(oc, false)
 	}()
 	return op
 }
 
-// begin counts an operation that is not an active message (a GET) in flight on oc.
-func (oc *outConn) begin() {
+// beginGet counts a GET in flight on oc.
+func (oc *outConn) beginGet() {
 	oc.mu.Lock()
 	oc.inflight++
+	oc.gets++
 	oc.mu.Unlock()
 }
 
-// opDone ends one in-flight operation; the last one of a retired endpoint may let it close.
-func (t *Transport) opDone(oc *outConn) {
+// opDone ends one in-flight operation. The last GET of a retired endpoint sends its held fin;
+// the last operation of one may let it close.
+func (t *Transport) opDone(oc *outConn, get bool) {
 	oc.mu.Lock()
 	oc.inflight--
-	idle := oc.inflight == 0 && oc.state == connRetired
+	sendFin := false
+	if get {
+		oc.gets--
+		if oc.gets == 0 && oc.finPending {
+			oc.finPending = false
+			sendFin = true
+		}
+	}
+	idle := oc.inflight == 0 && oc.state == connRetired && oc.finSent
 	oc.mu.Unlock()
+	if sendFin {
+		t.sendFin(oc)
+		return
+	}
 	if idle {
 		t.closeRetired(oc.p, t.peerView(oc.p.id))
 	}
@@ -131,59 +228,76 @@ func (oc *outConn) busy() bool {
 	return oc.inflight > 0
 }
 
-// retireLocked makes oc's fin the last message on it and takes it out of use: the next frame to
-// the peer opens a new endpoint. ask sets finAsk (this side started the retirement); peerEpoch is
-// the peer's newest endpoint to us now. The caller holds p.sendMu and oc is p.conn.
-func (t *Transport) retireLocked(p *peer, oc *outConn, event string, ask bool, peerEpoch uint32) {
-	h := frameHeader{Incarnation: t.inc, Sender: t.self, Kind: kindFin, Epoch: oc.epoch, Seq: oc.seq}
-	if ask {
-		h.Flags = finAsk
-	}
-	hdr := appendHeader(make([]byte, 0, frameHeaderLen), h)
-	t.submit(oc, hdr, nil)
+// retireLocked takes oc out of use: the next frame to the peer opens (or joins) a newer slot. Its
+// fin — after every frame already submitted on it — goes out now, or when its last GET finished.
+// ask sets finAsk (this side started the retirement). The caller holds p.sendMu and oc is p.conn.
+func (t *Transport) retireLocked(p *peer, oc *outConn, event string, ask bool) {
+	oc.retiredAt = time.Now()
+	p.conn = nil
+	p.prevEpoch, p.prevSeq = oc.epoch, oc.seq
+	p.retired = append(p.retired, oc)
 	oc.mu.Lock()
 	if oc.state == connOpen {
 		oc.state = connRetired
 	}
+	oc.finAsk = ask
+	now := oc.gets == 0
+	oc.finPending = !now
 	oc.mu.Unlock()
-	oc.retiredAt = time.Now()
-	oc.peerEpoch = peerEpoch
-	p.conn = nil
-	p.prevEpoch, p.prevSeq = oc.epoch, oc.seq
-	p.retired = append(p.retired, oc)
+	if now {
+		t.sendFin(oc)
+	}
 	t.m.endpoints.WithLabelValues(event).Inc()
-	t.log.Debug("ucx: endpoint retired", "peer", fmt.Sprintf("%016x", uint64(p.id)), "epoch", oc.epoch, "frames", oc.seq, "why", event)
+	t.log.Debug("ucx: endpoint retired", "peer", fmt.Sprintf("%016x", uint64(p.id)), "slot", oc.epoch, "frames", oc.seq, "why", event)
 }
 
-// retireAll retires p's open endpoint (if any) and stops p from opening new ones; used when the
-// peer is forgotten.
+// sendFin sends oc's fin. oc is retired, so nothing is submitted on it after this.
+func (t *Transport) sendFin(oc *outConn) {
+	oc.mu.Lock()
+	h := frameHeader{Incarnation: t.inc, Sender: t.self, Kind: kindFin, Epoch: oc.epoch, Seq: oc.seq}
+	if oc.finAsk {
+		h.Flags = finAsk
+	}
+	oc.mu.Unlock()
+	t.submit(oc, appendHeader(make([]byte, 0, frameHeaderLen), h), nil)
+	oc.mu.Lock()
+	oc.finSent = true
+	oc.mu.Unlock()
+}
+
+// retireAll retires p's endpoint (if any), asking the peer to follow, and stops p from opening
+// new ones; used when the peer is forgotten or replaced.
 func (t *Transport) retireAll(p *peer, event string) {
-	v := t.peerView(p.id)
 	p.sendMu.Lock()
 	p.gone = true
 	if p.conn != nil {
-		t.retireLocked(p, p.conn, event, true, v.latest)
+		t.retireLocked(p, p.conn, event, true)
 	}
 	p.sendMu.Unlock()
-	t.closeRetired(p, v)
+	t.mu.Lock()
+	t.orphans[p] = struct{}{}
+	t.mu.Unlock()
+	t.closeRetired(p, t.peerView(p.id))
 }
 
-// closeRetired closes p's retired endpoints that are done: no operation of theirs in flight, and
-// the peer has finished the endpoints it had open when each was retired (v says), or finWait has
-// passed.
+// closeRetired closes p's retired endpoints that are done: their fin went out, nothing of theirs
+// is in flight, and the peer finished their slot (v says) — or finWait passed since retirement.
 func (t *Transport) closeRetired(p *peer, v peerView) {
 	now := time.Now()
 	p.sendMu.Lock()
 	keep := p.retired[:0]
 	var closing []*outConn
 	for _, oc := range p.retired {
-		if oc.busy() || (!v.finishedThrough(oc.peerEpoch) && now.Sub(oc.retiredAt) < t.timings.finWait) {
+		oc.mu.Lock()
+		ready := oc.finSent && oc.inflight == 0 && (v.finishedThrough(oc.epoch) || now.Sub(oc.retiredAt) >= t.timings.finWait)
+		if ready {
+			oc.state = connClosing
+		}
+		oc.mu.Unlock()
+		if !ready {
 			keep = append(keep, oc)
 			continue
 		}
-		oc.mu.Lock()
-		oc.state = connClosing
-		oc.mu.Unlock()
 		closing = append(closing, oc)
 	}
 	clear(p.retired[len(keep):])
@@ -196,7 +310,7 @@ func (t *Transport) closeRetired(p *peer, v peerView) {
 			ctx, cancel := context.WithTimeout(context.Background(), t.timings.finWait)
 			defer cancel()
 			if err := oc.c.Close(ctx, ucx.CloseFlush); err != nil && !errors.Is(err, ucx.ErrClosed) {
-				t.log.Debug("ucx: closing a retired endpoint", "peer", fmt.Sprintf("%016x", uint64(p.id)), "epoch", oc.epoch, "err", err)
+				t.log.Debug("ucx: closing a retired endpoint", "peer", fmt.Sprintf("%016x", uint64(p.id)), "slot", oc.epoch, "err", err)
 			}
 		}()
 	}
@@ -207,6 +321,7 @@ func (t *Transport) connFailed(oc *outConn, err error) {
 	p := oc.p
 	oc.mu.Lock()
 	expected := oc.state != connOpen
+	oc.state = connClosing
 	oc.mu.Unlock()
 	p.sendMu.Lock()
 	if p.conn == oc {
@@ -221,7 +336,7 @@ func (t *Transport) connFailed(oc *outConn, err error) {
 	}
 	p.sendMu.Unlock()
 	if expected || t.isClosed() {
-		t.log.Debug("ucx: retired endpoint ended with an error", "peer", fmt.Sprintf("%016x", uint64(p.id)), "epoch", oc.epoch, "err", err)
+		t.log.Debug("ucx: retired endpoint ended with an error", "peer", fmt.Sprintf("%016x", uint64(p.id)), "slot", oc.epoch, "err", err)
 		return
 	}
 	t.m.endpoints.WithLabelValues("failed").Inc()
@@ -232,6 +347,6 @@ func (t *Transport) connFailed(oc *outConn, err error) {
 		p.learned = false
 	}
 	t.mu.Unlock()
-	t.log.Warn("ucx: endpoint to peer failed; reporting it down", "peer", fmt.Sprintf("%016x", uint64(p.id)), "epoch", oc.epoch, "err", err)
+	t.log.Warn("ucx: endpoint to peer failed; reporting it down", "peer", fmt.Sprintf("%016x", uint64(p.id)), "slot", oc.epoch, "err", err)
 	t.host.PeerDown(p.id, fmt.Errorf("ucx: endpoint to %016x failed: %w: %w", uint64(p.id), transport.ErrPeerUnreachable, err))
 }

@@ -21,29 +21,36 @@
 // Address blob and wire, version 2. The blob a peer publishes holds the wire version, its
 // incarnation, its UCX worker address and its frame limit; AddPeer refuses any other version,
 // because the frame header differs: every header starts with the sender's 8-byte incarnation,
-// then its instance ID, the frame kind, the endpoint's epoch and a sequence number. The runtime's
+// then its instance ID, the frame kind, the endpoint's slot and a sequence number. The runtime's
 // frame itself travels untouched as the message payload (copied once into UCX-owned memory, so
 // that a Send whose context ends never leaves the caller's buffer in UCX's hands).
 //
-// Endpoints. Each side sends on its own endpoint to the other: created lazily by the first Send or
-// Get, or by AddPeer with Config.EagerEndpoints (which also finishes UCX's wireup there, moving
-// its cost out of the first transfer). The first message on every endpoint is a hello carrying the
-// sender's blob, so a receiver can answer a peer that registered it without registering that peer
-// itself. Endpoints use UCX's PEER error mode with keepalive: when one fails, the runtime hears
-// Host.PeerDown and the next send opens a new endpoint.
+// Endpoints and slots. UCX pairs the n-th endpoint each side creates toward the other into one
+// connection (ucp_ep_match), and when one side closes its endpoint the other's keeps accepting
+// sends that never arrive: zero-copy and reply-carrying messages vanish without an error until
+// keepalive gives up. TestUCXPairsNthEndpoints records it; it is the loss the guide describes for
+// its idle reaper. So this transport numbers endpoints — the slot, carried in every frame header
+// as the epoch — and keeps both sides' counts in step: the first message on every endpoint is a
+// hello naming its slot and carrying the sender's blob, and a receiver at once creates its own
+// endpoint of that slot (joining it, so that UCX pairs the two while both are alive). Each side
+// sends on its endpoint of the newest slot. The hello also lets a receiver answer a peer that
+// registered it without registering that peer itself. Endpoints are created lazily by the first
+// Send or Get, or by AddPeer with Config.EagerEndpoints (which also finishes UCX's wireup there).
+// They use UCX's PEER error mode with keepalive: when one fails, the runtime hears Host.PeerDown
+// and the next send opens a new slot.
 //
-// The idle reaper, and why it loses nothing. Config.EPIdleTimeout closes endpoints that carried
-// nothing either way for that long. In the guide's implementation the peer of a reaped endpoint
-// learns nothing, keeps sending into a dead connection and loses those messages until keepalive
-// fails it. Here the reaper never just closes: it sends a fin as the last message on its endpoint
-// and takes the endpoint out of use. The peer, on that fin, does the same with its own endpoint to
-// us (its fin goes after everything it already sent), so both sides stop sending on the old pair
-// before either closes it, and each opens a fresh endpoint on its next send. Frames on a fresh
-// endpoint can overtake the tail of the old one (they are different connections), so every frame
-// carries its endpoint's epoch and sequence number, the hello names the previous epoch and its
-// last sequence number, and the receiver holds a newer epoch's frames until the older one is
-// complete (type inbound). Gaps — frames lost with an endpoint that failed — are counted in
-// velo_ucx_transport_frames_lost_total, never silently skipped.
+// The idle reaper, and why it loses nothing. Config.EPIdleTimeout retires a slot that carried
+// nothing either way for that long. Retiring is an exchange of fins: the reaper's fin, the last
+// message on its endpoint, asks the peer to follow; the peer retires its endpoint of the slot
+// with a fin after everything it sent there (held back while a GET is in flight, so that no GET
+// loses its reply). An endpoint closes only when its own fin went out, nothing of its own is in
+// flight, and the peer has finished the slot — so neither side closes a connection the other still
+// sends on. The next frame either way opens the next slot. Frames on a new slot can overtake the
+// tail of the old one (they are different connections), so every frame carries its slot and a
+// sequence number, each hello names the sender's previous slot and its last sequence number, and
+// the receiver holds a newer slot's frames until the older one is complete (type inbound). Gaps —
+// frames lost with an endpoint that failed — are counted in velo_ucx_transport_frames_lost_total,
+// never skipped silently.
 //
 // One-sided reads. RegisterMemory maps memory with ucp_mem_map; each call is its own registration
 // with its own remote key, sealed by the engine in an envelope that names the region and the

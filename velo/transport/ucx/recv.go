@@ -1,6 +1,7 @@
 package ucxt
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -71,25 +72,34 @@ func (t *Transport) onAM(m ucx.AMMessage) {
 	p.touch()
 
 	t.recvMu.Lock()
-	defer t.recvMu.Unlock()
 	st := t.inbound[h.Sender]
 	if st == nil || st.inc != h.Incarnation {
 		st = &inboundState{inc: h.Incarnation}
 		t.inbound[h.Sender] = st
 	}
 	t.deliver(h.Sender, st.accept(f, time.Now()))
-	if h.Kind == kindFin {
-		if h.Flags&finAsk != 0 {
-			// The peer retired its endpoint: stop ours too, so that the peer can close without
-			// anything of ours in flight, and reconnect on our next send.
-			p.sendMu.Lock()
-			if oc := p.conn; oc != nil {
-				t.retireLocked(p, oc, "retired_by_peer", false, st.view().latest)
-			}
-			p.sendMu.Unlock()
+	v := st.view()
+	t.recvMu.Unlock()
+
+	switch {
+	case h.Kind == kindHello:
+		// The peer opened (or joined) a slot: be in it too, so that UCX pairs our endpoint
+		// with the peer's while both are alive.
+		ctx, cancel := context.WithTimeout(context.Background(), t.cfg.SendTimeout)
+		p.sendMu.Lock()
+		t.joinLocked(ctx, p, h.Epoch)
+		p.sendMu.Unlock()
+		cancel()
+	case h.Kind == kindFin && h.Flags&finAsk != 0:
+		// The peer retires the slot: retire ours too (our fin follows what we sent there),
+		// and reconnect on our next send.
+		p.sendMu.Lock()
+		if oc := p.conn; oc != nil && oc.epoch == h.Epoch {
+			t.retireLocked(p, oc, "retired_by_peer", false)
 		}
-		t.closeRetired(p, st.view())
+		p.sendMu.Unlock()
 	}
+	t.closeRetired(p, v)
 }
 
 // sender returns the registered peer a non-hello frame claims to come from, or nil when the
@@ -157,26 +167,34 @@ func (t *Transport) maintain() {
 		case <-tick.C:
 		}
 		t.mu.Lock()
-		peers := make([]*peer, 0, len(t.peers))
+		peers := make([]*peer, 0, len(t.peers)+len(t.orphans))
 		for _, p := range t.peers {
+			peers = append(peers, p)
+		}
+		for p := range t.orphans {
 			peers = append(peers, p)
 		}
 		t.mu.Unlock()
 		now := time.Now()
 		for _, p := range peers {
 			if t.cfg.EPIdleTimeout > 0 && now.Sub(time.Unix(0, p.lastUse.Load())) >= t.cfg.EPIdleTimeout {
-				v := t.peerView(p.id)
 				p.sendMu.Lock()
 				if oc := p.conn; oc != nil && !oc.busy() {
-					t.retireLocked(p, oc, "reaped", true, v.latest)
+					t.retireLocked(p, oc, "reaped", true)
 				}
 				p.sendMu.Unlock()
 			}
 			p.sendMu.Lock()
 			pending := len(p.retired) > 0
+			orphaned := p.gone && !pending
 			p.sendMu.Unlock()
 			if pending {
 				t.closeRetired(p, t.peerView(p.id))
+			}
+			if orphaned {
+				t.mu.Lock()
+				delete(t.orphans, p)
+				t.mu.Unlock()
 			}
 		}
 		t.recvMu.Lock()

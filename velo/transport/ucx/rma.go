@@ -103,12 +103,12 @@ func (t *Transport) Get(ctx context.Context, id transport.InstanceID, remoteAddr
 		p.sendMu.Unlock()
 		return err
 	}
-	oc.begin()
+	oc.beginGet()
 	p.sendMu.Unlock()
 	p.touch()
 	err = oc.c.Get(ctx, dst, remoteAddr, rkey)
 	p.touch()
-	t.opDone(oc)
+	t.opDone(oc, true)
 	if err != nil {
 		return fmt.Errorf("ucx: GET of %d bytes from %016x: %w", len(dst), uint64(id), err)
 	}

@@ -34,11 +34,12 @@ type Transport struct {
 	inc  uint64
 	blob []byte
 
-	mu        sync.Mutex // guards peers, closed, started, nextEpoch
-	peers     map[transport.InstanceID]*peer
-	started   bool
-	closed    bool
-	nextEpoch uint32
+	mu      sync.Mutex // guards the fields below and every peer's addr, added, learned
+	peers   map[transport.InstanceID]*peer
+	slots   map[slotKey]uint32 // endpoints created per peer incarnation (see conn.go)
+	orphans map[*peer]struct{} // forgotten peers whose retired endpoints still wait to close
+	started bool
+	closed  bool
 
 	recvMu  sync.Mutex // guards inbound and serialises Host.Deliver
 	inbound map[transport.InstanceID]*inboundState
@@ -70,9 +71,9 @@ type peer struct {
 	// sendMu orders everything submitted to the peer's current endpoint: the hello, data
 	// frames in seq order, the fin last. It guards the fields below.
 	sendMu    sync.Mutex
-	conn      *outConn   // the endpoint new frames go on; nil when none is open
-	retired   []*outConn // endpoints that sent their fin and wait to be closed
-	prevEpoch uint32     // the last endpoint's epoch and data seq, for the next hello
+	conn      *outConn   // our endpoint of the newest slot, that frames go on; nil when none
+	retired   []*outConn // endpoints taken out of use and not closed yet
+	prevEpoch uint32     // the last endpoint's slot and data seq, for the next hello
 	prevSeq   uint64
 	gone      bool // removed or transport closed: open nothing new
 }
@@ -132,6 +133,8 @@ func New(cfg Config) (*Transport, error) {
 		worker:    eng.Address(),
 		timings:   timings{finWait: defaultFinWait, holdTimeout: defaultHoldTimeout},
 		peers:     map[transport.InstanceID]*peer{},
+		slots:     map[slotKey]uint32{},
+		orphans:   map[*peer]struct{}{},
 		inbound:   map[transport.InstanceID]*inboundState{},
 		stop:      make(chan struct{}),
 	}

@@ -1,0 +1,120 @@
+//go:build cgo && linux
+
+package ucxt_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/velo-go/velo/velo"
+	ucxt "github.com/velo-go/velo/velo/transport/ucx"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// testLog is quiet unless UCXT_TEST_LOG is set.
+func testLog() *slog.Logger {
+	if os.Getenv("UCXT_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return quiet
+}
+
+// instance starts a velo instance whose only transport is UCX over tcp.
+func instance(t testing.TB, cfg ucxt.Config) *velo.Velo {
+	t.Helper()
+	cfg.TLS = "tcp"
+	cfg.Logger = testLog()
+	u, err := ucxt.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := velo.New(context.Background(), velo.WithTransport(u), velo.WithLogger(cfg.Logger))
+	if err != nil {
+		u.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { v.Close() })
+	return v
+}
+
+// TestRuntimeOverUCX: the velo runtime on the UCX transport alone. A request whose handler
+// outlives the idle timeout still gets its answer (both endpoints were reaped meanwhile, and the
+// answer opens a new one); a payload above the eager limit travels as a rendezvous handle and is
+// pulled in chunks that fit the limit.
+func TestRuntimeOverUCX(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	cfg := ucxt.Config{EagerMax: 256 << 10, EPIdleTimeout: 20 * time.Millisecond}
+	server, client := instance(t, cfg), instance(t, cfg)
+	if err := server.Handle("slow-echo", func(ctx context.Context, m *velo.Message) ([]byte, error) {
+		time.Sleep(150 * time.Millisecond) // several idle timeouts with nothing on the wire
+		return m.Payload, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.RegisterPeer(ctx, server.PeerInfo()); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		resp, err := client.Request(ctx, server.ID(), "slow-echo", []byte(fmt.Sprint("ping ", i)))
+		if err != nil || string(resp) != fmt.Sprint("ping ", i) {
+			t.Fatalf("request %d: %q, %v", i, resp, err)
+		}
+	}
+
+	payload := bytes.Repeat([]byte("0123456789abcdef"), (4<<20)/16)
+	h, err := server.RegisterData(ctx, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := client.Get(ctx, h)
+	if err != nil {
+		t.Fatalf("Get of %d bytes over UCX: %v", len(payload), err)
+	}
+	if sha256.Sum256(lease.Bytes()) != sha256.Sum256(payload) {
+		t.Fatal("the pulled payload differs")
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The UCX transport under the velo runtime. In a deployment add a TCP transport first (the
+// control plane) and this one with velo.WithUCXTransport, which also creates the RDMA registry;
+// here UCX carries everything.
+func ExampleNew() {
+	ctx := context.Background()
+	start := func() *velo.Velo {
+		// TLS applies only when UCX_TLS is unset: the environment wins.
+		u, err := ucxt.New(ucxt.Config{TLS: "tcp", EagerEndpoints: true, Logger: quiet})
+		if err != nil {
+			panic(err)
+		}
+		v, err := velo.New(ctx, velo.WithTransport(u), velo.WithLogger(quiet))
+		if err != nil {
+			panic(err)
+		}
+		return v
+	}
+	server, client := start(), start()
+	defer server.Close()
+	defer client.Close()
+
+	server.Handle("greet", func(ctx context.Context, m *velo.Message) ([]byte, error) {
+		return []byte("hello, " + string(m.Payload)), nil
+	})
+	if err := client.RegisterPeer(ctx, server.PeerInfo()); err != nil {
+		panic(err)
+	}
+	resp, err := client.Request(ctx, server.ID(), "greet", []byte("ucx"))
+	fmt.Println(string(resp), err)
+	// Output: hello, ucx <nil>
+}
