@@ -16,8 +16,8 @@ import (
 // UCX matches endpoints created through worker addresses (ucp_ep_match): the n-th endpoint this
 // worker creates toward a peer's worker and the n-th one the peer creates toward us become one
 // connection, whichever side created its endpoint first. That is invisible until one side closes:
-// the other side's endpoint then stays "up", short messages may still pass, but zero-copy and
-// reply-carrying messages vanish without an error until keepalive gives up. It is the loss the
+// the other side's endpoint then stays "up", short messages may still pass, but messages of more
+// than one fragment and reply-carrying ones vanish without an error until keepalive gives up. It is the loss the
 // guide describes for its idle reaper, and it also strikes an endpoint created while the peer's
 // same-numbered endpoint is being closed.
 //

@@ -27,8 +27,8 @@
 //
 // Endpoints and slots. UCX pairs the n-th endpoint each side creates toward the other into one
 // connection (ucp_ep_match), and when one side closes its endpoint the other's keeps accepting
-// sends that never arrive: zero-copy and reply-carrying messages vanish without an error until
-// keepalive gives up. TestUCXPairsNthEndpoints records it; it is the loss the guide describes for
+// sends that never arrive: messages of more than one fragment and reply-carrying ones vanish
+// without an error until keepalive gives up. TestUCXPairsNthEndpoints records it; it is the loss the guide describes for
 // its idle reaper. So this transport numbers endpoints — the slot, carried in every frame header
 // as the epoch — and keeps both sides' counts in step: the first message on every endpoint is a
 // hello naming its slot and carrying the sender's blob, and a receiver at once creates its own

@@ -123,12 +123,6 @@ func (h *testHost) waitFrames(t testing.TB, n int) []frameFrom {
 	}
 }
 
-func (h *testHost) count() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.frames)
-}
-
 func (h *testHost) waitDown(t testing.TB, want transport.InstanceID) downReport {
 	t.Helper()
 	select {

@@ -11,9 +11,10 @@ import (
 
 // TestUCXPairsNthEndpoints records the UCX behaviour the slot design exists for (conn.go): the
 // endpoint B creates toward A after A's first endpoint reached B is paired with A's, and once A
-// closes its endpoint, B's still accepts sends but its zero-copy messages vanish — a short message
-// sent after one proves it, since one endpoint keeps order. If this test starts failing, UCX
-// stopped pairing (or stopped losing): update the comment in conn.go.
+// closes its endpoint, B's still accepts sends but its messages of more than one fragment vanish
+// (over tcp, above about 8 KiB; UCX reassembles them against the receiver's endpoint, which is
+// gone) — a short message sent after one proves it, since one endpoint keeps order. If this test
+// starts failing, UCX stopped pairing (or stopped losing): update the comment in conn.go.
 func TestUCXPairsNthEndpoints(t *testing.T) {
 	ctx := testCtx(t)
 	engine := func(name string) *ucx.Engine {
@@ -56,7 +57,7 @@ func TestUCXPairsNthEndpoints(t *testing.T) {
 	if mode, _ := z.RMAMode(ctx); mode == ucx.RMADirect {
 		t.Skip("hardware RMA lanes: this records tcp behaviour")
 	}
-	big := make([]byte, 64<<10)
+	big := make([]byte, 64<<10) // many fragments
 	if err := z.SendAM(ctx, 1, nil, big); err != nil {
 		t.Fatal(err)
 	}
@@ -73,9 +74,9 @@ func TestUCXPairsNthEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n := recv(atA); n == len(big) {
-		t.Fatal("a zero-copy message on the paired endpoint survived A's close: UCX changed; update conn.go")
+		t.Fatal("a multi-fragment message on the paired endpoint survived A's close: UCX changed; update conn.go")
 	} else if n != len("short") {
 		t.Fatalf("A got %d bytes", n)
 	}
-	t.Log("A's close swallowed B's zero-copy message on the paired endpoint; the short one after it arrived")
+	t.Log("A's close swallowed B's multi-fragment message on the paired endpoint; the short one after it arrived")
 }

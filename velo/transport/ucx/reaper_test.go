@@ -47,8 +47,8 @@ func TestReaperLosesNothing(t *testing.T) {
 						defer wg.Done()
 						for i := 0; i < burst; i++ {
 							*d.n++
-							// Odd frames are large: UCX sends them zero-copy, and those are the
-							// ones a closed peer endpoint swallows without an error.
+							// Odd frames are large (many fragments): those are the ones a
+							// closed peer endpoint swallows without an error.
 							if err := d.from.Send(testCtx(t), d.to.h.id, binary.BigEndian.AppendUint32(nil, *d.n), pad[:int(*d.n%2)*len(pad)]); err != nil {
 								t.Errorf("round %d: send %d: %v", round, *d.n, err)
 								return
@@ -119,7 +119,7 @@ func TestReaperSendsAroundTheTimeout(t *testing.T) {
 	b := newNode(t, func(c *Config) { c.EPIdleTimeout = idle })
 	link(t, a, b)
 	const frames = 40
-	pad := make([]byte, 64<<10) // odd frames go zero-copy
+	pad := make([]byte, 64<<10) // odd frames are multi-fragment
 	var wg sync.WaitGroup
 	for _, d := range []struct{ from, to node }{{a, b}, {b, a}} {
 		wg.Add(1)
@@ -209,7 +209,7 @@ func TestReaperWithALaggingPeer(t *testing.T) {
 	a.timings.finWait = 150 * time.Millisecond
 	b.timings.finWait = 150 * time.Millisecond
 	link(t, a, b)
-	pad := make([]byte, 64<<10) // zero-copy frames: the ones a broken pairing swallows
+	pad := make([]byte, 64<<10) // multi-fragment frames: the ones a broken pairing swallows
 	const rounds, answers = 5, 5
 	for round := 0; round < rounds; round++ {
 		if err := a.Send(testCtx(t), b.h.id, []byte("ping"), pad); err != nil {

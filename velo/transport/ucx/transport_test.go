@@ -83,7 +83,7 @@ func TestOrderUnderLoad(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				body := make([]byte, 64+s*1000) // mixed sizes: short and zero-copy eager
+				body := make([]byte, 64+s*1000) // mixed sizes: one fragment and several
 				for i := 0; i < each; i++ {
 					var hdr [8]byte
 					binary.BigEndian.PutUint32(hdr[:4], uint32(s))
