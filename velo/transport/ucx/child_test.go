@@ -87,10 +87,19 @@ func parseAddr(s string) (transport.PeerAddress, error) {
 	return transport.PeerAddress{ID: transport.InstanceID(id), Incarnation: inc, Blob: blob}, nil
 }
 
-// TestKilledPeerReportedDown: a peer process killed with SIGKILL is reported through
-// Host.PeerDown within a bounded time, with an error wrapping ErrPeerUnreachable; sends to it then
-// fail instead of hanging, and the transport goes on serving other peers.
-func TestKilledPeerReportedDown(t *testing.T) {
+// childProc is a peer transport in a child process (childPeer).
+type childProc struct {
+	addr   transport.PeerAddress
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stderr *strings.Builder
+	exited chan struct{}
+}
+
+// startChild starts a child peer, registers it on a (eager) and hands it a's address; it returns
+// once the child's "ready" frame arrived at a.
+func startChild(t *testing.T, a node) *childProc {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=peer")
 	stdin, err := cmd.StdinPipe()
@@ -101,16 +110,15 @@ func TestKilledPeerReportedDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	c := &childProc{cmd: cmd, stdin: stdin, stderr: &strings.Builder{}, exited: make(chan struct{})}
+	cmd.Stderr = c.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
+	go func() { _ = cmd.Wait(); close(c.exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-exited
+		<-c.exited
 	})
 	lines := make(chan string, 1)
 	go func() {
@@ -121,41 +129,46 @@ func TestKilledPeerReportedDown(t *testing.T) {
 	select {
 	case line = <-lines:
 	case <-time.After(wait):
-		t.Fatalf("the child printed no address; stderr:\n%s", stderr.String())
+		t.Fatalf("the child printed no address; stderr:\n%s", c.stderr.String())
 	}
-	child, err := parseAddr(strings.TrimSpace(line))
-	if err != nil {
-		t.Fatalf("child said %q: %v; stderr:\n%s", line, err, stderr.String())
+	if c.addr, err = parseAddr(strings.TrimSpace(line)); err != nil {
+		t.Fatalf("child said %q: %v; stderr:\n%s", line, err, c.stderr.String())
 	}
-
-	a := newNode(t, func(c *Config) { c.EagerEndpoints = true })
-	if err := a.AddPeer(testCtx(t), child); err != nil {
+	if err := a.AddPeer(testCtx(t), c.addr); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := fmt.Fprintln(stdin, formatAddr(a.addr())); err != nil {
 		t.Fatal(err)
 	}
-	if f := a.h.waitFrames(t, 1)[0]; f.from != child.ID || string(f.frame) != "ready" {
+	if f := a.h.waitFrames(t, 1)[0]; f.from != c.addr.ID || string(f.frame) != "ready" {
 		t.Fatalf("from the child: %q from %016x", f.frame, uint64(f.from))
 	}
-	if err := a.Send(testCtx(t), child.ID, []byte("still there?")); err != nil {
+	return c
+}
+
+// TestKilledPeerReportedDown: a peer process killed with SIGKILL is reported through
+// Host.PeerDown within a bounded time, with an error wrapping ErrPeerUnreachable; sends to it then
+// fail instead of hanging, and the transport goes on serving other peers.
+func TestKilledPeerReportedDown(t *testing.T) {
+	a := newNode(t, func(c *Config) { c.EagerEndpoints = true })
+	child := startChild(t, a)
+	if err := a.Send(testCtx(t), child.addr.ID, []byte("still there?")); err != nil {
 		t.Fatalf("send to the live child: %v", err)
 	}
-
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := child.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	<-exited
-	d := a.h.waitDown(t, child.ID)
+	<-child.exited
+	d := a.h.waitDown(t, child.addr.ID)
 	t.Logf("PeerDown %v after SIGKILL: %v", time.Since(killed).Round(time.Millisecond), d.err)
 	if !errors.Is(d.err, transport.ErrPeerUnreachable) {
 		t.Fatalf("PeerDown error %v does not wrap ErrPeerUnreachable", d.err)
 	}
-	if err := a.Send(testCtx(t), child.ID, []byte("anyone?")); err == nil {
+	if err := a.Send(testCtx(t), child.addr.ID, []byte("anyone?")); err == nil {
 		// The send may be taken by a fresh endpoint before UCX notices the peer is gone; the
 		// failure must then surface as another PeerDown, not as a hang.
-		a.h.waitDown(t, child.ID)
+		a.h.waitDown(t, child.addr.ID)
 	} else if !errors.Is(err, transport.ErrPeerUnreachable) {
 		t.Fatalf("send to the dead child: %v", err)
 	}
@@ -166,4 +179,39 @@ func TestKilledPeerReportedDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.h.waitFrames(t, 1)
+}
+
+// TestStoppedPeerSendTimesOut: sends to a peer process that stopped reading (SIGSTOP) end with the
+// context's error once the kernel's and UCX's buffers are full — even for a caller without a
+// deadline (SendTimeout) — instead of hanging; after SIGCONT the peer is still served.
+func TestStoppedPeerSendTimesOut(t *testing.T) {
+	a := newNode(t, func(c *Config) { c.EagerEndpoints = true; c.SendTimeout = 500 * time.Millisecond })
+	child := startChild(t, a)
+	if err := child.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer child.cmd.Process.Signal(syscall.SIGCONT)
+	frame := make([]byte, 512<<10)
+	var err error
+	sent := 0
+	for ; sent < 4096; sent++ { // 2 GiB: far beyond any socket buffer
+		if err = a.Send(context.Background(), child.addr.ID, frame); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("after %d frames of %d bytes to a stopped peer: %v, want a deadline error", sent, len(frame), err)
+	}
+	t.Logf("frame %d to the stopped peer timed out: %v", sent+1, err)
+	if err := child.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Send(testCtx(t), child.addr.ID, []byte("awake?")); err != nil {
+		t.Fatalf("send after SIGCONT: %v", err)
+	}
+	select {
+	case d := <-a.h.downs:
+		t.Fatalf("PeerDown for a peer that only paused: %v", d.err)
+	default:
+	}
 }

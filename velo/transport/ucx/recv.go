@@ -104,14 +104,23 @@ func (t *Transport) onAM(m ucx.AMMessage) {
 
 // sender returns the registered peer a non-hello frame claims to come from, or nil when the
 // sender never introduced itself (or is another incarnation than the one we know).
+//
+// A fin may also come from a peer this side forgot (RemovePeer, or replaced by a new
+// incarnation): it answers our own fin, and our retired endpoint may close once it arrived.
 func (t *Transport) sender(h frameHeader) *peer {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	p := t.peers[h.Sender]
-	if p == nil || p.inc != h.Incarnation {
-		return nil
+	if p := t.peers[h.Sender]; p != nil && p.inc == h.Incarnation {
+		return p
 	}
-	return p
+	if h.Kind == kindFin {
+		for p := range t.orphans {
+			if p.id == h.Sender && p.inc == h.Incarnation {
+				return p
+			}
+		}
+	}
+	return nil
 }
 
 // registeredAsOther reports whether AddPeer registered the frame's sender with another
@@ -194,7 +203,13 @@ func (t *Transport) maintain() {
 			if orphaned {
 				t.mu.Lock()
 				delete(t.orphans, p)
+				known := t.peers[p.id] != nil
 				t.mu.Unlock()
+				if !known {
+					t.recvMu.Lock()
+					delete(t.inbound, p.id)
+					t.recvMu.Unlock()
+				}
 			}
 		}
 		t.recvMu.Lock()

@@ -312,11 +312,10 @@ func (t *Transport) RemovePeer(id transport.InstanceID) {
 	delete(t.peers, id)
 	t.mu.Unlock()
 	if p != nil {
+		// Its receive state stays until the retired endpoint closed: the peer's fin still
+		// has to be read against it.
 		t.retireAll(p, "removed")
 	}
-	t.recvMu.Lock()
-	delete(t.inbound, id)
-	t.recvMu.Unlock()
 }
 
 // Reaches implements transport.Transport: the peer was added, or it introduced itself with a
@@ -362,6 +361,9 @@ func (t *Transport) Send(ctx context.Context, id transport.InstanceID, parts ...
 	if limit := min(t.cfg.EagerMax, pa.maxFrame); n > limit {
 		return fmt.Errorf("ucx: %w: %d bytes to %016x exceed the eager limit of %d (this side %d, the peer %d)",
 			transport.ErrFrameTooLarge, n, uint64(id), limit, t.cfg.EagerMax, pa.maxFrame)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ucx: send to %016x: %w", uint64(id), err) // before anything was taken
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
