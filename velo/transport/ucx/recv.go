@@ -13,6 +13,9 @@ import (
 // onAM receives every frame, on the engine's delivery goroutine (one message at a time, in the
 // order the worker received them).
 func (t *Transport) onAM(m ucx.AMMessage) {
+	if t.isClosed() {
+		return // messages the engine queued before Close removed the handler
+	}
 	h, err := decodeHeader(m.Header)
 	if err != nil {
 		t.m.dropped.WithLabelValues("malformed").Inc()
