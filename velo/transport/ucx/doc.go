@@ -61,6 +61,10 @@
 // key never yields owner bytes and never crashes the owner. Over InfiniBand RC the NIC checks the
 // key; see transport_test.go for the one test that must not run there.
 //
+// State. Per-peer bookkeeping (a few hundred bytes: the peer's address, its endpoint count and
+// its receive order) lives until RemovePeer or Close; UCX's own endpoint count toward a worker
+// lives as long as the worker, so the count survives RemovePeer.
+//
 // Environment. UCX reads UCX_* variables, and they win over Config: TLS, NetDevices and
 // KeepaliveInterval apply only where the variable is unset, so an operator can move a deployed
 // binary onto another fabric without a rebuild. New logs which value applied from where, and

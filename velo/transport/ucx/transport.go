@@ -239,6 +239,12 @@ func (t *Transport) AddPeer(ctx context.Context, pa transport.PeerAddress) error
 	if pa.ID == 0 {
 		return fmt.Errorf("ucx: %w: instance ID 0", transport.ErrInvalidEndpoint)
 	}
+	t.mu.Lock()
+	started := t.started
+	t.mu.Unlock()
+	if !started {
+		return errors.New("ucx: AddPeer before Start: add the transport to a velo instance first")
+	}
 	if b.Incarnation != pa.Incarnation {
 		return fmt.Errorf("ucx: %w: peer %016x: the UCX address belongs to incarnation %016x, the peer info says %016x (stale peer info: fetch it again)",
 			transport.ErrInvalidEndpoint, uint64(pa.ID), b.Incarnation, pa.Incarnation)
