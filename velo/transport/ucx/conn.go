@@ -130,6 +130,7 @@ func (t *Transport) openLocked(ctx context.Context, p *peer, slot uint32) (*outC
 	}()
 	hdr := appendHeader(make([]byte, 0, frameHeaderLen), frameHeader{Incarnation: t.inc, Sender: t.self, Kind: kindHello, Epoch: slot, Seq: p.prevSeq})
 	oc.helloOp = t.submit(oc, hdr, [][]byte{appendHelloBody(nil, p.prevEpoch, t.blob)})
+	t.settle(oc, oc.helloOp)
 	p.conn = oc
 	return oc, nil
 }
@@ -173,21 +174,31 @@ func (t *Transport) burn(ctx context.Context, p *peer, n uint32) {
 	}()
 }
 
-// submit starts one active message on oc and counts it in flight until UCX is done with it. The
-// message is copied into UCX-owned memory first, so the caller's buffers are free at once and a
-// caller that stops waiting leaves nothing behind.
+// submit starts one active message on oc and counts it in flight until UCX is done with it;
+// the caller hands the Op to settle. The message is copied into UCX-owned memory first, so the
+// caller's buffers are free at once and a caller that stops waiting leaves nothing behind.
 func (t *Transport) submit(oc *outConn, hdr []byte, parts [][]byte) *ucx.Op {
 	oc.mu.Lock()
 	oc.inflight++
 	oc.mu.Unlock()
-	op := oc.c.SendAMAsync(context.Background(), amID, hdr, parts, ucx.SendOptions{Copy: true})
+	return oc.c.SendAMAsync(context.Background(), amID, hdr, parts, ucx.SendOptions{Copy: true})
+}
+
+// settle ends op's count on oc once it completed: now, when it already has (the common case,
+// with no goroutine), or in the background.
+func (t *Transport) settle(oc *outConn, op *ucx.Op) {
+	select {
+	case <-op.Done():
+		t.opDone(oc, false)
+		return
+	default:
+	}
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
 		<-op.Done()
 		t.opDone(oc, false)
 	}()
-	return op
 }
 
 // beginGet counts a GET in flight on oc.
@@ -259,7 +270,7 @@ func (t *Transport) sendFin(oc *outConn) {
 		h.Flags = finAsk
 	}
 	oc.mu.Unlock()
-	t.submit(oc, appendHeader(make([]byte, 0, frameHeaderLen), h), nil)
+	t.settle(oc, t.submit(oc, appendHeader(make([]byte, 0, frameHeaderLen), h), nil))
 	oc.mu.Lock()
 	oc.finSent = true
 	oc.mu.Unlock()

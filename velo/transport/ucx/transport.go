@@ -387,7 +387,9 @@ func (t *Transport) Send(ctx context.Context, id transport.InstanceID, parts ...
 	op := t.submit(oc, hdr, parts)
 	p.sendMu.Unlock()
 	p.touch()
-	if err := op.Wait(ctx); err != nil {
+	err = op.Wait(ctx)
+	t.settle(oc, op)
+	if err != nil {
 		return t.sendError(id, err)
 	}
 	t.m.frames.WithLabelValues("sent").Inc()
