@@ -24,9 +24,9 @@ type echoHost struct {
 	back chan []byte
 }
 
-func (h *echoHost) LocalID() transport.InstanceID { return h.id }
-func (h *echoHost) Incarnation() uint64           { return h.inc }
-func (h *echoHost) Logger() *slog.Logger          { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func (h *echoHost) LocalID() transport.InstanceID        { return h.id }
+func (h *echoHost) Incarnation() uint64                  { return h.inc }
+func (h *echoHost) Logger() *slog.Logger                 { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 func (h *echoHost) PeerDown(transport.InstanceID, error) {}
 func (h *echoHost) Deliver(from transport.InstanceID, frame []byte) {
 	if h.back != nil {
