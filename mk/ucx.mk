@@ -9,9 +9,9 @@ export PKG_CONFIG_PATH := $(UCX_DIR)/lib/pkgconfig:$(UCX_DIR)/lib64/pkgconfig$(i
 export CGO_LDFLAGS := $(strip $(CGO_LDFLAGS) -Wl,-rpath,$(UCX_DIR)/lib -Wl,-rpath,$(UCX_DIR)/lib64)
 endif
 
-.PHONY: test-ucx bench-rma
+.PHONY: test-ucx bench-rma bench-ucx-delivery
 TEST_TARGETS += test-ucx
-BENCH_TARGETS += bench-rma
+BENCH_TARGETS += bench-rma bench-ucx-delivery
 
 # The suite runs three times: with -race and the environment as it is (UCX_TLS unset on
 # CI; the tests pin tcp in code); under GOEXPERIMENT=cgocheck2 with UCX_TLS=tcp set in the
@@ -29,3 +29,9 @@ test-ucx: deps
 # (mmap+mlock; ucx_perftest -t ucp_get with the same UCX_TLS). Prints, asserts nothing.
 bench-rma: deps
 	cd ucx && $(GO) run ./internal/benchrma
+
+# How a received active message reaches Go: the C event ring the binding uses, against a
+# cgo callback per message (compiled in only with the ucx_cbbench tag). The figures and the
+# choice are in docs/ucx.md.
+bench-ucx-delivery: deps
+	cd ucx && $(GO) test -tags ucx_cbbench -run '^$$' -bench AMDelivery -benchtime 100000x -count 5 .

@@ -26,8 +26,13 @@ type Worker struct {
 	nextReq uint64
 	events  []capi.Event
 	dropped uint64
-	polling bool
-	closed  bool
+	// Reused for every AM event: an Event and its AMEvent are valid only during the Poll
+	// callback anyway, and allocating them per message was a measurable share of the
+	// delivery cost.
+	evScratch Event
+	amScratch AMEvent
+	polling   bool
+	closed    bool
 }
 
 // NewWorker creates a worker in single-thread mode (ucp_worker_create).
@@ -141,7 +146,8 @@ type Event struct {
 	AM       *AMEvent  // EventAM
 }
 
-// AMEvent is a received active message, valid only during the Poll callback.
+// AMEvent is a received active message, valid only during the Poll callback (the struct
+// itself is reused for the next message).
 type AMEvent struct {
 	ID uint16
 	// Header and Data are views of C memory that UCX reuses after the callback; copy
@@ -200,7 +206,8 @@ func (w *Worker) Poll(fn func(*Event)) int {
 			n++
 			fn(&Event{Kind: EventEndpointError, Endpoint: ep, Err: err})
 		case capi.EventAM:
-			am := &AMEvent{
+			am := &w.amScratch
+			*am = AMEvent{
 				ID:         uint16(ev.AMID),
 				Length:     int(ev.DataLen),
 				Rendezvous: ev.AMFlags&capi.AMRecvAttrRndv != 0,
@@ -222,7 +229,8 @@ func (w *Worker) Poll(fn func(*Event)) int {
 				am.Data = capi.CBytes(ev.Data, ev.DataLen)
 			}
 			n++
-			fn(&Event{Kind: EventAM, AM: am})
+			w.evScratch = Event{Kind: EventAM, AM: am}
+			fn(&w.evScratch)
 			if am.keep && !am.consumed {
 				capi.UcpAmDataRelease(w.w, am.desc)
 			}

@@ -149,6 +149,10 @@ static void err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 
 #define VELO_AM_DATA_IN_ARENA (1u << 31)
 
+/* Messages up to this size are copied into the ring's arena inside the callback; larger
+ * ones stay in UCX's descriptor until Go has copied them (one copy instead of two). */
+#define VELO_AM_COPY_MAX (64 * 1024)
+
 static ucs_status_t am_cb(void *arg, const void *header, size_t header_length, void *data,
                           size_t length, const ucp_am_recv_param_t *param)
 {
@@ -175,11 +179,12 @@ static ucs_status_t am_cb(void *arg, const void *header, size_t header_length, v
 	ev->header_off = off;
 	ev->header_len = header_length;
 	ev->data_len   = length;
-	if (keep) {
+	if (keep && ((attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || length > VELO_AM_COPY_MAX)) {
 		ev->data = data;
-		return UCS_INPROGRESS; /* Go copies it out, then ucp_am_data_release */
+		return UCS_INPROGRESS; /* Go receives or copies it, then releases it */
 	}
-	/* Not persistent (UCP_AM_FLAG_PERSISTENT_DATA was refused): copy it now. */
+	/* Small data: copying it into the arena now is cheaper than keeping UCX's
+	 * descriptor and releasing it later with one more call per message. */
 	if (ring_copy(ring, data, length, &off) != 0) {
 		ring->count--;
 		ring->dropped++;
@@ -285,7 +290,7 @@ static ucs_status_t set_handler(velo_ucx_ring_t *ring, unsigned id, ucp_am_recv_
 	param.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
 	                   UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
 	param.id    = id;
-	param.flags = UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA;
+	param.flags = UCP_AM_FLAG_WHOLE_MSG;
 	param.cb    = cb;
 	param.arg   = slot;
 	return ucp_worker_set_am_recv_handler(ring->worker, &param);
