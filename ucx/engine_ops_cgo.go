@@ -429,9 +429,9 @@ func (op *engineOp) settle(err error) {
 // abandon ends op early (context cancelled, connection failed, engine closing). A
 // guarded GET still waiting for its reply settles at once: the reply, if it comes, is
 // dropped and never touches dst. Requests UCX already holds are left to complete (or to
-// fail with their endpoint, or to be purged when the worker is destroyed): UCX 1.13 over
-// tcp can abort on an assertion when an in-flight zero-copy request is cancelled, and a
-// data transfer that already started is short anyway. The op finishes when they do.
+// fail with their endpoint, or to be purged when the worker is destroyed) rather than
+// cancelled: ucp_request_cancel on UCX 1.13 applies to receives, not to sends or RMA, and
+// a data transfer that already started is short anyway. The op finishes when they do.
 func (op *engineOp) abandon(e *Engine, err error) {
 	if op.settled {
 		return

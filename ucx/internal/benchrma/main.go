@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"regexp"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -214,13 +215,18 @@ func owner() error {
 }
 
 func iterationsFor(n int, quick bool) int {
-	it := int(math.Max(5, math.Min(200, float64(256<<20)/float64(n))))
 	if quick {
-		it = 3
+		return 3
 	}
-	return it
+	// About 512 MiB per measurement: long enough that one scheduling hiccup on a busy
+	// machine does not decide the figure.
+	return int(math.Max(8, math.Min(4000, float64(512<<20)/float64(n))))
 }
 
+const rounds = 3
+
+// bandwidth measures each size in rounds that alternate the baseline and the two engine
+// paths, so load on the machine falls on all three; the table shows medians.
 func bandwidth(quick bool) error {
 	ctx := context.Background()
 	cmd := exec.Command(os.Args[0])
@@ -246,47 +252,68 @@ func bandwidth(quick bool) error {
 	}
 	defer dst.Free()
 
-	results := map[ucx.RMAMode]map[int]float64{}
-	for _, mode := range []ucx.RMAMode{ucx.RMADirect, ucx.RMAGuarded} {
+	modes := []ucx.RMAMode{ucx.RMADirect, ucx.RMAGuarded}
+	conns := map[ucx.RMAMode]*ucx.Conn{}
+	for _, mode := range modes {
 		e, err := ucx.NewEngine(ctx, ucx.EngineConfig{Name: "consumer-" + mode.String(), RMA: mode})
 		if err != nil {
 			return err
 		}
-		conn, err := e.Connect(ctx, info.Address, ucx.ConnectOptions{})
-		if err != nil {
+		defer e.Close(ctx)
+		if conns[mode], err = e.Connect(ctx, info.Address, ucx.ConnectOptions{}); err != nil {
 			return err
 		}
-		results[mode] = map[int]float64{}
-		for _, n := range bwSizes {
-			buf := dst.Bytes()[:n]
-			if err := conn.Get(ctx, buf, info.Base, info.Key); err != nil { // warm-up, wireup
-				return fmt.Errorf("%v GET %s: %w", mode, human(n), err)
-			}
-			it := iterationsFor(n, quick)
-			t0 := time.Now()
-			for i := 0; i < it; i++ {
-				if err := conn.Get(ctx, buf, info.Base, info.Key); err != nil {
-					return err
-				}
-			}
-			results[mode][n] = float64(n) * float64(it) / time.Since(t0).Seconds() / (1 << 20)
+	}
+	get := func(mode ucx.RMAMode, n, it int) (float64, error) {
+		buf := dst.Bytes()[:n]
+		if err := conns[mode].Get(ctx, buf, info.Base, info.Key); err != nil { // warm-up
+			return 0, fmt.Errorf("%v GET %s: %w", mode, human(n), err)
 		}
-		conn.Close(ctx, ucx.CloseFlush)
-		e.Close(ctx)
+		t0 := time.Now()
+		for i := 0; i < it; i++ {
+			if err := conns[mode].Get(ctx, buf, info.Base, info.Key); err != nil {
+				return 0, err
+			}
+		}
+		return float64(n) * float64(it) / time.Since(t0).Seconds() / (1 << 20), nil
 	}
 
-	fmt.Printf("GET bandwidth (MiB/s; baseline: ucx_perftest -t ucp_get, UCX_TLS=%s, same run)\n", os.Getenv("UCX_TLS"))
+	fmt.Printf("GET bandwidth (MiB/s, median of %d alternating rounds; baseline: ucx_perftest -t ucp_get, UCX_TLS=%s, same run)\n", rounds, os.Getenv("UCX_TLS"))
 	fmt.Printf("%-8s %12s %12s %8s %12s %8s\n", "size", "ucx_perftest", "direct", "ratio", "guarded", "ratio")
 	for i, n := range bwSizes {
-		base, err := perftest(n, iterationsFor(n, quick), 13500+i)
-		if err != nil {
-			fmt.Printf("%-8s %12s (ucx_perftest failed: %v)\n", human(n), "-", err)
+		it := iterationsFor(n, quick)
+		var base, direct, guarded []float64
+		var perr error
+		for r := 0; r < rounds; r++ {
+			b, err := perftest(n, it, 13500+i*rounds+r)
+			if err != nil {
+				perr = err
+				break
+			}
+			d, err := get(ucx.RMADirect, n, it)
+			if err != nil {
+				return err
+			}
+			g, err := get(ucx.RMAGuarded, n, it)
+			if err != nil {
+				return err
+			}
+			base, direct, guarded = append(base, b), append(direct, d), append(guarded, g)
+		}
+		if perr != nil {
+			fmt.Printf("%-8s %12s (ucx_perftest failed: %v)\n", human(n), "-", perr)
 			continue
 		}
-		d, g := results[ucx.RMADirect][n], results[ucx.RMAGuarded][n]
-		fmt.Printf("%-8s %12.1f %12.1f %7.2fx %12.1f %7.2fx\n", human(n), base, d, d/base, g, g/base)
+		b, d, g := med(base), med(direct), med(guarded)
+		fmt.Printf("%-8s %12.1f %12.1f %7.2fx %12.1f %7.2fx\n", human(n), b, d, d/b, g, g/b)
 	}
 	return nil
+}
+
+func med(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
 }
 
 var finalLine = regexp.MustCompile(`(?m)^Final:\s+(.*)$`)
