@@ -377,7 +377,9 @@ func (e *Engine) deliverLoop() {
 }
 
 // HandleAM installs handler for active messages with id (below ReservedAMIDs). A nil
-// handler removes it.
+// handler removes it. Handlers run one at a time on the engine's delivery goroutine;
+// messages queue (without bound) while a handler blocks, so a handler that cannot keep up
+// should hand work off rather than stall.
 func (e *Engine) HandleAM(id uint16, handler AMHandler) error {
 	if id >= ReservedAMIDs {
 		return fmt.Errorf("ucx: AM id %#x is reserved for the engine; use ids below %#x", id, ReservedAMIDs)

@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -682,4 +683,44 @@ func TestEngineSettings(t *testing.T) {
 	if got := engineSettings(nil, VersionInfo{Major: 1, Minor: 17}); len(got) != 0 {
 		t.Fatalf("1.17 needs no workaround: %v", got)
 	}
+}
+
+const tcpEPInfo = `#
+# UCP endpoint
+#
+#               peer: <no debug data>
+#                 lane[0]:  1:tcp/lo.0 md[0]                -> md[0]/tcp/sysdev[255] am am_bw#0 keepalive wireup
+#
+#                 am_send: 0..<egr/short>..8185..<egr/zcopy>..20553..<rndv>..(inf)
+#
+#                  rma_bw: mds rndv_rkey_size 9
+#`
+
+const ibEPInfo = `#                 lane[0]:  2:rc_mlx5/mlx5_0:1.0 md[1]      -> md[1]/ib/sysdev[255] am am_bw#0 rma_bw#0 keepalive
+#                 lane[1]:  5:ud_mlx5/mlx5_0:1.0 md[1]      -> md[1]/ib/sysdev[255] wireup{ud}`
+
+func TestRMALanesKeyed(t *testing.T) {
+	cases := map[string]bool{
+		tcpEPInfo: false, // software RMA: no lane carries an rma tag
+		ibEPInfo:  true,
+		ibEPInfo + "\n#  lane[2]:  7:cma/memory.0 md[3] -> md[3]/cma/sysdev[255] rma_bw#1": false, // cma reads any address
+		"":                          false,
+		"# lane[0]: garbage -> rma": false,
+	}
+	for info, want := range cases {
+		if got := rmaLanesKeyed(info); got != want {
+			t.Errorf("rmaLanesKeyed(%q) = %t, want %t", info, got, want)
+		}
+	}
+}
+
+func FuzzRMALanesKeyed(f *testing.F) {
+	f.Add(tcpEPInfo)
+	f.Add(ibEPInfo)
+	f.Add("lane[0]: -> rma")
+	f.Fuzz(func(t *testing.T, info string) {
+		if rmaLanesKeyed(info) && !strings.Contains(info, "rc_") && !strings.Contains(info, "dc_") {
+			t.Fatalf("keyed without an rc_/dc_ lane: %q", info)
+		}
+	})
 }
