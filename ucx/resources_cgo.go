@@ -3,6 +3,8 @@
 package ucx
 
 import (
+	"debug/elf"
+	"sync"
 	"time"
 
 	"github.com/velo-go/velo/ucx/internal/capi"
@@ -20,10 +22,13 @@ func Version() VersionInfo {
 	}
 }
 
-// Symbols whose presence in a loaded object shows that a feature was compiled into UCX.
-// UCX loads its transport plugins during the component query, so these are looked up
-// after it. A static build that does not export them shows only what the component list
-// proves (verbs through "ib", rdmacm through "rdmacm").
+// Symbols whose presence shows that a feature was compiled into UCX. Two places are
+// searched: every loaded object's dynamic symbols (the shared UCX and the plugins it
+// dlopen'ed during the component query), and the running executable's own symbol table,
+// where a statically linked UCX keeps them without exporting them. A stripped static
+// binary (go build -ldflags=-s; also what `go test` runs unless -c or -o is given) shows
+// only what the component list proves (verbs through "ib", rdmacm through "rdmacm"):
+// mlx5 and DEVX then read false.
 var supportSymbols = struct{ verbs, mlx5, devx, rdmacm []string }{
 	verbs:  []string{"uct_rc_verbs_tl", "uct_ib_component"},
 	mlx5:   []string{"uct_rc_mlx5_tl", "uct_dc_mlx5_tl", "uct_ud_mlx5_tl"},
@@ -32,12 +37,47 @@ var supportSymbols = struct{ verbs, mlx5, devx, rdmacm []string }{
 }
 
 func anySymbol(names []string) bool {
+	exe := executableSymbols()
 	for _, n := range names {
-		if capi.SymbolLoaded(n) {
+		if exe[n] || capi.SymbolLoaded(n) {
 			return true
 		}
 	}
 	return false
+}
+
+var (
+	exeSymsOnce sync.Once
+	exeSyms     map[string]bool
+)
+
+// executableSymbols reads the marker symbols from the running executable's ELF symbol
+// table (empty when it is stripped or unreadable).
+func executableSymbols() map[string]bool {
+	exeSymsOnce.Do(func() {
+		exeSyms = map[string]bool{}
+		want := map[string]bool{}
+		for _, list := range [][]string{supportSymbols.verbs, supportSymbols.mlx5, supportSymbols.devx, supportSymbols.rdmacm} {
+			for _, n := range list {
+				want[n] = true
+			}
+		}
+		f, err := elf.Open("/proc/self/exe")
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		syms, err := f.Symbols()
+		if err != nil {
+			return
+		}
+		for _, sym := range syms {
+			if want[sym.Name] && sym.Section != elf.SHN_UNDEF {
+				exeSyms[sym.Name] = true
+			}
+		}
+	})
+	return exeSyms
 }
 
 // QueryResources lists UCT components, their memory domains and each domain's

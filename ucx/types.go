@@ -218,7 +218,9 @@ type VersionInfo struct {
 	APIMajor, APIMinor uint
 }
 
-// BuildSupport says which RDMA pieces are compiled into the linked UCX.
+// BuildSupport says which RDMA pieces are compiled into the linked UCX. Verbs and
+// RDMACM come from the component list; MLX5 and DEVX from marker symbols, which a
+// statically linked and stripped binary no longer has (they then read false).
 type BuildSupport struct {
 	Verbs  bool // the ib component (libibverbs transports rc_verbs, ud_verbs)
 	MLX5   bool // mlx5 direct-verbs transports (rc_mlx5, dc_mlx5, ud_mlx5)
