@@ -451,7 +451,9 @@ func (e *Engine) onUserAM(am *AMEvent) {
 		buf := make([]byte, len(am.Header)+am.Length)
 		copy(buf, am.Header)
 		op := &engineOp{kind: opRecvAM, op: newOp(), recvBuf: buf, amID: am.ID, hdrLen: len(am.Header), sender: am.Sender, handler: h}
-		op.pin.Pin(&buf[0])
+		if len(buf) > 0 {
+			op.pin.Pin(&buf[0])
+		}
 		req, err := e.w.ReceiveAMData(am, buf[len(am.Header):])
 		e.started(op, req, err)
 		return
