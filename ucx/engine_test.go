@@ -724,3 +724,58 @@ func FuzzRMALanesKeyed(f *testing.F) {
 		}
 	})
 }
+
+// TestEngineReceivesRendezvousAM: a sender that does not set the eager flag (here the low
+// layer, forcing rendezvous) still gets its message delivered when it fits the eager
+// limit; above the limit it is dropped and counted.
+func TestEngineReceivesRendezvousAM(t *testing.T) {
+	ctx := testContext(t)
+	b := newTestEngine(t, "b", func(c *EngineConfig) { c.MaxEagerSize = 256 << 10 })
+	got := make(chan AMMessage, 2)
+	if err := b.HandleAM(4, func(m AMMessage) { got <- m }); err != nil {
+		t.Fatal(err)
+	}
+	p := newLowPair(t) // the sender's own context and worker, on this locked thread
+	ep, err := p.a.Connect(b.Address(), EndpointOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(n int) {
+		payload := allocFilled(t, n, uint64(n)).Bytes()[:n]
+		req, err := ep.SendAM(4, []byte("rndv"), payload, AMRendezvous)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if req != nil {
+			p.until(t, req.Done, nil)
+		}
+	}
+	n := 100 << 10
+	send(n)
+	select {
+	case m := <-got:
+		want := allocFilled(t, n, uint64(n)).Bytes()[:n]
+		if string(m.Header) != "rndv" || !bytes.Equal(m.Payload, want) {
+			t.Fatalf("rendezvous AM of %d bytes arrived as %q + %d bytes", n, m.Header, len(m.Payload))
+		}
+	case <-ctx.Done():
+		t.Fatal("rendezvous AM not delivered")
+	}
+	before := testutil.ToFloat64(b.metrics.amDropped.WithLabelValues("too_large"))
+	send(512 << 10)
+	deadline := time.Now().Add(testTimeout)
+	for testutil.ToFloat64(b.metrics.amDropped.WithLabelValues("too_large")) == before {
+		if time.Now().After(deadline) {
+			t.Fatal("an oversized rendezvous AM was not counted as dropped")
+		}
+		time.Sleep(time.Millisecond) // polling a counter with a deadline
+	}
+	select {
+	case m := <-got:
+		t.Fatalf("an AM above the eager limit was delivered (%d bytes)", len(m.Payload))
+	default:
+	}
+	if r, _ := ep.Close(CloseForce); r != nil {
+		p.until(t, r.Done, nil)
+	}
+}
