@@ -47,21 +47,22 @@ func main() {
 	quick := flag.Bool("quick", false, "fewer iterations (a smoke run)")
 	only := flag.String("only", "", `run only "get" or "latency"`)
 	serve := flag.Bool("serve", false, "run as the server process (internal)")
-	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the client side to this file")
+	cpuprofile := flag.String("cpuprofile", "", "write CPU profiles of the client side to this file and of the server side to FILE.server")
 	chunk := flag.Int("chunk", 0, "owner chunk size in bytes (0: the default)")
 	window := flag.Int("window", 0, "consumer pull window (0: the default)")
+	rounds := flag.Int("rounds", 3, "latency rounds (each alternates raw and velo round trips)")
 	flag.Parse()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx := context.Background()
-	if *serve {
-		runServer(ctx, quiet, *chunk)
-		return
-	}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		check(err)
 		check(pprof.StartCPUProfile(f))
 		defer pprof.StopCPUProfile()
+	}
+	if *serve {
+		runServer(ctx, quiet, *chunk)
+		return
 	}
 	iters := func(n int) int {
 		if *quick {
@@ -70,7 +71,11 @@ func main() {
 		return n
 	}
 
-	srv := exec.Command(os.Args[0], "-serve", fmt.Sprintf("-chunk=%d", *chunk))
+	srvArgs := []string{"-serve", fmt.Sprintf("-chunk=%d", *chunk)}
+	if *cpuprofile != "" {
+		srvArgs = append(srvArgs, "-cpuprofile="+*cpuprofile+".server")
+	}
+	srv := exec.Command(os.Args[0], srvArgs...)
 	srv.Stderr = os.Stderr
 	stdin, err := srv.StdinPipe()
 	check(err)
@@ -78,7 +83,8 @@ func main() {
 	check(err)
 	check(srv.Start())
 	defer func() { stdin.Close(); srv.Wait() }()
-	line, err := bufio.NewReader(stdout).ReadBytes('\n')
+	server := &serverProc{in: stdin, out: bufio.NewReader(stdout)}
+	line, err := server.out.ReadBytes('\n')
 	check(err)
 	var info serverInfo
 	check(json.Unmarshal(line, &info))
@@ -98,7 +104,7 @@ func main() {
 		getTable(ctx, consumer, info, iters)
 	}
 	if *only != "get" {
-		latencyTable(ctx, consumer, info, iters)
+		latencyTable(ctx, consumer, info, server, *rounds, iters)
 	}
 	fmt.Println()
 	fmt.Println("Targets: chunked >= 0.80x raw at >= 8 MiB; messenger <= 1.50x raw ping-pong.")
@@ -135,7 +141,13 @@ func runServer(ctx context.Context, log *slog.Logger, chunk int) {
 	b, err := json.Marshal(info)
 	check(err)
 	os.Stdout.Write(append(b, '\n'))
-	io.Copy(io.Discard, os.Stdin) // until the parent is done
+	// Until the parent is done, answer each "cpu" line with this process's CPU use.
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		b, err := json.Marshal(cpuNow())
+		check(err)
+		os.Stdout.Write(append(b, '\n'))
+	}
 }
 
 // serveStream writes the very bytes the owner staged (not a small hot buffer), in 1 MiB writes,
@@ -211,39 +223,6 @@ func getTable(ctx context.Context, consumer *velo.Velo, info serverInfo, iters f
 		}
 		rb, vb := mbps(size, median(rawT)), mbps(size, median(veloT))
 		fmt.Printf("%-8s %6d %14.0f %14.0f %8.2f\n", fmt.Sprintf("%d MiB", size>>20), n, rb, vb, vb/rb)
-	}
-}
-
-func latencyTable(ctx context.Context, consumer *velo.Velo, info serverInfo, iters func(int) int) {
-	fmt.Println()
-	fmt.Println("Messenger request/response one-way latency, RTT/2 (median; ratio = velo / raw, lower is better)")
-	fmt.Printf("%-8s %6s %14s %14s %8s\n", "size", "iters", "raw µs", "velo µs", "ratio")
-	raw, err := net.Dial("tcp", info.Echo)
-	check(err)
-	defer raw.Close()
-	buf := make([]byte, 64<<10)
-	for _, size := range []int{64, 1024} {
-		msg := make([]byte, size)
-		n := iters(20000)
-		var rawT, veloT []time.Duration
-		for i := 0; i < n+n/10; i++ {
-			start := time.Now()
-			_, err := raw.Write(msg)
-			check(err)
-			_, err = io.ReadFull(raw, buf[:size])
-			check(err)
-			rt := time.Since(start)
-
-			start = time.Now()
-			_, err = consumer.Request(ctx, info.Peer.ID, "echo", msg)
-			vt := time.Since(start)
-			check(err)
-			if i >= n/10 {
-				rawT, veloT = append(rawT, rt), append(veloT, vt)
-			}
-		}
-		r, v := us(median(rawT))/2, us(median(veloT))/2
-		fmt.Printf("%-8s %6d %14.1f %14.1f %8.2f\n", fmt.Sprintf("%d B", size), n, r, v, v/r)
 	}
 }
 

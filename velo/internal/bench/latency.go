@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"sort"
+	"time"
+
+	"github.com/velo-go/velo/velo"
+)
+
+// serverProc is the server process as the parent talks to it: its first stdout line is the
+// serverInfo; afterwards each "cpu" line on its stdin is answered with its CPU use.
+type serverProc struct {
+	in  io.Writer
+	out *bufio.Reader
+}
+
+func (s *serverProc) cpu() cpuUse {
+	_, err := io.WriteString(s.in, "cpu\n")
+	check(err)
+	line, err := s.out.ReadBytes('\n')
+	check(err)
+	var u cpuUse
+	check(json.Unmarshal(line, &u))
+	return u
+}
+
+// latencySizes are the message sizes of the latency table.
+var latencySizes = []int{64, 1024}
+
+// latencyTable measures request/response round trips against a raw TCP ping-pong of the same size.
+//
+// Wall-clock latency: each round alternates one raw and one velo round trip per iteration, so
+// machine noise falls on both, and reports medians; the rounds show how much the figure moves on
+// this machine, and the last line per size is the median ratio over the rounds.
+//
+// CPU: raw and velo then run in separate blocks, and both processes' CPU time (user + system) and
+// context switches are read before and after each block. CPU per round trip barely depends on
+// what else the machine runs, so it shows a change in the messenger's cost more reliably than
+// latency on a loaded machine; context switches count the times a thread went to sleep, which is
+// what a goroutine hand-off costs on an otherwise idle P.
+func latencyTable(ctx context.Context, consumer *velo.Velo, info serverInfo, srv *serverProc, rounds int, iters func(int) int) {
+	fmt.Println()
+	fmt.Println("Messenger request/response one-way latency, RTT/2 (median; ratio = velo / raw, lower is better)")
+	fmt.Printf("%-8s %6s %6s %10s %10s %8s\n", "size", "round", "iters", "raw µs", "velo µs", "ratio")
+	raw, err := net.Dial("tcp", info.Echo)
+	check(err)
+	defer raw.Close()
+	pp := &pingPong{raw: raw, buf: make([]byte, 64<<10), consumer: consumer, peer: info.Peer.ID}
+	n := iters(20000)
+	for _, size := range latencySizes {
+		msg := make([]byte, size)
+		var ratios []float64
+		for r := 1; r <= max(rounds, 1); r++ {
+			var rawT, veloT []time.Duration
+			for i := 0; i < n+n/10; i++ { // the first tenth warms up
+				rt, vt := pp.rawOnce(msg), pp.veloOnce(ctx, msg)
+				if i >= n/10 {
+					rawT, veloT = append(rawT, rt), append(veloT, vt)
+				}
+			}
+			rv, vv := us(median(rawT))/2, us(median(veloT))/2
+			ratios = append(ratios, vv/rv)
+			fmt.Printf("%-8s %6d %6d %10.1f %10.1f %8.2f\n", fmt.Sprintf("%d B", size), r, n, rv, vv, vv/rv)
+		}
+		sort.Float64s(ratios)
+		fmt.Printf("%-8s %6s %6s %10s %10s %8.2f  (median of %d rounds, range %.2f-%.2f)\n",
+			fmt.Sprintf("%d B", size), "all", "", "", "", ratios[len(ratios)/2], len(ratios), ratios[0], ratios[len(ratios)-1])
+	}
+
+	fmt.Println()
+	fmt.Println("CPU per round trip (user + system µs; context switches, csw) of the calling (client) and the answering")
+	fmt.Println("(server) process; ratio = velo / raw of the two processes' CPU together")
+	fmt.Printf("%-8s %6s %-5s %10s %10s %10s %10s %8s\n", "size", "iters", "", "client µs", "server µs", "client csw", "server csw", "ratio")
+	for _, size := range latencySizes {
+		msg := make([]byte, size)
+		block := func(once func([]byte) time.Duration) (client, server cpuUse) {
+			c0, s0 := cpuNow(), srv.cpu()
+			for i := 0; i < n; i++ {
+				once(msg)
+			}
+			c1, s1 := cpuNow(), srv.cpu()
+			return c1.sub(c0).per(n), s1.sub(s0).per(n)
+		}
+		rc, rs := block(pp.rawOnce)
+		vc, vs := block(func(m []byte) time.Duration { return pp.veloOnce(ctx, m) })
+		label := fmt.Sprintf("%d B", size)
+		fmt.Printf("%-8s %6d %-5s %10.1f %10.1f %10.2f %10.2f\n", label, n, "raw", rc.CPUMicros, rs.CPUMicros, rc.Switches, rs.Switches)
+		fmt.Printf("%-8s %6d %-5s %10.1f %10.1f %10.2f %10.2f %8.2f\n", label, n, "velo", vc.CPUMicros, vs.CPUMicros, vc.Switches, vs.Switches,
+			(vc.CPUMicros+vs.CPUMicros)/(rc.CPUMicros+rs.CPUMicros))
+	}
+}
+
+// pingPong runs one round trip of either kind and returns its duration.
+type pingPong struct {
+	raw      net.Conn
+	buf      []byte
+	consumer *velo.Velo
+	peer     velo.InstanceID
+}
+
+func (p *pingPong) rawOnce(msg []byte) time.Duration {
+	start := time.Now()
+	_, err := p.raw.Write(msg)
+	check(err)
+	_, err = io.ReadFull(p.raw, p.buf[:len(msg)])
+	check(err)
+	return time.Since(start)
+}
+
+func (p *pingPong) veloOnce(ctx context.Context, msg []byte) time.Duration {
+	start := time.Now()
+	_, err := p.consumer.Request(ctx, p.peer, "echo", msg)
+	check(err)
+	return time.Since(start)
+}
+
+// cpuUse is a process's CPU time and context switches (or their difference, or per round trip).
+type cpuUse struct {
+	CPUMicros float64 // user + system
+	Switches  float64 // voluntary + involuntary context switches
+}
+
+func (a cpuUse) sub(b cpuUse) cpuUse {
+	return cpuUse{a.CPUMicros - b.CPUMicros, a.Switches - b.Switches}
+}
+func (a cpuUse) add(b cpuUse) cpuUse {
+	return cpuUse{a.CPUMicros + b.CPUMicros, a.Switches + b.Switches}
+}
+func (a cpuUse) per(n int) cpuUse {
+	return cpuUse{a.CPUMicros / float64(n), a.Switches / float64(n)}
+}
