@@ -40,8 +40,14 @@ build: deps
 	@for m in $(MODULES); do echo "build $$m"; (cd $$m && $(GO) build ./...); done
 	@for m in $(MODULES); do echo "build $$m (CGO_ENABLED=0)"; (cd $$m && CGO_ENABLED=0 $(GO) build ./...); done
 
-test: deps $(TEST_TARGETS)
-	@echo "make test: all test targets passed: $(TEST_TARGETS)"
+# The suites run TEST_JOBS at a time, each suite's output printed whole when it ends. The static
+# UCX build goes first: it is the longest single step, and much of it (configure) uses one core.
+TEST_JOBS ?= 2
+TEST_ORDER = $(filter test-static,$(TEST_TARGETS)) $(filter-out test-static,$(TEST_TARGETS))
+test: deps
+	@start=$$(date +%s); \
+	$(MAKE) --no-print-directory --output-sync=target -j$(TEST_JOBS) $(TEST_ORDER); \
+	echo "make test: all test targets passed in $$(( $$(date +%s) - start ))s: $(TEST_ORDER)"
 
 bench: deps $(BENCH_TARGETS)
 

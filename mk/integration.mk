@@ -1,6 +1,7 @@
 # Cross-module integration tests (module test/).
 .PHONY: test-integration
 TEST_TARGETS += test-integration
-# test/rdma runs in its own target (test-rendezvous-rdma, mk/rdma.mk), under cgocheck2.
+# test/rdma and test/ucxstatic run in their own targets (test-rendezvous-rdma in mk/rdma.mk,
+# test-static in mk/ucx-static.mk), under cgocheck2.
 test-integration: deps
-	cd test && $(GOTEST) $$($(GO) list ./... | grep -v '/test/rdma')
+	cd test && $(GOTEST) $$($(GO) list ./... | grep -v -e '/test/rdma' -e '/test/ucxstatic')
