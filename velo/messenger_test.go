@@ -233,3 +233,160 @@ func TestJSONHelpers(t *testing.T) {
 		t.Fatalf("bad JSON: %v", err)
 	}
 }
+
+// A handler that blocks (here on something velo cannot see) holds up only the messages of its own
+// peer, which still run in order once it returns. The connection it arrived on keeps being read:
+// answers to this side's own requests, the rendezvous protocol and other peers all go on.
+func TestSlowHandlerHoldsUpOnlyItsPeersQueue(t *testing.T) {
+	a, b := pair(t)
+	c := newInstance(t)
+	if err := c.RegisterPeer(tctx(t), b.PeerInfo()); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var order []string
+	record := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+	handled := func() int { mu.Lock(); defer mu.Unlock(); return len(order) }
+	release, entered := make(chan struct{}), make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	defer releaseOnce() // also when the test fails early
+	b.Handle("block", func(ctx context.Context, m *Message) ([]byte, error) {
+		record("block")
+		close(entered)
+		<-release
+		return nil, nil
+	})
+	b.Handle("seq", func(ctx context.Context, m *Message) ([]byte, error) {
+		record(string(m.Payload))
+		return nil, nil
+	})
+	echo := func(ctx context.Context, m *Message) ([]byte, error) { return m.Payload, nil }
+	a.Handle("echo", echo)
+	b.Handle("echo", echo)
+
+	if err := a.Send(tctx(t), b.ID(), "block", nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-time.After(testWait):
+		t.Fatal("the blocking handler never ran")
+	}
+	const queued = 20
+	for i := 0; i < queued; i++ {
+		if err := a.Send(tctx(t), b.ID(), "seq", []byte(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// b's own request to a: its answer arrives on the connection whose reader ran "block".
+	if r, err := b.Request(tctx(t), a.ID(), "echo", []byte("ping")); err != nil || string(r) != "ping" {
+		t.Fatalf("b's request to a while its handler for a blocks: %q, %v", r, err)
+	}
+	// The rendezvous protocol between the same two instances.
+	data := payload(3<<20, 9)
+	h, err := b.RegisterData(tctx(t), data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := a.Get(tctx(t), h)
+	if err != nil || sum(l.Bytes()) != sum(data) {
+		t.Fatalf("get while b's handler for a blocks: %v", err)
+	}
+	if err := l.Release(tctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	// Another peer.
+	if r, err := c.Request(tctx(t), b.ID(), "echo", []byte("from c")); err != nil || string(r) != "from c" {
+		t.Fatalf("another peer while b's handler for a blocks: %q, %v", r, err)
+	}
+	if n := handled(); n != 1 {
+		t.Fatalf("%d of a's messages handled while the first one's handler blocks; per-peer order allows 1", n)
+	}
+	releaseOnce()
+	eventually(t, "a's queued messages handled", func() bool { return handled() == queued+1 })
+	mu.Lock()
+	defer mu.Unlock()
+	for i, s := range order[1:] {
+		if s != fmt.Sprint(i) {
+			t.Fatalf("handled in order %v", order)
+		}
+	}
+}
+
+// A handler may call back the peer that called it, on the same connection, whether it passes its
+// own context along or not.
+func TestHandlerCallsBackItsCaller(t *testing.T) {
+	a, b := pair(t)
+	a.Handle("leaf", func(ctx context.Context, m *Message) ([]byte, error) { return []byte("leaf"), nil })
+	b.Handle("with-ctx", func(ctx context.Context, m *Message) ([]byte, error) {
+		r, err := b.Request(ctx, a.ID(), "leaf", nil)
+		return append([]byte("outer:"), r...), err
+	})
+	b.Handle("own-ctx", func(_ context.Context, m *Message) ([]byte, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), testWait)
+		defer cancel()
+		r, err := b.Request(ctx, a.ID(), "leaf", nil)
+		return append([]byte("outer:"), r...), err
+	})
+	for _, name := range []string{"with-ctx", "own-ctx", "with-ctx"} {
+		if r, err := a.Request(tctx(t), b.ID(), name, nil); err != nil || string(r) != "outer:leaf" {
+			t.Fatalf("%s: %q, %v", name, r, err)
+		}
+	}
+}
+
+// A one-way handler that panics is recovered like a request's: the peer's next message is handled.
+func TestPanickingOneWayHandlerLosesNothing(t *testing.T) {
+	a, b := pair(t)
+	b.Handle("boom", func(ctx context.Context, m *Message) ([]byte, error) { panic("boom") })
+	b.Handle("ok", func(ctx context.Context, m *Message) ([]byte, error) { return []byte("ok"), nil })
+	for i := 0; i < 3; i++ {
+		if err := a.Send(tctx(t), b.ID(), "boom", nil); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := a.Request(tctx(t), b.ID(), "ok", nil); err != nil || string(r) != "ok" {
+			t.Fatalf("after a panicking one-way handler: %q, %v", r, err)
+		}
+	}
+	if n := metric(t, b, metrics.MessageErrorsTotal, map[string]string{"kind": "handler_panic"}); n != 3 {
+		t.Fatalf("panics counted: %v", n)
+	}
+}
+
+// Close returns after the shutdown grace even while a handler ignores its context, and closes the
+// transports under it.
+func TestCloseReturnsWhileAHandlerIgnoresItsContext(t *testing.T) {
+	a := newInstance(t)
+	b := newInstance(t, WithShutdownGrace(50*time.Millisecond))
+	if err := a.RegisterPeer(tctx(t), b.PeerInfo()); err != nil {
+		t.Fatal(err)
+	}
+	stuck, entered := make(chan struct{}), make(chan struct{})
+	defer close(stuck)
+	b.Handle("stuck", func(ctx context.Context, m *Message) ([]byte, error) {
+		close(entered)
+		<-stuck
+		return nil, nil
+	})
+	if err := a.Send(tctx(t), b.ID(), "stuck", nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-time.After(testWait):
+		t.Fatal("the handler never ran")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }()
+	select {
+	case err := <-closed:
+		if err == nil || !strings.Contains(err.Error(), "still running") {
+			t.Fatalf("Close with a stuck handler: %v", err)
+		}
+	case <-time.After(testWait):
+		t.Fatal("Close hangs on a handler that ignores its context")
+	}
+	if _, err := a.Request(tctx(t), b.ID(), "stuck", nil); !errors.Is(err, ErrPeerUnreachable) {
+		t.Fatalf("request to the closed instance: %v", err)
+	}
+}

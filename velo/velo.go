@@ -399,6 +399,9 @@ func (h *host) Logger() *slog.Logger          { return h.v.log }
 func (h *host) Deliver(from transport.InstanceID, frame []byte) {
 	h.v.msgr.Deliver(h.idx, from, frame)
 }
+func (h *host) DeliverInline(from transport.InstanceID, frame []byte, handOff func()) bool {
+	return h.v.msgr.DeliverInline(h.idx, from, frame, handOff)
+}
 func (h *host) PeerDown(peer transport.InstanceID, err error) {
 	h.v.msgr.PeerDown(h.idx, peer, err)
 	h.v.rv.PeerDown(peer)

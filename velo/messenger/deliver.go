@@ -3,6 +3,7 @@ package messenger
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"sync"
 
@@ -49,21 +50,31 @@ func (g *Messenger) Claimed(from transport.InstanceID, prefix []byte, err error)
 	g.finish(c, c.sink, 0, err)
 }
 
-// Deliver handles one frame that transport idx received from peer.
+// Deliver handles one frame that transport idx received from peer. Handlers run on other
+// goroutines, so Deliver never blocks on one.
 func (g *Messenger) Deliver(idx int, from transport.InstanceID, frame []byte) {
+	g.deliver(idx, from, frame, nil)
+}
+
+// deliver routes one frame: answers complete their call here; user messages run here when handOff
+// is set and the peer has no handler running (see DeliverInline), and on a drain goroutine
+// otherwise; internal messages run on a goroutine of their own. It reports whether the calling
+// goroutine is still the connection's reader.
+func (g *Messenger) deliver(idx int, from transport.InstanceID, frame []byte, handOff func()) (stillReading bool) {
 	msg, err := wire.DecodeMessage(frame)
 	if err != nil {
 		g.m.Error("malformed_frame")
 		g.log.Warn("messenger: dropping malformed frame", "peer", fmt.Sprintf("%016x", uint64(from)), "bytes", len(frame), "err", err)
-		return
+		return true
 	}
 	switch msg.Kind {
 	case wire.KindResponse, wire.KindError:
 		g.answer(from, msg)
 	case wire.KindOneWay, wire.KindRequest:
 		g.m.Received(kindLabel(msg.Kind))
-		g.dispatch(idx, from, msg)
+		return g.dispatch(idx, from, msg, handOff)
 	}
+	return true
 }
 
 func kindLabel(k wire.Kind) string {
@@ -113,7 +124,9 @@ func (g *Messenger) answer(from transport.InstanceID, msg wire.Message) {
 	g.finish(c, msg.Payload, msg.Flags, nil)
 }
 
-// inbox is one peer's queue of user messages. A goroutine drains it while it is non-empty.
+// inbox is one peer's queue of user messages. While running is set, one goroutine owns the peer's
+// handlers (an inline run on a reader, or a drain goroutine) and later messages queue behind it;
+// the queue is empty whenever running is not.
 type inbox struct {
 	mu      sync.Mutex
 	queue   []job
@@ -125,14 +138,14 @@ type job struct {
 	msg wire.Message
 }
 
-func (g *Messenger) dispatch(idx int, from transport.InstanceID, msg wire.Message) {
+func (g *Messenger) dispatch(idx int, from transport.InstanceID, msg wire.Message, handOff func()) (stillReading bool) {
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
 		if msg.Kind == wire.KindRequest {
 			g.reply(idx, from, msg.ID, nil, nil, &handlerFailure{code: wire.CodeUnavailable, text: "the instance is closing"})
 		}
-		return
+		return true
 	}
 	if ih, ok := g.internal[msg.Name]; ok {
 		g.running.Add(1)
@@ -141,7 +154,7 @@ func (g *Messenger) dispatch(idx int, from transport.InstanceID, msg wire.Messag
 			defer g.running.Done()
 			g.runInternal(idx, from, msg, ih)
 		}()
-		return
+		return true
 	}
 	in := g.inboxes[from]
 	if in == nil {
@@ -149,6 +162,14 @@ func (g *Messenger) dispatch(idx int, from transport.InstanceID, msg wire.Messag
 		g.inboxes[from] = in
 	}
 	in.mu.Lock()
+	if handOff != nil && !in.running {
+		// Nothing of this peer runs: handle it right here, on the reader.
+		in.running = true
+		in.mu.Unlock()
+		g.running.Add(1)
+		g.mu.Unlock()
+		return g.runInline(idx, from, in, msg, handOff)
+	}
 	in.queue = append(in.queue, job{idx, msg})
 	start := !in.running
 	in.running = true
@@ -160,6 +181,31 @@ func (g *Messenger) dispatch(idx int, from transport.InstanceID, msg wire.Messag
 	if start {
 		go g.drain(from, in)
 	}
+	return true
+}
+
+// runInline runs msg's handler on the reader's goroutine, which owns the peer's handlers (in.running)
+// and one count of g.running. When reading was handed off meanwhile, this goroutine goes on draining
+// the peer's queue and reports false; otherwise it gives ownership up (or passes it, with the count,
+// to a drain goroutine when messages queued from another connection) and goes back to reading.
+func (g *Messenger) runInline(idx int, from transport.InstanceID, in *inbox, msg wire.Message, handOff func()) (stillReading bool) {
+	r := g.startInline(handOff)
+	g.runUser(r, idx, from, msg)
+	if !g.endInline(r) {
+		g.drain(from, in)
+		return false
+	}
+	in.mu.Lock()
+	if len(in.queue) > 0 {
+		in.mu.Unlock()
+		go g.drain(from, in)
+		return true
+	}
+	in.running = false
+	in.mu.Unlock()
+	g.dropIdleInbox(from, in)
+	g.running.Done()
+	return true
 }
 
 func (g *Messenger) drain(from transport.InstanceID, in *inbox) {
@@ -177,7 +223,7 @@ func (g *Messenger) drain(from transport.InstanceID, in *inbox) {
 		in.queue[0] = job{}
 		in.queue = in.queue[1:]
 		in.mu.Unlock()
-		g.runUser(j.idx, from, j.msg)
+		g.runUser(nil, j.idx, from, j.msg)
 	}
 }
 
@@ -193,6 +239,12 @@ func (g *Messenger) dropIdleInbox(from transport.InstanceID, in *inbox) {
 	}
 }
 
+// logPeer shows an instance ID in log lines as 16 hex digits, formatted only when a handler
+// actually writes the line.
+type logPeer transport.InstanceID
+
+func (p logPeer) LogValue() slog.Value { return slog.StringValue(fmt.Sprintf("%016x", uint64(p))) }
+
 // handlerFailure is an error answer this side produces.
 type handlerFailure struct {
 	code wire.ErrorCode
@@ -200,12 +252,18 @@ type handlerFailure struct {
 	text string
 }
 
-func (g *Messenger) runUser(idx int, from transport.InstanceID, msg wire.Message) {
+// runUser runs a user handler and answers a request. run is the inline run when this goroutine
+// is a connection's reader (see DeliverInline), else nil.
+func (g *Messenger) runUser(run *inlineRun, idx int, from transport.InstanceID, msg wire.Message) {
 	g.mu.Lock()
 	h := g.handlers[msg.Name]
 	g.mu.Unlock()
+	var ctx context.Context = g.ctx
+	if run != nil {
+		ctx = run
+	}
 	isReq := msg.Kind == wire.KindRequest
-	peer := fmt.Sprintf("%016x", uint64(from))
+	peer := logPeer(from) // formatted only if a line is logged
 	if h == nil {
 		g.m.Error("unknown_handler")
 		g.log.Warn("messenger: message for an unknown handler", "peer", peer, "handler", msg.Name)
@@ -223,7 +281,10 @@ func (g *Messenger) runUser(idx int, from transport.InstanceID, msg wire.Message
 		if s == nil {
 			err = fmt.Errorf("%w: staged payload but rendezvous is not set up here", ErrProtocol)
 		} else {
-			m.Payload, release, err = s.Resolve(g.ctx, from, msg.Payload)
+			if run != nil {
+				run.release() // the fetch's answers arrive on the connection this goroutine reads
+			}
+			m.Payload, release, err = s.Resolve(ctx, from, msg.Payload)
 		}
 		if err != nil {
 			g.m.Error("staging_failed")
@@ -238,7 +299,7 @@ func (g *Messenger) runUser(idx int, from transport.InstanceID, msg wire.Message
 		m.Staged = true
 		defer release()
 	}
-	resp, fail := g.invoke(h, m)
+	resp, fail := g.invoke(ctx, h, m)
 	if !isReq {
 		if fail != nil {
 			g.log.Warn("messenger: one-way handler failed", "peer", peer, "handler", msg.Name, "err", fail.text)
@@ -258,7 +319,7 @@ func (g *Messenger) runUser(idx int, from transport.InstanceID, msg wire.Message
 }
 
 // invoke runs a user handler, turning an error or a panic into a failure answer.
-func (g *Messenger) invoke(h Handler, m *Message) (resp []byte, fail *handlerFailure) {
+func (g *Messenger) invoke(ctx context.Context, h Handler, m *Message) (resp []byte, fail *handlerFailure) {
 	defer func() {
 		if r := recover(); r != nil {
 			g.m.Error("handler_panic")
@@ -266,7 +327,7 @@ func (g *Messenger) invoke(h Handler, m *Message) (resp []byte, fail *handlerFai
 			resp, fail = nil, &handlerFailure{code: wire.CodeHandlerPanic, text: fmt.Sprint(r)}
 		}
 	}()
-	resp, err := h(g.ctx, m)
+	resp, err := h(ctx, m)
 	if err != nil {
 		g.m.Error("handler_error")
 		return nil, &handlerFailure{code: wire.CodeHandlerError, kind: errorKind(err), text: err.Error()}

@@ -79,6 +79,25 @@ type Claimer interface {
 	Claimed(from InstanceID, prefix []byte, err error)
 }
 
+// InlineHost is an optional extension of Host for transports that read each connection on a
+// goroutine of their own (TCP). It exists because handing every received message to another
+// goroutine costs a scheduler wake-up per message, and on a small machine that wake-up costs more
+// than a typical handler: with it, the runtime may run a message's handler on the very goroutine
+// that read the message.
+//
+// Such a transport calls DeliverInline instead of Deliver. The connection must not go unread for
+// long while a handler runs on its reader (answers to this side's own calls arrive on it, and a
+// handler may call back the peer that called it), so the transport also passes handOff. The
+// runtime calls handOff at most once, from any goroutine, while DeliverInline has not returned,
+// when it decides the handler is taking too long; handOff must start another goroutine that goes on
+// reading the connection from where this one stopped, and must not block. DeliverInline returns
+// false if and only if it called handOff (after handOff returned); the calling goroutine must then
+// leave the connection alone. Frames from one peer reach DeliverInline in order, one at a time,
+// exactly as with Deliver.
+type InlineHost interface {
+	DeliverInline(from InstanceID, frame []byte, handOff func()) (stillReading bool)
+}
+
 // Transport moves frames between instances.
 //
 // All methods are safe for concurrent use. Send keeps per-peer order: two Sends to the same

@@ -18,6 +18,11 @@
 //     rendezvous chunk goes from the owner's slot to the socket without being copied behind its
 //     header. On the receiving side a transport.Claimer lets the runtime steer a chunk's body
 //     straight into the consumer's buffer.
+//   - Each connection is read by one goroutine at a time. When the runtime implements
+//     transport.InlineHost it may run a message's handler on that goroutine (no hand-off per
+//     message); if the handler turns out slow, the runtime calls handOff and a new goroutine reads
+//     on from where the old one stopped. The read deadline for a frame is cleared before the frame
+//     is delivered, so the next reader never inherits one.
 //   - A lost connection is reported once through Host.PeerDown; the next Send to a peer whose
 //     address is known dials again.
 package tcp
@@ -81,6 +86,7 @@ type Transport struct {
 
 	host    transport.Host
 	claimer transport.Claimer
+	inline  transport.InlineHost
 	log     *slog.Logger
 
 	mu      sync.Mutex
@@ -106,6 +112,7 @@ type conn struct {
 	peer     transport.InstanceID
 	peerMax  int
 	br       *bufio.Reader
+	handOff  func()     // continueReading, bound once: the runtime calls it to move reading to a new goroutine
 	wmu      sync.Mutex // serialises frame writes
 	dlMu     sync.Mutex // guards the write deadline against a cancel callback racing the next write
 	dlGen    uint64
@@ -203,6 +210,7 @@ func (t *Transport) Start(h transport.Host) error {
 	}
 	t.host = h
 	t.claimer, _ = h.(transport.Claimer)
+	t.inline, _ = h.(transport.InlineHost)
 	if l := h.Logger(); l != nil {
 		t.log = l.With("transport", Name)
 	}
@@ -416,6 +424,7 @@ func readHello(br *bufio.Reader) (wire.Hello, error) {
 func (t *Transport) adopt(nc net.Conn, br *bufio.Reader, h wire.Hello) (*conn, error) {
 	id := transport.InstanceID(h.ID)
 	c := &conn{t: t, nc: nc, peer: id, br: br, peerMax: int(h.MaxFrame)}
+	c.handOff = c.continueReading
 	if c.peerMax <= 0 || c.peerMax > t.cfg.MaxFrameSize {
 		c.peerMax = t.cfg.MaxFrameSize
 	}
@@ -586,11 +595,20 @@ func (c *conn) err() error {
 	return c.closeErr
 }
 
+// errHandedOff ends readFrames on a goroutine that gave the connection to another reader.
+var errHandedOff = errors.New("reading handed off to another goroutine")
+
 // readLoop reads frames until the connection fails, then unregisters it and reports the peer down
-// when it was the last connection to it.
+// when it was the last connection to it. It runs on whichever goroutine reads the connection at
+// the time: the one adopt started, or one that continueReading started when the runtime kept the
+// previous reader busy with a slow handler. That goroutine holds the connection's place in t.wg;
+// a reader that hands off passes its place on instead of giving it back.
 func (c *conn) readLoop() {
 	t := c.t
 	err := c.readFrames()
+	if err == errHandedOff {
+		return // another goroutine reads the connection now, and holds its place in t.wg
+	}
 	c.close(err)
 
 	t.mu.Lock()
@@ -620,6 +638,12 @@ func (c *conn) readLoop() {
 	t.wg.Done()
 }
 
+// continueReading is the handOff of transport.InlineHost: the goroutine that reads the connection
+// is running a handler that turned out slow, so another one takes over where it stopped. The old
+// goroutine read nothing since it delivered its frame, and touches nothing of the connection's
+// reading state once DeliverInline has returned false.
+func (c *conn) continueReading() { go c.readLoop() }
+
 func (c *conn) readFrames() error {
 	var lenBuf [4]byte
 	var prefixLen int
@@ -644,21 +668,34 @@ func (c *conn) readFrames() error {
 		if timed {
 			c.nc.SetReadDeadline(time.Now().Add(c.t.cfg.IOTimeout))
 		}
-		if err := c.readOne(size, prefixLen); err != nil {
+		frame, err := c.readOne(size, prefixLen)
+		if err != nil {
 			return err
 		}
+		// Clear the deadline before delivering: the handler may run on this goroutine, for longer
+		// than the I/O timeout, and whichever goroutine reads next must not inherit a stale one.
 		if timed {
 			c.nc.SetReadDeadline(time.Time{})
+		}
+		if frame == nil {
+			continue // claimed: already in its buffer
+		}
+		if c.t.inline == nil {
+			c.t.host.Deliver(c.peer, frame)
+		} else if !c.t.inline.DeliverInline(c.peer, frame, c.handOff) {
+			return errHandedOff
 		}
 	}
 }
 
-func (c *conn) readOne(size, prefixLen int) error {
+// readOne reads the frame that follows a length prefix: into a buffer a claimer provides (and
+// returns nil), or into a new frame that it returns for delivery.
+func (c *conn) readOne(size, prefixLen int) ([]byte, error) {
 	if prefixLen > 0 && size > 0 {
 		k := min(prefixLen, size)
 		prefix := make([]byte, k)
 		if _, err := io.ReadFull(c.br, prefix); err != nil {
-			return fmt.Errorf("truncated frame: %w", err)
+			return nil, fmt.Errorf("truncated frame: %w", err)
 		}
 		if dst := c.t.claimer.Claim(c.peer, prefix, size); dst != nil {
 			var err error
@@ -668,22 +705,20 @@ func (c *conn) readOne(size, prefixLen int) error {
 				err = fmt.Errorf("truncated frame: %w", err)
 			}
 			c.t.claimer.Claimed(c.peer, prefix, err)
-			return err
+			return nil, err
 		}
 		frame := make([]byte, size)
 		copy(frame, prefix)
 		if _, err := io.ReadFull(c.br, frame[k:]); err != nil {
-			return fmt.Errorf("truncated frame: %w", err)
+			return nil, fmt.Errorf("truncated frame: %w", err)
 		}
-		c.t.host.Deliver(c.peer, frame)
-		return nil
+		return frame, nil
 	}
 	frame := make([]byte, size)
 	if _, err := io.ReadFull(c.br, frame); err != nil {
-		return fmt.Errorf("truncated frame: %w", err)
+		return nil, fmt.Errorf("truncated frame: %w", err)
 	}
-	c.t.host.Deliver(c.peer, frame)
-	return nil
+	return frame, nil
 }
 
 // Close stops accepting, closes every connection and waits for the transport's goroutines.
