@@ -48,4 +48,7 @@ var (
 	ErrBufferSize = rendezvous.ErrBufferSize
 	// ErrProtocol: a peer sent something a correct peer never sends.
 	ErrProtocol = rendezvous.ErrProtocol
+	// ErrTooLarge: a payload above what this instance stages, or a handle that claims more than
+	// WithMaxGetSize lets Get, GetPinned or a staged message allocate.
+	ErrTooLarge = rendezvous.ErrTooLarge
 )

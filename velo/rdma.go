@@ -107,30 +107,33 @@ func (p *PinnedLease) Free() {
 }
 
 // GetPinned fetches h's payload into pinned memory of this instance (mapping an arena when none
-// has room) and returns the lease on it. It takes the same path as Get. It fails with an error
-// wrapping ErrNoPinnedMemory when there is no RDMA registry (WithUCXTransport) or no pinned memory
-// within the budget and the memlock limit; nothing is fetched then.
+// has room) and returns the lease on it. It takes the same path as Get, and like Get refuses a
+// handle above WithMaxGetSize (ErrTooLarge) and takes memory only once the owner has confirmed the
+// handle. It fails with an error wrapping ErrNoPinnedMemory when there is no RDMA registry
+// (WithUCXTransport) or no pinned memory within the budget and the memlock limit; nothing is
+// fetched then, and the lease it took is ended before it returns.
 func (v *Velo) GetPinned(ctx context.Context, h Handle) (*PinnedLease, error) {
 	if v.rdma == nil {
 		return nil, fmt.Errorf("velo: GetPinned: %w: this instance has no RDMA registry: add the UCX transport with WithUCXTransport", ErrNoPinnedMemory)
 	}
-	if h.Size == 0 {
-		l, err := v.rv.GetInto(ctx, h, nil)
-		if err != nil {
-			return nil, err
+	// The pinned buffer is taken only once the owner has confirmed the handle: a forged handle
+	// must not map an arena.
+	var buf *rdma.Buffer
+	l, err := v.rv.GetAlloc(ctx, h, func(n int) ([]byte, error) {
+		if n == 0 {
+			return nil, nil
 		}
-		return &PinnedLease{Lease: l}, nil
-	}
-	if h.Size > 1<<40 {
-		return nil, fmt.Errorf("velo: GetPinned: %w: handle claims %d bytes", ErrNoPinnedMemory, h.Size)
-	}
-	buf, err := v.rdma.AllocBuffer(int(h.Size))
+		b, err := v.rdma.AllocBuffer(n)
+		if err != nil {
+			return nil, fmt.Errorf("velo: GetPinned: %w: %w", ErrNoPinnedMemory, err)
+		}
+		buf = b
+		return b.Bytes(), nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("velo: GetPinned: %w: %w", ErrNoPinnedMemory, err)
-	}
-	l, err := v.rv.GetInto(ctx, h, buf.Bytes())
-	if err != nil {
-		buf.Free() // GetInto returned: nothing writes the buffer any more
+		if buf != nil {
+			buf.Free() // the get returned: nothing writes the buffer any more
+		}
 		return nil, err
 	}
 	return &PinnedLease{Lease: l, buf: buf}, nil

@@ -54,6 +54,7 @@ type options struct {
 	stageTTL   time.Duration
 	window     int
 	grace      time.Duration
+	maxGet     uint64
 
 	rmaTransport transport.Transport // WithUCXTransport: the transport the RDMA registry reads with
 	rdma         RDMAConfig
@@ -151,6 +152,24 @@ func WithPullWindow(n int) Option {
 	}
 }
 
+// DefaultMaxGetSize is the largest payload Get and GetPinned fetch, and so the largest staged
+// message payload an instance accepts, unless WithMaxGetSize says otherwise (4 GiB).
+const DefaultMaxGetSize = rendezvous.DefaultMaxGetSize
+
+// WithMaxGetSize sets the largest payload this instance allocates memory for when it fetches one:
+// Get, GetPinned, and the payload of a staged message (default 4 GiB; at most 1 TiB). A handle's
+// size is a claim of whoever sent it, so a larger claim is refused with ErrTooLarge before the
+// owner is asked. GetInto fills the caller's buffer and is not bounded by it.
+func WithMaxGetSize(n uint64) Option {
+	return func(o *options) error {
+		if n == 0 || n > rendezvous.MaxPayload {
+			return fmt.Errorf("velo: WithMaxGetSize(%d): use 1 byte to %d", n, uint64(rendezvous.MaxPayload))
+		}
+		o.maxGet = n
+		return nil
+	}
+}
+
 // WithShutdownGrace sets how long Close waits for running handlers (default 5 s).
 func WithShutdownGrace(d time.Duration) Option {
 	return func(o *options) error { o.grace = d; return nil }
@@ -223,7 +242,7 @@ func New(ctx context.Context, opts ...Option) (*Velo, error) {
 	}
 	v.msgr = messenger.New(messenger.Config{Metrics: m, Logger: v.log, StageThreshold: o.threshold})
 	rc := rendezvous.Config{Self: v.id, Messenger: v.msgr, Metrics: m, Logger: v.log,
-		ChunkSize: o.chunk, LeaseTTL: o.leaseTTL, StageTTL: o.stageTTL, PullWindow: o.window}
+		ChunkSize: o.chunk, LeaseTTL: o.leaseTTL, StageTTL: o.stageTTL, PullWindow: o.window, MaxGetSize: o.maxGet}
 	if v.rdma != nil {
 		rc.Server, rc.Client, rc.Pool = v.rdma, v.rdma, v.rdma
 	}
@@ -341,10 +360,13 @@ func (v *Velo) Metadata(ctx context.Context, h Handle) (Metadata, error) {
 	return v.rv.Metadata(ctx, h)
 }
 
-// Get fetches h's payload into a new buffer (Lease.Bytes) and returns the lease on it.
+// Get fetches h's payload into a new buffer (Lease.Bytes) and returns the lease on it. The buffer
+// is allocated once the owner has confirmed the handle; a handle above WithMaxGetSize is refused
+// with ErrTooLarge.
 func (v *Velo) Get(ctx context.Context, h Handle) (*Lease, error) { return v.rv.Get(ctx, h) }
 
-// GetInto fetches h's payload into dst, which must be exactly h.Size bytes.
+// GetInto fetches h's payload into dst, which must be exactly h.Size bytes (WithMaxGetSize does
+// not apply: the caller chose the buffer).
 func (v *Velo) GetInto(ctx context.Context, h Handle, dst []byte) (*Lease, error) {
 	return v.rv.GetInto(ctx, h, dst)
 }

@@ -66,31 +66,54 @@ func (r *Rendezvous) endLease(ctx context.Context, owner transport.InstanceID, i
 	return nil
 }
 
-// Get fetches the payload h names into a new buffer.
+// Get fetches the payload h names into a new buffer. The buffer is allocated only after the owner
+// confirmed the handle (and its size), and never above Config.MaxGetSize.
 func (r *Rendezvous) Get(ctx context.Context, h Handle) (*Lease, error) {
-	if h.Size > 1<<40 {
-		return nil, fmt.Errorf("rendezvous: get: %w: handle claims %d bytes", ErrTooLarge, h.Size)
-	}
-	return r.GetInto(ctx, h, make([]byte, h.Size))
+	return r.GetAlloc(ctx, h, func(n int) ([]byte, error) { return make([]byte, n), nil })
 }
 
-// GetInto fetches the payload h names into dst, which must be exactly h.Size bytes. On the chunked
-// path each chunk is read from the socket straight into dst. When GetInto returns, nothing writes
-// dst any more, whatever happened.
-func (r *Rendezvous) GetInto(ctx context.Context, h Handle, dst []byte) (*Lease, error) {
-	if h.Owner == 0 || h.Nonce == 0 {
-		return nil, fmt.Errorf("rendezvous: get: %w: %v is not a handle an owner issued", ErrBadHandle, h)
+// GetAlloc fetches the payload h names into memory from alloc. A handle's size is only a claim of
+// whoever sent the handle, so nothing is allocated for it up front: a handle above
+// Config.MaxGetSize is refused without asking the owner (ErrTooLarge), and otherwise alloc runs
+// once the owner has granted a lease on a payload of exactly that size. alloc must return n
+// bytes; when it fails, the lease ends before GetAlloc returns its error.
+func (r *Rendezvous) GetAlloc(ctx context.Context, h Handle, alloc func(n int) ([]byte, error)) (*Lease, error) {
+	if h.Size > r.cfg.MaxGetSize {
+		return nil, fmt.Errorf("rendezvous: get: %w: the handle claims %d bytes, above this instance's limit of %d: raise it with velo.WithMaxGetSize, or fetch into a buffer of your own with GetInto",
+			ErrTooLarge, h.Size, r.cfg.MaxGetSize)
 	}
+	return r.get(ctx, h, alloc)
+}
+
+// GetInto fetches the payload h names into dst, which must be exactly h.Size bytes (the caller's
+// buffer is its own limit: MaxGetSize does not apply). On the chunked path each chunk is read from
+// the socket straight into dst. When GetInto returns, nothing writes dst any more, whatever
+// happened.
+func (r *Rendezvous) GetInto(ctx context.Context, h Handle, dst []byte) (*Lease, error) {
 	if uint64(len(dst)) != h.Size {
 		return nil, fmt.Errorf("rendezvous: get: %w: buffer of %d bytes for a %d-byte payload: pass a buffer of exactly Handle.Size bytes",
 			ErrBufferSize, len(dst), h.Size)
 	}
+	return r.get(ctx, h, func(int) ([]byte, error) { return dst, nil })
+}
+
+// get takes a lease on h, then asks alloc for the destination (sized as the owner confirmed),
+// then moves the bytes.
+func (r *Rendezvous) get(ctx context.Context, h Handle, alloc func(n int) ([]byte, error)) (*Lease, error) {
+	if h.Owner == 0 || h.Nonce == 0 {
+		return nil, fmt.Errorf("rendezvous: get: %w: %v is not a handle an owner issued", ErrBadHandle, h)
+	}
 	if h.Owner == r.cfg.Self {
-		return r.getLocal(h, dst)
+		return r.getLocal(h, alloc)
 	}
 	offer, reason, client := r.offer(h.Owner)
 	l, resp, err := r.acquire(ctx, h, offer)
 	if err != nil {
+		return nil, err
+	}
+	dst, err := alloc(int(h.Size)) // acquire checked that the owner's payload is h.Size bytes
+	if err != nil {
+		r.detachNow(ctx, h.Owner, l.id)
 		return nil, err
 	}
 	l.data = dst
@@ -198,6 +221,16 @@ func (r *Rendezvous) abandon(owner transport.InstanceID, id uint64) {
 	}()
 }
 
+// detachNow ends a lease whose bytes will not be fetched, before the get that took it returns,
+// so the caller sees no lease left behind. If the owner cannot be told, its reaper ends the lease.
+func (r *Rendezvous) detachNow(ctx context.Context, owner transport.InstanceID, id uint64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := r.endLease(ctx, owner, id, false, "detach"); err != nil {
+		r.log.Debug("rendezvous: detaching an unused lease failed; the owner's reaper will end it", "err", err)
+	}
+}
+
 // pullAll moves dst's bytes with up to PullWindow pulls in flight. It returns after every pull
 // has finished, so nothing writes dst afterwards.
 func (r *Rendezvous) pullAll(ctx context.Context, owner transport.InstanceID, lease uint64, chunk int, dst []byte) error {
@@ -241,10 +274,15 @@ func (r *Rendezvous) pullAll(ctx context.Context, owner transport.InstanceID, le
 
 // getLocal is the fast path when this instance owns h: a lease like any other (so detach and
 // release mean the same), and one copy from the slot.
-func (r *Rendezvous) getLocal(h Handle, dst []byte) (*Lease, error) {
+func (r *Rendezvous) getLocal(h Handle, alloc func(n int) ([]byte, error)) (*Lease, error) {
 	sl, err := r.store.newLease(h, r.cfg.Self)
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous: get: %w", err)
+	}
+	dst, err := alloc(len(sl.Data))
+	if err != nil {
+		r.store.endLease(r.cfg.Self, sl.Lease.ID, false)
+		return nil, err
 	}
 	copy(dst, sl.Data)
 	r.m.AddBytes("received", "local", len(dst))

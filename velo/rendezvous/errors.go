@@ -26,7 +26,8 @@ var (
 	ErrProtocol = errors.New("rendezvous protocol violation")
 	// ErrClosed: the rendezvous service was shut down.
 	ErrClosed = messenger.ErrClosed
-	// ErrTooLarge: the payload is larger than this build can stage or move.
+	// ErrTooLarge: the payload is larger than this build can stage or move, or a handle claims
+	// more bytes than this instance's MaxGetSize lets Get allocate.
 	ErrTooLarge = errors.New("payload too large")
 )
 
@@ -38,6 +39,7 @@ const (
 	kindBadLease  = "rendezvous.bad_lease"
 	kindProtocol  = "rendezvous.protocol"
 	kindClosed    = "rendezvous.closed"
+	kindTooLarge  = "rendezvous.too_large"
 )
 
 var kindSentinels = map[string]error{
@@ -47,6 +49,7 @@ var kindSentinels = map[string]error{
 	kindBadLease:  ErrBadLease,
 	kindProtocol:  ErrProtocol,
 	kindClosed:    ErrClosed,
+	kindTooLarge:  ErrTooLarge,
 }
 
 // ownerErr tags an owner-side error with the kind its sentinel travels under.

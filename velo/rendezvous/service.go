@@ -48,6 +48,9 @@ const (
 	DefaultLeaseTTL   = 30 * time.Second
 	DefaultStageTTL   = 5 * time.Minute
 	DefaultPullWindow = 8
+	// DefaultMaxGetSize bounds the buffer Get allocates for one payload (and so the payload of one
+	// staged message): 4 GiB, above any payload the 1 GiB default RDMA budget can pin.
+	DefaultMaxGetSize = 4 << 30
 )
 
 // Protocol message names (messenger internal handlers).
@@ -60,6 +63,9 @@ const (
 	opRef      = messenger.InternalPrefix + "rv.ref"
 	opDrop     = messenger.InternalPrefix + "rv.drop"
 )
+
+// MaxPayload is the largest payload this build stages or fetches (1 TiB).
+const MaxPayload = 1 << 40
 
 // Config configures the rendezvous service of one instance.
 type Config struct {
@@ -76,6 +82,11 @@ type Config struct {
 	StageTTL time.Duration
 	// PullWindow is how many pulls a consumer keeps in flight (default 8).
 	PullWindow int
+	// MaxGetSize is the largest payload Get and GetAlloc allocate a buffer for, and so the largest
+	// staged message payload this instance fetches (default DefaultMaxGetSize). A handle's size is
+	// a claim of whoever sent it; without a bound one message could make this instance allocate
+	// any amount. GetInto writes the caller's buffer and is not bounded by it.
+	MaxGetSize uint64
 	// Server and Client are the RDMA path's two sides; nil means not configured.
 	Server RDMAServer
 	Client RDMAClient
@@ -110,6 +121,10 @@ func New(cfg Config) *Rendezvous {
 	if cfg.PullWindow <= 0 {
 		cfg.PullWindow = DefaultPullWindow
 	}
+	if cfg.MaxGetSize == 0 {
+		cfg.MaxGetSize = DefaultMaxGetSize
+	}
+	cfg.MaxGetSize = min(cfg.MaxGetSize, MaxPayload)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -140,8 +155,8 @@ func (r *Rendezvous) reaper() {
 // Stage puts data in a new slot. The slot holds data itself, not a copy: data must not change
 // until the slot is freed (OnFree runs, or every reference and lease is gone).
 func (r *Rendezvous) Stage(data []byte, o StageOptions) (Handle, error) {
-	if uint64(len(data)) > 1<<40 {
-		return Handle{}, fmt.Errorf("rendezvous: %w: %d bytes", ErrTooLarge, len(data))
+	if uint64(len(data)) > MaxPayload {
+		return Handle{}, fmt.Errorf("rendezvous: %w: %d bytes (the limit is %d)", ErrTooLarge, len(data), uint64(MaxPayload))
 	}
 	return r.store.stage(data, o)
 }
@@ -157,8 +172,8 @@ func (r *Rendezvous) StagePinned(data []byte) (Handle, error) {
 // stageCopy stages a copy of data: in pinned memory when the pool gives some, else in plain
 // memory under the reason the pool gave (o.Reason when there is no pool).
 func (r *Rendezvous) stageCopy(data []byte, mayMap bool, o StageOptions) (Handle, error) {
-	if uint64(len(data)) > 1<<40 {
-		return Handle{}, fmt.Errorf("rendezvous: %w: %d bytes", ErrTooLarge, len(data))
+	if uint64(len(data)) > MaxPayload {
+		return Handle{}, fmt.Errorf("rendezvous: %w: %d bytes (the limit is %d)", ErrTooLarge, len(data), uint64(MaxPayload))
 	}
 	if r.cfg.Pool != nil && len(data) > 0 {
 		mem, po := r.cfg.Pool.Pin(len(data), mayMap)

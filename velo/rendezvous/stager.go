@@ -24,7 +24,9 @@ func (r *Rendezvous) stagePayload(ctx context.Context, peer transport.InstanceID
 }
 
 // resolvePayload (messenger.Stager.Resolve): fetch the payload a staged message names. release ends the
-// lease with a release once the handler has run, which frees the owner's slot.
+// lease with a release once the handler has run, which frees the owner's slot. The error goes back
+// to the sender tagged with its kind, so the sender can tell a payload above this receiver's
+// MaxGetSize (ErrTooLarge) from a bad handle.
 func (r *Rendezvous) resolvePayload(ctx context.Context, from transport.InstanceID, token []byte) ([]byte, func(), error) {
 	var h Handle
 	if err := h.UnmarshalBinary(token); err != nil {
@@ -33,9 +35,11 @@ func (r *Rendezvous) resolvePayload(ctx context.Context, from transport.Instance
 	if h.Owner != from {
 		return nil, nil, fmt.Errorf("rendezvous: %w: a message from %016x carries a handle owned by %016x", ErrForeignHandle, uint64(from), uint64(h.Owner))
 	}
+	// Get refuses a handle above MaxGetSize before anything is allocated or asked: the size in a
+	// staged message is the sender's word.
 	l, err := r.Get(ctx, h)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, ownerErr(fmt.Errorf("staged message payload from %016x: %w", uint64(from), err))
 	}
 	return l.Bytes(), func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
