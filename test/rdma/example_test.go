@@ -2,8 +2,6 @@ package rdma_test
 
 import (
 	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -116,6 +114,9 @@ func TestExampleKillSwitch(t *testing.T) {
 	}
 }
 
+// ownerControlPlane finds the address the owner published (and printed) for its control plane.
+var ownerControlPlane = regexp.MustCompile(`owner: staged .*; control plane (\S+); run `)
+
 var tcpInfoLine = regexp.MustCompile(`^(owner|consumer): kernel TCP_INFO: (velo TCP control plane|other TCP sockets \(UCX\)): (\d+) connections, (\d+) bytes out, (\d+) bytes in$`)
 
 // TestExampleAcrossNamespaces runs the owner and the consumer on two "hosts" (network namespaces
@@ -148,15 +149,10 @@ func TestExampleAcrossNamespaces(t *testing.T) {
 	t.Logf("\n%s", all)
 
 	// Each side published the address another host reaches it at, not loopback.
-	var of struct {
-		TCP string `json:"tcp"`
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "owner.json"))
-	if err != nil || json.Unmarshal(b, &of) != nil {
-		t.Fatalf("owner.json: %v", err)
-	}
-	if host, _, _ := net.SplitHostPort(of.TCP); host != p.A.IP.String() {
-		t.Errorf("the owner published %s, want its veth address %s", of.TCP, p.A.IP)
+	if m := ownerControlPlane.FindStringSubmatch(all); m == nil {
+		t.Errorf("the owner did not print its control-plane address")
+	} else if host, _, _ := net.SplitHostPort(m[1]); host != p.A.IP.String() {
+		t.Errorf("the owner published %s, want its veth address %s", m[1], p.A.IP)
 	}
 
 	c := pathCounts(all)
@@ -192,4 +188,55 @@ func TestExampleAcrossNamespaces(t *testing.T) {
 	// UCX socket may still be delayed when the owner reads them.)
 }
 
-var _ = context.Background
+// TestExampleReusesItsDirectory: runs in one --dir do not read each other's files. Two runs of
+// the launcher in a row succeed, and so does a run whose consumer starts while the directory
+// still holds the owner.json of an owner that was killed (it had no chance to remove it): the
+// consumer finds that owner dead, says so, and joins the owner that starts after it.
+func TestExampleReusesItsDirectory(t *testing.T) {
+	bin := exampleBinary(t)
+	dir := t.TempDir()
+	ctx := tctx(t)
+	for i := 1; i <= 2; i++ {
+		cmd := exec.CommandContext(ctx, bin, "--dir", dir, "--size", "1048576")
+		cmd.Env = exampleEnv("UCX_TLS=tcp")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("run %d in %s: %v\n%s", i, dir, err, out)
+		}
+		if c := pathCounts(string(out)); c["consumer"]["rdma/ok"] != 1 {
+			t.Fatalf("run %d: consumer %v\n%s", i, c["consumer"], out)
+		}
+	}
+
+	role := func(name string) (*exec.Cmd, *logBuffer) {
+		out := &logBuffer{}
+		cmd := exec.CommandContext(ctx, bin, "--role", name, "--dir", dir, "--size", "1048576")
+		cmd.Env = exampleEnv("UCX_TLS=tcp")
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd, out
+	}
+	// An owner killed once it announced its run leaves its owner.json behind.
+	killed, out := role("owner")
+	eventually(t, "the first owner to announce its run", func() bool { return strings.Contains(out.String(), "waiting for the consumer") })
+	killed.Process.Kill()
+	killed.Wait()
+	if _, err := os.Stat(filepath.Join(dir, "owner.json")); err != nil {
+		t.Fatalf("the killed owner left no owner.json: %v", err)
+	}
+	cons, consOut := role("consumer")
+	eventually(t, "the consumer to find the stale owner dead", func() bool { return strings.Contains(consOut.String(), "which does not answer") })
+	owner, ownerOut := role("owner")
+	cerr, oerr := cons.Wait(), owner.Wait()
+	if cerr != nil || oerr != nil {
+		t.Fatalf("owner: %v\n%s\nconsumer: %v\n%s", oerr, ownerOut, cerr, consOut)
+	}
+	if c := pathCounts(consOut.String()); c["consumer"]["rdma/ok"] != 1 {
+		t.Fatalf("after the stale file: consumer %v\n%s", c["consumer"], consOut)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "owner.json")); !os.IsNotExist(err) {
+		t.Errorf("the owner left its owner.json behind: %v", err)
+	}
+}

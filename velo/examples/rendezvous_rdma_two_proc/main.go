@@ -2,13 +2,16 @@
 // path — a TCP control plane, the UCX transport beside it, one GET for the bytes — and proves the
 // lane it took.
 //
-// The owner stages random bytes with RegisterDataPinned and publishes its PeerInfo, the handle and
-// the payload's SHA-256 in owner.json; the consumer publishes its PeerInfo in consumer.json. Each
-// registers the other from those files, the consumer fetches the payload, checks the SHA-256,
-// reports back over the messenger, and both print their velo_rendezvous_rdma_path_total lines and
-// what the kernel counted on velo's TCP control-plane sockets (TCP_INFO) beside every other TCP
-// socket of the process (UCX's own, over UCX_TLS=tcp). The consumer exits non-zero unless the
-// transfer took the RDMA path, so a correct payload that came by chunks still fails.
+// The owner stages random bytes with RegisterDataPinned and announces a run in owner.json: a random
+// run ID, its PeerInfo, the handle and the payload's SHA-256. The consumer registers the owner from
+// that file and joins the run with a message that carries its own PeerInfo (a file left in --dir
+// by an earlier run names an owner that no longer answers; the consumer then waits for the new
+// one). The consumer fetches the payload, checks the SHA-256 and reports back over the messenger;
+// both print their velo_rendezvous_rdma_path_total lines and what the kernel counted on velo's TCP
+// control-plane sockets (TCP_INFO) beside every other TCP socket of the process (UCX's own, over
+// UCX_TLS=tcp). Each side reads its counts while the other is still waiting on it, so both see a
+// live connection. The consumer exits non-zero unless the transfer took the RDMA path, so a
+// correct payload that came by chunks still fails.
 //
 //	UCX_TLS=tcp go run ./velo/examples/rendezvous_rdma_two_proc     # both roles as child processes
 //
@@ -44,16 +47,11 @@ import (
 )
 
 type ownerFile struct {
-	Peer   velo.PeerInfo `json:"peer"`
-	TCP    string        `json:"tcp"` // the control-plane address, for the TCP_INFO split
-	Handle velo.Handle   `json:"handle"`
-	Size   int           `json:"size"`
-	SHA256 string        `json:"sha256"`
-}
-
-type consumerFile struct {
-	Peer velo.PeerInfo `json:"peer"`
-	TCP  string        `json:"tcp"`
+	twoproc.Owner
+	TCP    string      `json:"tcp"` // the control-plane address, for the TCP_INFO split
+	Handle velo.Handle `json:"handle"`
+	Size   int         `json:"size"`
+	SHA256 string      `json:"sha256"`
 }
 
 // report is what the consumer tells the owner once it has the bytes.
@@ -171,18 +169,38 @@ func start(ctx context.Context, listen, advertise string) (node, error) {
 
 func runOwner(ctx context.Context, n node, dir string, size int) error {
 	v, addr := n.v, n.addr
+	twoproc.Withdraw(dir) // a file of an earlier run must not send the consumer to a dead owner
+	defer twoproc.Withdraw(dir)
 	payload := make([]byte, size)
 	if _, err := rand.Read(payload); err != nil {
 		return err
 	}
 	sum := sha256.Sum256(payload)
-	reports := make(chan report, 1)
+	run := twoproc.NewRun()
+	joins, err := twoproc.AcceptJoins(v, run)
+	if err != nil {
+		return err
+	}
+	type verified struct {
+		r      report
+		counts string
+	}
+	reports := make(chan verified, 1)
 	if err := v.Handle("demo.verified", func(ctx context.Context, m *velo.Message) ([]byte, error) {
 		var r report
 		if err := json.Unmarshal(m.Payload, &r); err != nil {
 			return nil, err
 		}
-		reports <- r
+		c, err := joins.Wait(ctx) // a consumer reports after it joined
+		if err != nil {
+			return nil, err
+		}
+		// Read the kernel's counts now: the consumer waits for this answer, so its connection is
+		// still up. Once answered it may exit and close it.
+		select {
+		case reports <- verified{r, kernelCounts("owner", n, c.Peer.ID, c.TCP)}:
+		default:
+		}
 		return []byte("ok"), nil
 	}); err != nil {
 		return err
@@ -195,44 +213,35 @@ func runOwner(ctx context.Context, n node, dir string, size int) error {
 	if md, err := v.Metadata(ctx, h); err == nil && !md.Pinned {
 		where = fmt.Sprintf("plain memory (reason %s: it will move by chunks)", md.Staging)
 	}
-	if err := twoproc.WriteJSON(dir, "owner.json", ownerFile{Peer: v.PeerInfo(), TCP: addr.String(), Handle: h, Size: size, SHA256: hex.EncodeToString(sum[:])}); err != nil {
+	f := ownerFile{Owner: twoproc.Owner{Run: run, Peer: v.PeerInfo()}, TCP: addr.String(), Handle: h, Size: size, SHA256: hex.EncodeToString(sum[:])}
+	if err := twoproc.Announce(dir, f); err != nil {
 		return err
 	}
-	fmt.Printf("owner: staged %d bytes in %s, SHA-256 %x; control plane %s; waiting for the consumer\n", size, where, sum, addr)
-	var c consumerFile
-	if err := twoproc.WaitJSON(ctx, dir, "consumer.json", &c); err != nil {
+	fmt.Printf("owner: staged %d bytes in %s, SHA-256 %x; control plane %s; run %s; waiting for the consumer\n", size, where, sum, addr, run)
+	if _, err := joins.Wait(ctx); err != nil {
 		return err
 	}
-	if err := v.RegisterPeer(ctx, c.Peer); err != nil {
-		return err
-	}
-	var r report
+	var got verified
 	select {
-	case r = <-reports:
+	case got = <-reports:
 	case <-ctx.Done():
 		return fmt.Errorf("the consumer never reported: %w", ctx.Err())
 	}
-	if r.SHA256 != hex.EncodeToString(sum[:]) {
-		return fmt.Errorf("the consumer reports SHA-256 %s, the owner staged %x", r.SHA256, sum)
+	if got.r.SHA256 != hex.EncodeToString(sum[:]) {
+		return fmt.Errorf("the consumer reports SHA-256 %s, the owner staged %x", got.r.SHA256, sum)
 	}
-	fmt.Printf("owner: the consumer verified SHA-256 %x on path %s/%s\n", sum, r.Path, r.Reason)
-	printKernelCounts("owner", n, c.Peer.ID, c.TCP)
+	fmt.Printf("owner: the consumer verified SHA-256 %x on path %s/%s\n", sum, got.r.Path, got.r.Reason)
+	fmt.Print(got.counts)
 	twoproc.PrintPathLines("owner", v)
 	return nil
 }
 
 func runConsumer(ctx context.Context, n node, dir string) error {
 	v, addr := n.v, n.addr
-	if err := twoproc.WriteJSON(dir, "consumer.json", consumerFile{Peer: v.PeerInfo(), TCP: addr.String()}); err != nil {
-		return err
-	}
+	// Join the owner before the first get: a get to an owner this instance does not know over UCX
+	// offers nothing and takes the chunked path (reason no_offer).
 	var o ownerFile
-	if err := twoproc.WaitJSON(ctx, dir, "owner.json", &o); err != nil {
-		return err
-	}
-	// Register the owner before the first get: a get to an owner this instance does not know over
-	// UCX offers nothing and takes the chunked path (reason no_offer).
-	if err := v.RegisterPeer(ctx, o.Peer); err != nil {
+	if _, err := twoproc.JoinOwner(ctx, "consumer", dir, v, addr.String(), &o); err != nil {
 		return err
 	}
 	start := time.Now()
@@ -250,11 +259,14 @@ func runConsumer(ctx context.Context, n node, dir string) error {
 		return fmt.Errorf("SHA-256 mismatch: got %s, the owner staged %s", got, o.SHA256)
 	}
 	fmt.Printf("consumer: fetched %d bytes in %v on path %s/%s; SHA-256 %s verified\n", len(l.Bytes()), took.Round(time.Microsecond), l.Path, l.Reason, got)
+	// Read the kernel's counts before the report: the owner waits for it, so its connection is
+	// still up; once it has answered it may exit.
+	counts := kernelCounts("consumer", n, o.Peer.ID, o.TCP)
 	rb, _ := json.Marshal(report{SHA256: got, Path: string(l.Path), Reason: string(l.Reason)})
 	if _, err := v.Request(ctx, o.Peer.ID, "demo.verified", rb); err != nil {
 		return fmt.Errorf("reporting to the owner: %w", err)
 	}
-	printKernelCounts("consumer", n, o.Peer.ID, o.TCP)
+	fmt.Print(counts)
 	twoproc.PrintPathLines("consumer", v)
 	if l.Path != metrics.PathRDMA {
 		return fmt.Errorf("the bytes are right but took the %s path (reason %s), not RDMA: see the common failures in docs/rendezvous-rdma.md", l.Path, l.Reason)
@@ -262,15 +274,14 @@ func runConsumer(ctx context.Context, n node, dir string) error {
 	return nil
 }
 
-// printKernelCounts prints what the kernel counted (TCP_INFO) on velo's TCP control-plane
-// connection to the peer — asked of the TCP transport, which knows its connections — and on every
-// other TCP socket of this process (over UCX_TLS=tcp, UCX's own). After an RDMA-path transfer the
-// former holds only control messages and the payload shows up in the latter.
-func printKernelCounts(who string, n node, peer velo.InstanceID, peerTCP string) {
+// kernelCounts reports what the kernel counted (TCP_INFO) on velo's TCP control-plane connection
+// to the peer — asked of the TCP transport, which knows its connections — and on every other TCP
+// socket of this process (over UCX_TLS=tcp, UCX's own), as lines to print. After an RDMA-path
+// transfer the former holds only control messages and the payload shows up in the latter.
+func kernelCounts(who string, n node, peer velo.InstanceID, peerTCP string) string {
 	ctl, err := n.ctl.KernelCounts(peer)
 	if err != nil {
-		fmt.Printf("%s: kernel TCP counts unavailable: %v\n", who, err)
-		return
+		return fmt.Sprintf("%s: kernel TCP counts unavailable: %v\n", who, err)
 	}
 	peerPort := -1
 	if _, p, err := net.SplitHostPort(peerTCP); err == nil {
@@ -278,11 +289,10 @@ func printKernelCounts(who string, n node, peer velo.InstanceID, peerTCP string)
 	}
 	_, other, err := twoproc.KernelTCPCounts(n.addr.Port, peerPort)
 	if err != nil {
-		fmt.Printf("%s: kernel TCP counts unavailable: %v\n", who, err)
-		return
+		return fmt.Sprintf("%s: kernel TCP counts unavailable: %v\n", who, err)
 	}
-	fmt.Printf("%s: kernel TCP_INFO: velo TCP control plane: %v\n", who, twoproc.TCPCounts{Conns: ctl.Conns, BytesOut: ctl.BytesAcked, BytesIn: ctl.BytesReceived})
-	fmt.Printf("%s: kernel TCP_INFO: other TCP sockets (UCX): %v\n", who, other)
+	return fmt.Sprintf("%s: kernel TCP_INFO: velo TCP control plane: %v\n%s: kernel TCP_INFO: other TCP sockets (UCX): %v\n",
+		who, twoproc.TCPCounts{Conns: ctl.Conns, BytesOut: ctl.BytesAcked, BytesIn: ctl.BytesReceived}, who, other)
 }
 
 // runBoth starts the owner and the consumer as child processes of this binary.

@@ -1,10 +1,12 @@
 // Command rendezvous_two_proc moves a payload by rendezvous between two OS processes over TCP and
 // proves it arrived intact.
 //
-// The owner stages random bytes and publishes its PeerInfo, the handle and the payload's SHA-256
-// in owner.json; the consumer publishes its PeerInfo in consumer.json. Each registers the other
-// from those files, the consumer fetches the payload, checks the SHA-256 and reports back over the
-// messenger, and both print their velo_rendezvous_rdma_path_total lines.
+// The owner stages random bytes and announces a run in owner.json: a random run ID, its PeerInfo,
+// the handle and the payload's SHA-256. The consumer registers the owner from that file and joins
+// the run with a message carrying its own PeerInfo (a file left in --dir by an earlier run names
+// an owner that no longer answers; the consumer then waits for the new one). It fetches the
+// payload, checks the SHA-256 and reports back over the messenger, and both print their
+// velo_rendezvous_rdma_path_total lines.
 //
 //	go run ./examples/rendezvous_two_proc                    # starts both roles as children
 //	go run ./examples/rendezvous_two_proc --role owner --dir /shared/rv --listen 0.0.0.0:0 --advertise nodeA:0
@@ -34,14 +36,10 @@ import (
 )
 
 type ownerFile struct {
-	Peer   velo.PeerInfo `json:"peer"`
-	Handle velo.Handle   `json:"handle"`
-	Size   int           `json:"size"`
-	SHA256 string        `json:"sha256"`
-}
-
-type consumerFile struct {
-	Peer velo.PeerInfo `json:"peer"`
+	twoproc.Owner
+	Handle velo.Handle `json:"handle"`
+	Size   int         `json:"size"`
+	SHA256 string      `json:"sha256"`
 }
 
 func main() {
@@ -107,20 +105,29 @@ func start(ctx context.Context, listen, advertise string) (*velo.Velo, error) {
 }
 
 func runOwner(ctx context.Context, v *velo.Velo, dir string, size int) error {
+	twoproc.Withdraw(dir) // a file of an earlier run must not send the consumer to a dead owner
+	defer twoproc.Withdraw(dir)
 	payload := make([]byte, size)
 	if _, err := rand.Read(payload); err != nil {
 		return err
 	}
 	sum := sha256.Sum256(payload)
+	run := twoproc.NewRun()
+	joins, err := twoproc.AcceptJoins(v, run)
+	if err != nil {
+		return err
+	}
 	done := make(chan error, 1)
 	if err := v.Handle("demo.verified", func(ctx context.Context, m *velo.Message) ([]byte, error) {
+		var err error
 		if string(m.Payload) != hex.EncodeToString(sum[:]) {
-			err := fmt.Errorf("consumer reports SHA-256 %s, owner staged %x", m.Payload, sum)
-			done <- err
-			return nil, err
+			err = fmt.Errorf("consumer reports SHA-256 %s, owner staged %x", m.Payload, sum)
 		}
-		done <- nil
-		return []byte("ok"), nil
+		select {
+		case done <- err:
+		default:
+		}
+		return []byte("ok"), err
 	}); err != nil {
 		return err
 	}
@@ -128,15 +135,11 @@ func runOwner(ctx context.Context, v *velo.Velo, dir string, size int) error {
 	if err != nil {
 		return err
 	}
-	if err := twoproc.WriteJSON(dir, "owner.json", ownerFile{Peer: v.PeerInfo(), Handle: h, Size: size, SHA256: hex.EncodeToString(sum[:])}); err != nil {
+	if err := twoproc.Announce(dir, ownerFile{Owner: twoproc.Owner{Run: run, Peer: v.PeerInfo()}, Handle: h, Size: size, SHA256: hex.EncodeToString(sum[:])}); err != nil {
 		return err
 	}
-	fmt.Printf("owner: staged %d bytes, SHA-256 %x; waiting for the consumer\n", size, sum)
-	var c consumerFile
-	if err := twoproc.WaitJSON(ctx, dir, "consumer.json", &c); err != nil {
-		return err
-	}
-	if err := v.RegisterPeer(ctx, c.Peer); err != nil {
+	fmt.Printf("owner: staged %d bytes, SHA-256 %x; run %s; waiting for the consumer\n", size, sum, run)
+	if _, err := joins.Wait(ctx); err != nil {
 		return err
 	}
 	select {
@@ -153,14 +156,8 @@ func runOwner(ctx context.Context, v *velo.Velo, dir string, size int) error {
 }
 
 func runConsumer(ctx context.Context, v *velo.Velo, dir string) error {
-	if err := twoproc.WriteJSON(dir, "consumer.json", consumerFile{Peer: v.PeerInfo()}); err != nil {
-		return err
-	}
 	var o ownerFile
-	if err := twoproc.WaitJSON(ctx, dir, "owner.json", &o); err != nil {
-		return err
-	}
-	if err := v.RegisterPeer(ctx, o.Peer); err != nil {
+	if _, err := twoproc.JoinOwner(ctx, "consumer", dir, v, "", &o); err != nil {
 		return err
 	}
 	start := time.Now()
