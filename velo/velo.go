@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -296,10 +297,15 @@ func (v *Velo) PeerInfo() PeerInfo {
 	return p
 }
 
-// RegisterPeer makes a peer reachable. Every address for one of this instance's transports is
-// validated by that transport; addresses for transports this instance lacks are ignored. It fails,
-// registering nothing, with an error wrapping ErrInvalidEndpoint when an address is unusable or
-// none matches.
+// RegisterPeer makes a peer reachable over each of this instance's transports for which p has an
+// address (addresses for transports this instance lacks are ignored); each transport validates its
+// own address. A refused address does not take the others down with it: the peer stays reachable
+// over the transports that accepted theirs, and RegisterPeer returns a *PartialPeerError that
+// names them and wraps each refusal (ErrInvalidEndpoint for an unusable address). That keeps the
+// TCP control plane up during a rolling upgrade, when an old and a new node refuse each other's UCX
+// address: messages flow, and rendezvous payloads move by chunks (reason no_offer). When no
+// address is accepted, or none matches, it returns an error wrapping ErrInvalidEndpoint and the
+// peer is not registered.
 func (v *Velo) RegisterPeer(ctx context.Context, p PeerInfo) error {
 	if err := p.validate(); err != nil {
 		return err
@@ -307,21 +313,26 @@ func (v *Velo) RegisterPeer(ctx context.Context, p PeerInfo) error {
 	if p.ID == v.id {
 		return fmt.Errorf("velo: %w: that PeerInfo describes this instance", ErrInvalidEndpoint)
 	}
-	var added []transport.Transport
+	var added []string
+	var refused []error
 	for _, t := range v.transports {
 		blob, ok := p.Addresses[t.Name()]
 		if !ok {
 			continue
 		}
+		// The transport's error names itself and the peer; the text here does not repeat them.
 		if err := t.AddPeer(ctx, transport.PeerAddress{ID: p.ID, Incarnation: p.Incarnation, Blob: blob}); err != nil {
-			for _, a := range added {
-				a.RemovePeer(p.ID)
-			}
-			return fmt.Errorf("velo: register peer %016x: %w", uint64(p.ID), err)
+			refused = append(refused, err)
+			continue
 		}
-		added = append(added, t)
+		added = append(added, t.Name())
 	}
-	if len(added) == 0 {
+	switch {
+	case len(added) > 0 && len(refused) > 0:
+		return &PartialPeerError{Peer: p.ID, Registered: added, Err: errors.Join(refused...)}
+	case len(refused) > 0:
+		return fmt.Errorf("velo: peer not registered: %w", errors.Join(refused...))
+	case len(added) == 0:
 		var have []string
 		for _, t := range v.transports {
 			have = append(have, t.Name())
@@ -331,6 +342,23 @@ func (v *Velo) RegisterPeer(ctx context.Context, p PeerInfo) error {
 	}
 	return nil
 }
+
+// PartialPeerError is what RegisterPeer returns when some transports accepted the peer's address
+// and others refused theirs. The peer is registered: reachable over the transports in Registered.
+type PartialPeerError struct {
+	Peer InstanceID
+	// Registered names the transports the peer is reachable over, in this instance's order.
+	Registered []string
+	// Err is the refusals (each transport's error, joined); errors.Is(Err, ErrInvalidEndpoint)
+	// for an address that transport cannot use.
+	Err error
+}
+
+func (e *PartialPeerError) Error() string {
+	return fmt.Sprintf("velo: peer registered over %s only: %v", strings.Join(e.Registered, ", "), e.Err)
+}
+
+func (e *PartialPeerError) Unwrap() error { return e.Err }
 
 // Handle registers h for messages named name (replacing an earlier handler of that name).
 func (v *Velo) Handle(name string, h Handler) error { return v.msgr.Handle(name, h) }
