@@ -452,6 +452,7 @@ func (h *host) Deliver(from transport.InstanceID, frame []byte) {
 func (h *host) DeliverInline(from transport.InstanceID, frame []byte, handOff func()) bool {
 	return h.v.msgr.DeliverInline(h.idx, from, frame, handOff)
 }
+func (h *host) Answers(frame []byte) bool { return h.v.msgr.Answers(frame) }
 func (h *host) PeerDown(peer transport.InstanceID, err error) {
 	h.v.msgr.PeerDown(h.idx, peer, err)
 	h.v.rv.PeerDown(peer)

@@ -20,6 +20,9 @@ type call struct {
 	peer transport.InstanceID
 	sink []byte // when set, the answer must be exactly this many bytes and lands here
 	done chan struct{}
+	// waiter tells a transport that reads for its callers (transport.Awaiter) that the call is
+	// complete; it fires right after done closes, whichever way the call ended.
+	waiter transport.Waiter
 
 	mu        sync.Mutex
 	state     int
@@ -31,13 +34,15 @@ type call struct {
 
 func (c *call) complete(resp []byte, flags wire.Flags, err error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.state == callDone {
+		c.mu.Unlock()
 		return
 	}
 	c.state = callDone
 	c.resp, c.flags, c.err = resp, flags, err
 	close(c.done)
+	c.mu.Unlock()
+	c.waiter.Fire()
 }
 
 // claim moves a waiting call with a sink of n bytes to the claimed state.
@@ -77,5 +82,6 @@ func (c *call) wait(ctx context.Context) error {
 	c.err = ctx.Err()
 	close(c.done)
 	c.mu.Unlock()
+	c.waiter.Fire()
 	return ctx.Err()
 }

@@ -77,6 +77,13 @@ func (g *Messenger) deliver(idx int, from transport.InstanceID, frame []byte, ha
 	return true
 }
 
+// Answers reports whether frame answers a call of this side's: a response or an error frame
+// (transport.InlineHost).
+func (g *Messenger) Answers(frame []byte) bool {
+	h, err := wire.DecodeHeader(frame)
+	return err == nil && (h.Kind == wire.KindResponse || h.Kind == wire.KindError)
+}
+
 func kindLabel(k wire.Kind) string {
 	switch k {
 	case wire.KindOneWay:

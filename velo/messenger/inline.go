@@ -19,22 +19,28 @@ import (
 //
 //   - is about to wait for a request of its own (Request, RequestInto, a rendezvous get: they take
 //     the handler's ctx, which is the inline run and says so), or for a staged payload's fetch, or
-//   - is still running at two consecutive ticks of the rescuer, a goroutine that lives while inline
-//     runs happen and checks them every rescueTick, so a handler that blocks on anything else holds
-//     up its connection for at most two ticks.
+//   - is still running when the rescuer looks twice (see rescueLook), a goroutine that lives while
+//     inline runs happen, so a handler that blocks on anything else holds up its connection for at
+//     most rescueLook+rescueConfirm (9 ms).
 //
 // After a hand-off the old goroutine finishes the handler, then drains the peer's queue like the
 // drain goroutine would. Per-peer order holds throughout: the inbox's running flag says some
 // goroutine owns the peer's handlers, and frames that arrive meanwhile queue behind it.
 
-// rescueTick is how often the rescuer looks at inline runs. A run still going at two consecutive
-// ticks hands reading off, so a slow handler holds its connection for at most two ticks. Shorter
-// ticks buy little: an otherwise idle process wakes for a timer with millisecond resolution anyway.
-const rescueTick = time.Millisecond
+// The rescuer looks at inline runs every rescueLook. A run it sees running gets a second look
+// rescueConfirm later, and is handed off if it still runs; so a handler that blocks on something
+// velo cannot see holds its connection for at most rescueLook+rescueConfirm. The first interval is
+// long on purpose: a Go timer due within a millisecond or two, kept pending while messages flow,
+// slows every round trip in the process by several microseconds (it changes how the runtime parks
+// idle threads), and most looks find nothing.
+const (
+	rescueLook    = 8 * time.Millisecond
+	rescueConfirm = time.Millisecond
+)
 
-// rescueIdleTicks is how many ticks without an inline run the rescuer waits before it exits; the
+// rescueIdleLooks is how many looks without an inline run the rescuer waits before it exits; the
 // next inline run starts it again.
-const rescueIdleTicks = 20
+const rescueIdleLooks = 4
 
 type runState uint8
 
@@ -139,11 +145,12 @@ func (g *Messenger) endInline(r *inlineRun) (stillReading bool) {
 func (g *Messenger) rescueLoop() {
 	w := &g.rescue
 	var late []*inlineRun
+	pause := rescueLook
 	for idle := 0; ; {
-		time.Sleep(rescueTick)
+		time.Sleep(pause)
 		w.mu.Lock()
 		if len(w.runs) == 0 && !w.started {
-			if idle++; idle >= rescueIdleTicks || w.closed {
+			if idle++; idle >= rescueIdleLooks || w.closed {
 				w.active = false
 				w.mu.Unlock()
 				return
@@ -152,12 +159,14 @@ func (g *Messenger) rescueLoop() {
 			idle = 0
 		}
 		w.started = false
+		pause = rescueLook
 		for r := range w.runs {
 			if r.seen {
 				delete(w.runs, r)
 				late = append(late, r)
 			} else {
 				r.seen = true
+				pause = rescueConfirm
 			}
 		}
 		w.mu.Unlock()

@@ -244,7 +244,7 @@ func (g *Messenger) prepare(ctx context.Context, peer transport.InstanceID, over
 	return tok, wire.FlagStaged, nil
 }
 
-func (g *Messenger) send(ctx context.Context, peer transport.InstanceID, kind string, parts ...[]byte) (int, error) {
+func (g *Messenger) send(ctx context.Context, peer transport.InstanceID, kind string, parts ...[]byte) (int, transport.Transport, error) {
 	size := 0
 	for _, p := range parts {
 		size += len(p)
@@ -255,10 +255,10 @@ func (g *Messenger) send(ctx context.Context, peer transport.InstanceID, kind st
 	}
 	if err != nil {
 		g.m.Error("send_failed")
-		return idx, err
+		return idx, nil, err
 	}
 	g.m.Sent(kind)
-	return idx, nil
+	return idx, t, nil
 }
 
 // Send delivers a fire-and-forget message to the named handler on peer. It returns once a
@@ -273,7 +273,7 @@ func (g *Messenger) Send(ctx context.Context, peer transport.InstanceID, name st
 		return err
 	}
 	hdr[2] = byte(flags)
-	_, err = g.send(ctx, peer, "one_way", hdr, body)
+	_, _, err = g.send(ctx, peer, "one_way", hdr, body)
 	return err
 }
 
@@ -334,13 +334,18 @@ func (g *Messenger) call(ctx context.Context, peer transport.InstanceID, name st
 	g.calls[id] = c
 	g.mu.Unlock()
 
-	idx, err := g.send(ctx, peer, "request", hdr, body)
+	idx, t, err := g.send(ctx, peer, "request", hdr, body)
 	c.mu.Lock()
 	c.transport = idx
 	c.mu.Unlock()
 	if err != nil {
 		g.finish(c, nil, 0, err)
 		return nil, err
+	}
+	if aw, ok := t.(transport.Awaiter); ok {
+		// When nothing reads the connection, this goroutine reads its answer itself: no
+		// goroutine then has to wake this one up (see transport.Awaiter).
+		aw.Await(ctx, peer, &c.waiter)
 	}
 	if err := c.wait(ctx); err != nil {
 		g.forget(c)

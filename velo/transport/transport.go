@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 )
 
 // InstanceID names one velo instance for its lifetime. It is drawn at random when the
@@ -94,8 +95,58 @@ type Claimer interface {
 // false if and only if it called handOff (after handOff returned); the calling goroutine must then
 // leave the connection alone. Frames from one peer reach DeliverInline in order, one at a time,
 // exactly as with Deliver.
+//
+// Answers tells the transport which frames answer a call of this side's own (as opposed to those
+// the peer sent on its own accord). An Awaiter uses it to tell connections where only answers
+// arrive, which its callers may leave unread between calls, from those where the peer also sends
+// requests, which keep a reader.
 type InlineHost interface {
 	DeliverInline(from InstanceID, frame []byte, handOff func()) (stillReading bool)
+	Answers(frame []byte) bool
+}
+
+// Awaiter is an optional extension of Transport for stream transports (TCP). A caller that sent a
+// request and now waits for the answer calls Await: when nothing else reads the connection to peer,
+// the caller's goroutine reads it and delivers what arrives, so the answer completes the call on
+// the goroutine that waits for it. Handing the answer from a reader goroutine to the caller costs a
+// scheduler wake-up per call, which on a small machine is as much as the rest of a round trip.
+//
+// Await returns once w is fired (the runtime completed the call) or ctx ends. Frames it reads for
+// other calls or handlers are delivered with Host.Deliver, never run on the caller's goroutine.
+type Awaiter interface {
+	Await(ctx context.Context, peer InstanceID, w *Waiter)
+}
+
+// Waiter is one call as an Awaiter sees it. The runtime calls Fire once the call is complete
+// (answered, failed or given up); an Awaiter sets an interrupt with SetInterrupt to learn of it, for
+// instance to wake its own read when the answer came some other way.
+type Waiter struct {
+	mu        sync.Mutex
+	fired     bool
+	interrupt func()
+}
+
+// Fire marks the call complete and runs the interrupt, if one is set, once.
+func (w *Waiter) Fire() {
+	w.mu.Lock()
+	f := w.interrupt
+	w.fired, w.interrupt = true, nil
+	w.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+// SetInterrupt sets the function Fire runs (nil clears it). It returns false, and sets nothing,
+// when the call is already complete.
+func (w *Waiter) SetInterrupt(f func()) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.fired {
+		return false
+	}
+	w.interrupt = f
+	return true
 }
 
 // Transport moves frames between instances.

@@ -58,7 +58,7 @@ func FuzzReadFrames(f *testing.F) {
 		defer p1.Close()
 		go func() { p2.Write(stream); p2.Close() }()
 		c := &conn{t: tr, nc: p1, peer: 1, br: bufio.NewReader(p1)}
-		err := c.readFrames()
+		err := c.readFrames(nil)
 		if err == nil {
 			t.Fatal("readFrames returned nil at end of stream")
 		}

@@ -93,7 +93,10 @@ type Transport struct {
 	peers   map[transport.InstanceID]*peer
 	pending map[net.Conn]struct{} // inbound connections still in their hello
 	closed  bool
-	wg      sync.WaitGroup
+	wg      sync.WaitGroup // the accept loop, hellos in progress, and one count per open connection
+
+	closing atomic.Bool // set by Close before it closes connections: none may be left unread
+	vacant  vacancyWatch
 }
 
 type peer struct {
@@ -121,6 +124,18 @@ type conn struct {
 	cmu      sync.Mutex
 	closeErr error // set once, under cmu, before closed becomes true
 	closed   atomic.Bool
+
+	// Who reads the connection (read.go), guarded by rmu.
+	rmu        sync.Mutex
+	reader     readerRole
+	atBoundary bool   // the reader waits for the first byte of a frame: waking it loses nothing
+	kicked     bool   // the read deadline was moved into the past to wake that wait
+	waiters    int    // calls waiting in Await on this connection whose answer has not come
+	takes      uint64 // times a caller took the unread connection; the vacancy watch compares
+	seenTakes  uint64 // takes when the vacancy watch last looked
+	listed     bool   // the vacancy watch looks at this connection
+
+	lastUnsolicited atomic.Int64 // unix nanoseconds of the last frame the peer sent of its own accord
 }
 
 // New creates a TCP transport: it listens (or takes Config.Listener) at once, so Address is valid
@@ -150,6 +165,7 @@ func New(cfg Config) (*Transport, error) {
 		}
 	}
 	t := &Transport{cfg: cfg, ln: ln, peers: map[transport.InstanceID]*peer{}, pending: map[net.Conn]struct{}{}, log: slog.Default()}
+	t.vacant.look = vacancyLook
 	adv, warn, err := advertiseAddr(cfg.Advertise, ln.Addr())
 	if err == nil {
 		t.blob, err = wire.EncodeTCPAddr(adv)
@@ -259,6 +275,7 @@ func (t *Transport) RemovePeer(id transport.InstanceID) {
 	if p != nil {
 		for c := range p.conns {
 			c.close(fmt.Errorf("peer %016x removed", uint64(id)))
+			c.ensureReader()
 		}
 	}
 }
@@ -451,7 +468,8 @@ func (t *Transport) adopt(nc net.Conn, br *bufio.Reader, h wire.Hello) (*conn, e
 	if p.send == nil {
 		p.send = c
 	}
-	t.wg.Add(1)
+	t.wg.Add(1) // given back by finish, whoever reads the connection when it fails
+	c.reader = readerLoop
 	t.mu.Unlock()
 	go c.readLoop()
 	return c, nil
@@ -595,132 +613,6 @@ func (c *conn) err() error {
 	return c.closeErr
 }
 
-// errHandedOff ends readFrames on a goroutine that gave the connection to another reader.
-var errHandedOff = errors.New("reading handed off to another goroutine")
-
-// readLoop reads frames until the connection fails, then unregisters it and reports the peer down
-// when it was the last connection to it. It runs on whichever goroutine reads the connection at
-// the time: the one adopt started, or one that continueReading started when the runtime kept the
-// previous reader busy with a slow handler. That goroutine holds the connection's place in t.wg;
-// a reader that hands off passes its place on instead of giving it back.
-func (c *conn) readLoop() {
-	t := c.t
-	err := c.readFrames()
-	if err == errHandedOff {
-		return // another goroutine reads the connection now, and holds its place in t.wg
-	}
-	c.close(err)
-
-	t.mu.Lock()
-	closing := t.closed
-	p := t.peers[c.peer]
-	last := false
-	if p != nil {
-		if _, ok := p.conns[c]; ok {
-			delete(p.conns, c)
-			if p.send == c {
-				p.send = nil
-				for other := range p.conns { // another live connection takes over sending
-					p.send = other
-					break
-				}
-			}
-			last = len(p.conns) == 0
-		}
-	}
-	t.mu.Unlock()
-	if last && !closing {
-		if !errors.Is(err, io.EOF) {
-			t.log.Info("tcp: connection lost", "peer", fmt.Sprintf("%016x", uint64(c.peer)), "err", err)
-		}
-		t.host.PeerDown(c.peer, fmt.Errorf("tcp: %w: %v", transport.ErrPeerUnreachable, err))
-	}
-	t.wg.Done()
-}
-
-// continueReading is the handOff of transport.InlineHost: the goroutine that reads the connection
-// is running a handler that turned out slow, so another one takes over where it stopped. The old
-// goroutine read nothing since it delivered its frame, and touches nothing of the connection's
-// reading state once DeliverInline has returned false.
-func (c *conn) continueReading() { go c.readLoop() }
-
-func (c *conn) readFrames() error {
-	var lenBuf [4]byte
-	var prefixLen int
-	if c.t.claimer != nil {
-		prefixLen = c.t.claimer.ClaimPrefix()
-	}
-	for {
-		if _, err := io.ReadFull(c.br, lenBuf[:]); err != nil {
-			if c.closed.Load() {
-				return c.err()
-			}
-			return err
-		}
-		size := int(binary.BigEndian.Uint32(lenBuf[:]))
-		if size > c.t.cfg.MaxFrameSize {
-			err := fmt.Errorf("%w: peer announced a %d-byte frame, this side reads at most %d (Config.MaxFrameSize)",
-				transport.ErrFrameTooLarge, size, c.t.cfg.MaxFrameSize)
-			c.t.log.Warn("tcp: dropping connection", "peer", fmt.Sprintf("%016x", uint64(c.peer)), "err", err)
-			return err
-		}
-		timed := c.br.Buffered() < size
-		if timed {
-			c.nc.SetReadDeadline(time.Now().Add(c.t.cfg.IOTimeout))
-		}
-		frame, err := c.readOne(size, prefixLen)
-		if err != nil {
-			return err
-		}
-		// Clear the deadline before delivering: the handler may run on this goroutine, for longer
-		// than the I/O timeout, and whichever goroutine reads next must not inherit a stale one.
-		if timed {
-			c.nc.SetReadDeadline(time.Time{})
-		}
-		if frame == nil {
-			continue // claimed: already in its buffer
-		}
-		if c.t.inline == nil {
-			c.t.host.Deliver(c.peer, frame)
-		} else if !c.t.inline.DeliverInline(c.peer, frame, c.handOff) {
-			return errHandedOff
-		}
-	}
-}
-
-// readOne reads the frame that follows a length prefix: into a buffer a claimer provides (and
-// returns nil), or into a new frame that it returns for delivery.
-func (c *conn) readOne(size, prefixLen int) ([]byte, error) {
-	if prefixLen > 0 && size > 0 {
-		k := min(prefixLen, size)
-		prefix := make([]byte, k)
-		if _, err := io.ReadFull(c.br, prefix); err != nil {
-			return nil, fmt.Errorf("truncated frame: %w", err)
-		}
-		if dst := c.t.claimer.Claim(c.peer, prefix, size); dst != nil {
-			var err error
-			if len(dst) != size-k {
-				err = fmt.Errorf("tcp: claim returned %d bytes for a %d-byte body", len(dst), size-k)
-			} else if _, err = io.ReadFull(c.br, dst); err != nil {
-				err = fmt.Errorf("truncated frame: %w", err)
-			}
-			c.t.claimer.Claimed(c.peer, prefix, err)
-			return nil, err
-		}
-		frame := make([]byte, size)
-		copy(frame, prefix)
-		if _, err := io.ReadFull(c.br, frame[k:]); err != nil {
-			return nil, fmt.Errorf("truncated frame: %w", err)
-		}
-		return frame, nil
-	}
-	frame := make([]byte, size)
-	if _, err := io.ReadFull(c.br, frame); err != nil {
-		return nil, fmt.Errorf("truncated frame: %w", err)
-	}
-	return frame, nil
-}
-
 // Close stops accepting, closes every connection and waits for the transport's goroutines.
 func (t *Transport) Close() error {
 	t.mu.Lock()
@@ -729,6 +621,7 @@ func (t *Transport) Close() error {
 		return nil
 	}
 	t.closed = true
+	t.closing.Store(true)
 	var conns []*conn
 	for _, p := range t.peers {
 		for c := range p.conns {
@@ -742,6 +635,7 @@ func (t *Transport) Close() error {
 	err := t.ln.Close()
 	for _, c := range conns {
 		c.close(transport.ErrClosed)
+		c.ensureReader() // a connection nobody reads learns that it is closed from a reader
 	}
 	t.wg.Wait()
 	if errors.Is(err, net.ErrClosed) {
