@@ -35,9 +35,11 @@ var latencySizes = []int{64, 1024}
 
 // latencyTable measures request/response round trips against a raw TCP ping-pong of the same size.
 //
-// Wall-clock latency: each round alternates one raw and one velo round trip per iteration, so
-// machine noise falls on both, and reports medians; the rounds show how much the figure moves on
-// this machine, and the last line per size is the median ratio over the rounds.
+// Wall-clock latency: raw and velo run in alternating blocks of round trips (the order swaps every
+// round), so load that comes and goes on a shared machine falls on both, and each block reports its
+// median. Alternating single round trips instead flatters velo: the threads a velo round trip
+// leaves spinning slow the raw round trip right after it (on two cores, by a third or more). The
+// last line per size is the median of the rounds' ratios, with their range.
 //
 // CPU: raw and velo then run in separate blocks, and both processes' CPU time (user + system) and
 // context switches are read before and after each block. CPU per round trip barely depends on
@@ -46,25 +48,35 @@ var latencySizes = []int{64, 1024}
 // what a goroutine hand-off costs on an otherwise idle P.
 func latencyTable(ctx context.Context, consumer *velo.Velo, info serverInfo, srv *serverProc, rounds int, iters func(int) int) {
 	fmt.Println()
-	fmt.Println("Messenger request/response one-way latency, RTT/2 (median; ratio = velo / raw, lower is better)")
+	fmt.Println("Messenger request/response one-way latency, RTT/2 (median per block; ratio = velo / raw, lower is better)")
 	fmt.Printf("%-8s %6s %6s %10s %10s %8s\n", "size", "round", "iters", "raw µs", "velo µs", "ratio")
 	raw, err := net.Dial("tcp", info.Echo)
 	check(err)
 	defer raw.Close()
+	check(raw.(*net.TCPConn).SetNoDelay(true))
 	pp := &pingPong{raw: raw, buf: make([]byte, 64<<10), consumer: consumer, peer: info.Peer.ID}
-	n := iters(20000)
+	n := iters(5000)
 	for _, size := range latencySizes {
 		msg := make([]byte, size)
+		block := func(once func([]byte) time.Duration) float64 {
+			for i := 0; i < n/10; i++ { // warm up
+				once(msg)
+			}
+			t := make([]time.Duration, n)
+			for i := range t {
+				t[i] = once(msg)
+			}
+			return us(median(t)) / 2
+		}
+		veloOnce := func(m []byte) time.Duration { return pp.veloOnce(ctx, m) }
 		var ratios []float64
 		for r := 1; r <= max(rounds, 1); r++ {
-			var rawT, veloT []time.Duration
-			for i := 0; i < n+n/10; i++ { // the first tenth warms up
-				rt, vt := pp.rawOnce(msg), pp.veloOnce(ctx, msg)
-				if i >= n/10 {
-					rawT, veloT = append(rawT, rt), append(veloT, vt)
-				}
+			var rv, vv float64
+			if r%2 == 1 {
+				rv, vv = block(pp.rawOnce), block(veloOnce)
+			} else {
+				vv, rv = block(veloOnce), block(pp.rawOnce)
 			}
-			rv, vv := us(median(rawT))/2, us(median(veloT))/2
 			ratios = append(ratios, vv/rv)
 			fmt.Printf("%-8s %6d %6d %10.1f %10.1f %8.2f\n", fmt.Sprintf("%d B", size), r, n, rv, vv, vv/rv)
 		}
@@ -77,6 +89,7 @@ func latencyTable(ctx context.Context, consumer *velo.Velo, info serverInfo, srv
 	fmt.Println("CPU per round trip (user + system µs; context switches, csw) of the calling (client) and the answering")
 	fmt.Println("(server) process; ratio = velo / raw of the two processes' CPU together")
 	fmt.Printf("%-8s %6s %-5s %10s %10s %10s %10s %8s\n", "size", "iters", "", "client µs", "server µs", "client csw", "server csw", "ratio")
+	n = iters(20000)
 	for _, size := range latencySizes {
 		msg := make([]byte, size)
 		block := func(once func([]byte) time.Duration) (client, server cpuUse) {

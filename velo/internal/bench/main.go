@@ -8,8 +8,10 @@
 //
 // As in a deployment, the two sides are separate processes: the bench runs itself again as a
 // server (owner, echo handler, raw stream source and raw echo) and measures from the parent.
-// Baseline and velo iterations alternate, so machine noise falls on both alike; each figure is the
-// median of its iterations. It asserts nothing.
+// Baseline and velo alternate, so machine noise falls on both alike: Get iterations one by one,
+// latency in blocks of round trips (see latencyTable for why not one by one). Each figure is a
+// median. Both raw baselines use TCP_NODELAY, as velo's TCP transport does (Go's default). It
+// asserts nothing.
 package main
 
 import (
@@ -50,7 +52,7 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "write CPU profiles of the client side to this file and of the server side to FILE.server")
 	chunk := flag.Int("chunk", 0, "owner chunk size in bytes (0: the default)")
 	window := flag.Int("window", 0, "consumer pull window (0: the default)")
-	rounds := flag.Int("rounds", 3, "latency rounds (each alternates raw and velo round trips)")
+	rounds := flag.Int("rounds", 7, "latency rounds (each a block of raw and a block of velo round trips)")
 	flag.Parse()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx := context.Background()
@@ -178,6 +180,7 @@ func serveStream(ln net.Listener, payloads [][]byte) {
 func serveEcho(ln net.Listener) {
 	c, err := ln.Accept()
 	check(err)
+	check(c.(*net.TCPConn).SetNoDelay(true))
 	b := make([]byte, 64<<10)
 	for {
 		n, err := c.Read(b)
