@@ -146,7 +146,9 @@ func runServer(ctx context.Context, log *slog.Logger, chunk int) {
 	// Until the parent is done, answer each "cpu" line with this process's CPU use.
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
-		b, err := json.Marshal(cpuNow())
+		u := cpuNow()
+		u.GCs = gcCycles()
+		b, err := json.Marshal(u)
 		check(err)
 		os.Stdout.Write(append(b, '\n'))
 	}
