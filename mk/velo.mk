@@ -14,6 +14,8 @@ LINT_TARGETS += lint-velo
 VELO_OWN_PACKAGES = $$($(GO) list ./... | grep -v -e /transport/ucx -e /rendezvous/rdma -e /examples/internal)
 test-velo: deps
 	cd velo && $(GOTEST) -race -skip 'RDMA|GetPinned|UCXTransport' $(VELO_OWN_PACKAGES)
+	@# The API guide a new user reads first must resolve from the top of the checkout (go.mod there).
+	$(GO) doc github.com/velo-go/velo/velo > /dev/null
 
 bench-velo: deps
 	cd velo && $(GO) run ./internal/bench
