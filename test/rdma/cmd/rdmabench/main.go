@@ -1,17 +1,25 @@
 // Command rdmabench prints what the rendezvous RDMA path costs, as ratios against baselines
 // measured in the same run on the same machine (`make bench-rendezvous-rdma`):
 //
-//   - RDMA-path GetInto of 1, 8 and 64 MiB beside `ucx_perftest -t ucp_get` of the same size with
-//     the same UCX_TLS, and beside the chunked path (the same bytes staged with RegisterData);
+//   - RDMA-path GetInto of 1, 8 and 64 MiB beside `ucx_perftest -t ucp_get` of the same size, and
+//     beside the chunked path (the same bytes staged with RegisterData);
 //   - the peak RSS of a process that Gets a 1 GiB payload, against the payload's size: a get never
 //     holds two full copies.
 //
+// The baseline runs as the UCX benchmark of the ucx module (ucx/internal/benchrma, `make
+// bench-rma`) runs it, so the two tables compare: ucx_perftest gets the UCX settings the engine
+// applies on its own (read from the UCX transport, exported to its environment: on UCX 1.13
+// UCX_ZCOPY_THRESH=inf among them), the same UCX_TLS, its default warm-up, and about 512 MiB per
+// measurement (8 to 4000 iterations). The velo side moves the same bytes: as many gets per
+// measurement as perftest iterations, and its figure is the bytes over the summed time of those
+// gets, as perftest's "overall" is. A velo get here is what a caller pays: the acquire round trip
+// and the GET (the detach that ends the lease is not timed).
+//
 // Owner and consumer are separate processes, as in a deployment: the bench runs itself again as
 // the owner and measures from the parent. Each round runs ucx_perftest, then the velo RDMA gets,
-// then the chunked gets, so machine noise falls on all three; every figure is the median of its
-// rounds (a velo round's figure is the median of its gets). A velo get here is what a caller pays:
-// the acquire round trip and the GET (the detach that ends the lease is not timed). It asserts
-// nothing, but it stops if a get does not take the path it measures.
+// then the chunked gets, so machine noise falls on all three; the table shows the median of the
+// rounds and their range. It asserts nothing, but it stops if a get does not take the path it
+// measures.
 package main
 
 import (
@@ -34,6 +42,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/velo-go/velo/ucx"
 	"github.com/velo-go/velo/velo"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport/tcp"
@@ -78,19 +87,20 @@ func main() {
 }
 
 // start brings up an instance with a TCP control plane and the UCX transport beside it.
-func start(ctx context.Context) (*velo.Velo, error) {
+func start(ctx context.Context) (*velo.Velo, *ucxt.Transport, error) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctl, err := tcp.New(tcp.Config{})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	u, err := ucxt.New(ucxt.Config{EagerEndpoints: true, Logger: quiet})
 	if err != nil {
 		ctl.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	return velo.New(ctx, velo.WithTransport(ctl), velo.WithUCXTransport(u), velo.WithLogger(quiet),
+	v, err := velo.New(ctx, velo.WithTransport(ctl), velo.WithUCXTransport(u), velo.WithLogger(quiet),
 		velo.WithRDMA(velo.RDMAConfig{Pool: velo.RDMAPoolConfig{RegisteredBytesBudget: 4 << 30}}))
+	return v, u, err
 }
 
 func peakRSS() int64 {
@@ -109,7 +119,7 @@ func fill(b []byte, seed byte) {
 // "rss" stages the large payload and prints ownerInfo again; it exits when stdin closes.
 func runOwner(rssMiB int) error {
 	ctx := context.Background()
-	v, err := start(ctx)
+	v, _, err := start(ctx)
 	if err != nil {
 		return err
 	}
@@ -163,7 +173,7 @@ func runRSS() error {
 	if err := json.Unmarshal([]byte(os.Getenv("RDMABENCH_OWNER")), &info); err != nil {
 		return err
 	}
-	v, err := start(ctx)
+	v, _, err := start(ctx)
 	if err != nil {
 		return err
 	}
@@ -189,11 +199,23 @@ func runRSS() error {
 	return json.NewEncoder(os.Stdout).Encode(map[string]any{"before": before, "after": after, "path": string(l.Path) + "/" + string(l.Reason)})
 }
 
+// iterationsFor is how many GETs one measurement of n bytes makes, on both sides: about 512 MiB,
+// as ucx/internal/benchrma measures, so one scheduling hiccup does not decide a figure.
+func iterationsFor(n int, quick bool) int {
+	if quick {
+		return 3
+	}
+	return max(8, min(4000, (512<<20)/n))
+}
+
+// rounds is how many alternating rounds each size gets (as in ucx/internal/benchrma).
+const rounds = 3
+
 func runBench(quick bool, rssMiB int) error {
 	ctx := context.Background()
-	rounds, gets := 5, 8
+	nrounds := rounds
 	if quick {
-		rounds, gets = 1, 2
+		nrounds = 1
 	}
 	owner := exec.Command(os.Args[0], "-role", "owner", "-rss", strconv.Itoa(rssMiB))
 	owner.Stderr = os.Stderr
@@ -214,7 +236,7 @@ func runBench(quick bool, rssMiB int) error {
 	if err := dec.Decode(&info); err != nil {
 		return fmt.Errorf("reading the owner: %w", err)
 	}
-	v, err := start(ctx)
+	v, u, err := start(ctx)
 	if err != nil {
 		return err
 	}
@@ -222,10 +244,25 @@ func runBench(quick bool, rssMiB int) error {
 	if err := v.RegisterPeer(ctx, info.Peer); err != nil {
 		return err
 	}
+	// ucx_perftest runs with the UCX configuration velo's engine runs with: the defaults the
+	// engine applies itself (UCX_ZCOPY_THRESH=inf on UCX 1.13, rcache and memory events off) go
+	// to its environment; whatever the user set is there already.
+	var same []string
+	for _, st := range u.Settings() {
+		if st.Source == ucx.SourceProgram {
+			os.Setenv("UCX_"+st.Name, st.Value)
+			same = append(same, "UCX_"+st.Name+"="+st.Value)
+		}
+	}
 
-	fmt.Printf("rendezvous RDMA path, UCX_TLS=%s, %d rounds of %d gets; MB/s are 2^20 bytes per second, as ucx_perftest prints them\n\n", os.Getenv("UCX_TLS"), rounds, gets)
-	fmt.Printf("%-8s %14s %14s %14s %10s %10s\n", "size", "perftest MB/s", "velo rdma MB/s", "chunked MB/s", "rdma/perf", "rdma/chunk")
+	fmt.Printf("rendezvous RDMA path, UCX %s (linked), UCX_TLS=%s, %d alternating rounds\n", ucx.Version().String, os.Getenv("UCX_TLS"), nrounds)
+	if len(same) > 0 {
+		fmt.Printf("engine defaults, exported to ucx_perftest too: %s\n", strings.Join(same, " "))
+	}
+	fmt.Printf("MiB/s over about 512 MiB per measurement (gets = perftest iterations); median of the rounds [min–max]\n\n")
+	fmt.Printf("%-7s %5s %22s %22s %22s %10s %10s\n", "size", "gets", "ucx_perftest", "velo rdma", "velo chunked", "rdma/perf", "rdma/chunk")
 	for i, n := range sizes {
+		iters := iterationsFor(n, quick)
 		dst := make([]byte, n)
 		// Warm up both paths (endpoint wireup, first registration, page faults in dst).
 		for _, h := range []velo.Handle{info.Pinned[i], info.Plain[i]} {
@@ -234,24 +271,24 @@ func runBench(quick bool, rssMiB int) error {
 			}
 		}
 		var perf, rdma, chunked []float64
-		for r := 0; r < rounds; r++ {
-			p, err := perftest(n, max(gets, 4))
+		for r := 0; r < nrounds; r++ {
+			p, err := perftest(n, iters)
 			if err != nil {
 				return err
 			}
 			perf = append(perf, p)
-			x, err := velorate(ctx, v, info.Pinned[i], dst, gets, metrics.PathRDMA)
+			x, err := velorate(ctx, v, info.Pinned[i], dst, iters, metrics.PathRDMA)
 			if err != nil {
 				return err
 			}
 			rdma = append(rdma, x)
-			if x, err = velorate(ctx, v, info.Plain[i], dst, gets, metrics.PathChunked); err != nil {
+			if x, err = velorate(ctx, v, info.Plain[i], dst, iters, metrics.PathChunked); err != nil {
 				return err
 			}
 			chunked = append(chunked, x)
 		}
 		p, r, c := median(perf), median(rdma), median(chunked)
-		fmt.Printf("%-8s %14.0f %14.0f %14.0f %10.2f %10.2f\n", fmt.Sprintf("%d MiB", n>>20), p, r, c, r/p, r/c)
+		fmt.Printf("%-7s %5d %22s %22s %22s %9.2fx %9.2fx\n", fmt.Sprintf("%d MiB", n>>20), iters, spread(perf), spread(rdma), spread(chunked), r/p, r/c)
 	}
 	if rssMiB <= 0 {
 		return nil
@@ -300,23 +337,32 @@ func getOnce(ctx context.Context, v *velo.Velo, h velo.Handle, dst []byte, want 
 	return took, l.Detach(ctx)
 }
 
-// velorate is the median rate of n gets of h, in MB/s (2^20).
+// velorate is the rate of n gets of h in MiB/s: their bytes over their summed time (the
+// detaches between them not counted), as perftest's overall bandwidth is.
 func velorate(ctx context.Context, v *velo.Velo, h velo.Handle, dst []byte, n int, want metrics.Path) (float64, error) {
-	var rates []float64
+	var total time.Duration
 	for i := 0; i < n; i++ {
 		d, err := getOnce(ctx, v, h, dst, want)
 		if err != nil {
 			return 0, err
 		}
-		rates = append(rates, float64(len(dst))/(1<<20)/d.Seconds())
+		total += d
 	}
-	return median(rates), nil
+	return float64(len(dst)) * float64(n) / (1 << 20) / total.Seconds(), nil
+}
+
+// spread prints a median and the range of the rounds.
+func spread(v []float64) string {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return fmt.Sprintf("%.0f [%.0f–%.0f]", median(s), s[0], s[len(s)-1])
 }
 
 var finalLine = regexp.MustCompile(`^Final:\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)`)
 
 // perftest runs ucx_perftest -t ucp_get between a server and a client on loopback and returns the
-// client's overall bandwidth in MB/s.
+// client's overall bandwidth in MiB/s (perftest's "MB" are 2^20 bytes). Both inherit this
+// process's environment, the engine's UCX defaults included.
 func perftest(size, iters int) (float64, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -334,7 +380,8 @@ func perftest(size, iters int) (float64, error) {
 	}
 	defer srv.Wait()
 	defer srv.Process.Kill()
-	args := []string{"127.0.0.1", "-p", port, "-t", "ucp_get", "-s", strconv.Itoa(size), "-n", strconv.Itoa(iters), "-w", "2"}
+	// No -w: perftest's default warm-up, as ucx/internal/benchrma runs it.
+	args := []string{"127.0.0.1", "-p", port, "-t", "ucp_get", "-s", strconv.Itoa(size), "-n", strconv.Itoa(iters)}
 	var out []byte
 	for attempt := 0; ; attempt++ {
 		out, err = exec.CommandContext(ctx, "ucx_perftest", args...).CombinedOutput()
