@@ -115,12 +115,20 @@ type node struct {
 // ends it closes the instance and checks that nothing stays pinned or registered.
 func startNode(t testing.TB, registry bool, opts ...velo.Option) node {
 	t.Helper()
+	return startNodeWith(t, ucxt.Config{}, registry, opts...)
+}
+
+// startNodeWith is startNode with the UCX transport configured by cfg (its logger, eager endpoints
+// and the tcp default are filled in as newUCX does).
+func startNodeWith(t testing.TB, cfg ucxt.Config, registry bool, opts ...velo.Option) node {
+	t.Helper()
 	logs := &logBuffer{}
 	ctl, err := tcp.New(tcp.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := newUCX(t, logs.logger())
+	cfg.Logger = logs.logger()
+	u := newUCXWith(t, cfg)
 	s := &spy{Transport: u, rma: u}
 	add := velo.WithTransport(s)
 	if registry {
@@ -181,7 +189,15 @@ func eventually(t testing.TB, what string, cond func() bool) {
 // newUCX starts a UCX transport over tcp (UCX_TLS wins when set) with eager endpoints.
 func newUCX(t testing.TB, log *slog.Logger) *ucxt.Transport {
 	t.Helper()
-	u, err := ucxt.New(ucxt.Config{EagerEndpoints: true, TLS: "tcp", Logger: log})
+	return newUCXWith(t, ucxt.Config{Logger: log})
+}
+
+// newUCXWith starts a UCX transport configured by cfg, with eager endpoints and tcp unless
+// UCX_TLS says otherwise.
+func newUCXWith(t testing.TB, cfg ucxt.Config) *ucxt.Transport {
+	t.Helper()
+	cfg.EagerEndpoints, cfg.TLS = true, "tcp"
+	u, err := ucxt.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

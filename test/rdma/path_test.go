@@ -3,11 +3,16 @@ package rdma_test
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/velo-go/velo/ucx"
 	"github.com/velo-go/velo/velo"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/rendezvous/rdma/rdmatest"
+	ucxt "github.com/velo-go/velo/velo/transport/ucx"
 )
 
 // TestPathReasonsOverUCX reaches every reason of the path table over the real UCX transport and
@@ -174,5 +179,81 @@ func TestGetPinnedOverUCX(t *testing.T) {
 	pl.Free()
 	if st := cons.RDMAStats(); st.Slots != 0 {
 		t.Fatalf("after Free: %+v", st)
+	}
+}
+
+// TestDirectGetOverUCX: a consumer configured for ucx.RMADirect reads a pinned payload with
+// ucp_get_nbx even over tcp, where RMAAuto would take the guarded GET. This is the GET the
+// RDMA path makes on InfiniBand (RC/DC lanes pick it on their own), so the whole path — per-lease
+// registration, descriptor, sealed key, the GET, the detach that revokes the key — runs here as
+// it runs there, short of the NIC. The owner's engine counts no guarded request, which shows the
+// GET really went around the guard; payloads are checked byte for byte.
+func TestDirectGetOverUCX(t *testing.T) {
+	ownerReg := prometheus.NewRegistry()
+	owner := startNodeWith(t, ucxt.Config{Metrics: ownerReg}, true)
+	cons := startNodeWith(t, ucxt.Config{RMA: ucx.RMADirect}, true)
+	link(t, owner, cons, true)
+	ctx := tctx(t)
+	for i, n := range []int{1, 4096 + 1, 8 << 20} {
+		data := randomBytes(n, uint64(40+i))
+		h, err := owner.RegisterDataPinned(ctx, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := make([]byte, n)
+		l, err := cons.GetInto(ctx, h, dst)
+		if err != nil {
+			t.Fatalf("%d bytes: %v", n, err)
+		}
+		if l.Path != metrics.PathRDMA || l.Reason != metrics.ReasonOK || !bytes.Equal(dst, data) {
+			t.Fatalf("%d bytes: path %s/%s, payload equal %v", n, l.Path, l.Reason, bytes.Equal(dst, data))
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := pathCount(t, cons.Velo, metrics.PathRDMA, metrics.ReasonOK); got != 3 {
+		t.Fatalf("the consumer counted %v rdma/ok gets, want 3", got)
+	}
+	var guarded float64
+	for _, outcome := range []string{"served", "refused"} {
+		x, err := metrics.Value(ownerReg, "ucx_engine_guarded_get_requests_total", map[string]string{"outcome": outcome})
+		if err != nil {
+			t.Fatal(err)
+		}
+		guarded += x
+	}
+	if guarded != 0 {
+		t.Fatalf("the owner's engine answered %v guarded GET requests: the consumer did not read directly", guarded)
+	}
+	// The same owner still serves a consumer that keeps the default (guarded over tcp), and then
+	// its engine does count the request, so the zero above was not a metric that never moves.
+	plain := startNode(t, true)
+	link(t, owner, plain, true)
+	data := randomBytes(1<<20, 50)
+	h, err := owner.RegisterDataPinned(ctx, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := make([]byte, len(data))
+	l, err := plain.GetInto(ctx, h, dst)
+	if err != nil || l.Path != metrics.PathRDMA || !bytes.Equal(dst, data) {
+		t.Fatalf("guarded get: %v, path %s/%s", err, l.Path, l.Reason)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	x, err := metrics.Value(ownerReg, "ucx_engine_guarded_get_requests_total", map[string]string{"outcome": "served"})
+	if err != nil || x < 1 {
+		t.Fatalf("after a guarded get the owner's engine counts %v served requests (%v)", x, err)
+	}
+}
+
+// TestRMAModeIsValidated: a value outside the ucx.RMAMode constants is refused by ucxt.New with an
+// error that names the field and the valid values.
+func TestRMAModeIsValidated(t *testing.T) {
+	_, err := ucxt.New(ucxt.Config{RMA: ucx.RMAMode(7)})
+	if err == nil || !strings.Contains(err.Error(), "Config.RMA") || !strings.Contains(err.Error(), "RMADirect") {
+		t.Fatalf("ucxt.New with RMA 7: %v", err)
 	}
 }

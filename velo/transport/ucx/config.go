@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/velo-go/velo/ucx"
 )
 
 // Name is the transport name under which the UCX address appears in a PeerInfo, and the RMA
@@ -72,6 +74,13 @@ type Config struct {
 	EagerMax int
 	// SendTimeout bounds a Send whose context has no deadline (default DefaultSendTimeout).
 	SendTimeout time.Duration
+	// RMA selects how this transport's GETs read a peer's memory. The default, ucx.RMAAuto, uses
+	// ucp_get_nbx only where the NIC checks remote keys (InfiniBand RC/DC lanes) and the guarded
+	// GET everywhere else. ucx.RMADirect forces ucp_get_nbx on every lane: over tcp (and shared
+	// memory) nothing then checks a key against its live registration, so a GET after the owner
+	// revoked a lease reads whatever memory is at that address, or crashes the owner. Set it only
+	// on fabrics whose keys the hardware checks, or to measure against ucx_perftest.
+	RMA ucx.RMAMode
 	// Logger (default slog.Default()); UCX's own warnings from the binding go here too.
 	Logger *slog.Logger
 	// Metrics, when set, receives the transport's and its UCX engine's collectors. Never the
@@ -91,6 +100,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.KeepaliveInterval < 0 {
 		return c, fmt.Errorf("ucx: Config.KeepaliveInterval %v must not be negative (0 keeps UCX's default)", c.KeepaliveInterval)
+	}
+	if c.RMA < ucx.RMAAuto || c.RMA > ucx.RMADirect {
+		return c, fmt.Errorf("ucx: Config.RMA %d is not a ucx.RMAMode (RMAAuto, RMAGuarded or RMADirect)", int(c.RMA))
 	}
 	if c.SendTimeout <= 0 {
 		c.SendTimeout = DefaultSendTimeout

@@ -116,6 +116,7 @@ func New(cfg Config) (*Transport, error) {
 	eng, err := ucx.NewEngine(ctx, ucx.EngineConfig{
 		Context:      ucx.ContextConfig{TLS: cfg.TLS, NetDevices: cfg.NetDevices, Settings: settings, Logger: cfg.Logger},
 		MaxEagerSize: cfg.EagerMax + frameHeaderLen,
+		RMA:          cfg.RMA,
 		Name:         Name,
 		Logger:       cfg.Logger,
 		Metrics:      cfg.Metrics,
