@@ -11,8 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Active-message ids of the guarded GET (within the reserved range).
@@ -48,6 +46,9 @@ func engineSettings(user map[string]string, v VersionInfo) map[string]string {
 // the cost is measured in docs/ucx.md (an idle engine uses well under 0.1% of a core).
 const parkTimeout = 250 * time.Millisecond
 
+// closingParkTimeout bounds a sleep while Close waits for endpoints to finish.
+const closingParkTimeout = 10 * time.Millisecond
+
 // Engine owns one UCX context and worker on one locked OS thread and offers
 // goroutine-safe asynchronous operations on it. See the package documentation.
 type Engine struct {
@@ -60,12 +61,11 @@ type Engine struct {
 	w           *Worker
 	addr        []byte
 	maxAMHeader int
-	efd         int
+	park        *parker
 
 	mu      sync.Mutex // guards queue, state, handlers
 	queue   []func()
 	state   int // stateRunning, stateClosing, stateClosed
-	parked  atomic.Int32
 	loopEnd chan struct{}
 
 	handlers map[uint16]AMHandler
@@ -83,6 +83,8 @@ type Engine struct {
 	unmapping []*Registration
 	inflight  int // operations started and not finished
 	closing   *closeState
+	spinning  bool          // holds one of the process's spin slots (spinSlots)
+	parkFor   time.Duration // bound of one sleep: parkTimeout, shorter while closing
 
 	guardServed, guardRefused uint64 // last values folded into the metrics
 }
@@ -125,6 +127,7 @@ func NewEngine(ctx context.Context, cfg EngineConfig) (*Engine, error) {
 		handlers:    map[uint16]AMHandler{},
 		deliverWake: make(chan struct{}, 1),
 		deliverEnd:  make(chan struct{}),
+		parkFor:     parkTimeout,
 		conns:       map[uint64]*Conn{},
 		gets:        map[uint64]*engineOp{},
 		regs:        map[*Registration]struct{}{},
@@ -201,17 +204,53 @@ func (e *Engine) loop(ready chan<- error) {
 		}
 		e.foldGuardStats()
 		if e.closing != nil && e.closeStep() {
+			e.stopSpinning()
 			return
 		}
 		if busy {
 			lastBusy = time.Now()
 			continue
 		}
-		if e.cfg.SpinFor > 0 && time.Since(lastBusy) < e.cfg.SpinFor {
+		if e.cfg.SpinFor > 0 && time.Since(lastBusy) < e.cfg.SpinFor && e.startSpinning() {
 			continue
 		}
-		e.park()
-		lastBusy = time.Now()
+		e.stopSpinning()
+		e.sleep()
+	}
+}
+
+// spinSlots counts the engines of this process that are spinning (polling without
+// events, after recent activity). A spinning progress thread runs Go code and so holds
+// one of GOMAXPROCS Ps; if every P were held so, the goroutines the engines wake (their
+// delivery goroutines, callers waiting for completions) could not run until the spin
+// ended. At most GOMAXPROCS-1 engines spin at once; the others sleep at once, and with
+// GOMAXPROCS=1 no engine spins. Spinning where no core is free costs more than it saves
+// (docs/ucx.md, "Progress": on two cores, 2 ms of spinning on both engines of a pair made
+// round trips ten times slower).
+var spinSlots atomic.Int32
+
+// startSpinning takes a spin slot unless the engine holds one; false means sleep.
+func (e *Engine) startSpinning() bool {
+	if e.spinning {
+		return true
+	}
+	limit := int32(runtime.GOMAXPROCS(0) - 1)
+	for {
+		n := spinSlots.Load()
+		if n >= limit {
+			return false
+		}
+		if spinSlots.CompareAndSwap(n, n+1) {
+			e.spinning = true
+			return true
+		}
+	}
+}
+
+func (e *Engine) stopSpinning() {
+	if e.spinning {
+		e.spinning = false
+		spinSlots.Add(-1)
 	}
 }
 
@@ -236,8 +275,18 @@ func (e *Engine) start() error {
 	if e.maxAMHeader, err = w.MaxAMHeader(); err != nil {
 		return fail(err)
 	}
-	if e.efd, err = w.EventFD(); err != nil {
+	efd, err := w.EventFD()
+	if err != nil {
 		return fail(fmt.Errorf("%w (the engine parks on the worker's event fd)", err))
+	}
+	if e.park, err = newParker(efd); err != nil {
+		return fail(err)
+	}
+	fail = func(err error) error {
+		e.park.close()
+		w.Close()
+		ctx.Close()
+		return err
 	}
 	if err := w.enableGuard(guardReqID, guardRepID); err != nil {
 		return fail(err)
@@ -266,12 +315,14 @@ func (e *Engine) foldGuardStats() {
 	}
 }
 
-// park sleeps on the event fd with UCX's arm protocol: announce the intent to sleep,
-// re-check the submission queue (a submitter that saw parked=0 did not signal), arm
-// (UCS_ERR_BUSY means events are pending), then poll.
-func (e *Engine) park() {
-	e.parked.Store(1)
-	defer e.parked.Store(0)
+// sleep waits for the worker's next event with UCX's arm protocol: announce the intent
+// to sleep, look at the submission queue a last time (a submitter that queued after that
+// look also saw the announcement and wakes the waiter), arm the event fd (UCS_ERR_BUSY
+// means events are pending: progress instead), then wait for the fd, a wake or the
+// timeout. See parker for how the wait works and why.
+func (e *Engine) sleep() {
+	e.park.prepare(e.parkFor)
+	defer e.park.done()
 	e.mu.Lock()
 	pending := len(e.queue) > 0
 	e.mu.Unlock()
@@ -285,14 +336,9 @@ func (e *Engine) park() {
 		return
 	}
 	e.metrics.parks.Inc()
-	timeout := parkTimeout
-	if e.closing != nil {
-		timeout = 10 * time.Millisecond
-	}
-	fds := []unix.PollFd{{Fd: int32(e.efd), Events: unix.POLLIN}}
-	_, err := unix.Poll(fds, int(timeout/time.Millisecond))
-	if err != nil && !errors.Is(err, unix.EINTR) {
-		e.log.Error("ucx: poll on the worker event fd failed", "err", err)
+	err := e.park.wait()
+	if err != nil {
+		e.log.Error("ucx: waiting on the worker event fd failed", "err", err)
 	}
 }
 
@@ -313,11 +359,10 @@ func (e *Engine) submit(fn func()) error {
 		return ErrClosed
 	}
 	e.queue = append(e.queue, fn)
-	if e.parked.Load() == 1 {
-		// Under e.mu: Close cannot finish destroying the worker meanwhile, because the
-		// progress thread only does that after it saw stateClosing under e.mu.
-		_ = e.w.Signal()
-	}
+	// Under e.mu: the progress thread's last look at the queue before it sleeps is too,
+	// and Close cannot close the parker meanwhile (the progress thread does that only
+	// after it saw stateClosing under e.mu).
+	e.park.wake()
 	return nil
 }
 
@@ -330,9 +375,7 @@ func (e *Engine) submitInternal(fn func()) {
 		return
 	}
 	e.queue = append(e.queue, fn)
-	if e.parked.Load() == 1 {
-		_ = e.w.Signal()
-	}
+	e.park.wake()
 }
 
 // deliver hands fn to the delivery goroutine (handlers and error callbacks run there,
@@ -488,9 +531,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 	forceAt := time.Now().Add(grace)
 	e.queue = append(e.queue, func() { e.beginClose(forceAt, done) })
-	if e.parked.Load() == 1 {
-		_ = e.w.Signal()
-	}
+	e.park.wake()
 	e.mu.Unlock()
 	stop := context.AfterFunc(ctx, func() {
 		e.submitInternal(func() {
@@ -509,6 +550,7 @@ func (e *Engine) Close(ctx context.Context) error {
 
 func (e *Engine) beginClose(forceAt time.Time, done chan error) {
 	e.closing = &closeState{forceAt: forceAt, done: done}
+	e.parkFor = closingParkTimeout
 	for _, op := range e.gets {
 		op.abandon(e, fmt.Errorf("ucx: engine closing: %w", ErrClosed))
 	}
@@ -568,5 +610,6 @@ func (e *Engine) destroy() {
 	}
 	e.unmapping = nil
 	w.freeRing()
+	e.park.close()
 	e.ctx.Close()
 }
