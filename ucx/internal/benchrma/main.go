@@ -1,7 +1,10 @@
-// Command benchrma prints the cost of registering memory with UCX and the bandwidth of
-// GETs through the engine, each beside a baseline measured in the same run on the same
-// machine, as a ratio. It asserts nothing. `make bench-rma` runs it.
+// Command benchrma prints the latency of active messages between engines, the cost of
+// registering memory with UCX and the bandwidth of GETs through the engine, each beside a
+// baseline measured in the same run on the same machine, as a ratio. It asserts nothing.
+// `make bench-rma` runs it; -only latency|registration|bandwidth runs one part.
 //
+//   - active-message round trips of 64 B and 1 KiB between engines in two processes
+//     against `ucx_perftest -t ucp_am_lat` (-spin sets both engines' EngineConfig.SpinFor).
 //   - ucp_mem_map of 4 KiB … 64 MiB against plain mmap+mlock of the same size (the
 //     kernel's own cost of pinning that memory), and Engine.Register (mem map, key pack,
 //     guard entry) against the same baseline.
@@ -38,13 +41,30 @@ const roleEnv = "UCX_BENCH_RMA_ROLE"
 
 func main() {
 	quick := flag.Bool("quick", false, "fewer iterations (a smoke run)")
+	only := flag.String("only", "", "run one part: latency, registration or bandwidth")
+	flag.DurationVar(&spinFor, "spin", 0, "EngineConfig.SpinFor of both latency engines (0: the engine's default; negative: no spinning)")
 	flag.Parse()
 	if os.Getenv("UCX_TLS") == "" {
 		os.Setenv("UCX_TLS", "tcp")
 	}
-	if os.Getenv(roleEnv) == "owner" {
+	switch os.Getenv(roleEnv) {
+	case "owner":
 		if err := owner(); err != nil {
 			fmt.Fprintln(os.Stderr, "owner:", err)
+			os.Exit(1)
+		}
+		return
+	case "echo":
+		if v := os.Getenv(spinEnv); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "echo: %s=%q: %v\n", spinEnv, v, err)
+				os.Exit(1)
+			}
+			spinFor = d
+		}
+		if err := echo(); err != nil {
+			fmt.Fprintln(os.Stderr, "echo:", err)
 			os.Exit(1)
 		}
 		return
@@ -69,15 +89,19 @@ func main() {
 	if len(same) > 0 {
 		fmt.Printf("engine defaults, exported to ucx_perftest too: %s\n", strings.Join(same, " "))
 	}
-	fmt.Println()
-	if err := registration(*quick); err != nil {
-		fmt.Fprintln(os.Stderr, "registration:", err)
-		os.Exit(1)
-	}
-	fmt.Println()
-	if err := bandwidth(*quick); err != nil {
-		fmt.Fprintln(os.Stderr, "bandwidth:", err)
-		os.Exit(1)
+	parts := []struct {
+		name string
+		run  func(quick bool) error
+	}{{"latency", latency}, {"registration", registration}, {"bandwidth", bandwidth}}
+	for _, p := range parts {
+		if *only != "" && *only != p.name {
+			continue
+		}
+		fmt.Println()
+		if err := p.run(*quick); err != nil {
+			fmt.Fprintln(os.Stderr, p.name+":", err)
+			os.Exit(1)
+		}
 	}
 }
 
@@ -318,23 +342,34 @@ func med(v []float64) float64 {
 
 var finalLine = regexp.MustCompile(`(?m)^Final:\s+(.*)$`)
 
-// perftest runs ucx_perftest as server and client on loopback and returns the client's
+// perftest runs ucx_perftest's GET bandwidth test on loopback and returns the client's
 // overall bandwidth in MiB/s (perftest's "MB" are 2^20 bytes).
 func perftest(size, iters, port int) (float64, error) {
+	f, err := runPerftest(port, "-t", "ucp_get", "-s", strconv.Itoa(size), "-n", strconv.Itoa(iters))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseFloat(f[5], 64)
+}
+
+// runPerftest runs ucx_perftest as server and client on loopback with the client
+// arguments args and returns the fields of the client's Final line: iterations, latency
+// 50%, average and overall, bandwidth average and overall, message rate average and
+// overall.
+func runPerftest(port int, args ...string) ([]string, error) {
 	bin, err := exec.LookPath("ucx_perftest")
 	if err != nil {
-		return 0, errors.New("ucx_perftest not found (Debian package ucx-utils; `make deps` installs it)")
+		return nil, errors.New("ucx_perftest not found (Debian package ucx-utils; `make deps` installs it)")
 	}
 	srv := exec.Command(bin, "-p", strconv.Itoa(port))
 	srv.Env = os.Environ()
 	if err := srv.Start(); err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer func() { srv.Process.Kill(); srv.Wait() }()
 	var out []byte
 	for attempt := 0; attempt < 50; attempt++ {
-		cli := exec.Command(bin, "127.0.0.1", "-p", strconv.Itoa(port), "-t", "ucp_get",
-			"-s", strconv.Itoa(size), "-n", strconv.Itoa(iters))
+		cli := exec.Command(bin, append([]string{"127.0.0.1", "-p", strconv.Itoa(port)}, args...)...)
 		cli.Env = os.Environ()
 		out, err = cli.CombinedOutput()
 		if err == nil {
@@ -343,16 +378,15 @@ func perftest(size, iters, port int) (float64, error) {
 		time.Sleep(100 * time.Millisecond) // the server may not listen yet: retry the connect
 	}
 	if err != nil {
-		return 0, fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
+		return nil, fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
 	}
 	m := finalLine.FindSubmatch(out)
 	if m == nil {
-		return 0, fmt.Errorf("no Final line in:\n%s", out)
+		return nil, fmt.Errorf("no Final line in:\n%s", out)
 	}
 	f := strings.Fields(string(m[1]))
-	// iterations, lat 50%, lat avg, lat overall, bw avg, bw overall, rate avg, rate overall
-	if len(f) < 6 {
-		return 0, fmt.Errorf("short Final line %q", m[1])
+	if len(f) < 8 {
+		return nil, fmt.Errorf("short Final line %q", m[1])
 	}
-	return strconv.ParseFloat(f[5], 64)
+	return f, nil
 }

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/velo-go/velo/ucx"
+)
+
+// echoAMID is the active-message id of the latency benchmark's ping and pong.
+const echoAMID = 1
+
+// spinFor is EngineConfig.SpinFor of both engines (-spin); the echo process gets it in
+// spinEnv.
+var spinFor time.Duration
+
+const spinEnv = "UCX_BENCH_RMA_SPIN"
+
+// echo is the latency benchmark's second process: it prints its engine's address, reads
+// the client's from stdin, connects back and answers every ping with the same bytes.
+func echo() error {
+	ctx := context.Background()
+	e, err := ucx.NewEngine(ctx, ucx.EngineConfig{Name: "echo", SpinFor: spinFor})
+	if err != nil {
+		return err
+	}
+	defer e.Close(ctx)
+	if err := writeAddress(os.Stdout, e.Address()); err != nil {
+		return err
+	}
+	in := bufio.NewReader(os.Stdin)
+	line, err := in.ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("client address: %w", err)
+	}
+	var addr []byte
+	if err := json.Unmarshal([]byte(line), &addr); err != nil {
+		return err
+	}
+	c, err := e.Connect(ctx, addr, ucx.ConnectOptions{})
+	if err != nil {
+		return err
+	}
+	if err := e.HandleAM(echoAMID, func(m ucx.AMMessage) {
+		c.SendAMAsync(ctx, echoAMID, nil, [][]byte{m.Payload}, ucx.SendOptions{})
+	}); err != nil {
+		return err
+	}
+	fmt.Println("ready")
+	_, _ = in.ReadString('\n') // until stdin closes
+	return nil
+}
+
+// writeAddress writes a worker address as one JSON line (the two processes' handshake).
+func writeAddress(w io.Writer, addr []byte) error {
+	b, err := json.Marshal(addr)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+var latSizes = []int{64, 1 << 10}
+
+// latency measures active-message round trips between two engines in two processes
+// against `ucx_perftest -t ucp_am_lat` (also two processes, same UCX_TLS), alternating
+// rounds so load on the machine falls on both.
+func latency(quick bool) error {
+	ctx := context.Background()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), roleEnv+"=echo", spinEnv+"="+spinFor.String())
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() { stdin.Close(); cmd.Wait() }()
+	out := bufio.NewReader(stdout)
+	line, err := out.ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("echo process: %w", err)
+	}
+	var addr []byte
+	if err := json.Unmarshal([]byte(line), &addr); err != nil {
+		return err
+	}
+	e, err := ucx.NewEngine(ctx, ucx.EngineConfig{Name: "ping", SpinFor: spinFor})
+	if err != nil {
+		return err
+	}
+	defer e.Close(ctx)
+	pong := make(chan int, 1)
+	if err := e.HandleAM(echoAMID, func(m ucx.AMMessage) { pong <- len(m.Payload) }); err != nil {
+		return err
+	}
+	if err := writeAddress(stdin, e.Address()); err != nil {
+		return fmt.Errorf("echo process: %w", err)
+	}
+	if l, err := out.ReadString('\n'); err != nil || strings.TrimSpace(l) != "ready" {
+		return fmt.Errorf("echo process not ready: %q %v", l, err)
+	}
+	c, err := e.Connect(ctx, addr, ucx.ConnectOptions{})
+	if err != nil {
+		return err
+	}
+	iters, rounds := 2000, 5
+	if quick {
+		iters, rounds = 200, 1
+	}
+	pingPong := func(size, n int) ([]time.Duration, error) {
+		buf := make([]byte, size)
+		d := make([]time.Duration, 0, n)
+		for i := 0; i < n; i++ {
+			t0 := time.Now()
+			if err := c.SendAM(ctx, echoAMID, nil, buf); err != nil {
+				return nil, err
+			}
+			select {
+			case got := <-pong:
+				if got != size {
+					return nil, fmt.Errorf("pong of %d bytes, sent %d", got, size)
+				}
+			case <-time.After(10 * time.Second):
+				return nil, fmt.Errorf("no pong within 10 s")
+			}
+			d = append(d, time.Since(t0))
+		}
+		return d, nil
+	}
+	spin := "engine default"
+	if spinFor != 0 {
+		spin = spinFor.String()
+	}
+	fmt.Printf("Active-message round trip (µs, median of %d rounds of %d; baseline: ucx_perftest -t ucp_am_lat, UCX_TLS=%s, same run; SpinFor %s)\n", rounds, iters, os.Getenv("UCX_TLS"), spin)
+	fmt.Printf("%-8s %14s %14s %14s %8s\n", "size", "ucx_perftest", "engine p50", "engine p90", "ratio")
+	for i, size := range latSizes {
+		if _, err := pingPong(size, iters/10); err != nil { // warm-up: wireup, buffers
+			return err
+		}
+		var base, p50, p90 []float64
+		var perr error
+		for r := 0; r < rounds; r++ {
+			b, err := perftestLatency(size, iters*5, 14500+i*rounds+r)
+			if err != nil {
+				perr = err
+				break
+			}
+			d, err := pingPong(size, iters)
+			if err != nil {
+				return err
+			}
+			sort.Slice(d, func(a, b int) bool { return d[a] < d[b] })
+			base = append(base, b)
+			p50 = append(p50, us(d[len(d)/2]))
+			p90 = append(p90, us(d[len(d)*9/10]))
+		}
+		if perr != nil {
+			fmt.Printf("%-8s %14s (ucx_perftest failed: %v)\n", human(size), "-", perr)
+			continue
+		}
+		b, m, n := med(base), med(p50), med(p90)
+		fmt.Printf("%-8s %14.1f %14.1f %14.1f %7.2fx\n", human(size), b, m, n, m/b)
+	}
+	return nil
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// perftestLatency runs ucx_perftest's AM latency test on loopback and returns its median
+// round trip in µs (perftest prints half the round trip for latency tests).
+func perftestLatency(size, iters, port int) (float64, error) {
+	f, err := runPerftest(port, "-t", "ucp_am_lat", "-s", strconv.Itoa(size), "-n", strconv.Itoa(iters))
+	if err != nil {
+		return 0, err
+	}
+	// iterations, lat 50%, lat avg, lat overall, bw avg, bw overall, rate avg, rate overall
+	v, err := strconv.ParseFloat(f[1], 64)
+	return 2 * v, err
+}
