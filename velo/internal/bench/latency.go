@@ -50,7 +50,7 @@ var latencySizes = []int{64, 1024}
 func latencyTable(ctx context.Context, consumer *velo.Velo, info serverInfo, srv *serverProc, rounds int, iters func(int) int) {
 	fmt.Println()
 	fmt.Println("Messenger request/response one-way latency, RTT/2 (median per block; ratio = velo / raw, lower is better)")
-	fmt.Printf("%-8s %6s %6s %10s %10s %8s\n", "size", "round", "iters", "raw µs", "velo µs", "ratio")
+	fmt.Printf("%-8s %6s %6s %10s %10s %8s %9s\n", "size", "round", "iters", "raw µs", "velo µs", "ratio", "velo pf")
 	raw, err := net.Dial("tcp", info.Echo)
 	check(err)
 	defer raw.Close()
@@ -61,27 +61,33 @@ func latencyTable(ctx context.Context, consumer *velo.Velo, info serverInfo, srv
 	n := iters(5000)
 	for _, size := range latencySizes {
 		msg := make([]byte, size)
-		block := func(once func([]byte) time.Duration) float64 {
+		// block returns the median RTT/2 and the page faults per round trip of both processes
+		// together, read outside the timed loop.
+		block := func(once func([]byte) time.Duration) (float64, float64) {
 			for i := 0; i < n/10; i++ { // warm up
 				once(msg)
 			}
+			f0 := cpuNow().Faults + srv.cpu().Faults
 			t := make([]time.Duration, n)
 			for i := range t {
 				t[i] = once(msg)
 			}
-			return us(median(t)) / 2
+			f1 := cpuNow().Faults + srv.cpu().Faults
+			return us(median(t)) / 2, (f1 - f0) / float64(n)
 		}
 		veloOnce := func(m []byte) time.Duration { return pp.veloOnce(ctx, m) }
 		var ratios []float64
 		for r := 1; r <= max(rounds, 1); r++ {
-			var rv, vv float64
+			var rv, vv, pf float64
 			if r%2 == 1 {
-				rv, vv = block(pp.rawOnce), block(veloOnce)
+				rv, _ = block(pp.rawOnce)
+				vv, pf = block(veloOnce)
 			} else {
-				vv, rv = block(veloOnce), block(pp.rawOnce)
+				vv, pf = block(veloOnce)
+				rv, _ = block(pp.rawOnce)
 			}
 			ratios = append(ratios, vv/rv)
-			fmt.Printf("%-8s %6d %6d %10.1f %10.1f %8.2f\n", fmt.Sprintf("%d B", size), r, n, rv, vv, vv/rv)
+			fmt.Printf("%-8s %6d %6d %10.1f %10.1f %8.2f %9.3f\n", fmt.Sprintf("%d B", size), r, n, rv, vv, vv/rv, pf)
 		}
 		sort.Float64s(ratios)
 		fmt.Printf("%-8s %6s %6s %10s %10s %8.2f  (median of %d rounds, range %.2f-%.2f)\n",
@@ -93,9 +99,10 @@ func latencyTable(ctx context.Context, consumer *velo.Velo, info serverInfo, srv
 	fmt.Println("(server) process; ratio = velo / raw of the two processes' CPU together")
 	fmt.Printf("%-8s %6s %-5s %10s %10s %10s %10s %8s\n", "size", "iters", "", "client µs", "server µs", "client csw", "server csw", "ratio")
 	n = iters(20000)
+	var mem [][2]perTrip // client, server
 	for _, size := range latencySizes {
 		msg := make([]byte, size)
-		block := func(once func([]byte) time.Duration) (client, server cpuUse) {
+		block := func(once func([]byte) time.Duration) (client, server perTrip) {
 			c0, s0 := cpuNow(), srv.cpu()
 			for i := 0; i < n; i++ {
 				once(msg)
@@ -109,6 +116,17 @@ func latencyTable(ctx context.Context, consumer *velo.Velo, info serverInfo, srv
 		fmt.Printf("%-8s %6d %-5s %10.1f %10.1f %10.2f %10.2f\n", label, n, "raw", rc.CPUMicros, rs.CPUMicros, rc.Switches, rs.Switches)
 		fmt.Printf("%-8s %6d %-5s %10.1f %10.1f %10.2f %10.2f %8.2f\n", label, n, "velo", vc.CPUMicros, vs.CPUMicros, vc.Switches, vs.Switches,
 			(vc.CPUMicros+vs.CPUMicros)/(rc.CPUMicros+rs.CPUMicros))
+		mem = append(mem, [2]perTrip{vc, vs})
+	}
+
+	fmt.Println()
+	fmt.Println("Memory per velo round trip of the same blocks: heap bytes allocated, page faults, and garbage")
+	fmt.Println("collection cycles per 10,000 round trips, of the client and the server process")
+	fmt.Printf("%-8s %10s %10s %10s %10s %10s %10s\n", "size", "client B", "server B", "client pf", "server pf", "client GC", "server GC")
+	for i, size := range latencySizes {
+		c, s := mem[i][0], mem[i][1]
+		fmt.Printf("%-8s %10.0f %10.0f %10.3f %10.3f %10.2f %10.2f\n", fmt.Sprintf("%d B", size),
+			c.AllocBytes, s.AllocBytes, c.Faults, s.Faults, c.GCsPer10k, s.GCsPer10k)
 	}
 }
 
@@ -129,8 +147,13 @@ func (p *pingPong) warmUp(ctx context.Context, srv *serverProc) int {
 }
 
 // gcCycles is how many garbage collection cycles this process completed.
-func gcCycles() uint64 {
-	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+func gcCycles() uint64 { return readMetric("/gc/cycles/total:gc-cycles") }
+
+// allocBytes is how many bytes this process allocated on the heap since it started.
+func allocBytes() uint64 { return readMetric("/gc/heap/allocs:bytes") }
+
+func readMetric(name string) uint64 {
+	s := []metrics.Sample{{Name: name}}
 	metrics.Read(s)
 	return s[0].Value.Uint64()
 }
@@ -159,17 +182,30 @@ func (p *pingPong) veloOnce(ctx context.Context, msg []byte) time.Duration {
 	return time.Since(start)
 }
 
-// cpuUse is a process's CPU time and context switches (or their difference, or per round trip).
+// cpuUse is a process's CPU time, context switches, page faults and heap allocation (or their
+// difference, or per round trip).
 type cpuUse struct {
 	CPUMicros float64 // user + system
 	Switches  float64 // voluntary + involuntary context switches
-	GCs       uint64  // garbage collection cycles completed (not subtracted or averaged)
+	Faults    float64 // minor + major page faults
+	GCs       uint64  // garbage collection cycles completed
+	Alloc     uint64  // bytes allocated on the heap (cumulative)
 }
 
 func (a cpuUse) sub(b cpuUse) cpuUse {
-	return cpuUse{CPUMicros: a.CPUMicros - b.CPUMicros, Switches: a.Switches - b.Switches}
+	return cpuUse{CPUMicros: a.CPUMicros - b.CPUMicros, Switches: a.Switches - b.Switches, Faults: a.Faults - b.Faults,
+		GCs: a.GCs - b.GCs, Alloc: a.Alloc - b.Alloc}
 }
 
-func (a cpuUse) per(n int) cpuUse {
-	return cpuUse{CPUMicros: a.CPUMicros / float64(n), Switches: a.Switches / float64(n)}
+// perTrip is a block's difference divided by its n round trips.
+type perTrip struct {
+	CPUMicros, Switches, Faults float64
+	AllocBytes                  float64
+	GCsPer10k                   float64
+}
+
+func (a cpuUse) per(n int) perTrip {
+	f := float64(n)
+	return perTrip{CPUMicros: a.CPUMicros / f, Switches: a.Switches / f, Faults: a.Faults / f,
+		AllocBytes: float64(a.Alloc) / f, GCsPer10k: float64(a.GCs) * 1e4 / f}
 }

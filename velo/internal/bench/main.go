@@ -30,6 +30,8 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/velo-go/velo/velo"
@@ -50,9 +52,22 @@ func main() {
 	only := flag.String("only", "", `run only "get" or "latency"`)
 	serve := flag.Bool("serve", false, "run as the server process (internal)")
 	cpuprofile := flag.String("cpuprofile", "", "write CPU profiles of the client side to this file and of the server side to FILE.server")
+	memprofile := flag.String("memprofile", "", "write heap allocation profiles of the client side to this file and of the server side to FILE.server")
 	chunk := flag.Int("chunk", 0, "owner chunk size in bytes (0: the default)")
 	window := flag.Int("window", 0, "consumer pull window (0: the default)")
 	rounds := flag.Int("rounds", 7, "latency rounds (each a block of raw and a block of velo round trips)")
+	flag.Func("sizes", "latency message sizes in bytes, comma-separated (default 64,1024)", func(v string) error {
+		var list []int
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 || n > 64<<10 {
+				return fmt.Errorf("size %q: want a byte count from 1 to 65536", f)
+			}
+			list = append(list, n)
+		}
+		latencySizes = list
+		return nil
+	})
 	flag.Parse()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx := context.Background()
@@ -61,6 +76,9 @@ func main() {
 		check(err)
 		check(pprof.StartCPUProfile(f))
 		defer pprof.StopCPUProfile()
+	}
+	if *memprofile != "" {
+		defer writeHeapProfile(*memprofile)
 	}
 	if *serve {
 		runServer(ctx, quiet, *chunk)
@@ -76,6 +94,9 @@ func main() {
 	srvArgs := []string{"-serve", fmt.Sprintf("-chunk=%d", *chunk)}
 	if *cpuprofile != "" {
 		srvArgs = append(srvArgs, "-cpuprofile="+*cpuprofile+".server")
+	}
+	if *memprofile != "" {
+		srvArgs = append(srvArgs, "-memprofile="+*memprofile+".server")
 	}
 	srv := exec.Command(os.Args[0], srvArgs...)
 	srv.Stderr = os.Stderr
@@ -147,7 +168,6 @@ func runServer(ctx context.Context, log *slog.Logger, chunk int) {
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		u := cpuNow()
-		u.GCs = gcCycles()
 		b, err := json.Marshal(u)
 		check(err)
 		os.Stdout.Write(append(b, '\n'))
@@ -229,6 +249,16 @@ func getTable(ctx context.Context, consumer *velo.Velo, info serverInfo, iters f
 		rb, vb := mbps(size, median(rawT)), mbps(size, median(veloT))
 		fmt.Printf("%-8s %6d %14.0f %14.0f %8.2f\n", fmt.Sprintf("%d MiB", size>>20), n, rb, vb, vb/rb)
 	}
+}
+
+// writeHeapProfile writes the allocation profile (go tool pprof -sample_index=alloc_space shows
+// where the bytes allocated per message come from).
+func writeHeapProfile(path string) {
+	f, err := os.Create(path)
+	check(err)
+	defer f.Close()
+	runtime.GC() // the profile is as of the last completed cycle
+	check(pprof.Lookup("allocs").WriteTo(f, 0))
 }
 
 func check(err error) {
