@@ -74,8 +74,11 @@ const InternalPrefix = "velo."
 
 // Message is what a handler receives.
 type Message struct {
-	From    transport.InstanceID
-	Name    string
+	From transport.InstanceID
+	Name string
+	// Payload belongs to the handler: it may keep it, change it or return it as its answer. The
+	// messenger therefore reads every payload into a buffer of its own (a staged one too: the
+	// rendezvous get allocates it) and never reuses that buffer.
 	Payload []byte
 	// Staged reports that the payload travelled as a rendezvous handle and was fetched before the
 	// handler ran.
@@ -84,6 +87,8 @@ type Message struct {
 
 // Handler serves one handler name. Its return value answers a request; for a fire-and-forget
 // message it is dropped (an error is logged and counted). The context ends when the instance closes.
+// The answer's bytes are written to the peer after the handler returns, so the handler must not
+// change them afterwards.
 type Handler func(ctx context.Context, m *Message) ([]byte, error)
 
 // InternalHandler serves a velo protocol message. It answers with parts (so a chunk goes out
@@ -277,7 +282,8 @@ func (g *Messenger) Send(ctx context.Context, peer transport.InstanceID, name st
 	return err
 }
 
-// Request calls the named handler on peer and returns its answer. Errors from the remote side are
+// Request calls the named handler on peer and returns its answer, which belongs to the caller (a
+// buffer of its own per call, never reused by the messenger). Errors from the remote side are
 // *RemoteError; ctx bounds the whole call.
 func (g *Messenger) Request(ctx context.Context, peer transport.InstanceID, name string, payload []byte) ([]byte, error) {
 	c, err := g.call(ctx, peer, name, payload, nil)
