@@ -22,7 +22,9 @@ import (
 const wakeDeadline = 30 * time.Second
 
 // sleepLong makes every sleep of e's progress thread last up to an hour unless the event
-// fd fires or a submitter wakes it. Close still shortens the sleeps (beginClose).
+// fd fires or a submitter wakes it. At the end of the test the bound goes back to
+// parkTimeout, with ucp_worker_signal as well as the parker's wake, so that a broken wake
+// fails the test without also hanging its cleanup (Close).
 func sleepLong(t *testing.T, e *Engine) {
 	t.Helper()
 	done := make(chan struct{})
@@ -30,6 +32,11 @@ func sleepLong(t *testing.T, e *Engine) {
 		t.Fatal(err)
 	}
 	<-done
+	t.Cleanup(func() {
+		if e.submit(func() { e.parkFor = parkTimeout }) == nil {
+			_ = e.w.Signal()
+		}
+	})
 }
 
 // within runs fn in a goroutine and fails the test if it has not returned by the deadline.
