@@ -119,7 +119,9 @@ type EngineConfig struct {
 	// Context configures the engine's UCX context (TLS, devices, settings).
 	Context ContextConfig
 	// SpinFor is how long the progress thread keeps polling after the last event before
-	// it parks on the worker's event fd. Default 50µs; negative parks at once.
+	// it sleeps until the worker's event fd fires. Default 50µs; negative sleeps at once.
+	// A spinning thread holds one of GOMAXPROCS Ps, so at most GOMAXPROCS-1 engines of a
+	// process spin at a time (none with GOMAXPROCS=1); the others sleep at once.
 	SpinFor time.Duration
 	// MaxEagerSize bounds header+payload of an active message the engine sends. Every AM
 	// goes out eagerly (never by rendezvous), so this is also the largest message a peer
