@@ -107,7 +107,7 @@ func WithStagingThreshold(n int) Option {
 	}
 }
 
-// WithChunkSize sets the largest chunk this instance serves on the chunked path (default 1 MiB;
+// WithChunkSize sets the largest chunk this instance serves on the chunked path (default 2 MiB;
 // capped so a chunk fits a transport frame).
 func WithChunkSize(n int) Option {
 	return func(o *options) error {

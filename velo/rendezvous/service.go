@@ -44,7 +44,7 @@ import (
 
 // Defaults for Config fields left zero.
 const (
-	DefaultChunkSize  = 1 << 20
+	DefaultChunkSize  = 2 << 20
 	DefaultLeaseTTL   = 30 * time.Second
 	DefaultStageTTL   = 5 * time.Minute
 	DefaultPullWindow = 8
@@ -73,7 +73,7 @@ type Config struct {
 	Messenger *messenger.Messenger
 	Metrics   *metrics.Metrics
 	Logger    *slog.Logger
-	// ChunkSize is the largest pull this owner serves (default 1 MiB).
+	// ChunkSize is the largest pull this owner serves (default 2 MiB).
 	ChunkSize int
 	// LeaseTTL is how long a lease lives without a pull (default 30 s).
 	LeaseTTL time.Duration
