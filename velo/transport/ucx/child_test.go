@@ -215,3 +215,44 @@ func TestStoppedPeerSendTimesOut(t *testing.T) {
 	default:
 	}
 }
+
+// TestClosedPeerSaysGoodbye: a peer process that closes its transport and exits is reported
+// through Host.PeerDown as departed (wrapping ErrPeerUnreachable, naming the close), with no
+// warning about a failed endpoint; a send to it afterwards fails at once with ErrPeerUnreachable
+// instead of dialling a worker that is gone.
+func TestClosedPeerSaysGoodbye(t *testing.T) {
+	a := newNode(t, func(c *Config) { c.EagerEndpoints = true })
+	child := startChild(t, a)
+	if err := a.Send(testCtx(t), child.addr.ID, []byte("before the goodbye")); err != nil {
+		t.Fatal(err)
+	}
+	if err := child.stdin.Close(); err != nil { // the child returns and its deferred Close runs
+		t.Fatal(err)
+	}
+	d := a.h.waitDown(t, child.addr.ID)
+	if !errors.Is(d.err, transport.ErrPeerUnreachable) || !strings.Contains(d.err.Error(), "closed its transport") {
+		t.Fatalf("PeerDown error %v: want a departure wrapping ErrPeerUnreachable", d.err)
+	}
+	select {
+	case <-child.exited:
+	case <-time.After(wait):
+		t.Fatalf("the child did not exit after its Close; stderr:\n%s", child.stderr.String())
+	}
+	start := time.Now()
+	err := a.Send(testCtx(t), child.addr.ID, []byte("anyone?"))
+	if !errors.Is(err, transport.ErrPeerUnreachable) {
+		t.Fatalf("send to the departed child: %v", err)
+	}
+	t.Logf("send to the departed child failed after %v: %v", time.Since(start).Round(time.Microsecond), err)
+	// Give a late endpoint error time to arrive, then check it was not taken for a failure.
+	time.Sleep(200 * time.Millisecond)
+	logs := a.h.logBuf.String()
+	if strings.Contains(logs, "level=WARN") {
+		t.Fatalf("a peer that said goodbye left warnings:\n%s", logs)
+	}
+	select {
+	case d := <-a.h.downs:
+		t.Fatalf("a second PeerDown for the departed child: %v", d.err)
+	default:
+	}
+}

@@ -50,6 +50,7 @@ type outConn struct {
 	gets       int        // GETs in flight
 	state      connState
 	finAsk     bool // the fin to send asks the peer to retire the slot too
+	finBye     bool // the fin to send says this transport is closing
 	finPending bool // retired, fin not sent yet (waiting for GETs)
 	finSent    bool
 }
@@ -90,6 +91,9 @@ func (t *Transport) slotCount(p *peer) uint32 {
 func (t *Transport) connLocked(ctx context.Context, p *peer) (*outConn, error) {
 	if p.conn != nil {
 		return p.conn, nil
+	}
+	if p.departed {
+		return nil, fmt.Errorf("ucx: peer %016x closed its transport: %w", uint64(p.id), transport.ErrPeerUnreachable)
 	}
 	if p.gone {
 		return nil, fmt.Errorf("ucx: %w", transport.ErrClosed)
@@ -268,6 +272,9 @@ func (t *Transport) sendFin(oc *outConn) {
 	h := frameHeader{Incarnation: t.inc, Sender: t.self, Kind: kindFin, Epoch: oc.epoch, Seq: oc.seq}
 	if oc.finAsk {
 		h.Flags = finAsk
+	}
+	if oc.finBye {
+		h.Flags |= finBye
 	}
 	oc.mu.Unlock()
 	t.settle(oc, t.submit(oc, appendHeader(make([]byte, 0, frameHeaderLen), h), nil))

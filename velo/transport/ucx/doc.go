@@ -37,7 +37,10 @@
 // registered it without registering that peer itself. Endpoints are created lazily by the first
 // Send or Get, or by AddPeer with Config.EagerEndpoints (which also finishes UCX's wireup there).
 // They use UCX's PEER error mode with keepalive: when one fails, the runtime hears Host.PeerDown
-// and the next send opens a new slot.
+// and the next send opens a new slot. A transport that closes says goodbye first: a fin marked
+// finBye on its endpoint to each peer, so those peers report it down at once as departed (an Info
+// log line, not a warning about a failed endpoint) and fail later sends to it with
+// ErrPeerUnreachable instead of dialling a worker that is gone.
 //
 // The idle reaper, and why it loses nothing. Config.EPIdleTimeout retires a slot that carried
 // nothing either way for that long. Retiring is an exchange of fins: the reaper's fin, the last

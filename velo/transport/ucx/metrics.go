@@ -29,8 +29,9 @@ var (
 	// given up on), rejected_blob (a hello whose address blob is unusable).
 	dropReasons = []string{"malformed", "unknown_sender", "too_large", "stale", "rejected_blob"}
 	// endpointEvents: opened, reaped (this side's idle reaper retired it), retired_by_peer (the
-	// peer's fin), failed (UCX reported the endpoint dead), removed (RemovePeer).
-	endpointEvents = []string{"opened", "reaped", "retired_by_peer", "failed", "removed"}
+	// peer's fin), failed (UCX reported the endpoint dead), removed (RemovePeer), closed (this
+	// side's Close said goodbye on it).
+	endpointEvents = []string{"opened", "reaped", "retired_by_peer", "failed", "removed", "closed"}
 )
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {

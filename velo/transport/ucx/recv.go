@@ -93,6 +93,8 @@ func (t *Transport) onAM(m ucx.AMMessage) {
 		t.joinLocked(ctx, p, h.Epoch)
 		p.sendMu.Unlock()
 		cancel()
+	case h.Kind == kindFin && h.Flags&finBye != 0:
+		t.peerDeparted(p)
 	case h.Kind == kindFin && h.Flags&finAsk != 0:
 		// The peer retires the slot: retire ours too (our fin follows what we sent there),
 		// and reconnect on our next send.
@@ -103,6 +105,26 @@ func (t *Transport) onAM(m ucx.AMMessage) {
 		p.sendMu.Unlock()
 	}
 	t.closeRetired(p, v)
+}
+
+// peerDeparted handles a peer's goodbye: its transport is closing, so its endpoint to us ends
+// next. Our endpoint to it retires (its failure is then expected, not a warning), nothing new
+// opens to it, and the host hears at once that the peer is down, so its leases end now rather
+// than when keepalive notices.
+func (t *Transport) peerDeparted(p *peer) {
+	p.sendMu.Lock()
+	first := !p.departed
+	p.departed = true
+	if oc := p.conn; oc != nil {
+		t.retireLocked(p, oc, "retired_by_peer", false)
+	}
+	p.sendMu.Unlock()
+	if !first {
+		return
+	}
+	t.m.peerDown.Inc()
+	t.log.Info("ucx: peer closed its transport; reporting it down", "peer", fmt.Sprintf("%016x", uint64(p.id)))
+	t.host.PeerDown(p.id, fmt.Errorf("ucx: peer %016x closed its transport: %w", uint64(p.id), transport.ErrPeerUnreachable))
 }
 
 // sender returns the registered peer a non-hello frame claims to come from, or nil when the

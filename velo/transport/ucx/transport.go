@@ -76,6 +76,7 @@ type peer struct {
 	prevEpoch uint32     // the last endpoint's slot and data seq, for the next hello
 	prevSeq   uint64
 	gone      bool // removed or transport closed: open nothing new
+	departed  bool // the peer said its transport is closing (finBye): it is down for good
 }
 
 // peerAddr is what a peer's blob says: where its worker is and what it accepts.
@@ -428,9 +429,19 @@ func (t *Transport) Close() error {
 		}
 		t.mu.Unlock()
 		close(t.stop)
+		// Say goodbye on each peer's current endpoint before the engine closes them all: the fin
+		// goes out behind every frame already sent there (the engine flushes endpoints as it
+		// closes), and the peer reports us down as departed instead of finding a failed
+		// endpoint and warning about it.
 		for _, p := range peers {
 			p.sendMu.Lock()
 			p.gone = true
+			if oc := p.conn; oc != nil && started {
+				oc.mu.Lock()
+				oc.finBye = true
+				oc.mu.Unlock()
+				t.retireLocked(p, oc, "closed", true)
+			}
 			p.sendMu.Unlock()
 		}
 		if started {

@@ -101,7 +101,7 @@ func decodeBlob(b []byte) (peerBlob, error) {
 //	8  sender's instance ID (uint64)
 //	16 kind: 0 data, 1 hello, 2 fin
 //	17 flags: on a fin, bit 0 (finAsk) asks the receiver to retire its endpoint to the sender
-//	   too; zero otherwise
+//	   too, and bit 1 (finBye) says the sender's transport is closing; zero otherwise
 //	18 reserved (2 bytes, zero)
 //	20 epoch (uint32): the sender's endpoint the frame travels on, unique per sender
 //	24 seq (uint64): data frames count 1, 2, 3 … per epoch; a fin carries the last data seq
@@ -117,6 +117,11 @@ const frameHeaderLen = 32
 // opposed to one that answers the peer's fin; only the former is answered, so two busy peers do
 // not retire each other's fresh endpoints back and forth.
 const finAsk = 1 << 0
+
+// finBye marks the fin a closing transport sends on its current endpoint to each peer (with
+// finAsk). The receiver learns that the end of the sender's endpoints which follows is a departure,
+// not a failure: it reports the peer down at once, without a warning, and sends to it fail fast.
+const finBye = 1 << 1
 
 type frameKind uint8
 
@@ -174,7 +179,7 @@ func decodeHeader(b []byte) (frameHeader, error) {
 		return frameHeader{}, fmt.Errorf("%w: unknown kind %d", errMalformedFrame, b[16])
 	case b[18] != 0 || b[19] != 0:
 		return frameHeader{}, fmt.Errorf("%w: reserved header bytes are set", errMalformedFrame)
-	case h.Flags&^finAsk != 0 || (h.Flags != 0 && h.Kind != kindFin):
+	case h.Flags&^(finAsk|finBye) != 0 || (h.Flags != 0 && h.Kind != kindFin):
 		return frameHeader{}, fmt.Errorf("%w: flags %#x on a %s frame", errMalformedFrame, h.Flags, h.Kind)
 	case h.Sender == 0:
 		return frameHeader{}, fmt.Errorf("%w: sender instance ID 0", errMalformedFrame)

@@ -85,6 +85,7 @@ func TestHeaderRefusals(t *testing.T) {
 		"long":         append(append([]byte(nil), good...), 0),
 		"unknown kind": mut(16, 3),
 		"flags":        mut(17, 1),
+		"fin flag 2":   appendHeader(nil, frameHeader{Incarnation: 1, Sender: 2, Kind: kindFin, Flags: 1 << 2, Epoch: 3}),
 		"reserved":     mut(19, 1),
 		"sender 0":     appendHeader(nil, frameHeader{Incarnation: 1, Kind: kindData, Epoch: 3, Seq: 4}),
 		"epoch 0":      appendHeader(nil, frameHeader{Incarnation: 1, Sender: 2, Kind: kindData, Seq: 4}),
@@ -93,6 +94,11 @@ func TestHeaderRefusals(t *testing.T) {
 		if _, err := decodeHeader(b); !errors.Is(err, errMalformedFrame) {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+	// A goodbye fin carries both flags.
+	bye := frameHeader{Incarnation: 1, Sender: 2, Kind: kindFin, Flags: finAsk | finBye, Epoch: 3, Seq: 9}
+	if h, err := decodeHeader(appendHeader(nil, bye)); err != nil || h != bye {
+		t.Errorf("goodbye fin: %+v %v", h, err)
 	}
 }
 
