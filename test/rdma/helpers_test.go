@@ -119,7 +119,7 @@ func startNode(t testing.TB, registry bool, opts ...velo.Option) node {
 }
 
 // startNodeWith is startNode with the UCX transport configured by cfg (its logger, eager endpoints
-// and the tcp default are filled in as newUCX does).
+// and the tcp default are filled in by newUCXWith).
 func startNodeWith(t testing.TB, cfg ucxt.Config, registry bool, opts ...velo.Option) node {
 	t.Helper()
 	logs := &logBuffer{}
@@ -184,12 +184,6 @@ func randomBytes(n int, seed uint64) []byte {
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	rdmatest.Eventually(t, testWait, what, cond)
-}
-
-// newUCX starts a UCX transport over tcp (UCX_TLS wins when set) with eager endpoints.
-func newUCX(t testing.TB, log *slog.Logger) *ucxt.Transport {
-	t.Helper()
-	return newUCXWith(t, ucxt.Config{Logger: log})
 }
 
 // newUCXWith starts a UCX transport configured by cfg, with eager endpoints and tcp unless
