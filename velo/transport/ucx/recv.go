@@ -48,8 +48,10 @@ func (t *Transport) onAM(m ucx.AMMessage) {
 			t.log.Warn("ucx: dropping a hello from another incarnation of a registered peer", "peer", fmt.Sprintf("%016x", uint64(h.Sender)))
 			return
 		}
-		if p, err = t.record(h.Sender, b, false); err != nil {
-			return // closed
+		if p = t.removedJoining(h); p == nil {
+			if p, err = t.record(h.Sender, b, false); err != nil {
+				return // closed
+			}
 		}
 		f.prevEpoch = prev
 	default:
@@ -125,6 +127,24 @@ func (t *Transport) peerDeparted(p *peer) {
 	t.m.peerDown.Inc()
 	t.log.Info("ucx: peer closed its transport; reporting it down", "peer", fmt.Sprintf("%016x", uint64(p.id)))
 	t.host.PeerDown(p.id, fmt.Errorf("ucx: peer %016x closed its transport: %w", uint64(p.id), transport.ErrPeerUnreachable))
+}
+
+// removedJoining returns the forgotten peer whose hello h is when that hello joins a slot this side
+// retired in RemovePeer: the peer opened its end before it read our fin. The hello belongs to the
+// retired slot (its fin follows) and must not make the removed peer known again; a hello for a
+// newer slot is new contact and returns nil.
+func (t *Transport) removedJoining(h frameHeader) *peer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, known := t.peers[h.Sender]; known {
+		return nil
+	}
+	for p := range t.orphans {
+		if p.id == h.Sender && p.inc == h.Incarnation && h.Epoch <= p.removedThrough {
+			return p
+		}
+	}
+	return nil
 }
 
 // sender returns the registered peer a non-hello frame claims to come from, or nil when the

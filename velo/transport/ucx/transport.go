@@ -62,9 +62,12 @@ type peer struct {
 	inc uint64
 
 	// Guarded by Transport.mu.
-	addr    *peerAddr // replaced, never changed, when a newer blob arrives
-	added   bool      // AddPeer registered it
-	learned bool      // a hello introduced it, and its endpoint to us has not failed since
+	addr  *peerAddr // replaced, never changed, when a newer blob arrives
+	added bool      // AddPeer registered it
+	// removedThrough is the newest slot with the peer when RemovePeer forgot it: a hello for
+	// that slot or an older one is the peer joining a slot we already retired, not new contact.
+	removedThrough uint32
+	learned        bool // a hello introduced it, and its endpoint to us has not failed since
 
 	lastUse atomic.Int64 // unix nanoseconds of the last frame or GET either way
 
@@ -318,6 +321,12 @@ func (t *Transport) RemovePeer(id transport.InstanceID) {
 	t.mu.Lock()
 	p := t.peers[id]
 	delete(t.peers, id)
+	if p != nil {
+		// In the same critical section as the delete, so a hello handled meanwhile finds the
+		// peer among the forgotten ones rather than nowhere (and would learn it again).
+		p.removedThrough = t.slots[slotKey{p.id, p.inc}]
+		t.orphans[p] = struct{}{}
+	}
 	t.mu.Unlock()
 	if p != nil {
 		// Its receive state stays until the retired endpoint closed: the peer's fin still
