@@ -29,7 +29,8 @@ var (
 	ErrHandlerPanic = messenger.ErrHandlerPanic
 	// ErrBadRequest: the peer could not read the message (e.g. a staged payload it could not fetch).
 	ErrBadRequest = messenger.ErrBadRequest
-	// ErrUnavailable: the peer is shutting down and refused the call.
+	// ErrUnavailable: the peer refused the call before any handler saw it: it is shutting down,
+	// or its inbox for this instance is full (WithInboxLimit); retry later.
 	ErrUnavailable = messenger.ErrUnavailable
 	// ErrNoRoute: no transport reaches the peer.
 	ErrNoRoute = messenger.ErrNoRoute

@@ -247,15 +247,6 @@ func TestSlowHandlerHoldsUpOnlyItsPeersQueue(t *testing.T) {
 	var order []string
 	record := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
 	handled := func() int { mu.Lock(); defer mu.Unlock(); return len(order) }
-	release, entered := make(chan struct{}), make(chan struct{})
-	releaseOnce := sync.OnceFunc(func() { close(release) })
-	defer releaseOnce() // also when the test fails early
-	b.Handle("block", func(ctx context.Context, m *Message) ([]byte, error) {
-		record("block")
-		close(entered)
-		<-release
-		return nil, nil
-	})
 	b.Handle("seq", func(ctx context.Context, m *Message) ([]byte, error) {
 		record(string(m.Payload))
 		return nil, nil
@@ -263,15 +254,7 @@ func TestSlowHandlerHoldsUpOnlyItsPeersQueue(t *testing.T) {
 	echo := func(ctx context.Context, m *Message) ([]byte, error) { return m.Payload, nil }
 	a.Handle("echo", echo)
 	b.Handle("echo", echo)
-
-	if err := a.Send(tctx(t), b.ID(), "block", nil); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-entered:
-	case <-time.After(testWait):
-		t.Fatal("the blocking handler never ran")
-	}
+	releaseOnce := blockHandlers(t, a, b, func() { record("block") })
 	const queued = 20
 	for i := 0; i < queued; i++ {
 		if err := a.Send(tctx(t), b.ID(), "seq", []byte(fmt.Sprint(i))); err != nil {
@@ -389,4 +372,97 @@ func TestCloseReturnsWhileAHandlerIgnoresItsContext(t *testing.T) {
 	if _, err := a.Request(tctx(t), b.ID(), "stuck", nil); !errors.Is(err, ErrPeerUnreachable) {
 		t.Fatalf("request to the closed instance: %v", err)
 	}
+}
+
+// TestFullInboxRefusesInsteadOfGrowing: a peer that sends faster than its handler runs fills its
+// inbox up to WithInboxLimit and no further. Beyond it, its requests fail at once with
+// ErrUnavailable (naming the full inbox) and its one-way messages are dropped and counted; what
+// was queued is handled, in order, once the handler catches up, and the peer is served again.
+func TestFullInboxRefusesInsteadOfGrowing(t *testing.T) {
+	const limit = 64 << 10
+	a := newInstance(t)
+	b := newInstance(t, WithInboxLimit(limit))
+	if err := a.RegisterPeer(tctx(t), b.PeerInfo()); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []int
+	b.Handle("seq", func(ctx context.Context, m *Message) ([]byte, error) {
+		mu.Lock()
+		got = append(got, int(binary.BigEndian.Uint32(m.Payload)))
+		mu.Unlock()
+		return []byte("ok"), nil
+	})
+	releaseOnce := blockHandlers(t, a, b, nil)
+	// 4 KiB messages: about 15 fit the 64 KiB limit (each also counts 256 bytes).
+	const sent = 200
+	for i := 0; i < sent; i++ {
+		p := make([]byte, 4<<10)
+		binary.BigEndian.PutUint32(p, uint32(i))
+		if err := a.Send(tctx(t), b.ID(), "seq", p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "b refuses a's one-way messages", func() bool {
+		return metric(t, b, "velo_messenger_errors_total", map[string]string{"kind": "inbox_full"}) > 0
+	})
+	// A request now: refused at once, not queued behind the blocked handler.
+	p := make([]byte, 4<<10)
+	binary.BigEndian.PutUint32(p, 999999)
+	_, err := a.Request(tctx(t), b.ID(), "seq", p)
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "inbox full") {
+		t.Fatalf("request to a full inbox: %v, want ErrUnavailable naming the full inbox", err)
+	}
+	releaseOnce()
+	// Everything sent has either been handled or refused (and counted), and more was refused than
+	// the limit could ever have held.
+	eventually(t, "a's messages handled or refused", func() bool {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		return float64(n)+metric(t, b, "velo_messenger_errors_total", map[string]string{"kind": "inbox_full"}) == sent+1
+	})
+	mu.Lock()
+	handled := append([]int(nil), got...)
+	mu.Unlock()
+	if max := limit/(4<<10+256) + 1; len(handled) > max+1 || len(handled) == 0 {
+		t.Fatalf("%d of %d queued messages were handled; the inbox holds at most about %d", len(handled), sent, max)
+	}
+	for i := 1; i < len(handled); i++ {
+		if handled[i] <= handled[i-1] {
+			t.Fatalf("handled out of order: %v", handled)
+		}
+	}
+	// With room again, the peer is served.
+	binary.BigEndian.PutUint32(p, 1<<20)
+	if r, err := a.Request(tctx(t), b.ID(), "seq", p); err != nil || string(r) != "ok" {
+		t.Fatalf("request after the inbox drained: %q, %v", r, err)
+	}
+}
+
+// blockHandlers makes from's messages to to wait: it registers a "block" handler on to that runs
+// entered (when not nil) and then waits, sends it one message from from, and returns once it
+// runs. The returned function lets it finish; it is idempotent and also runs when the test ends.
+func blockHandlers(t *testing.T, from, to *Velo, entered func()) (release func()) {
+	t.Helper()
+	gate, running := make(chan struct{}), make(chan struct{})
+	release = sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(release)
+	to.Handle("block", func(ctx context.Context, m *Message) ([]byte, error) {
+		if entered != nil {
+			entered()
+		}
+		close(running)
+		<-gate
+		return nil, nil
+	})
+	if err := from.Send(tctx(t), to.ID(), "block", nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-running:
+	case <-time.After(testWait):
+		t.Fatal("the blocking handler never ran")
+	}
+	return release
 }

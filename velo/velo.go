@@ -56,6 +56,7 @@ type options struct {
 	window     int
 	grace      time.Duration
 	maxGet     uint64
+	inboxLimit int
 
 	rmaTransport transport.Transport // WithUCXTransport: the transport the RDMA registry reads with
 	rdma         RDMAConfig
@@ -138,6 +139,21 @@ func WithStageTTL(d time.Duration) Option {
 			return fmt.Errorf("velo: stage TTL %v must be positive", d)
 		}
 		o.stageTTL = d
+		return nil
+	}
+}
+
+// WithInboxLimit bounds, per peer, the bytes of messages that wait for their handler here
+// (default 64 MiB; each message counts its payload plus 256 bytes). A peer that sends faster than
+// its handlers run fills it; then its requests fail at once with ErrUnavailable and its one-way
+// messages are dropped, counted in velo_messenger_errors_total{kind="inbox_full"} and logged,
+// until the handlers catch up. Messages staged by rendezvous count only their handle.
+func WithInboxLimit(n int) Option {
+	return func(o *options) error {
+		if n < 64<<10 {
+			return fmt.Errorf("velo: inbox limit %d is below 64 KiB", n)
+		}
+		o.inboxLimit = n
 		return nil
 	}
 }
@@ -241,7 +257,7 @@ func New(ctx context.Context, opts ...Option) (*Velo, error) {
 	if v.rdma, err = v.newRegistry(&o); err != nil {
 		return nil, err
 	}
-	v.msgr = messenger.New(messenger.Config{Metrics: m, Logger: v.log, StageThreshold: o.threshold})
+	v.msgr = messenger.New(messenger.Config{Metrics: m, Logger: v.log, StageThreshold: o.threshold, InboxLimit: o.inboxLimit})
 	rc := rendezvous.Config{Self: v.id, Messenger: v.msgr, Metrics: m, Logger: v.log,
 		ChunkSize: o.chunk, LeaseTTL: o.leaseTTL, StageTTL: o.stageTTL, PullWindow: o.window, MaxGetSize: o.maxGet}
 	if v.rdma != nil {

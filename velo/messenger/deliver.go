@@ -137,8 +137,13 @@ func (g *Messenger) answer(from transport.InstanceID, msg wire.Message) {
 type inbox struct {
 	mu      sync.Mutex
 	queue   []job
+	bytes   int // what the queue counts against Config.InboxLimit
 	running bool
+	refused int // messages refused since the queue last had room (for the log)
 }
+
+// cost is what a queued message counts against Config.InboxLimit.
+func (j job) cost() int { return len(j.msg.Payload) + inboxOverhead }
 
 type job struct {
 	idx int
@@ -177,7 +182,23 @@ func (g *Messenger) dispatch(idx int, from transport.InstanceID, msg wire.Messag
 		g.mu.Unlock()
 		return g.runInline(idx, from, in, msg, handOff)
 	}
-	in.queue = append(in.queue, job{idx, msg})
+	j := job{idx, msg}
+	if len(in.queue) > 0 && in.bytes+j.cost() > g.cfg.InboxLimit {
+		// The peer sends faster than its handlers run. Queueing more would let one peer grow
+		// this process without bound; stopping the reader instead would also stop the answers
+		// to this side's own calls to that peer on the same connection, and a handler waiting
+		// for one would never finish. So the message is refused: a request gets ErrUnavailable
+		// back at once, a one-way message is dropped, counted and logged.
+		queued, bytes := len(in.queue), in.bytes
+		in.refused++
+		first := in.refused == 1
+		in.mu.Unlock()
+		g.mu.Unlock()
+		g.refuseFull(idx, from, msg, queued, bytes, first)
+		return true
+	}
+	in.queue = append(in.queue, j)
+	in.bytes += j.cost()
 	start := !in.running
 	in.running = true
 	in.mu.Unlock()
@@ -229,8 +250,28 @@ func (g *Messenger) drain(from transport.InstanceID, in *inbox) {
 		j := in.queue[0]
 		in.queue[0] = job{}
 		in.queue = in.queue[1:]
+		in.bytes -= j.cost()
+		if in.refused > 0 && in.bytes <= g.cfg.InboxLimit/2 {
+			g.log.Warn("messenger: peer's inbox has room again", "peer", logPeer(from), "refused", in.refused)
+			in.refused = 0
+		}
 		in.mu.Unlock()
 		g.runUser(nil, j.idx, from, j.msg)
+	}
+}
+
+// refuseFull answers or drops a message its peer's full inbox had no room for. The first refusal
+// of an episode is logged; the count of all of them is logged when the inbox has room again.
+func (g *Messenger) refuseFull(idx int, from transport.InstanceID, msg wire.Message, queued, bytes int, first bool) {
+	g.m.Error("inbox_full")
+	if first {
+		g.log.Warn("messenger: peer's inbox is full; refusing its messages until its handlers catch up",
+			"peer", logPeer(from), "handler", msg.Name, "queued", queued, "queued_bytes", bytes, "limit", g.cfg.InboxLimit,
+			"fix", "make the handlers faster or hand slow work to goroutines of their own, slow the sender down, or raise velo.WithInboxLimit")
+	}
+	if msg.Kind == wire.KindRequest {
+		g.reply(idx, from, msg.ID, nil, nil, &handlerFailure{code: wire.CodeUnavailable,
+			text: fmt.Sprintf("inbox full: %d of your messages (%d bytes) wait for their handlers here, limit %d bytes; retry later", queued, bytes, g.cfg.InboxLimit)})
 	}
 }
 

@@ -56,7 +56,8 @@ var (
 	// ErrBadRequest: the receiver could not read the message, for instance a staged payload it could
 	// not fetch.
 	ErrBadRequest = errors.New("bad request")
-	// ErrUnavailable: the receiver is shutting down.
+	// ErrUnavailable: the receiver is shutting down, or its inbox for the sender is full
+	// (Config.InboxLimit): the call was refused before any handler saw it.
 	ErrUnavailable = errors.New("receiver unavailable")
 	// ErrNoRoute: no transport reaches the peer, or none carries a frame that large.
 	ErrNoRoute = errors.New("no transport reaches the peer")
@@ -110,7 +111,17 @@ type Config struct {
 	Logger  *slog.Logger
 	// StageThreshold: payloads larger than this travel as a rendezvous handle (when Stager is set).
 	StageThreshold int
+	// InboxLimit bounds the bytes of one peer's messages that wait for their handler (payloads
+	// plus inboxOverhead each); default DefaultInboxLimit. See dispatch for what happens above it.
+	InboxLimit int
 }
+
+// DefaultInboxLimit is the default Config.InboxLimit: 64 MiB per peer.
+const DefaultInboxLimit = 64 << 20
+
+// inboxOverhead is what one queued message counts beyond its payload, so a flood of empty
+// messages is bounded too.
+const inboxOverhead = 256
 
 // Messenger routes frames between the runtime's transports and its handlers.
 type Messenger struct {
@@ -140,6 +151,9 @@ type stagerBox struct{ s Stager }
 func New(cfg Config) *Messenger {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.InboxLimit <= 0 {
+		cfg.InboxLimit = DefaultInboxLimit
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Messenger{

@@ -91,7 +91,7 @@ var (
 	// MessageKinds of the messenger counters.
 	MessageKinds = []string{"one_way", "request", "response", "error"}
 	// ErrorKinds of velo_messenger_errors_total.
-	ErrorKinds = []string{"unknown_handler", "handler_error", "handler_panic", "bad_request", "malformed_frame", "send_failed", "staging_failed"}
+	ErrorKinds = []string{"unknown_handler", "handler_error", "handler_panic", "bad_request", "malformed_frame", "send_failed", "staging_failed", "inbox_full"}
 )
 
 // Metrics is one instance's set of series.

@@ -160,7 +160,7 @@ const (
 	// CodeBadRequest: the receiver could not read the request (for instance a staged payload it
 	// could not fetch, or a malformed handle).
 	CodeBadRequest ErrorCode = 4
-	// CodeUnavailable: the receiver is shutting down.
+	// CodeUnavailable: the receiver is shutting down, or its inbox for the sender is full.
 	CodeUnavailable ErrorCode = 5
 )
 
