@@ -884,6 +884,30 @@ func (r *Registration) Unregister(ctx context.Context) error {
 	}
 }
 
+// Revoke revokes the key at once, like Unregister, but returns as soon as the progress thread
+// has done so, without waiting for replies that are already reading the region: later guarded
+// GETs with the key are refused from then on. Done says when the memory may be freed. If ctx
+// ends before the progress thread took the revocation, it returns ctx.Err() and the key may
+// still be live.
+func (r *Registration) Revoke(ctx context.Context) error {
+	taken := make(chan struct{})
+	if err := r.e.submit(func() {
+		r.e.revoke(r, nil)
+		close(taken)
+	}); err != nil {
+		// The engine is closing: it revokes and unmaps every registration itself.
+		return nil
+	}
+	select {
+	case <-taken:
+		return nil
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 func (e *Engine) revoke(r *Registration, waiter chan error) {
 	if waiter != nil {
 		select {

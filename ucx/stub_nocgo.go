@@ -291,4 +291,7 @@ func (r *Registration) Done() <-chan struct{} { return closedChan }
 // Unregister does nothing.
 func (r *Registration) Unregister(ctx context.Context) error { return nil }
 
+// Revoke does nothing.
+func (r *Registration) Revoke(ctx context.Context) error { return nil }
+
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()

@@ -67,7 +67,7 @@ func (v *Velo) newRegistry(o *options) (*rdma.Registry, error) {
 	if o.rmaTransport == nil {
 		return nil, nil
 	}
-	reg, err := rdma.New(o.rmaTransport.(transport.RMA), o.rdma, rdma.Options{Logger: v.log, Registerer: o.metricsReg, KillSwitch: rdma.KillSwitchFromEnv()})
+	reg, err := rdma.New(o.rmaTransport.(transport.RMA), o.rdma, rdma.Options{Logger: v.log, Registerer: o.metricsReg, KillSwitch: rdma.KillSwitchFromEnv(), LeaseTTL: o.leaseTTL})
 	if err != nil {
 		return nil, fmt.Errorf("velo: RDMA registry: %w", err)
 	}

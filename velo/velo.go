@@ -45,6 +45,11 @@ const DefaultStagingThreshold = 256 << 10
 // DefaultShutdownGrace is how long Close waits for running handlers.
 const DefaultShutdownGrace = 5 * time.Second
 
+// quarantineCloseWait bounds how long Close waits, after the transports closed, for the memory of
+// keys that were still being read to come back (closing the transport kills them, so this is
+// normally immediate).
+const quarantineCloseWait = 2 * time.Second
+
 type options struct {
 	transports []transport.Transport
 	reg        prometheus.Registerer
@@ -447,6 +452,15 @@ func (v *Velo) Close() error {
 			if terr := t.Close(); terr != nil && err == nil {
 				err = fmt.Errorf("velo: closing transport %q: %w", t.Name(), terr)
 			}
+		}
+		if v.rdma != nil {
+			// Closing the RMA transport killed every key, so quarantined memory comes back now;
+			// a transport that failed to kill them leaves it mapped and out of use, never reused.
+			wctx, wcancel := context.WithTimeout(context.Background(), quarantineCloseWait)
+			if werr := v.rdma.WaitReleased(wctx); werr != nil {
+				v.log.Error("velo: closing: pinned memory is still held by keys the transport did not kill", "err", werr)
+			}
+			wcancel()
 		}
 		v.closeErr = err
 	})

@@ -195,9 +195,18 @@ type RMA interface {
 	// CanGet reports whether a Get to peer can be attempted: the peer is registered on this
 	// transport with an RMA-capable address.
 	CanGet(peer InstanceID) bool
+	// ForceClosePeer closes every endpoint to peer with force: operations in flight to it,
+	// reads it is being served included, are cancelled, so no key this side handed to peer can
+	// read memory any more once they settled (each Registration's Dead says when). The
+	// rendezvous registry calls it for a consumer that stayed unresponsive while holding a
+	// revoked key's read; later messages to peer open a new endpoint.
+	ForceClosePeer(peer InstanceID) error
 }
 
-// Registration is one registered memory region.
+// Registration is one registered memory region. Its life has two steps, because a remote read
+// may be under way when the owner ends it: Revoke stops the key from starting new reads, and
+// Dead is closed once no read of the region is in flight and the region is no longer registered.
+// Only then may the memory be reused or unmapped.
 type Registration interface {
 	// Addr is the address a remote Get names.
 	Addr() uint64
@@ -205,9 +214,13 @@ type Registration interface {
 	Len() int
 	// RKey is the packed remote key that a peer needs to read the region.
 	RKey() []byte
-	// Deregister revokes the registration. After it returns nil the remote key is dead and no
-	// remote read touches the memory any more, so the caller may reuse or free it. After an
-	// error neither is certain: the caller must leave the memory as it is (the RDMA registry
-	// keeps such a slot out of use for good).
-	Deregister() error
+	// Revoke makes the key refuse every read that has not started; it is idempotent and returns
+	// without waiting for reads already under way. An error means the revocation could not be
+	// handed to the transport (ctx ended first); the key is then still live and Revoke may be
+	// called again.
+	Revoke(ctx context.Context) error
+	// Dead is closed when no remote read can touch the memory any more: the key was revoked and
+	// every read under way finished, or the endpoints that carried them were closed with force,
+	// or the transport was closed.
+	Dead() <-chan struct{}
 }

@@ -46,7 +46,21 @@ type Config struct {
 	Disabled bool
 	// Pool sizes the pinned memory.
 	Pool PoolConfig
+	// ForceCloseAfter bounds how long a consumer may keep reading a lease's memory after the
+	// lease ended (a consumer stopped mid-GET: a debugger, a frozen VM, a long pause). Until the
+	// read ends the memory is quarantined: never reused, still counted against the budget. Past
+	// this bound the consumer's endpoints are closed with force, which cancels the read and so
+	// frees the memory; the consumer is reported down. Zero means DefaultForceCloseTTLs lease
+	// TTLs (velo.WithLeaseTTL).
+	ForceCloseAfter time.Duration
 }
+
+// DefaultForceCloseTTLs is Config.ForceCloseAfter's default in lease TTLs, and DefaultLeaseTTL the
+// TTL it assumes when the runtime passes none.
+const (
+	DefaultForceCloseTTLs = 3
+	DefaultLeaseTTL       = 30 * time.Second
+)
 
 func (c PoolConfig) withDefaults() (PoolConfig, error) {
 	if c.ArenaSize < 0 {

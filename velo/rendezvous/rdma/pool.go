@@ -26,6 +26,7 @@ type pool struct {
 	arenaB   int64    // mapped arena bytes (pooled and dedicated)
 	mapped   int      // mapped arenas (pooled and dedicated)
 	outs     int      // slots handed out and not yet freed
+	held     int      // freed slots whose pages a live registration still holds
 	closed   bool
 	nextID   int
 	lastFail error
@@ -40,21 +41,24 @@ type arena struct {
 	free      []pageRun
 	usedPages int
 	idleSince time.Time
-	leaked    bool // a slot's registration could not be revoked: never unmap
 }
 
 type pageRun struct{ start, n int }
 
 // Slot is pinned memory handed out by the pool: a whole number of pages of one arena, the
 // payload at its start and zeros after it up to the page boundary.
+//
+// A slot's pages go back to its arena only when it was freed and no registration of it is still
+// alive (regs == 0): a remote key that may still be honoured keeps them out of use, and so keeps
+// its arena mapped, however long that takes.
 type Slot struct {
-	p          *pool
-	a          *arena
-	start      int // first page
-	pages      int
-	n          int
-	freed      bool
-	quarantine bool
+	p     *pool
+	a     *arena
+	start int // first page
+	pages int
+	n     int
+	freed bool // freed by its owner
+	regs  int  // registrations whose key is not known dead yet
 }
 
 // Bytes is the payload's memory (n bytes).
@@ -192,7 +196,8 @@ func (p *pool) carveLocked(a *arena, pages, n int) *Slot {
 	return nil
 }
 
-// free gives a slot back. Its registrations must be gone (the lease hooks run first).
+// free gives a slot back. If a registration of it may still be read, its pages stay out of use
+// until regDead says the last one died.
 func (p *pool) free(s *Slot) {
 	p.mu.Lock()
 	if s.freed {
@@ -201,26 +206,58 @@ func (p *pool) free(s *Slot) {
 	}
 	s.freed = true
 	p.outs--
-	a := s.a
-	if s.quarantine {
-		// Its registration could not be revoked: the pages stay out of use and mapped for good.
-		a.leaked = true
-		p.mu.Unlock()
-		return
-	}
-	a.usedPages -= s.pages
-	a.free = insertRun(a.free, pageRun{s.start, s.pages})
 	var drop *arena
-	if a.usedPages == 0 {
-		a.idleSince = time.Now()
-		if a.dedicated || p.closed {
-			drop = p.forgetLocked(a)
-		}
+	if s.regs == 0 {
+		drop = p.releaseLocked(s)
+	} else {
+		p.held++
 	}
 	p.mu.Unlock()
 	if drop != nil {
 		p.unmap(drop)
 	}
+}
+
+// addReg counts a registration of s, which must not be freed yet.
+func (p *pool) addReg(s *Slot) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s.freed {
+		return fmt.Errorf("rdma: %w: the slot was freed before its lease was served", ErrClosed)
+	}
+	s.regs++
+	return nil
+}
+
+// regDead says a registration of s can read nothing any more. The last one of a freed slot
+// gives its pages back.
+func (p *pool) regDead(s *Slot) {
+	p.mu.Lock()
+	s.regs--
+	var drop *arena
+	if s.freed && s.regs == 0 {
+		p.held--
+		drop = p.releaseLocked(s)
+	}
+	p.mu.Unlock()
+	if drop != nil {
+		p.unmap(drop)
+	}
+}
+
+// releaseLocked returns s's pages to its arena; it returns the arena when that is now to be
+// unmapped (a dedicated arena, or any arena after close), for the caller to unmap outside the lock.
+func (p *pool) releaseLocked(s *Slot) *arena {
+	a := s.a
+	a.usedPages -= s.pages
+	a.free = insertRun(a.free, pageRun{s.start, s.pages})
+	if a.usedPages == 0 {
+		a.idleSince = time.Now()
+		if a.dedicated || p.closed {
+			return p.forgetLocked(a)
+		}
+	}
+	return nil
 }
 
 // insertRun adds r to the sorted runs, merging it with its neighbours.
@@ -242,9 +279,6 @@ func insertRun(runs []pageRun, r pageRun) []pageRun {
 
 // forgetLocked removes an empty arena from the books; the caller unmaps it outside the lock.
 func (p *pool) forgetLocked(a *arena) *arena {
-	if a.leaked {
-		return nil
-	}
 	for i, x := range p.arenas {
 		if x == a {
 			p.arenas = append(p.arenas[:i], p.arenas[i+1:]...)
@@ -296,7 +330,7 @@ func (p *pool) reclaim(now time.Time) int {
 	p.mu.Lock()
 	for i := len(p.arenas) - 1; i >= 1; i-- {
 		a := p.arenas[i]
-		if a.usedPages == 0 && !a.leaked && now.Sub(a.idleSince) >= p.cfg.ArenaReclaimAfter {
+		if a.usedPages == 0 && now.Sub(a.idleSince) >= p.cfg.ArenaReclaimAfter {
 			if d := p.forgetLocked(a); d != nil {
 				drop = append(drop, d)
 			}
@@ -335,13 +369,14 @@ type poolStats struct {
 	arenaBytes int64
 	pinned     int64
 	slots      int
+	held       int
 	lastFail   error
 }
 
 func (p *pool) stats() poolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return poolStats{arenas: p.mapped, arenaBytes: p.arenaB, pinned: p.pinned, slots: p.outs, lastFail: p.lastFail}
+	return poolStats{arenas: p.mapped, arenaBytes: p.arenaB, pinned: p.pinned, slots: p.outs, held: p.held, lastFail: p.lastFail}
 }
 
 // isMapFailure reports an arena that could not be mapped (logged louder than a spent budget).

@@ -25,6 +25,9 @@ type Options struct {
 	// KillSwitch is the value of VELO_RDMA_RENDEZVOUS_DISABLE read at startup; the runtime reads
 	// the environment once and passes it here, so a registry never sees the variable change.
 	KillSwitch bool
+	// LeaseTTL is the lease TTL of the rendezvous service; Config.ForceCloseAfter defaults to
+	// DefaultForceCloseTTLs of it.
+	LeaseTTL time.Duration
 }
 
 // Registry is one instance's RDMA registry. It implements rendezvous.RDMAServer (owner side),
@@ -39,11 +42,15 @@ type Registry struct {
 	pool     *pool
 	g        *gauges
 
-	mu     sync.Mutex
-	leases map[*leaseReg]struct{}
-	closed bool
-	stop   chan struct{}
-	wg     sync.WaitGroup
+	forceAfter time.Duration
+
+	mu         sync.Mutex
+	leases     map[*leaseReg]struct{}
+	quarantine map[*leaseReg]struct{}
+	closed     bool
+	stop       chan struct{}
+	wg         sync.WaitGroup // the reclaimer
+	qwg        sync.WaitGroup // quarantine watchers
 }
 
 // leaseReg is one lease's registration of one slot.
@@ -51,6 +58,8 @@ type leaseReg struct {
 	reg   transport.Registration
 	slot  *Slot
 	bytes int
+	peer  transport.InstanceID // the consumer the key was sent to
+	lease uint64
 	once  sync.Once
 }
 
@@ -70,6 +79,9 @@ func New(rma transport.RMA, cfg Config, o Options) (*Registry, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.ForceCloseAfter < 0 {
+		return nil, fmt.Errorf("rdma: ForceCloseAfter %v is negative", cfg.ForceCloseAfter)
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -77,8 +89,16 @@ func New(rma transport.RMA, cfg Config, o Options) (*Registry, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Registry{rma: rma, backend: rma.RMABackend(), log: o.Logger, g: g,
-		leases: map[*leaseReg]struct{}{}, stop: make(chan struct{})}
+	forceAfter := cfg.ForceCloseAfter
+	if forceAfter == 0 {
+		ttl := o.LeaseTTL
+		if ttl <= 0 {
+			ttl = DefaultLeaseTTL
+		}
+		forceAfter = DefaultForceCloseTTLs * ttl
+	}
+	r := &Registry{rma: rma, backend: rma.RMABackend(), log: o.Logger, g: g, forceAfter: forceAfter,
+		leases: map[*leaseReg]struct{}{}, quarantine: map[*leaseReg]struct{}{}, stop: make(chan struct{})}
 	switch {
 	case cfg.Disabled:
 		r.disabled, r.why = true, "RDMAConfig.Disabled"
@@ -182,13 +202,18 @@ func (r *Registry) Serve(ctx context.Context, sl rendezvous.Slot, offer []byte) 
 	if err := r.pool.reserve(len(region)); err != nil {
 		return nil, nil, metrics.ReasonBudget, err
 	}
+	if err := r.pool.addReg(s); err != nil {
+		r.pool.unreserve(len(region))
+		return nil, nil, metrics.ReasonPoolExhausted, err
+	}
 	reg, err := r.rma.RegisterMemory(region)
 	if err != nil {
 		r.pool.unreserve(len(region))
+		r.pool.regDead(s)
 		return nil, nil, metrics.ReasonBudget, fmt.Errorf("rdma: registering %s for lease %d: %w", verbs.FormatBytes(uint64(len(region))), sl.Lease.ID, err)
 	}
 	desc, err := AppendDescriptor(nil, Descriptor{Addr: reg.Addr(), Length: uint64(len(sl.Data)), RKey: reg.RKey()})
-	lr := &leaseReg{reg: reg, slot: s, bytes: len(region)}
+	lr := &leaseReg{reg: reg, slot: s, bytes: len(region), peer: sl.Lease.Consumer, lease: sl.Lease.ID}
 	if err != nil {
 		r.revoke(lr)
 		return nil, nil, metrics.ReasonDecodeError, err
@@ -218,19 +243,95 @@ func (r *Registry) endLease(lr *leaseReg) {
 	r.revoke(lr)
 }
 
-// revoke deregisters once. When the transport cannot confirm the key is dead, the slot is
-// quarantined: its pages are never reused or unmapped, because a peer might still read them.
+// revokeTimeout bounds handing a revocation to the transport (its progress thread takes it in
+// microseconds; a transport that does not take it within this is stuck, and the key is retried).
+const revokeTimeout = 5 * time.Second
+
+// revoke revokes lr's key once. When the transport confirms at once that nothing can read the
+// region any more, its bytes and its slot's pages are given back now; otherwise the
+// registration is quarantined until the transport confirms it (see watch).
 func (r *Registry) revoke(lr *leaseReg) {
 	lr.once.Do(func() {
-		if err := lr.reg.Deregister(); err != nil {
-			r.log.Error("rdma: revoking a lease's registration failed; its slot stays pinned and out of use for good", "err", err)
-			r.pool.mu.Lock()
-			lr.slot.quarantine = true
-			r.pool.mu.Unlock()
-			return
+		ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+		err := lr.reg.Revoke(ctx)
+		cancel()
+		if err == nil {
+			select {
+			case <-lr.reg.Dead():
+				r.released(lr, false)
+				return
+			default:
+			}
 		}
-		r.pool.unreserve(lr.bytes)
+		r.quarantineReg(lr, err)
 	})
+}
+
+// quarantineReg keeps a registration whose key may still be read: its slot's pages stay mapped
+// and out of use and its bytes stay counted against the budget, until watch sees it dead.
+func (r *Registry) quarantineReg(lr *leaseReg, revokeErr error) {
+	r.mu.Lock()
+	r.quarantine[lr] = struct{}{}
+	r.qwg.Add(1)
+	r.mu.Unlock()
+	r.g.quarantined.Inc()
+	r.g.quarantinedBytes.Add(float64(lr.bytes))
+	if revokeErr != nil {
+		r.log.Error("rdma: a lease's key could not be revoked yet; its memory is quarantined and the revocation retried",
+			"lease", lr.lease, "consumer", fmt.Sprintf("%016x", uint64(lr.peer)), "bytes", lr.bytes, "err", revokeErr)
+	} else {
+		r.log.Info("rdma: a revoked key's read is still in flight; its memory is quarantined until the read ends",
+			"lease", lr.lease, "consumer", fmt.Sprintf("%016x", uint64(lr.peer)), "bytes", lr.bytes, "force_close_after", r.forceAfter)
+	}
+	go r.watch(lr, revokeErr == nil)
+}
+
+// watch waits for a quarantined registration to die. While its revocation has not been taken it
+// retries it; once the consumer has held the read for forceAfter it closes the consumer's
+// endpoints with force, which cancels the read, and repeats that every forceAfter for as long as
+// the transport has not confirmed the key dead. The memory is never given back before that.
+func (r *Registry) watch(lr *leaseReg, revoked bool) {
+	defer r.qwg.Done()
+	force := time.NewTimer(r.forceAfter)
+	defer force.Stop()
+	retry := time.NewTicker(time.Second)
+	defer retry.Stop()
+	for {
+		select {
+		case <-lr.reg.Dead():
+			r.released(lr, true)
+			return
+		case <-retry.C:
+			if !revoked {
+				ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+				revoked = lr.reg.Revoke(ctx) == nil
+				cancel()
+			}
+		case <-force.C:
+			r.g.forced.Inc()
+			r.log.Warn("rdma: a consumer held a revoked key's read past the bound; closing its endpoints with force",
+				"lease", lr.lease, "consumer", fmt.Sprintf("%016x", uint64(lr.peer)), "bytes", lr.bytes, "after", r.forceAfter)
+			if err := r.rma.ForceClosePeer(lr.peer); err != nil {
+				r.log.Error("rdma: force-closing the consumer's endpoints failed; the memory stays quarantined", "consumer", fmt.Sprintf("%016x", uint64(lr.peer)), "err", err)
+			}
+			force.Reset(r.forceAfter)
+		}
+	}
+}
+
+// released gives back what a dead registration held: its bytes against the budget and its hold
+// on the slot's pages.
+func (r *Registry) released(lr *leaseReg, quarantined bool) {
+	if quarantined {
+		r.mu.Lock()
+		delete(r.quarantine, lr)
+		r.mu.Unlock()
+		r.g.quarantined.Dec()
+		r.g.quarantinedBytes.Sub(float64(lr.bytes))
+		r.log.Info("rdma: a quarantined registration is dead; its memory is back in use", "lease", lr.lease, "bytes", lr.bytes)
+	}
+	r.pool.unreserve(lr.bytes)
+	r.pool.regDead(lr.slot)
 }
 
 // ---------------------------------------------------------------------------- consumer side
@@ -265,7 +366,16 @@ type Stats struct {
 	// LeaseRegistrations and LeaseBytes: live per-lease registrations and the bytes they cover.
 	LeaseRegistrations int
 	LeaseBytes         int64
-	// PinnedBytes is what counts against the budget: ArenaBytes plus LeaseBytes.
+	// QuarantinedRegistrations and QuarantinedBytes: registrations whose lease ended but whose
+	// key may still be read (a read was in flight when it was revoked); their bytes still count
+	// against the budget, and their slots' pages stay out of use, until the transport confirms
+	// them dead.
+	QuarantinedRegistrations int
+	QuarantinedBytes         int64
+	// HeldSlots: slots their owner freed whose pages a quarantined registration still holds.
+	HeldSlots int
+	// PinnedBytes is what counts against the budget: ArenaBytes plus LeaseBytes plus
+	// QuarantinedBytes.
 	PinnedBytes int64
 	// Budget is RegisteredBytesBudget.
 	Budget int64
@@ -278,19 +388,26 @@ func (r *Registry) Stats() Stats {
 	ps := r.pool.stats()
 	r.mu.Lock()
 	n := len(r.leases)
-	var lb int64
+	var lb, qb int64
 	for lr := range r.leases {
 		lb += int64(lr.bytes)
 	}
+	for lr := range r.quarantine {
+		qb += int64(lr.bytes)
+	}
+	nq := len(r.quarantine)
 	r.mu.Unlock()
 	return Stats{Arenas: ps.arenas, ArenaBytes: ps.arenaBytes, Slots: ps.slots, LeaseRegistrations: n, LeaseBytes: lb,
+		QuarantinedRegistrations: nq, QuarantinedBytes: qb, HeldSlots: ps.held,
 		PinnedBytes: ps.pinned, Budget: r.pool.cfg.RegisteredBytesBudget, LastArenaError: ps.lastFail}
 }
 
 // Close revokes any registration still live (normally none: the rendezvous service ends every
-// lease first), stops the reclaimer and unmaps every arena no slot is left in. An arena that
-// still holds a consumer's pinned buffer stays mapped until that buffer is freed: unmapping it
-// would pull memory from under the caller. Call it before closing the RMA transport.
+// lease first), stops the reclaimer and unmaps every arena no slot is left in. It does not wait
+// for quarantined registrations: closing the RMA transport kills their keys (the worker goes),
+// and WaitReleased then waits for their memory to come back. An arena that still holds a
+// consumer's pinned buffer or a quarantined slot stays mapped until that is freed: unmapping it
+// would pull memory from under the caller or a reader. Call it before closing the RMA transport.
 func (r *Registry) Close() error {
 	r.mu.Lock()
 	if r.closed {
@@ -314,12 +431,32 @@ func (r *Registry) Close() error {
 	return nil
 }
 
+// WaitReleased waits until no registration is quarantined, or ctx ends; call it after the RMA
+// transport closed (which kills every key). It returns an error naming what is still held when
+// ctx ends first: that memory stays mapped and counted, never reused.
+func (r *Registry) WaitReleased(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		r.qwg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		st := r.Stats()
+		return fmt.Errorf("rdma: %d registrations (%s) still quarantined: their memory stays mapped and out of use: %w",
+			st.QuarantinedRegistrations, verbs.FormatBytes(uint64(st.QuarantinedBytes)), ctx.Err())
+	}
+}
+
 // ---------------------------------------------------------------------------- metrics
 
 type gauges struct {
-	arenas, arenaBytes    prometheus.Gauge
-	leaseRegs, leaseBytes prometheus.Gauge
-	arenaFailures         prometheus.Counter
+	arenas, arenaBytes            prometheus.Gauge
+	leaseRegs, leaseBytes         prometheus.Gauge
+	quarantined, quarantinedBytes prometheus.Gauge
+	arenaFailures, forced         prometheus.Counter
 }
 
 // Series the registry exports (beside velo's own).
@@ -329,6 +466,9 @@ const (
 	LeaseRegistrationsGauge = "velo_rdma_lease_registrations"
 	LeaseBytesGauge         = "velo_rdma_lease_registered_bytes"
 	ArenaFailuresTotal      = "velo_rdma_arena_map_failures_total"
+	QuarantinedGauge        = "velo_rdma_quarantined_registrations"
+	QuarantinedBytesGauge   = "velo_rdma_quarantined_bytes"
+	ForcedClosesTotal       = "velo_rdma_forced_closes_total"
 )
 
 func newGauges(reg prometheus.Registerer) (*gauges, error) {
@@ -338,9 +478,15 @@ func newGauges(reg prometheus.Registerer) (*gauges, error) {
 		leaseRegs:     prometheus.NewGauge(prometheus.GaugeOpts{Name: LeaseRegistrationsGauge, Help: "Live per-lease memory registrations (one remote key each)."}),
 		leaseBytes:    prometheus.NewGauge(prometheus.GaugeOpts{Name: LeaseBytesGauge, Help: "Bytes covered by live per-lease registrations."}),
 		arenaFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: ArenaFailuresTotal, Help: "Arenas that could not be mapped or locked (memlock limit, out of memory)."}),
+		quarantined: prometheus.NewGauge(prometheus.GaugeOpts{Name: QuarantinedGauge,
+			Help: "Registrations whose lease ended while a read of them was in flight; their memory stays out of use until the transport confirms the key dead."}),
+		quarantinedBytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: QuarantinedBytesGauge,
+			Help: "Bytes of quarantined registrations; they still count against the registered-bytes budget."}),
+		forced: prometheus.NewCounter(prometheus.CounterOpts{Name: ForcedClosesTotal,
+			Help: "Times a consumer held a revoked key's read past ForceCloseAfter and had its endpoints closed with force."}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{g.arenas, g.arenaBytes, g.leaseRegs, g.leaseBytes, g.arenaFailures} {
+		for _, c := range []prometheus.Collector{g.arenas, g.arenaBytes, g.leaseRegs, g.leaseBytes, g.arenaFailures, g.quarantined, g.quarantinedBytes, g.forced} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("%w: %v", metrics.ErrRegister, err)
 			}

@@ -193,3 +193,17 @@ func link(t testing.TB, a, b node) {
 		t.Fatal(err)
 	}
 }
+
+// deregister revokes reg's key and waits until the transport confirms that nothing can read the
+// region any more.
+func deregister(t testing.TB, reg transport.Registration) {
+	t.Helper()
+	if err := reg.Revoke(testCtx(t)); err != nil {
+		t.Fatalf("Revoke: %v", err)
+	}
+	select {
+	case <-reg.Dead():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the registration of %d bytes at %#x was not dead 30 s after Revoke", reg.Len(), reg.Addr())
+	}
+}

@@ -30,8 +30,8 @@ var (
 	dropReasons = []string{"malformed", "unknown_sender", "too_large", "stale", "rejected_blob"}
 	// endpointEvents: opened, reaped (this side's idle reaper retired it), retired_by_peer (the
 	// peer's fin), failed (UCX reported the endpoint dead), removed (RemovePeer), closed (this
-	// side's Close said goodbye on it).
-	endpointEvents = []string{"opened", "reaped", "retired_by_peer", "failed", "removed", "closed"}
+	// side's Close said goodbye on it), forced (closed with force by ForceClosePeer).
+	endpointEvents = []string{"opened", "reaped", "retired_by_peer", "failed", "removed", "closed", "forced"}
 )
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -51,7 +51,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		endpoints: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "velo", Subsystem: "ucx_transport", Name: "endpoint_events_total",
-			Help: "Endpoint lifecycle events: opened, reaped, retired_by_peer, failed, removed.",
+			Help: "Endpoint lifecycle events: opened, reaped, retired_by_peer, failed, removed, closed, forced.",
 		}, []string{"event"}),
 		open: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "velo", Subsystem: "ucx_transport", Name: "endpoints",

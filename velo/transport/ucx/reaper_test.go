@@ -165,7 +165,7 @@ func TestReaperSparesBusyEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer reg.Deregister()
+	defer deregister(t, reg)
 	dst := make([]byte, len(mem))
 	for i := 0; i < 3; i++ {
 		if err := consumer.Get(testCtx(t), owner.h.id, reg.Addr(), reg.RKey(), dst); err != nil {

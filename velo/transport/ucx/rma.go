@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/velo-go/velo/ucx"
 	"github.com/velo-go/velo/velo/transport"
@@ -44,34 +43,79 @@ func (t *Transport) RegisterMemory(mem []byte) (transport.Registration, error) {
 
 // registration is one engine registration behind transport.Registration.
 type registration struct {
-	r    *ucx.Registration
-	once sync.Once
-	err  error
+	r *ucx.Registration
 }
 
-func (g *registration) Addr() uint64 { return g.r.Addr() }
-func (g *registration) Len() int     { return g.r.Len() }
-func (g *registration) RKey() []byte { return g.r.RemoteKey() }
+func (g *registration) Addr() uint64          { return g.r.Addr() }
+func (g *registration) Len() int              { return g.r.Len() }
+func (g *registration) RKey() []byte          { return g.r.RemoteKey() }
+func (g *registration) Dead() <-chan struct{} { return g.r.Done() }
 
-// Deregister revokes the key at once and returns when UCX no longer reads the memory: a guarded
-// reply that was already reading the region has finished and the region is unmapped. Only then
-// may the caller reuse or free the memory. If that does not happen within a minute it returns an
-// error, and the memory must stay untouched (the RDMA registry quarantines the slot).
-func (g *registration) Deregister() error {
-	g.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), regTimeout)
-		defer cancel()
-		if err := g.r.Unregister(ctx); err != nil {
-			g.err = fmt.Errorf("ucx: deregistering %d bytes at %#x: %w (the memory may still be read: do not reuse it)", g.r.Len(), g.r.Addr(), err)
-			return
+// Revoke implements transport.Registration: later guarded GETs with the key are refused. A
+// guarded reply that is already reading the region keeps it until the reply completed (the
+// consumer took the bytes), failed (the consumer died), or its endpoint was closed with force
+// (ForceClosePeer); the engine unmaps the region then and Dead is closed. Over InfiniBand RC/DC
+// the NIC checks the key itself, and the unmap kills it.
+func (g *registration) Revoke(ctx context.Context) error {
+	if err := g.r.Revoke(ctx); err != nil {
+		return fmt.Errorf("ucx: revoking the key of %d bytes at %#x: %w", g.r.Len(), g.r.Addr(), err)
+	}
+	return nil
+}
+
+// ForceClosePeer implements transport.RMA: every endpoint to the peer, the current one and the
+// retired ones, is closed with force. UCX cancels what is in flight on them, the guarded replies
+// this side is sending to the peer included (the peer's GET requests arrive on the endpoint this
+// side created for the same slot, so a reply goes out on one of ours). The peer is reported down:
+// it did not answer for longer than its keys may live. The next frame to it opens a new slot.
+func (t *Transport) ForceClosePeer(id transport.InstanceID) error {
+	t.mu.Lock()
+	p := t.peers[id]
+	var orphans []*peer
+	for o := range t.orphans {
+		if o.id == id {
+			orphans = append(orphans, o)
 		}
-		select {
-		case <-g.r.Done():
-		case <-ctx.Done():
-			g.err = fmt.Errorf("ucx: deregistering %d bytes at %#x: %w (the memory may still be read: do not reuse it)", g.r.Len(), g.r.Addr(), ctx.Err())
+	}
+	t.mu.Unlock()
+	if p == nil && len(orphans) == 0 {
+		return fmt.Errorf("ucx: ForceClosePeer %016x: %w", uint64(id), transport.ErrUnknownPeer)
+	}
+	var conns []*outConn
+	for _, q := range append(orphans, p) {
+		if q == nil {
+			continue
 		}
-	})
-	return g.err
+		q.sendMu.Lock()
+		if q.conn != nil {
+			q.prevEpoch, q.prevSeq = q.conn.epoch, q.conn.seq
+			conns = append(conns, q.conn)
+			q.conn = nil
+		}
+		conns = append(conns, q.retired...)
+		q.retired = nil
+		q.sendMu.Unlock()
+	}
+	for _, oc := range conns {
+		oc.mu.Lock()
+		oc.state = connClosing
+		oc.mu.Unlock()
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), t.timings.finWait)
+			defer cancel()
+			if err := oc.c.Close(ctx, ucx.CloseForce); err != nil && !errors.Is(err, ucx.ErrClosed) {
+				t.log.Debug("ucx: force-closing an endpoint", "peer", fmt.Sprintf("%016x", uint64(id)), "slot", oc.epoch, "err", err)
+			}
+		}()
+	}
+	t.m.endpoints.WithLabelValues("forced").Add(float64(len(conns)))
+	t.log.Warn("ucx: closed every endpoint to an unresponsive peer with force", "peer", fmt.Sprintf("%016x", uint64(id)), "endpoints", len(conns))
+	if p != nil && len(conns) > 0 && !t.isClosed() {
+		t.host.PeerDown(id, fmt.Errorf("ucx: endpoints to %016x closed with force: %w: it held a revoked key's read past the bound", uint64(id), transport.ErrPeerUnreachable))
+	}
+	return nil
 }
 
 // Get implements transport.RMA: one GET of len(dst) bytes at remoteAddr of peer, with the sealed

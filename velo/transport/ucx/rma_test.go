@@ -73,12 +73,8 @@ func TestRMARegisterGetDeregister(t *testing.T) {
 		if err := consumer.Get(testCtx(t), owner.h.id, reg.Addr(), reg.RKey(), make([]byte, n+1)); !errors.Is(err, ucx.ErrOutOfRange) {
 			t.Fatalf("GET past the region: %v", err)
 		}
-		if err := reg.Deregister(); err != nil {
-			t.Fatal(err)
-		}
-		if err := reg.Deregister(); err != nil {
-			t.Fatalf("second Deregister: %v", err)
-		}
+		deregister(t, reg)
+		deregister(t, reg)
 	}
 	// Two registrations of the same memory have different keys.
 	mem := mapped(t, 4096)
@@ -93,16 +89,12 @@ func TestRMARegisterGetDeregister(t *testing.T) {
 	if bytes.Equal(r1.RKey(), r2.RKey()) {
 		t.Fatal("two registrations share a key")
 	}
-	if err := r1.Deregister(); err != nil {
-		t.Fatal(err)
-	}
+	deregister(t, r1)
 	dst := make([]byte, 4096)
 	if err := consumer.Get(testCtx(t), owner.h.id, r2.Addr(), r2.RKey(), dst); err != nil || !bytes.Equal(dst, mem) {
 		t.Fatalf("the second registration died with the first: %v", err)
 	}
-	if err := r2.Deregister(); err != nil {
-		t.Fatal(err)
-	}
+	deregister(t, r2)
 	// Only registered owners can be read.
 	stranger := newNode(t, nil)
 	if stranger.CanGet(owner.h.id) {
@@ -136,9 +128,7 @@ func TestUnusableRkeyIsRefusedOverTCP(t *testing.T) {
 		t.Skipf("the endpoint's RMA lanes are hardware-keyed (%v): this test is for software RMA (UCX_TLS=tcp) only", mode)
 	}
 	key, addr := reg.RKey(), reg.Addr()
-	if err := reg.Deregister(); err != nil {
-		t.Fatal(err)
-	}
+	deregister(t, reg)
 	// Poison: the owner writes new bytes where the old registration was, then unmaps it.
 	copy(mem, bytes.Repeat([]byte("owner-secret"), len(mem)/12))
 	sentinel := bytes.Repeat([]byte{0xA5}, len(dst))
@@ -166,7 +156,7 @@ func TestUnusableRkeyIsRefusedOverTCP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lreg.Deregister()
+	defer deregister(t, lreg)
 	good := lreg.RKey()
 	k, err := ucx.ParseSealedKey(good)
 	if err != nil {

@@ -5,8 +5,10 @@
 //
 // A Fabric joins the Transports of one process. A registration gets a random key that names it;
 // a GET by another Transport on the fabric checks the key and the range against the owner's live
-// registrations, as UCX's guarded GET does, and copies the bytes while holding the registration,
-// so Deregister returns only once no GET reads the memory. A revoked or forged key reads nothing.
+// registrations, as UCX's guarded GET does, and counts itself in flight on the registration while
+// it copies, so a revoked registration's Dead closes only once no GET reads the memory. A revoked
+// or forged key reads nothing. DuringGet holds a GET in flight (a stalled consumer);
+// ForceClosePeer cancels the GETs a consumer has in flight, as closing its endpoints with force does.
 package rdmatest
 
 import (
@@ -54,20 +56,26 @@ type Transport struct {
 
 	mu     sync.RWMutex
 	peers  map[transport.InstanceID]bool
-	regs   map[uint64]*registration
+	regs   map[uint64]*registration   // live: not revoked
+	all    map[*registration]struct{} // not dead yet
 	nextID uint64
 
 	// FailGets makes the next n GETs fail with ErrInjected.
 	FailGets atomic.Int32
 	// BeforeGet, when set, runs at the start of every GET (a test blocks here to let a lease expire).
 	BeforeGet func(ctx context.Context)
+	// DuringGet, when set, runs while a GET is in flight on the owner's registration, after the
+	// key was checked and before the bytes are copied; ctx ends when the owner force-closes this
+	// consumer. A test blocks here to play a consumer that stalled mid-GET.
+	DuringGet func(ctx context.Context)
 	// RegisterErr, when set, makes RegisterMemory fail with it.
 	RegisterErr atomic.Pointer[error]
 
 	last atomic.Pointer[GetArgs]
 
 	Registrations   atomic.Int64 // RegisterMemory calls that succeeded
-	Deregistrations atomic.Int64
+	Deregistrations atomic.Int64 // registrations revoked
+	ForcedCloses    atomic.Int64 // ForceClosePeer calls
 	Gets            atomic.Int64 // GETs that moved bytes
 }
 
@@ -77,7 +85,7 @@ func (f *Fabric) New(name string) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Transport{Transport: tr, f: f, name: name, peers: map[transport.InstanceID]bool{}, regs: map[uint64]*registration{}}, nil
+	return &Transport{Transport: tr, f: f, name: name, peers: map[transport.InstanceID]bool{}, regs: map[uint64]*registration{}, all: map[*registration]struct{}{}}, nil
 }
 
 // Name is the name given to New.
@@ -114,8 +122,21 @@ func (t *Transport) RemovePeer(id transport.InstanceID) {
 	t.Transport.RemovePeer(id)
 }
 
-// Close leaves the fabric and closes the TCP transport.
+// Close leaves the fabric, kills every key it handed out (GETs in flight on them are cancelled, as
+// destroying a UCX worker does) and closes the TCP transport.
 func (t *Transport) Close() error {
+	t.mu.Lock()
+	for r := range t.all {
+		for g := range r.inflight {
+			g.cancel()
+		}
+		if !r.revoked {
+			r.revoked = true
+			delete(t.regs, r.id)
+			r.maybeDeadLocked()
+		}
+	}
+	t.mu.Unlock()
 	t.f.mu.Lock()
 	if t.f.nodes[t.self] == t {
 		delete(t.f.nodes, t.self)
@@ -148,24 +169,71 @@ type registration struct {
 	token uint64
 	mem   []byte
 	addr  uint64
+	dead  chan struct{}
+
+	// Guarded by t.mu.
+	revoked  bool
+	inflight map[*inflightGet]struct{}
 }
 
-func (r *registration) Addr() uint64 { return r.addr }
-func (r *registration) Len() int     { return len(r.mem) }
+// inflightGet is one GET reading a registration, and how to cancel it.
+type inflightGet struct {
+	consumer transport.InstanceID
+	cancel   context.CancelFunc
+}
+
+func (r *registration) Addr() uint64          { return r.addr }
+func (r *registration) Len() int              { return len(r.mem) }
+func (r *registration) Dead() <-chan struct{} { return r.dead }
 func (r *registration) RKey() []byte {
 	k := binary.LittleEndian.AppendUint64(nil, r.id)
 	return binary.LittleEndian.AppendUint64(k, r.token)
 }
 
-// Deregister revokes the key; it waits for GETs reading the region (they hold the read lock).
-func (r *registration) Deregister() error {
+// Revoke refuses later GETs with the key; Dead closes when no GET reads the region any more.
+func (r *registration) Revoke(context.Context) error {
 	r.t.mu.Lock()
 	defer r.t.mu.Unlock()
-	if r.t.regs[r.id] != r {
-		return fmt.Errorf("rdmatest: registration %d deregistered twice", r.id)
+	if r.revoked {
+		return nil
 	}
+	r.revoked = true
 	delete(r.t.regs, r.id)
 	r.t.Deregistrations.Add(1)
+	r.maybeDeadLocked()
+	return nil
+}
+
+func (r *registration) maybeDeadLocked() {
+	if r.revoked && len(r.inflight) == 0 {
+		close(r.dead)
+		delete(r.t.all, r)
+	}
+}
+
+// LiveReads is how many GETs read this transport's registrations now.
+func (t *Transport) LiveReads() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	n := 0
+	for r := range t.all {
+		n += len(r.inflight)
+	}
+	return n
+}
+
+// ForceClosePeer cancels every GET that peer has in flight on this transport's registrations.
+func (t *Transport) ForceClosePeer(peer transport.InstanceID) error {
+	t.ForcedCloses.Add(1)
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	for r := range t.all {
+		for g := range r.inflight {
+			if g.consumer == peer {
+				g.cancel()
+			}
+		}
+	}
 	return nil
 }
 
@@ -184,8 +252,10 @@ func (t *Transport) RegisterMemory(mem []byte) (transport.Registration, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.nextID++
-	r := &registration{t: t, id: t.nextID, token: binary.LittleEndian.Uint64(tok[:]) | 1, mem: mem, addr: uint64(uintptr(unsafe.Pointer(&mem[0])))}
+	r := &registration{t: t, id: t.nextID, token: binary.LittleEndian.Uint64(tok[:]) | 1, mem: mem, addr: uint64(uintptr(unsafe.Pointer(&mem[0]))),
+		dead: make(chan struct{}), inflight: map[*inflightGet]struct{}{}}
 	t.regs[r.id] = r
+	t.all[r] = struct{}{}
 	t.Registrations.Add(1)
 	return r, nil
 }
@@ -225,14 +295,33 @@ func (t *Transport) Get(ctx context.Context, peer transport.InstanceID, remoteAd
 	if owner == nil {
 		return fmt.Errorf("rdmatest: %w", transport.ErrPeerUnreachable)
 	}
-	owner.mu.RLock()
-	defer owner.mu.RUnlock()
+	owner.mu.Lock()
 	r := owner.regs[binary.LittleEndian.Uint64(rkey)]
 	if r == nil || r.token != binary.LittleEndian.Uint64(rkey[8:]) {
+		owner.mu.Unlock()
 		return ErrRevoked
 	}
 	if remoteAddr < r.addr || remoteAddr-r.addr > uint64(len(r.mem)) || uint64(len(dst)) > uint64(len(r.mem))-(remoteAddr-r.addr) {
+		owner.mu.Unlock()
 		return fmt.Errorf("%w: [%#x, +%d) against [%#x, +%d)", ErrOutOfRange, remoteAddr, len(dst), r.addr, len(r.mem))
+	}
+	gctx, cancel := context.WithCancel(ctx)
+	g := &inflightGet{consumer: t.self, cancel: cancel}
+	r.inflight[g] = struct{}{}
+	during := owner.DuringGet
+	owner.mu.Unlock()
+	defer func() {
+		cancel()
+		owner.mu.Lock()
+		delete(r.inflight, g)
+		r.maybeDeadLocked()
+		owner.mu.Unlock()
+	}()
+	if during != nil {
+		during(gctx)
+	}
+	if err := gctx.Err(); err != nil {
+		return fmt.Errorf("rdmatest: GET cancelled: %w", err)
 	}
 	off := remoteAddr - r.addr
 	copy(dst, r.mem[off:off+uint64(len(dst))])

@@ -1,0 +1,182 @@
+package velo
+
+// A consumer that stalls mid-GET (SIGSTOP, a debugger, a frozen VM) holds a read of the owner's
+// pinned memory after its lease ended. These tests play that with the in-process RMA's DuringGet
+// hook (the same cases run over real UCX with real stopped processes in module test, package
+// faults) and check the rule of docs/rendezvous-rdma.md: no page a key may still read is reused
+// or unmapped, quarantined bytes stay counted, and everything comes back once the read ends.
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/rendezvous/rdma"
+	"github.com/velo-go/velo/velo/rendezvous/rdma/rdmatest"
+)
+
+// stallFirstGet makes the first GET served by owner stop in flight until resume is closed or the
+// owner force-closes the consumer. It returns a channel closed once that GET is in flight.
+func stallFirstGet(owner rnode, resume <-chan struct{}) <-chan struct{} {
+	var n atomic.Int32
+	inFlight := make(chan struct{})
+	owner.rt.DuringGet = func(ctx context.Context) {
+		if n.Add(1) != 1 {
+			return
+		}
+		close(inFlight)
+		select {
+		case <-resume:
+		case <-ctx.Done():
+		}
+	}
+	return inFlight
+}
+
+func gaugeValue(t *testing.T, v *Velo, name string) float64 {
+	t.Helper()
+	x, err := metrics.Value(v.Metrics(), name, nil)
+	require.NoError(t, err)
+	return x
+}
+
+// TestStalledConsumerKeepsMemoryUntilItsReadEnds is the crash of the stalled consumer: the lease
+// ends under a stalled read (TTL), a second consumer fetches and releases the same payload, and
+// only when the stalled read ends may the payload's dedicated arena be unmapped.
+func TestStalledConsumerKeepsMemoryUntilItsReadEnds(t *testing.T) {
+	f := rdmatest.NewFabric()
+	owner := rdmaNode(t, f, true, WithLeaseTTL(200*time.Millisecond),
+		WithRDMA(RDMAConfig{Pool: RDMAPoolConfig{ArenaSize: 1 << 20}, ForceCloseAfter: time.Hour}))
+	stalled := rdmaNode(t, f, true)
+	second := rdmaNode(t, f, true)
+	link(t, owner, stalled, true)
+	link(t, owner, second, true)
+
+	data := payload(8<<20, 7) // above the arena size: a dedicated arena, unmapped when freed
+	h, err := owner.RegisterDataPinned(tctx(t), data)
+	require.NoError(t, err)
+	start := owner.RDMAStats()
+	require.Equal(t, 1, start.Arenas)
+
+	resume := make(chan struct{})
+	inFlight := stallFirstGet(owner, resume)
+	type result struct {
+		l   *Lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := stalled.Get(context.Background(), h)
+		got <- result{l, err}
+	}()
+	<-inFlight
+
+	// The reaper ends the stalled lease; its key is revoked but the read is still in flight.
+	require.Eventually(t, func() bool { return owner.RDMAStats().QuarantinedRegistrations == 1 }, 10*time.Second, 10*time.Millisecond,
+		"the TTL reaper did not end the stalled lease")
+	st := owner.RDMAStats()
+	assert.Equal(t, 0, st.LeaseRegistrations)
+	assert.Positive(t, st.QuarantinedBytes)
+	assert.Equal(t, st.ArenaBytes+st.QuarantinedBytes, st.PinnedBytes, "quarantined bytes count against the budget")
+	assert.Equal(t, float64(1), gaugeValue(t, owner.Velo, rdma.QuarantinedGauge))
+
+	// A second consumer fetches and releases the last reference: the slot is freed, but its pages
+	// stay mapped and out of use while the first read may still touch them.
+	l2, err := second.Get(tctx(t), h)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(l2.Bytes(), data))
+	require.NoError(t, l2.Release(tctx(t)))
+	require.Eventually(t, func() bool { return owner.RDMAStats().HeldSlots == 1 }, 5*time.Second, 5*time.Millisecond)
+	st = owner.RDMAStats()
+	assert.Equal(t, 0, st.Slots)
+	assert.Equal(t, 1, st.Arenas, "the arena of a slot a live key may read was unmapped")
+
+	// The stalled consumer resumes: its read completes from memory that is still there, and then
+	// everything comes back.
+	close(resume)
+	r := <-got
+	if r.err == nil {
+		assert.True(t, bytes.Equal(r.l.Bytes(), data), "the resumed read returned other bytes")
+		_ = r.l.Release(tctx(t)) // its lease is gone; the owner refuses, nothing leaks either way
+	}
+	require.Eventually(t, func() bool {
+		st := owner.RDMAStats()
+		return st.QuarantinedRegistrations == 0 && st.HeldSlots == 0 && st.Arenas == 0 && st.PinnedBytes == 0
+	}, 10*time.Second, 10*time.Millisecond, "memory not back after the stalled read ended: %+v", owner.RDMAStats())
+	assert.Equal(t, float64(0), gaugeValue(t, owner.Velo, rdma.QuarantinedBytesGauge))
+	assert.Equal(t, float64(0), gaugeValue(t, owner.Velo, rdma.ForcedClosesTotal))
+}
+
+// TestUnresponsiveConsumerIsForceClosed: a consumer that never resumes has its endpoints closed
+// with force after ForceCloseAfter, which ends its read; the memory then comes back, and the
+// consumer's get falls back to the chunked path with the right bytes.
+func TestUnresponsiveConsumerIsForceClosed(t *testing.T) {
+	f := rdmatest.NewFabric()
+	owner := rdmaNode(t, f, true, WithLeaseTTL(200*time.Millisecond),
+		WithRDMA(RDMAConfig{ForceCloseAfter: 300 * time.Millisecond}))
+	cons := rdmaNode(t, f, true)
+	link(t, owner, cons, true)
+	data := payload(3<<20, 9)
+	h, err := owner.RegisterDataPinned(tctx(t), data)
+	require.NoError(t, err)
+	arenaOnly := owner.RDMAStats().PinnedBytes
+
+	inFlight := stallFirstGet(owner, nil) // resumes only when force-closed
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var l *Lease
+	var gerr error
+	go func() {
+		defer wg.Done()
+		l, gerr = cons.Get(context.Background(), h)
+	}()
+	<-inFlight
+	begin := time.Now()
+	require.Eventually(t, func() bool { return owner.rt.ForcedCloses.Load() >= 1 }, 10*time.Second, 10*time.Millisecond)
+	assert.GreaterOrEqual(t, time.Since(begin), 300*time.Millisecond, "force-closed before the bound")
+	wg.Wait()
+	require.NoError(t, gerr)
+	assert.True(t, bytes.Equal(l.Bytes(), data))
+	assert.Equal(t, float64(1), pathCount(t, cons.Velo, metrics.PathChunked, metrics.ReasonGetFailed))
+	require.NoError(t, l.Release(tctx(t)))
+	require.Eventually(t, func() bool {
+		st := owner.RDMAStats()
+		return st.QuarantinedRegistrations == 0 && st.PinnedBytes == arenaOnly && st.Slots == 0
+	}, 10*time.Second, 10*time.Millisecond, "%+v", owner.RDMAStats())
+	assert.Equal(t, float64(1), gaugeValue(t, owner.Velo, rdma.ForcedClosesTotal))
+}
+
+// TestCloseUnderStalledRead: Close does not wait for a stalled consumer beyond its bound; closing
+// the transport kills the key, and every byte is back when Close returns.
+func TestCloseUnderStalledRead(t *testing.T) {
+	f := rdmatest.NewFabric()
+	owner := rdmaNode(t, f, true, WithRDMA(RDMAConfig{ForceCloseAfter: time.Hour}))
+	cons := rdmaNode(t, f, true)
+	link(t, owner, cons, true)
+	h, err := owner.RegisterDataPinned(tctx(t), payload(2<<20, 3))
+	require.NoError(t, err)
+	inFlight := stallFirstGet(owner, nil)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if l, err := cons.Get(context.Background(), h); err == nil {
+			_ = l.Release(context.Background())
+		}
+	}()
+	<-inFlight
+	begin := time.Now()
+	require.NoError(t, owner.Close())
+	assert.Less(t, time.Since(begin), 10*time.Second, "Close blocked on a stalled consumer")
+	st := owner.RDMAStats()
+	assert.Zero(t, st.PinnedBytes, "%+v", st)
+	assert.Zero(t, st.QuarantinedRegistrations)
+	assert.Zero(t, st.Arenas)
+	<-done
+}
