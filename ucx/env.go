@@ -33,11 +33,18 @@ var envDefaults = [...]struct {
 }{
 	{"UCX_RCACHE_ENABLE", "n", false},
 	{"UCX_MEM_EVENTS", "n", true},
+	// UCX's fault handlers removed before the Go runtime starts (see capi.c): a fault in C code
+	// crashes the process with Go's report and a non-zero status.
+	{"UCX_HANDLE_ERRORS", "none", true},
 }
 
 // applyLoadTimeDefault applies a default for a variable UCX parsed when it was loaded;
 // the cgo build sets it. It reports whether it could.
 var applyLoadTimeDefault func(name, value string) bool
+
+// setBeforeMain reports a default the binding's C constructor applied before main (so the
+// variable is in the environment although the user did not set it); the cgo build sets it.
+var setBeforeMain func(name string) bool
 
 // EnvDefault records what the binding did with one default variable.
 type EnvDefault struct {
@@ -45,7 +52,8 @@ type EnvDefault struct {
 	Value   string // the value in effect after the defaults were applied
 	UserSet bool   // true when the variable was already set and left alone
 	// Via says how a default was applied: "environment" (os.Setenv before the first
-	// context) or "ucm_set_global_opts" (UCX read the variable before main).
+	// context), "ucm_set_global_opts" (UCX read the variable before main) or "library
+	// constructor" (the binding applied it before main).
 	Via string `json:",omitempty"`
 }
 
@@ -54,13 +62,18 @@ var (
 	envApplied []EnvDefault
 )
 
-// ApplyEnvDefaults applies UCX_RCACHE_ENABLE=n and UCX_MEM_EVENTS=n unless the user set
+// ApplyEnvDefaults applies UCX_RCACHE_ENABLE=n, UCX_MEM_EVENTS=n and UCX_HANDLE_ERRORS=none
+// (the last before main, see docs/ucx.md) unless the user set
 // them, once per process, and reports the outcome. NewContext, NewEngine and
 // QueryResources call it; call it yourself only if something else in the process creates
 // a UCX context first.
 func ApplyEnvDefaults() []EnvDefault {
 	envOnce.Do(func() {
 		for _, d := range envDefaults {
+			if setBeforeMain != nil && setBeforeMain(d.name) {
+				envApplied = append(envApplied, EnvDefault{Name: d.name, Value: d.value, Via: "library constructor"})
+				continue
+			}
 			if v, ok := os.LookupEnv(d.name); ok {
 				envApplied = append(envApplied, EnvDefault{Name: d.name, Value: v, UserSet: true})
 				continue

@@ -29,7 +29,10 @@ func envOf(info childInfo, name string) EnvDefault {
 // registration cache and UCM's memory events off; values the user set are left alone.
 func TestEnvDefaults(t *testing.T) {
 	t.Run("defaults", func(t *testing.T) {
-		info, _ := startChild(t, "env-report", "-UCX_RCACHE_ENABLE", "-UCX_MEM_EVENTS")
+		info, _ := startChild(t, "env-report", "-UCX_RCACHE_ENABLE", "-UCX_MEM_EVENTS", "-UCX_HANDLE_ERRORS")
+		if e := envOf(info, "UCX_HANDLE_ERRORS"); e.UserSet || e.Value != "none" || e.Via != "library constructor" {
+			t.Errorf("UCX_HANDLE_ERRORS: %+v", e)
+		}
 		if e := envOf(info, "UCX_RCACHE_ENABLE"); e.UserSet || e.Value != "n" || e.Via != "environment" {
 			t.Errorf("UCX_RCACHE_ENABLE: %+v", e)
 		}
@@ -44,7 +47,10 @@ func TestEnvDefaults(t *testing.T) {
 		}
 	})
 	t.Run("user set", func(t *testing.T) {
-		info, _ := startChild(t, "env-report", "UCX_RCACHE_ENABLE=y", "UCX_MEM_EVENTS=y")
+		info, _ := startChild(t, "env-report", "UCX_RCACHE_ENABLE=y", "UCX_MEM_EVENTS=y", "UCX_HANDLE_ERRORS=bt")
+		if e := envOf(info, "UCX_HANDLE_ERRORS"); !e.UserSet || e.Value != "bt" {
+			t.Errorf("UCX_HANDLE_ERRORS: %+v", e)
+		}
 		if e := envOf(info, "UCX_RCACHE_ENABLE"); !e.UserSet || e.Value != "y" {
 			t.Errorf("UCX_RCACHE_ENABLE: %+v", e)
 		}

@@ -191,53 +191,70 @@ func TestUCXOverTCPDoesNotCheckRemoteKeys(t *testing.T) {
 // memory it once registered dies with SIGSEGV when a peer GETs it, because UCX's software
 // GET reads the address without checking anything. The engine never unmaps memory while
 // a guarded reply reads it and never serves a revoked key.
+//
+// It also checks that such a crash is a crash: the owner exits with a non-zero status. By
+// default the binding hands the fault signals to the Go runtime before main (capi.c), which
+// reports the fault in C code and exits with status 2; with UCX_HANDLE_ERRORS=bt set by the
+// user, UCX's handler prints its backtrace and the process dies by the signal.
 func TestUCXOverTCPCrashesOwnerOnFreedMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a child process that crashes on purpose")
 	}
-	p := newLowPair(t)
-	if p.ctx.protoV2 {
-		t.Skip("protocol v2 on UCX 1.13: the consumer's own UCX asserts (stubs.c) when the owner dies mid-GET")
-	}
-	info, child := startChild(t, "raw-owner")
-	ep, err := p.a.Connect(info.Address, EndpointOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rmaLanesKeyed(ep.Info()) {
-		t.Skip("hardware-keyed RMA lanes; the claim is about software RMA")
-	}
-	if _, err := fmt.Fprintln(child.stdin, "munmap"); err != nil {
-		t.Fatal(err)
-	}
-	if line, _ := child.out.ReadString('\n'); strings.TrimSpace(line) != "unmapped" {
-		t.Fatalf("child said %q", line)
-	}
-	rk, err := ep.UnpackRemoteKey(info.RawKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst := allocFilled(t, 64, 0).Bytes()[:64]
-	req, err := ep.Get(dst, info.Base, rk)
-	if err == nil && req != nil {
-		p.until(t, func() bool { return req.Done() || ep.Err() != nil }, nil)
-	}
-	select {
-	case <-child.exited:
-	case <-time.After(testTimeout):
-		t.Fatal("the owner survived a GET of freed memory; has UCX started checking? Update docs/ucx.md")
-	}
-	// UCX's own fault handler re-raises SIGSEGV; without it Go's runtime reports the
-	// fault in C code and exits with status 2. Either way the owner is dead.
-	ws, _ := child.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	segv := ws.Signaled() && ws.Signal() == syscall.SIGSEGV
-	if !segv && !strings.Contains(child.stderr.String(), "SIGSEGV") && !strings.Contains(child.stderr.String(), "Segmentation fault") {
-		t.Fatalf("owner exited with %v and no segmentation fault report:\n%s", child.cmd.ProcessState, child.stderr.String())
-	}
-	t.Logf("owner died as expected: %v", child.cmd.ProcessState)
-	rk.Destroy()
-	if r, _ := ep.Close(CloseForce); r != nil {
-		p.until(t, r.Done, nil)
+	for _, tc := range []struct {
+		name, env, report string
+		status            func(syscall.WaitStatus) bool
+	}{
+		{"go runtime", "-UCX_HANDLE_ERRORS", "signal arrived during cgo execution",
+			func(ws syscall.WaitStatus) bool { return ws.Exited() && ws.ExitStatus() == 2 }},
+		{"UCX_HANDLE_ERRORS=bt", "UCX_HANDLE_ERRORS=bt", "Caught signal 11",
+			func(ws syscall.WaitStatus) bool { return ws.Signaled() && ws.Signal() == syscall.SIGSEGV }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newLowPair(t)
+			if p.ctx.protoV2 {
+				t.Skip("protocol v2 on UCX 1.13: the consumer's own UCX asserts (stubs.c) when the owner dies mid-GET")
+			}
+			info, child := startChild(t, "raw-owner", tc.env)
+			ep, err := p.a.Connect(info.Address, EndpointOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rmaLanesKeyed(ep.Info()) {
+				t.Skip("hardware-keyed RMA lanes; the claim is about software RMA")
+			}
+			if _, err := fmt.Fprintln(child.stdin, "munmap"); err != nil {
+				t.Fatal(err)
+			}
+			if line, _ := child.out.ReadString('\n'); strings.TrimSpace(line) != "unmapped" {
+				t.Fatalf("child said %q", line)
+			}
+			rk, err := ep.UnpackRemoteKey(info.RawKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dst := allocFilled(t, 64, 0).Bytes()[:64]
+			req, err := ep.Get(dst, info.Base, rk)
+			if err == nil && req != nil {
+				p.until(t, func() bool { return req.Done() || ep.Err() != nil }, nil)
+			}
+			select {
+			case <-child.exited:
+			case <-time.After(testTimeout):
+				t.Fatal("the owner survived a GET of freed memory; has UCX started checking? Update docs/ucx.md")
+			}
+			ws, _ := child.cmd.ProcessState.Sys().(syscall.WaitStatus)
+			if ws.Exited() && ws.ExitStatus() == 0 {
+				t.Fatalf("the owner faulted and exited with status 0: a supervisor would not restart it\n%s", child.stderr.String())
+			}
+			if !tc.status(ws) || !strings.Contains(child.stderr.String(), tc.report) {
+				t.Fatalf("owner ended with %v; want the %s report (%q):\n%s", child.cmd.ProcessState, tc.name, tc.report, child.stderr.String())
+			}
+			t.Logf("owner died as expected: %v", child.cmd.ProcessState)
+			rk.Destroy()
+			if r, _ := ep.Close(CloseForce); r != nil {
+				p.until(t, r.Done, nil)
+			}
+		})
 	}
 }
 

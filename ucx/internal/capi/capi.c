@@ -9,7 +9,9 @@
 #include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <ucs/debug/debug.h>
 #include <ucs/async/async_fwd.h>
 
 /* ---------------------------------------------------------------- event ring */
@@ -674,6 +676,48 @@ void velo_ucx_ucm_set_events(int enable)
 	ucm_global_config_t opts = ucm_global_opts;
 	opts.enable_events       = enable;
 	ucm_set_global_opts(&opts);
+}
+
+/* ---------------------------------------------------------------- fault signals
+ *
+ * libucs installs handlers for SIGILL, SIGSEGV, SIGBUS and SIGFPE in its library constructor
+ * (UCX_HANDLE_ERRORS=bt by default), before the Go runtime starts. Go then keeps UCX's handler as
+ * the one to forward faults in C code to, and what happens next depends on who restores which
+ * handler when: a process that faulted inside UCX has been seen to report the fault and exit with
+ * status 0, so a supervisor never restarted it. A Go program should crash like a Go program. So,
+ * unless the user set UCX_HANDLE_ERRORS, this constructor hands the fault signals back before the
+ * Go runtime installs its own: a fault in C code then gets Go's report (every goroutine, the C
+ * program counter) and exit status 2, or death by the signal on a thread Go does not know.
+ *
+ * It runs after libucs's constructor when UCX is a shared library (a library is initialised before
+ * the program that needs it), and may run before it in a static link; the variable it sets covers
+ * that order, since libucs reads it when it initialises. */
+
+int ucs_debug_is_error_signal(int signum); /* exported by libucs, absent from its public headers */
+
+static int fault_signals_yielded = -1; /* -1: the user set UCX_HANDLE_ERRORS */
+
+__attribute__((constructor)) static void velo_ucx_yield_fault_signals(void)
+{
+	static const int signals[] = {SIGILL, SIGSEGV, SIGBUS, SIGFPE};
+	unsigned i;
+
+	if (getenv("UCX_HANDLE_ERRORS") != NULL) {
+		return;
+	}
+	setenv("UCX_HANDLE_ERRORS", "none", 0);
+	fault_signals_yielded = 0;
+	for (i = 0; i < sizeof(signals) / sizeof(signals[0]); i++) {
+		if (ucs_debug_is_error_signal(signals[i])) {
+			ucs_debug_disable_signal(signals[i]);
+			fault_signals_yielded++;
+		}
+	}
+}
+
+int velo_ucx_fault_signals_yielded(void)
+{
+	return fault_signals_yielded;
 }
 
 /* ---------------------------------------------------------------- resource query */

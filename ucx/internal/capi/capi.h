@@ -142,6 +142,7 @@ typedef struct velo_ucx_resource {
 
 int velo_ucx_ucm_events_enabled(void);
 void velo_ucx_ucm_set_events(int enable);
+int velo_ucx_fault_signals_yielded(void);
 
 ucs_status_t velo_ucx_query_resources(velo_ucx_resource_t **out, size_t *count);
 int velo_ucx_symbol_loaded(const char *name);

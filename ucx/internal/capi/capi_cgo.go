@@ -601,6 +601,11 @@ const MemoryTypeLimit = int(C.UCS_MEMORY_TYPE_LAST)
 // UcmEventsEnabled reads ucm_global_opts.enable_events (UCX_MEM_EVENTS as UCM applies it).
 func UcmEventsEnabled() bool { return C.velo_ucx_ucm_events_enabled() != 0 }
 
+// FaultSignalsYielded reports what the library constructor velo_ucx_yield_fault_signals did: -1
+// when the user set UCX_HANDLE_ERRORS (UCX's handlers were left alone), otherwise how many of UCX's
+// fault handlers it removed (UCX_HANDLE_ERRORS=none was set for a UCX initialised later).
+func FaultSignalsYielded() int { return int(C.velo_ucx_fault_signals_yielded()) }
+
 // UcmSetEvents wraps ucm_set_global_opts with enable_events changed (helper
 // velo_ucx_ucm_set_events).
 func UcmSetEvents(enable bool) { C.velo_ucx_ucm_set_events(cbool(enable)) }
