@@ -180,3 +180,33 @@ func TestCloseUnderStalledRead(t *testing.T) {
 	assert.Zero(t, st.Arenas)
 	<-done
 }
+
+// TestReleaseAfterTheLeaseExpired: a get slower than the lease TTL loses its lease to the reaper;
+// releasing it afterwards still drops the handle's reference, so the payload does not stay staged
+// on the owner until it closes.
+func TestReleaseAfterTheLeaseExpired(t *testing.T) {
+	f := rdmatest.NewFabric()
+	owner := rdmaNode(t, f, true, WithLeaseTTL(150*time.Millisecond))
+	cons := rdmaNode(t, f, true)
+	link(t, owner, cons, true)
+	data := payload(1<<20, 5)
+	h, err := owner.RegisterDataPinned(tctx(t), data)
+	require.NoError(t, err)
+	owner.rt.DuringGet = func(ctx context.Context) {
+		select {
+		case <-time.After(600 * time.Millisecond): // past the TTL and a reaper turn
+		case <-ctx.Done():
+		}
+	}
+	l, err := cons.Get(tctx(t), h)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(l.Bytes(), data))
+	_, leases := owner.StagedCounts()
+	require.Zero(t, leases, "the reaper did not end the slow lease; the test proves nothing")
+	require.NoError(t, l.Release(tctx(t)))
+	require.Eventually(t, func() bool {
+		slots, _ := owner.StagedCounts()
+		st := owner.RDMAStats()
+		return slots == 0 && st.Slots == 0 && st.QuarantinedRegistrations == 0
+	}, 5*time.Second, 5*time.Millisecond, "the payload stayed staged after its release")
+}

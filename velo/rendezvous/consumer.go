@@ -46,7 +46,16 @@ func (l *Lease) end(ctx context.Context, release bool) error {
 	if l.ended.Swap(true) {
 		return fmt.Errorf("rendezvous: %s: %w: lease %d already ended", what, ErrBadLease, l.id)
 	}
-	return l.r.endLease(ctx, l.h.Owner, l.id, release, what)
+	err := l.r.endLease(ctx, l.h.Owner, l.id, release, what)
+	if release && errors.Is(err, ErrBadLease) {
+		// The owner ended the lease already (its TTL passed while this consumer was slow or
+		// stopped), but the handle's reference this lease would have spent is still there: drop
+		// it by the handle, or the payload would stay staged on the owner until it closes.
+		if derr := l.r.Release(ctx, l.h); derr == nil {
+			return nil
+		}
+	}
+	return err
 }
 
 func (r *Rendezvous) endLease(ctx context.Context, owner transport.InstanceID, id uint64, release bool, what string) error {

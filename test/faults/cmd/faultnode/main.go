@@ -1,0 +1,276 @@
+// Command faultnode is one velo instance that the fault suite (package faults) drives from its
+// standard input, one command a line, answering each with one JSON line on standard output.
+// The suite stops, resumes and kills these processes to play consumers that stall or die, and
+// reads the owner's registry to check that nothing is lost.
+//
+// Commands:
+//
+//	info                        this instance's PeerInfo
+//	peer <PeerInfo JSON>        RegisterPeer
+//	stage <bytes> <seed>        RegisterDataPinned of a deterministic payload; answers the handle
+//	stage-plain <bytes> <seed>  RegisterData (unpinned)
+//	ref <handle>                one more reference
+//	get <handle>                Get, SHA-256 of the bytes, the path it took, then Release
+//	get-keep <handle>           the same without Release (the lease stays open)
+//	stats                       the RDMA registry's Stats and the staged counts
+//	quit                        Close, then the final stats; the process exits 0
+//
+// Every instance runs a TCP control plane on 127.0.0.1 (or -listen) and the UCX transport
+// (UCX_TLS=tcp unless the environment says otherwise).
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/velo-go/velo/velo"
+	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/transport/tcp"
+	ucxt "github.com/velo-go/velo/velo/transport/ucx"
+)
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:0", "TCP control-plane listen address")
+	ttl := flag.Duration("lease-ttl", 30*time.Second, "lease TTL of this instance as an owner")
+	forceAfter := flag.Duration("force-close-after", 0, "RDMAConfig.ForceCloseAfter (0: the default)")
+	budget := flag.Int64("budget", 0, "RDMAPoolConfig.RegisteredBytesBudget (0: the default)")
+	arena := flag.Int("arena", 0, "RDMAPoolConfig.ArenaSize (0: the default)")
+	logLevel := flag.String("log", "warn", "log level on standard error: debug, info, warn, error")
+	flag.Parse()
+
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
+		fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fatal(err)
+	}
+	ctl, err := tcp.New(tcp.Config{Listener: ln})
+	if err != nil {
+		fatal(err)
+	}
+	u, err := ucxt.New(ucxt.Config{TLS: "tcp", Logger: log})
+	if err != nil {
+		fatal(err)
+	}
+	v, err := velo.New(context.Background(), velo.WithLogger(log), velo.WithTransport(ctl), velo.WithUCXTransport(u),
+		velo.WithLeaseTTL(*ttl),
+		velo.WithRDMA(velo.RDMAConfig{ForceCloseAfter: *forceAfter, Pool: velo.RDMAPoolConfig{RegisteredBytesBudget: *budget, ArenaSize: *arena}}))
+	if err != nil {
+		fatal(err)
+	}
+	n := &node{v: v, out: json.NewEncoder(os.Stdout)}
+	n.reply(map[string]any{"ready": true})
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 1<<20), 1<<20)
+	for in.Scan() {
+		cmd, arg, _ := strings.Cut(strings.TrimSpace(in.Text()), " ")
+		if cmd == "quit" {
+			err := v.Close()
+			n.reply(map[string]any{"closed": true, "err": errString(err), "stats": n.stats()})
+			return
+		}
+		n.run(cmd, arg)
+	}
+	// Standard input closed: the suite went away.
+	v.Close()
+}
+
+type node struct {
+	v   *velo.Velo
+	out *json.Encoder
+}
+
+func (n *node) reply(m map[string]any) {
+	if err := n.out.Encode(m); err != nil {
+		os.Exit(3)
+	}
+}
+
+func (n *node) fail(err error) { n.reply(map[string]any{"error": err.Error()}) }
+
+func (n *node) run(cmd, arg string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	switch cmd {
+	case "info":
+		n.reply(map[string]any{"info": n.v.PeerInfo()})
+	case "peer":
+		var p velo.PeerInfo
+		if err := json.Unmarshal([]byte(arg), &p); err != nil {
+			n.fail(err)
+			return
+		}
+		if err := n.v.RegisterPeer(ctx, p); err != nil {
+			n.fail(err)
+			return
+		}
+		n.reply(map[string]any{"ok": true})
+	case "stage", "stage-plain":
+		size, seed, err := sizeSeed(arg)
+		if err != nil {
+			n.fail(err)
+			return
+		}
+		data := Payload(size, seed)
+		var h velo.Handle
+		if cmd == "stage" {
+			h, err = n.v.RegisterDataPinned(ctx, data)
+		} else {
+			h, err = n.v.RegisterData(ctx, data)
+		}
+		if err != nil {
+			n.fail(err)
+			return
+		}
+		sum := sha256.Sum256(data)
+		text, _ := h.MarshalText()
+		n.reply(map[string]any{"handle": string(text), "sha256": hex.EncodeToString(sum[:])})
+	case "ref":
+		h, err := parseHandle(arg)
+		if err == nil {
+			err = n.v.Ref(ctx, h)
+		}
+		if err != nil {
+			n.fail(err)
+			return
+		}
+		n.reply(map[string]any{"ok": true})
+	case "get", "get-keep":
+		h, err := parseHandle(arg)
+		if err != nil {
+			n.fail(err)
+			return
+		}
+		before := n.paths()
+		start := time.Now()
+		l, err := n.v.Get(ctx, h)
+		if err != nil {
+			n.fail(err)
+			return
+		}
+		sum := sha256.Sum256(l.Bytes())
+		m := map[string]any{"sha256": hex.EncodeToString(sum[:]), "path": diffPaths(before, n.paths()), "seconds": time.Since(start).Seconds()}
+		if cmd == "get" {
+			m["release_err"] = errString(l.Release(ctx))
+		}
+		n.reply(m)
+	case "stats":
+		n.reply(map[string]any{"stats": n.stats()})
+	default:
+		n.fail(fmt.Errorf("unknown command %q", cmd))
+	}
+}
+
+func (n *node) stats() map[string]any {
+	st := n.v.RDMAStats()
+	slots, leases := n.v.StagedCounts()
+	return map[string]any{
+		"arenas": st.Arenas, "arena_bytes": st.ArenaBytes, "slots": st.Slots,
+		"lease_registrations": st.LeaseRegistrations, "lease_bytes": st.LeaseBytes,
+		"quarantined": st.QuarantinedRegistrations, "quarantined_bytes": st.QuarantinedBytes,
+		"held_slots": st.HeldSlots, "pinned_bytes": st.PinnedBytes,
+		"staged_slots": slots, "open_leases": leases,
+	}
+}
+
+// paths reads the path metric's series as "path/reason" → count.
+func (n *node) paths() map[string]float64 {
+	out := map[string]float64{}
+	mfs, err := n.v.Metrics().Gather()
+	if err != nil {
+		return out
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != metrics.RDMAPathTotal {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var path, reason string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "path":
+					path = l.GetValue()
+				case "reason":
+					reason = l.GetValue()
+				}
+			}
+			out[path+"/"+reason] = m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+// diffPaths names the series that grew between two readings.
+func diffPaths(before, after map[string]float64) string {
+	var grew []string
+	for k, v := range after {
+		if v > before[k] {
+			grew = append(grew, k)
+		}
+	}
+	return strings.Join(grew, ",")
+}
+
+func parseHandle(s string) (velo.Handle, error) {
+	var h velo.Handle
+	err := h.UnmarshalText([]byte(strings.TrimSpace(s)))
+	return h, err
+}
+
+func sizeSeed(arg string) (int, uint64, error) {
+	a, b, _ := strings.Cut(arg, " ")
+	size, err := strconv.Atoi(a)
+	if err != nil || size <= 0 {
+		return 0, 0, fmt.Errorf("stage: size %q: want a positive number of bytes", a)
+	}
+	seed, err := strconv.ParseUint(strings.TrimSpace(b), 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("stage: seed %q: %w", b, err)
+	}
+	return size, seed, nil
+}
+
+// Payload is the deterministic payload of size bytes for seed (the suite computes the same).
+func Payload(size int, seed uint64) []byte {
+	b := make([]byte, size)
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	for i := 0; i+8 <= len(b); i += 8 {
+		v := r.Uint64()
+		for j := range 8 {
+			b[i+j] = byte(v >> (8 * j))
+		}
+	}
+	return b
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func fatal(err error) {
+	if errors.Is(err, io.EOF) {
+		os.Exit(0)
+	}
+	fmt.Fprintln(os.Stderr, "faultnode:", err)
+	os.Exit(1)
+}
