@@ -121,7 +121,7 @@ func startNode(t *testing.T, name string, flags ...string) *node {
 			t.Logf("%s stderr:\n%s", name, n.stderr.String())
 		}
 	})
-	require.Equal(t, true, n.read(60*time.Second)["ready"], "%s did not start", name)
+	require.Equal(t, true, n.read(60 * time.Second)["ready"], "%s did not start", name)
 	return n
 }
 
