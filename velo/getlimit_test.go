@@ -97,6 +97,8 @@ func (s lyingStager) Stage(context.Context, transport.InstanceID, []byte) ([]byt
 	return s.token, nil
 }
 
+func (lyingStager) Unstage([]byte) {}
+
 func (s lyingStager) Resolve(ctx context.Context, from transport.InstanceID, token []byte) ([]byte, func(), error) {
 	return nil, nil, errors.New("lyingStager does not receive")
 }

@@ -78,7 +78,8 @@ func (p *PeerInfo) UnmarshalBinary(b []byte) error {
 	return nil
 }
 
-// validate checks what every PeerInfo needs; each transport checks its own blob in RegisterPeer.
+// validate checks what every PeerInfo needs; each transport checks its own blob in RegisterPeer
+// (an empty one included), so one bad address never costs the peer its other transports.
 func (p PeerInfo) validate() error {
 	if p.ID == 0 {
 		return fmt.Errorf("velo: %w: peer info without an instance id", ErrInvalidEndpoint)
@@ -93,7 +94,7 @@ func (p PeerInfo) validate() error {
 		if name == "" || len(name) > 255 {
 			return fmt.Errorf("velo: %w: transport name %q", ErrInvalidEndpoint, name)
 		}
-		if len(blob) == 0 || len(blob) > 0xffff {
+		if len(blob) > 0xffff {
 			return fmt.Errorf("velo: %w: %s address of %d bytes", ErrInvalidEndpoint, name, len(blob))
 		}
 	}

@@ -210,3 +210,43 @@ func TestReleaseAfterTheLeaseExpired(t *testing.T) {
 		return slots == 0 && st.Slots == 0 && st.QuarantinedRegistrations == 0
 	}, 5*time.Second, 5*time.Millisecond, "the payload stayed staged after its release")
 }
+
+// TestFailedSendFreesItsStagedPayload: a large message to a peer that just died is staged (in
+// pinned memory once an arena is mapped) before the send; the send fails, and the staged payload
+// must be freed then, not after the stage TTL, or a sender retrying to a dead peer fills the
+// arena and the budget.
+func TestFailedSendFreesItsStagedPayload(t *testing.T) {
+	f := rdmatest.NewFabric()
+	owner := rdmaNode(t, f, true, WithStageTTL(time.Hour))
+	dead := rdmaNode(t, f, true)
+	link(t, owner, dead, true)
+	// Map the pooled arena, so the transparent stager stages in pinned memory.
+	h, err := owner.RegisterDataPinned(tctx(t), payload(4096, 1))
+	require.NoError(t, err)
+	require.NoError(t, owner.Release(tctx(t), h))
+	base := owner.RDMAStats()
+	require.NoError(t, dead.Close())
+
+	big := payload(300<<10, 2)
+	for i := range 20 {
+		var err error
+		if i%2 == 0 {
+			_, err = owner.Request(tctx(t), dead.ID(), "echo", big)
+		} else {
+			err = owner.Send(tctx(t), dead.ID(), "echo", big)
+		}
+		require.Error(t, err, "a send to a closed peer succeeded")
+		slots, _ := owner.StagedCounts()
+		require.Zero(t, slots, "send %d: the payload of a failed send stayed staged", i)
+	}
+	assert.Equal(t, base.Slots, owner.RDMAStats().Slots)
+	assert.Equal(t, base.PinnedBytes, owner.RDMAStats().PinnedBytes)
+	assert.Equal(t, float64(20), metricValue(t, owner.Velo, metrics.StagedMessagesTotal, map[string]string{"direction": "unstaged"}))
+}
+
+func metricValue(t *testing.T, v *Velo, name string, labels map[string]string) float64 {
+	t.Helper()
+	x, err := metrics.Value(v.Metrics(), name, labels)
+	require.NoError(t, err)
+	return x
+}

@@ -341,8 +341,14 @@ func (v *Velo) RegisterPeer(ctx context.Context, p PeerInfo) error {
 		if !ok {
 			continue
 		}
-		// The transport's error names itself and the peer; the text here does not repeat them.
-		if err := t.AddPeer(ctx, transport.PeerAddress{ID: p.ID, Incarnation: p.Incarnation, Blob: blob}); err != nil {
+		err := fmt.Errorf("%w: the %s address is empty (the peer published none)", ErrInvalidEndpoint, t.Name())
+		if len(blob) > 0 {
+			// The transport's error names itself and the peer; the text here does not repeat them.
+			err = t.AddPeer(ctx, transport.PeerAddress{ID: p.ID, Incarnation: p.Incarnation, Blob: blob})
+		}
+		if err != nil {
+			v.log.Warn("velo: a transport refused the peer's address; the peer keeps the transports that accepted theirs",
+				"peer", fmt.Sprintf("%016x", uint64(p.ID)), "transport", t.Name(), "err", err)
 			refused = append(refused, err)
 			continue
 		}

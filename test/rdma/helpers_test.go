@@ -74,6 +74,9 @@ type getArgs struct {
 
 func (s *spy) RMABackend() string                 { return s.rma.RMABackend() }
 func (s *spy) CanGet(p transport.InstanceID) bool { return s.rma.CanGet(p) }
+func (s *spy) ForceClosePeer(p transport.InstanceID) error {
+	return s.rma.ForceClosePeer(p)
+}
 func (s *spy) RegisterMemory(m []byte) (transport.Registration, error) {
 	return s.rma.RegisterMemory(m)
 }

@@ -363,7 +363,9 @@ func (g *Messenger) runUser(run *inlineRun, idx int, from transport.InstanceID, 
 		g.reply(idx, from, msg.ID, nil, nil, &handlerFailure{code: wire.CodeHandlerError, text: "staging the answer: " + err.Error()})
 		return
 	}
-	g.reply(idx, from, msg.ID, [][]byte{body}, nil, nil, flags)
+	if !g.reply(idx, from, msg.ID, [][]byte{body}, nil, nil, flags) {
+		g.unstage(flags, body)
+	}
 }
 
 // invoke runs a user handler, turning an error or a panic into a failure answer.
@@ -410,8 +412,9 @@ func (g *Messenger) runInternal(idx int, from transport.InstanceID, msg wire.Mes
 	g.reply(idx, from, msg.ID, parts, done, fail)
 }
 
-// reply answers request id on the transport it came in on (idx).
-func (g *Messenger) reply(idx int, to transport.InstanceID, id uint64, parts [][]byte, done func(), fail *handlerFailure, flags ...wire.Flags) {
+// reply answers request id on the transport it came in on (idx); it reports whether the
+// transport took the answer.
+func (g *Messenger) reply(idx int, to transport.InstanceID, id uint64, parts [][]byte, done func(), fail *handlerFailure, flags ...wire.Flags) bool {
 	if done != nil {
 		defer done()
 	}
@@ -422,7 +425,7 @@ func (g *Messenger) reply(idx int, to transport.InstanceID, id uint64, parts [][
 	}
 	g.mu.Unlock()
 	if t == nil {
-		return
+		return false
 	}
 	var out [][]byte
 	kind := "response"
@@ -441,7 +444,8 @@ func (g *Messenger) reply(idx int, to transport.InstanceID, id uint64, parts [][
 	if err := t.Send(context.Background(), to, out...); err != nil {
 		g.m.Error("send_failed")
 		g.log.Info("messenger: could not send an answer", "peer", fmt.Sprintf("%016x", uint64(to)), "id", id, "err", err)
-		return
+		return false
 	}
 	g.m.Sent(kind)
+	return true
 }

@@ -103,6 +103,9 @@ type Stager interface {
 	// Resolve fetches the payload a handle names; release ends the consumer's hold on it once the
 	// handler has run.
 	Resolve(ctx context.Context, from transport.InstanceID, token []byte) (payload []byte, release func(), err error)
+	// Unstage frees what Stage kept when the message carrying its handle could not be sent: the
+	// receiver never learned of the handle, so nothing else would free it before its TTL.
+	Unstage(token []byte)
 }
 
 // Config configures a Messenger.
@@ -293,7 +296,21 @@ func (g *Messenger) Send(ctx context.Context, peer transport.InstanceID, name st
 	}
 	hdr[2] = byte(flags)
 	_, _, err = g.send(ctx, peer, "one_way", hdr, body)
+	if err != nil {
+		g.unstage(flags, body)
+	}
 	return err
+}
+
+// unstage frees a staged payload whose message did not go out.
+func (g *Messenger) unstage(flags wire.Flags, token []byte) {
+	if flags&wire.FlagStaged == 0 {
+		return
+	}
+	if s := g.getStager(); s != nil {
+		s.Unstage(token)
+		g.m.Staged("unstaged")
+	}
 }
 
 // Request calls the named handler on peer and returns its answer, which belongs to the caller (a
@@ -359,6 +376,7 @@ func (g *Messenger) call(ctx context.Context, peer transport.InstanceID, name st
 	c.transport = idx
 	c.mu.Unlock()
 	if err != nil {
+		g.unstage(flags, body)
 		g.finish(c, nil, 0, err)
 		return nil, err
 	}

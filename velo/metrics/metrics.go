@@ -154,6 +154,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	m.staged.WithLabelValues("sent")
 	m.staged.WithLabelValues("received")
+	m.staged.WithLabelValues("unstaged")
 	for _, c := range []prometheus.Collector{m.rdmaPath, m.bytes, m.ActiveSlots, m.StagedBytes, m.ActiveLeases,
 		m.leasesReaped, m.sent, m.received, m.errs, m.staged} {
 		if err := reg.Register(c); err != nil {
@@ -189,7 +190,8 @@ func (m *Metrics) Received(kind string) { m.received.WithLabelValues(kind).Inc()
 // Error counts a messenger failure; kind is one of ErrorKinds.
 func (m *Metrics) Error(kind string) { m.errs.WithLabelValues(kind).Inc() }
 
-// Staged counts a payload staged ("sent") or resolved ("received") by the transparent stager.
+// Staged counts a payload staged ("sent"), resolved ("received"), or freed because the message
+// carrying its handle could not be sent ("unstaged") by the transparent stager.
 func (m *Metrics) Staged(direction string) { m.staged.WithLabelValues(direction).Inc() }
 
 // Lines renders the series called name from g in the text exposition style, one line per series,

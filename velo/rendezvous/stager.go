@@ -59,6 +59,18 @@ func (s stagerAdapter) Stage(ctx context.Context, peer transport.InstanceID, pay
 	return s.r.stagePayload(ctx, peer, payload)
 }
 
+// Unstage drops the reference a staged message's handle carried; its slot is freed at once, as no
+// receiver holds a lease on it.
+func (s stagerAdapter) Unstage(token []byte) {
+	var h Handle
+	if err := h.UnmarshalBinary(token); err != nil {
+		return
+	}
+	if err := s.r.store.drop(h); err != nil {
+		s.r.log.Debug("rendezvous: freeing the payload of a message that was not sent", "err", err)
+	}
+}
+
 func (s stagerAdapter) Resolve(ctx context.Context, from transport.InstanceID, token []byte) ([]byte, func(), error) {
 	return s.r.resolvePayload(ctx, from, token)
 }
