@@ -2,6 +2,7 @@ package faults
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/velo-go/velo/verbs/verbstest"
 )
 
 var (
@@ -84,7 +87,20 @@ func (l *lockedBuffer) String() string {
 // startNode starts a faultnode with flags and waits for it to be ready.
 func startNode(t *testing.T, name string, flags ...string) *node {
 	t.Helper()
-	cmd := exec.Command(faultnode(t), append([]string{"-log", "info"}, flags...)...)
+	return launch(t, name, exec.Command(faultnode(t), append([]string{"-log", "info"}, flags...)...))
+}
+
+// startConstrained starts a faultnode under c (a memlock limit, capabilities dropped).
+func startConstrained(t *testing.T, name string, c verbstest.Constraints, flags ...string) *node {
+	t.Helper()
+	cmd, err := verbstest.Command(context.Background(), c, faultnode(t), append([]string{"-log", "info"}, flags...)...)
+	require.NoError(t, err)
+	return launch(t, name, cmd)
+}
+
+// launch starts cmd, a faultnode, and waits for it to be ready.
+func launch(t *testing.T, name string, cmd *exec.Cmd) *node {
+	t.Helper()
 	cmd.Env = os.Environ()
 	if os.Getenv("UCX_TLS") == "" {
 		cmd.Env = append(cmd.Env, "UCX_TLS=tcp")

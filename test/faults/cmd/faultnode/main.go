@@ -6,6 +6,7 @@
 // Commands:
 //
 //	info                        this instance's PeerInfo
+//	info-skewed                 the same with the UCX address of another wire version (byte 0)
 //	peer <PeerInfo JSON>        RegisterPeer
 //	stage <bytes> <seed>        RegisterDataPinned of a deterministic payload; answers the handle
 //	stage-plain <bytes> <seed>  RegisterData (unpinned)
@@ -49,6 +50,7 @@ func main() {
 	forceAfter := flag.Duration("force-close-after", 0, "RDMAConfig.ForceCloseAfter (0: the default)")
 	budget := flag.Int64("budget", 0, "RDMAPoolConfig.RegisteredBytesBudget (0: the default)")
 	arena := flag.Int("arena", 0, "RDMAPoolConfig.ArenaSize (0: the default)")
+	epIdle := flag.Duration("ep-idle", 0, "ucxt.Config.EPIdleTimeout (0: the default)")
 	logLevel := flag.String("log", "warn", "log level on standard error: debug, info, warn, error")
 	flag.Parse()
 
@@ -65,7 +67,7 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
-	u, err := ucxt.New(ucxt.Config{TLS: "tcp", Logger: log})
+	u, err := ucxt.New(ucxt.Config{TLS: "tcp", Logger: log, EPIdleTimeout: *epIdle})
 	if err != nil {
 		fatal(err)
 	}
@@ -111,6 +113,12 @@ func (n *node) run(cmd, arg string) {
 	switch cmd {
 	case "info":
 		n.reply(map[string]any{"info": n.v.PeerInfo()})
+	case "info-skewed":
+		p := n.v.PeerInfo()
+		blob := append([]byte(nil), p.Addresses["ucx"]...)
+		blob[0]++
+		p.Addresses["ucx"] = blob
+		n.reply(map[string]any{"info": p})
 	case "peer":
 		var p velo.PeerInfo
 		if err := json.Unmarshal([]byte(arg), &p); err != nil {

@@ -1,0 +1,123 @@
+package faults
+
+import (
+	"encoding/json"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/velo-go/velo/verbs/verbstest"
+)
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// TestOwnerRestartedOnTheSameAddress: an owner killed and started again on the same address is a
+// new instance. Handles of the old one fail at once with a clear error; the new one's handles
+// move on the RDMA path; the consumer loses nothing of its own.
+func TestOwnerRestartedOnTheSameAddress(t *testing.T) {
+	addr := freePort(t)
+	owner := startNode(t, "owner", "-listen", addr)
+	cons := startNode(t, "consumer")
+	pair(t, owner, cons)
+	old := stage(owner, 8<<20, true)
+	delivered(t, cons.do("get "+old.handle), old, "rdma/ok")
+	old2 := stage(owner, 8<<20, true)
+	owner.kill()
+
+	restarted := startNode(t, "restarted", "-listen", addr)
+	pair(t, restarted, cons)
+	begin := time.Now()
+	r := cons.do("get " + old2.handle)
+	require.NotEmpty(t, r["error"], "a handle of the killed owner was fetched")
+	assert.Less(t, time.Since(begin), 20*time.Second, "the old handle did not fail promptly")
+	t.Logf("old handle: %s (after %v)", r["error"], time.Since(begin).Round(time.Millisecond))
+
+	start := restarted.stats()
+	fresh := stage(restarted, 8<<20, true)
+	delivered(t, cons.do("get "+fresh.handle), fresh, "rdma/ok")
+	backToStart(t, restarted, stats{PinnedBytes: start.PinnedBytes + 64<<20, Slots: start.Slots, StagedSlots: start.StagedSlots})
+	restarted.quit(15 * time.Second)
+	cons.quit(15 * time.Second)
+}
+
+// TestMemlockWithoutIPCLock: an owner as an unprivileged RDMA user runs it, with an 8 MiB memlock
+// limit and no CAP_IPC_LOCK (root ignores the limit otherwise). Its first arena cannot be locked:
+// it says why, stages in plain memory, and the payload moves by chunks (pool_exhausted).
+func TestMemlockWithoutIPCLock(t *testing.T) {
+	owner := startConstrained(t, "owner", verbstest.Constraints{MemlockSoft: 8 << 20})
+	cons := startNode(t, "consumer")
+	pair(t, owner, cons)
+	p := stage(owner, 4<<20, true)
+	st := owner.stats()
+	assert.Zero(t, st.Arenas)
+	assert.Zero(t, st.PinnedBytes)
+	delivered(t, cons.do("get "+p.handle), p, "chunked/pool_exhausted")
+	for _, want := range []string{"RLIMIT_MEMLOCK", "IPC_LOCK"} {
+		assert.Contains(t, owner.stderr.String(), want)
+	}
+	backToStart(t, owner, stats{})
+	final := owner.quit(15 * time.Second)
+	assert.Zero(t, final.PinnedBytes)
+}
+
+// TestPeerBlobVersionSkew: a consumer is handed the owner's UCX address of another wire version
+// (a rolling upgrade). It refuses it with the guide's warning, keeps the owner over TCP, and the
+// payload moves by chunks (no_offer); the owner serves the next consumer on the RDMA path.
+func TestPeerBlobVersionSkew(t *testing.T) {
+	owner := startNode(t, "owner")
+	cons := startNode(t, "consumer")
+	r := cons.do("peer " + mustJSON(t, owner.ok("info-skewed")["info"]))
+	require.NotEmpty(t, r["error"])
+	assert.Contains(t, r["error"], "registered over tcp only")
+	assert.Contains(t, r["error"], "unsupported ucx blob version")
+	assert.Contains(t, cons.stderr.String(), "ucx: rejecting peer blob: unsupported ucx blob version 3 (expected 2)")
+	owner.ok("peer " + cons.info())
+	start := owner.stats()
+	p := stage(owner, 8<<20, true)
+	delivered(t, cons.do("get "+p.handle), p, "chunked/no_offer")
+	next := startNode(t, "next")
+	pair(t, owner, next)
+	q := stage(owner, 8<<20, true)
+	delivered(t, next.do("get "+q.handle), q, "rdma/ok")
+	backToStart(t, owner, stats{PinnedBytes: start.PinnedBytes + 64<<20, Slots: start.Slots, StagedSlots: start.StagedSlots})
+	owner.quit(15 * time.Second)
+}
+
+// TestIdleReaperUnderBursts: with a short idle timeout, endpoints are reaped between bursts of
+// gets and reopened by the next; every payload arrives whole and nothing is left behind.
+func TestIdleReaperUnderBursts(t *testing.T) {
+	owner := startNode(t, "owner", "-ep-idle", "150ms", "-log", "debug")
+	cons := startNode(t, "consumer", "-ep-idle", "150ms", "-log", "debug")
+	pair(t, owner, cons)
+	start := owner.stats()
+	for burst := range 6 {
+		for i := range 8 {
+			size := 64<<10 + (burst*8+i)*4099
+			p := stage(owner, size, true)
+			delivered(t, cons.do("get "+p.handle), p, "rdma/ok")
+		}
+		time.Sleep(400 * time.Millisecond) // past the idle timeout: the endpoints are reaped
+	}
+	assert.GreaterOrEqual(t, strings.Count(owner.stderr.String()+cons.stderr.String(), "why=reaped"), 3, "the idle reaper never ran between the bursts")
+	backToStart(t, owner, stats{PinnedBytes: start.PinnedBytes + 64<<20, Slots: start.Slots, StagedSlots: start.StagedSlots})
+	owner.quit(15 * time.Second)
+	cons.quit(15 * time.Second)
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(b)
+}
