@@ -18,10 +18,10 @@ func TestTamperedHandles(t *testing.T) {
 	withStage := owner.stats()
 
 	for _, tc := range []struct{ name, handle, want string }{
-		{"not hex", "zz" + p.handle[2:], "bad rendezvous handle"},
-		{"truncated", p.handle[:len(p.handle)-4], "bad rendezvous handle"},
-		{"wrong nonce", forgedHandle(t, p.handle), "does not match its slot"},
-		{"unknown slot", p.handle[:18] + "00000000000000ff" + p.handle[34:], "no such slot"},
+		{"not hex", "zz" + p.Handle[2:], "bad rendezvous handle"},
+		{"truncated", p.Handle[:len(p.Handle)-4], "bad rendezvous handle"},
+		{"wrong nonce", forgedHandle(t, p.Handle), "does not match its slot"},
+		{"unknown slot", p.Handle[:18] + "00000000000000ff" + p.Handle[34:], "no such slot"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := cons.do("get " + tc.handle)
@@ -33,7 +33,7 @@ func TestTamperedHandles(t *testing.T) {
 			assert.Zero(t, st.OpenLeases)
 		})
 	}
-	delivered(t, cons.do("get "+p.handle), p, "rdma/ok")
+	delivered(t, cons.do("get "+p.Handle), p, "rdma/ok")
 	// The pooled arena the payload was staged in stays mapped (ArenaReclaimAfter is off).
 	backToStart(t, owner, stats{PinnedBytes: withStage.ArenaBytes, Slots: start.Slots, StagedSlots: start.StagedSlots})
 	owner.quit(15e9)
@@ -47,9 +47,9 @@ func TestBudgetSpent(t *testing.T) {
 	pair(t, owner, cons)
 	start := owner.stats()
 	p := stage(owner, 3<<20, true) // a dedicated 3 MiB arena would pass the 2 MiB budget
-	delivered(t, cons.do("get "+p.handle), p, "chunked/budget")
+	delivered(t, cons.do("get "+p.Handle), p, "chunked/budget")
 	small := stage(owner, 512<<10, true)
-	delivered(t, cons.do("get "+small.handle), small, "rdma/ok")
+	delivered(t, cons.do("get "+small.Handle), small, "rdma/ok")
 	backToStart(t, owner, stats{PinnedBytes: 1 << 20, Slots: start.Slots, StagedSlots: start.StagedSlots})
 	final := owner.quit(15e9)
 	assert.Zero(t, final.PinnedBytes)

@@ -31,21 +31,21 @@ func TestOwnerRestartedOnTheSameAddress(t *testing.T) {
 	cons := startNode(t, "consumer")
 	pair(t, owner, cons)
 	old := stage(owner, 8<<20, true)
-	delivered(t, cons.do("get "+old.handle), old, "rdma/ok")
+	delivered(t, cons.do("get "+old.Handle), old, "rdma/ok")
 	old2 := stage(owner, 8<<20, true)
 	owner.kill()
 
 	restarted := startNode(t, "restarted", "-listen", addr)
 	pair(t, restarted, cons)
 	begin := time.Now()
-	r := cons.do("get " + old2.handle)
+	r := cons.do("get " + old2.Handle)
 	require.NotEmpty(t, r["error"], "a handle of the killed owner was fetched")
 	assert.Less(t, time.Since(begin), 20*time.Second, "the old handle did not fail promptly")
 	t.Logf("old handle: %s (after %v)", r["error"], time.Since(begin).Round(time.Millisecond))
 
 	start := restarted.stats()
 	fresh := stage(restarted, 8<<20, true)
-	delivered(t, cons.do("get "+fresh.handle), fresh, "rdma/ok")
+	delivered(t, cons.do("get "+fresh.Handle), fresh, "rdma/ok")
 	backToStart(t, restarted, stats{PinnedBytes: start.PinnedBytes + 64<<20, Slots: start.Slots, StagedSlots: start.StagedSlots})
 	restarted.quit(15 * time.Second)
 	cons.quit(15 * time.Second)
@@ -62,9 +62,9 @@ func TestMemlockWithoutIPCLock(t *testing.T) {
 	st := owner.stats()
 	assert.Zero(t, st.Arenas)
 	assert.Zero(t, st.PinnedBytes)
-	delivered(t, cons.do("get "+p.handle), p, "chunked/pool_exhausted")
+	delivered(t, cons.do("get "+p.Handle), p, "chunked/pool_exhausted")
 	for _, want := range []string{"RLIMIT_MEMLOCK", "IPC_LOCK"} {
-		assert.Contains(t, owner.stderr.String(), want)
+		assert.Contains(t, owner.stderr(), want)
 	}
 	backToStart(t, owner, stats{})
 	final := owner.quit(15 * time.Second)
@@ -81,15 +81,15 @@ func TestPeerBlobVersionSkew(t *testing.T) {
 	require.NotEmpty(t, r["error"])
 	assert.Contains(t, r["error"], "registered over tcp only")
 	assert.Contains(t, r["error"], "unsupported ucx blob version")
-	assert.Contains(t, cons.stderr.String(), "ucx: rejecting peer blob: unsupported ucx blob version 3 (expected 2)")
+	assert.Contains(t, cons.stderr(), "ucx: rejecting peer blob: unsupported ucx blob version 3 (expected 2)")
 	owner.ok("peer " + cons.info())
 	start := owner.stats()
 	p := stage(owner, 8<<20, true)
-	delivered(t, cons.do("get "+p.handle), p, "chunked/no_offer")
+	delivered(t, cons.do("get "+p.Handle), p, "chunked/no_offer")
 	next := startNode(t, "next")
 	pair(t, owner, next)
 	q := stage(owner, 8<<20, true)
-	delivered(t, next.do("get "+q.handle), q, "rdma/ok")
+	delivered(t, next.do("get "+q.Handle), q, "rdma/ok")
 	backToStart(t, owner, stats{PinnedBytes: start.PinnedBytes + 64<<20, Slots: start.Slots, StagedSlots: start.StagedSlots})
 	owner.quit(15 * time.Second)
 }
@@ -105,11 +105,11 @@ func TestIdleReaperUnderBursts(t *testing.T) {
 		for i := range 8 {
 			size := 64<<10 + (burst*8+i)*4099
 			p := stage(owner, size, true)
-			delivered(t, cons.do("get "+p.handle), p, "rdma/ok")
+			delivered(t, cons.do("get "+p.Handle), p, "rdma/ok")
 		}
 		time.Sleep(400 * time.Millisecond) // past the idle timeout: the endpoints are reaped
 	}
-	assert.GreaterOrEqual(t, strings.Count(owner.stderr.String()+cons.stderr.String(), "why=reaped"), 3, "the idle reaper never ran between the bursts")
+	assert.GreaterOrEqual(t, strings.Count(owner.stderr()+cons.stderr(), "why=reaped"), 3, "the idle reaper never ran between the bursts")
 	backToStart(t, owner, stats{PinnedBytes: start.PinnedBytes + 64<<20, Slots: start.Slots, StagedSlots: start.StagedSlots})
 	owner.quit(15 * time.Second)
 	cons.quit(15 * time.Second)

@@ -17,7 +17,7 @@ const stallSize = 512 << 20
 // owner's stats then.
 func stallMidGet(t *testing.T, owner, cons *node, p staged) stats {
 	t.Helper()
-	cons.send("get " + p.handle)
+	cons.send("get " + p.Handle)
 	owner.waitStats("a lease registration", 30*time.Second, func(s stats) bool { return s.LeaseRegistrations == 1 })
 	time.Sleep(100 * time.Millisecond)
 	cons.stop()
@@ -32,7 +32,7 @@ func stallMidGet(t *testing.T, owner, cons *node, p staged) stats {
 // the slot is freed, and its pages must stay mapped while the stalled read may touch them.
 func freeUnderStall(t *testing.T, owner, second *node, p staged) {
 	t.Helper()
-	delivered(t, second.do("get "+p.handle), p, "rdma/ok")
+	delivered(t, second.do("get "+p.Handle), p, "rdma/ok")
 	st := owner.waitStats("the freed slot held", 10*time.Second, func(s stats) bool { return s.HeldSlots == 1 })
 	assert.Zero(t, st.Slots)
 	assert.Equal(t, 1, st.Arenas, "the arena under a live key was unmapped")
@@ -72,7 +72,7 @@ func TestStalledConsumerResumed(t *testing.T) {
 	cons.resume()
 	r := cons.read(2 * time.Minute)
 	if r["error"] == nil {
-		assert.Equal(t, p.sha, r["sha256"], "the resumed read returned other bytes")
+		assert.Equal(t, p.SHA256, r["sha256"], "the resumed read returned other bytes")
 	}
 	backToStart(t, owner, start)
 	time.Sleep(time.Second) // the owner died about 100 ms after the resume before the fix
@@ -119,19 +119,19 @@ func TestStalledConsumerForceClosed(t *testing.T) {
 	freeUnderStall(t, owner, second, p)
 	backToStart(t, owner, start)
 	assert.GreaterOrEqual(t, time.Since(quarantinedAt), bound-500*time.Millisecond, "memory reused before the force bound")
-	assert.Contains(t, owner.stderr.String(), "closing its endpoints with force")
+	assert.Contains(t, owner.stderr(), "closing its endpoints with force")
 
 	cons.resume()
 	r := cons.read(2 * time.Minute)
 	if r["error"] == nil {
-		assert.Equal(t, p.sha, r["sha256"])
+		assert.Equal(t, p.SHA256, r["sha256"])
 	} else {
 		assert.Contains(t, r["error"], "released")
 	}
 	require.True(t, owner.alive())
 	// The owner still serves the resumed consumer.
 	q := stage(owner, 4<<20, true)
-	delivered(t, cons.do("get "+q.handle), q, "")
+	delivered(t, cons.do("get "+q.Handle), q, "")
 	backToStart(t, owner, start)
 	owner.quit(15 * time.Second)
 }
@@ -143,7 +143,7 @@ func TestConsumerKilledMidGet(t *testing.T) {
 	pair(t, owner, cons)
 	start := owner.stats()
 	p := stage(owner, stallSize, true)
-	cons.send("get " + p.handle)
+	cons.send("get " + p.Handle)
 	owner.waitStats("a lease registration", 30*time.Second, func(s stats) bool { return s.LeaseRegistrations == 1 })
 	time.Sleep(200 * time.Millisecond)
 	cons.kill()
@@ -154,7 +154,7 @@ func TestConsumerKilledMidGet(t *testing.T) {
 	require.True(t, owner.alive())
 	other := startNode(t, "other")
 	pair(t, owner, other)
-	delivered(t, other.do("get "+p.handle), p, "rdma/ok")
+	delivered(t, other.do("get "+p.Handle), p, "rdma/ok")
 	backToStart(t, owner, start)
 	owner.quit(15 * time.Second)
 }
