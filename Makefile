@@ -29,6 +29,7 @@ help:
 	@echo "make demo      run the two-process rendezvous demo"
 	@echo "make test      run every test (installs Debian packages when missing)"
 	@echo "make bench     print the benchmark ratio tables"
+	@echo "make soak      owners and consumers with random stalls, kills and restarts for SOAK (10m)"
 	@echo "make build     build every module"
 	@echo "make lint      gofmt, go vet and staticcheck"
 	@echo "make deps      install the Debian packages of scripts/debian-packages.txt"

@@ -11,6 +11,7 @@
 //	stage <bytes> <seed>        RegisterDataPinned of a deterministic payload; answers the handle
 //	stage-plain <bytes> <seed>  RegisterData (unpinned)
 //	ref <handle>                one more reference
+//	release <handle>            drop one reference (Velo.Release)
 //	get <handle>                Get, SHA-256 of the bytes, the path it took, then Release
 //	get-keep <handle>           the same without Release (the lease stays open)
 //	stats                       the RDMA registry's Stats and the staged counts
@@ -150,10 +151,12 @@ func (n *node) run(cmd, arg string) {
 		sum := sha256.Sum256(data)
 		text, _ := h.MarshalText()
 		n.reply(map[string]any{"handle": string(text), "sha256": hex.EncodeToString(sum[:])})
-	case "ref":
+	case "ref", "release":
 		h, err := parseHandle(arg)
-		if err == nil {
+		if err == nil && cmd == "ref" {
 			err = n.v.Ref(ctx, h)
+		} else if err == nil {
+			err = n.v.Release(ctx, h)
 		}
 		if err != nil {
 			n.fail(err)
