@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -78,6 +79,21 @@ func launch(t *testing.T, name string, cmd *exec.Cmd) *node {
 }
 
 func (n *node) stderr() string { return n.Stderr.String() }
+
+// logged waits until the node's standard error holds want: the copy from the process's pipe
+// trails its answers on standard output.
+func (n *node) logged(want string) bool {
+	n.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(n.stderr(), want) {
+		if time.Now().After(deadline) {
+			n.t.Errorf("%s never logged %q", n.Name, want)
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
 
 // do sends cmd and returns its answer.
 func (n *node) do(cmd string) map[string]any {

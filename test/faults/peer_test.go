@@ -64,7 +64,7 @@ func TestMemlockWithoutIPCLock(t *testing.T) {
 	assert.Zero(t, st.PinnedBytes)
 	delivered(t, cons.do("get "+p.Handle), p, "chunked/pool_exhausted")
 	for _, want := range []string{"RLIMIT_MEMLOCK", "IPC_LOCK"} {
-		assert.Contains(t, owner.stderr(), want)
+		owner.logged(want)
 	}
 	backToStart(t, owner, stats{})
 	final := owner.quit(15 * time.Second)
@@ -81,7 +81,7 @@ func TestPeerBlobVersionSkew(t *testing.T) {
 	require.NotEmpty(t, r["error"])
 	assert.Contains(t, r["error"], "registered over tcp only")
 	assert.Contains(t, r["error"], "unsupported ucx blob version")
-	assert.Contains(t, cons.stderr(), "ucx: rejecting peer blob: unsupported ucx blob version 3 (expected 2)")
+	cons.logged("ucx: rejecting peer blob: unsupported ucx blob version 3 (expected 2)")
 	owner.ok("peer " + cons.info())
 	start := owner.stats()
 	p := stage(owner, 8<<20, true)
@@ -109,6 +109,7 @@ func TestIdleReaperUnderBursts(t *testing.T) {
 		}
 		time.Sleep(400 * time.Millisecond) // past the idle timeout: the endpoints are reaped
 	}
+	cons.logged("why=reaped")
 	assert.GreaterOrEqual(t, strings.Count(owner.stderr()+cons.stderr(), "why=reaped"), 3, "the idle reaper never ran between the bursts")
 	backToStart(t, owner, stats{PinnedBytes: start.PinnedBytes + 64<<20, Slots: start.Slots, StagedSlots: start.StagedSlots})
 	owner.quit(15 * time.Second)

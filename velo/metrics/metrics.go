@@ -222,8 +222,14 @@ func Lines(g prometheus.Gatherer, name string) ([]string, error) {
 	return out, nil
 }
 
-// Value returns the value of the series called name whose labels include all of want, or 0 when
-// there is none. Tests and examples read single series with it.
+// ErrNoSeries: Value found no series of that name with those labels (a typo in a name or a label
+// reads as an error, never as zero).
+var ErrNoSeries = errors.New("no such series")
+
+// Value returns the value of the series called name whose labels include all of want. When there
+// is none it returns an error wrapping ErrNoSeries that lists the label sets the family has, so a
+// typo shows at once instead of reading as zero. Tests, examples and health checks read single
+// series with it; Lines prints a whole family.
 func Value(g prometheus.Gatherer, name string, want map[string]string) (float64, error) {
 	mfs, err := g.Gather()
 	if err != nil {
@@ -233,21 +239,58 @@ func Value(g prometheus.Gatherer, name string, want map[string]string) (float64,
 		if mf.GetName() != name {
 			continue
 		}
+		seen := map[string]map[string]bool{} // label name -> values present
 	next:
 		for _, mt := range mf.GetMetric() {
 			have := map[string]string{}
 			for _, lp := range mt.GetLabel() {
 				have[lp.GetName()] = lp.GetValue()
+				if seen[lp.GetName()] == nil {
+					seen[lp.GetName()] = map[string]bool{}
+				}
+				seen[lp.GetName()][lp.GetValue()] = true
 			}
 			for k, v := range want {
-				if have[k] != v {
+				if got, ok := have[k]; !ok || got != v {
 					continue next
 				}
 			}
 			return value(mt), nil
 		}
+		return 0, fmt.Errorf("metrics: %w: %s has no series with %s (its labels: %s)", ErrNoSeries, name, formatLabels(want), describeLabels(seen))
 	}
-	return 0, nil
+	return 0, fmt.Errorf("metrics: %w: no family %s is registered here", ErrNoSeries, name)
+}
+
+// describeLabels lists each label with the values present: "path in [chunked rdma], reason in [...]".
+func describeLabels(seen map[string]map[string]bool) string {
+	if len(seen) == 0 {
+		return "none"
+	}
+	names := make([]string, 0, len(seen))
+	for n := range seen {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	parts := make([]string, 0, len(names))
+	for _, n := range names {
+		vals := make([]string, 0, len(seen[n]))
+		for v := range seen[n] {
+			vals = append(vals, v)
+		}
+		sort.Strings(vals)
+		parts = append(parts, fmt.Sprintf("%s in %v", n, vals))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func formatLabels(want map[string]string) string {
+	pairs := make([]string, 0, len(want))
+	for k, v := range want {
+		pairs = append(pairs, k+"="+v)
+	}
+	sort.Strings(pairs)
+	return "{" + strings.Join(pairs, ",") + "}"
 }
 
 func value(m *dto.Metric) float64 {

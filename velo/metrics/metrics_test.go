@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestEverySeriesExistsAtZero(t *testing.T) {
@@ -73,4 +75,31 @@ func contains(l []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestValueRefusesAMissingSeries: a typo in a family name, a label name or a label value is an
+// error that says what exists, never a zero.
+func TestValueRefusesAMissingSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	_, err := New(reg)
+	require.NoError(t, err)
+	v, err := Value(reg, RDMAPathTotal, map[string]string{"path": "rdma", "reason": "ok"})
+	require.NoError(t, err)
+	assert.Zero(t, v)
+	for _, c := range []struct {
+		name string
+		want map[string]string
+	}{
+		{"velo_rendezvous_rdma_paths_total", map[string]string{"path": "rdma"}}, // family typo
+		{RDMAPathTotal, map[string]string{"path": "rmda"}},                      // value typo
+		{RDMAPathTotal, map[string]string{"lane": "rdma"}},                      // label typo
+		{MessagesSentTotal, map[string]string{"kind": "requests"}},              // value typo
+	} {
+		name, want := c.name, c.want
+		_, err := Value(reg, name, want)
+		require.ErrorIs(t, err, ErrNoSeries, "%s %v", name, want)
+		assert.Contains(t, err.Error(), name)
+	}
+	_, err = Value(reg, RDMAPathTotal, map[string]string{"path": "rmda"})
+	assert.Contains(t, err.Error(), "path in [chunked rdma]", "the error lists the label values that exist")
 }
