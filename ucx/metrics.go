@@ -55,6 +55,14 @@ func newEngineMetrics(name string, reg prometheus.Registerer) (*engineMetrics, e
 			Help: "Guarded GET requests this engine answered as owner, served or refused.",
 		}, []string{"outcome"}),
 	}
+	// Closed label sets exist at zero from the start: a reader sees "refused 0", not a family
+	// that is missing until the first refusal.
+	for _, o := range []string{"served", "refused"} {
+		m.guardReplies.WithLabelValues(o)
+	}
+	for _, r := range []string{"no_handler", "too_large", "bad_guard_reply"} {
+		m.amDropped.WithLabelValues(r)
+	}
 	m.collectors = []prometheus.Collector{m.ops, m.opsRejected, m.inflight, m.parks, m.amReceived, m.amDropped, m.guardReplies}
 	if reg != nil {
 		for i, c := range m.collectors {

@@ -109,8 +109,13 @@ func TestIdleReaperUnderBursts(t *testing.T) {
 		}
 		time.Sleep(400 * time.Millisecond) // past the idle timeout: the endpoints are reaped
 	}
-	cons.logged("why=reaped")
-	assert.GreaterOrEqual(t, strings.Count(owner.stderr()+cons.stderr(), "why=reaped"), 3, "the idle reaper never ran between the bursts")
+	// Either side's reaper may retire the endpoint first (the other then logs retired_by_peer).
+	reaped := func() int { return strings.Count(owner.stderr()+cons.stderr(), "why=reaped") }
+	deadline := time.Now().Add(10 * time.Second)
+	for reaped() < 3 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	assert.GreaterOrEqual(t, reaped(), 3, "the idle reaper never ran between the bursts")
 	backToStart(t, owner, stats{PinnedBytes: start.PinnedBytes + 64<<20, Slots: start.Slots, StagedSlots: start.StagedSlots})
 	owner.quit(15 * time.Second)
 	cons.quit(15 * time.Second)
