@@ -22,12 +22,12 @@
 //
 // # Messages
 //
-// Handle registers a named handler; Send is fire-and-forget and Request waits for the handler's
+// RegisterHandler registers a MessageHandler under a name; Send is fire-and-forget and Request waits for the handler's
 // answer (bounded by the context). Messages from one peer are handled one at a time, in order. A
 // handler that returns an error or panics answers the caller with an error matching
 // ErrHandlerFailed or ErrHandlerPanic; an unknown name answers ErrUnknownHandler. Payloads above
 // the staging threshold (WithStagingThreshold, default 256 KiB) travel as a rendezvous handle and
-// are fetched before the handler runs, so handlers always see plain bytes. HandleJSON and
+// are fetched before the handler runs, so handlers always see plain bytes. RegisterJSONHandler and
 // RequestJSON wrap the same calls for JSON values.
 //
 // # Rendezvous
@@ -35,9 +35,11 @@
 // RegisterData stages bytes and returns a Handle (owner, slot, a random nonce, size). A consumer
 // calls Get (or GetInto, to fill its own buffer) and ends the returned Lease with Release (the
 // handle's reference is spent; the owner frees the payload when none is left) or Detach (the
-// payload stays for further gets). Ref adds a reference for another consumer; Release on the
-// instance drops one without fetching. Leases expire after WithLeaseTTL without activity, so a
-// consumer that dies cannot pin an owner's memory. Metadata asks the owner about a handle.
+// payload stays for further gets). A handle is staged with one reference, so Get followed by
+// Release spends it: the second Get of the same handle fails with ErrReleased. Ref adds a
+// reference for each further consumer; Unref drops one without fetching. Leases expire after
+// WithLeaseTTL without activity, so a consumer that dies cannot pin an owner's memory. Metadata
+// asks the owner about a handle.
 //
 // Bytes move on one of two paths. The chunked path pulls them over the messenger and works
 // everywhere. The RDMA path reads them with one one-sided GET: add the UCX transport with
@@ -47,7 +49,10 @@
 // each lease and revokes that registration when the lease ends. Each get on the consumer and each
 // acquire on the owner counts velo_rendezvous_rdma_path_total{path,reason}, which says which path
 // was taken and why (without an RDMA registry: {path="chunked",reason="not_configured"}); see
-// docs/rendezvous-rdma.md. Metrics returns a Gatherer for the instance's series.
+// docs/rendezvous-rdma.md. Metrics returns a Gatherer for the instance's series; read one series
+// with metrics.Value (github.com/velo-go/velo/velo/metrics), which fails with metrics.ErrNoSeries
+// on a name or label that does not exist rather than reading zero, and print a family with
+// metrics.Lines.
 //
 // # Shutting down
 //

@@ -23,7 +23,7 @@ func Example() {
 	client, _ := velo.New(ctx, quiet)
 	defer client.Close()
 
-	server.Handle("greet", func(ctx context.Context, m *velo.Message) ([]byte, error) {
+	server.RegisterHandler("greet", func(ctx context.Context, m *velo.Message) ([]byte, error) {
 		return []byte("hello, " + string(m.Payload)), nil
 	})
 	if err := client.RegisterPeer(ctx, server.PeerInfo()); err != nil {
@@ -116,7 +116,7 @@ func ExampleVelo_GetInto() {
 	// Output: 0123456789 1 0
 }
 
-func ExampleHandleJSON() {
+func ExampleRegisterJSONHandler() {
 	ctx := context.Background()
 	a, _ := velo.New(ctx, quiet)
 	defer a.Close()
@@ -125,7 +125,7 @@ func ExampleHandleJSON() {
 	a.RegisterPeer(ctx, b.PeerInfo())
 
 	type sum struct{ X, Y int }
-	velo.HandleJSON(b, "sum", func(ctx context.Context, from velo.InstanceID, s sum) (int, error) {
+	velo.RegisterJSONHandler(b, "sum", func(ctx context.Context, from velo.InstanceID, s sum) (int, error) {
 		return s.X + s.Y, nil
 	})
 	n, err := velo.RequestJSON[int](ctx, a, b.ID(), "sum", sum{X: 2, Y: 40})

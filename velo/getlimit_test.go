@@ -112,7 +112,7 @@ func TestStagedMessageWithAHugeHandleIsRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		var ran atomic.Int32
-		recv.Handle("big", func(ctx context.Context, m *Message) ([]byte, error) {
+		recv.RegisterHandler("big", func(ctx context.Context, m *Message) ([]byte, error) {
 			ran.Add(1)
 			return []byte("ok"), nil
 		})

@@ -8,9 +8,9 @@ import (
 	"github.com/velo-go/velo/velo/messenger"
 )
 
-// HandleJSON registers a handler whose request and answer are JSON values.
-func HandleJSON[Req, Resp any](v *Velo, name string, fn func(ctx context.Context, from InstanceID, req Req) (Resp, error)) error {
-	return v.Handle(name, func(ctx context.Context, m *messenger.Message) ([]byte, error) {
+// RegisterJSONHandler registers a handler whose request and answer are JSON values.
+func RegisterJSONHandler[Req, Resp any](v *Velo, name string, fn func(ctx context.Context, from InstanceID, req Req) (Resp, error)) error {
+	return v.RegisterHandler(name, func(ctx context.Context, m *messenger.Message) ([]byte, error) {
 		var req Req
 		if err := json.Unmarshal(m.Payload, &req); err != nil {
 			return nil, fmt.Errorf("decoding the %q request as %T: %w", name, req, err)
@@ -23,7 +23,7 @@ func HandleJSON[Req, Resp any](v *Velo, name string, fn func(ctx context.Context
 	})
 }
 
-// RequestJSON sends req as JSON to a handler registered with HandleJSON and decodes its answer.
+// RequestJSON sends req as JSON to a handler registered with RegisterJSONHandler and decodes its answer.
 func RequestJSON[Resp any](ctx context.Context, v *Velo, peer InstanceID, name string, req any) (Resp, error) {
 	var resp Resp
 	b, err := json.Marshal(req)

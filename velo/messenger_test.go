@@ -16,13 +16,13 @@ import (
 
 func TestRequestAndOneWayShareOneConnection(t *testing.T) {
 	a, b := pair(t)
-	if err := b.Handle("echo", func(ctx context.Context, m *Message) ([]byte, error) {
+	if err := b.RegisterHandler("echo", func(ctx context.Context, m *Message) ([]byte, error) {
 		return append([]byte("echo:"), m.Payload...), nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan string, 1)
-	a.Handle("note", func(ctx context.Context, m *Message) ([]byte, error) {
+	a.RegisterHandler("note", func(ctx context.Context, m *Message) ([]byte, error) {
 		got <- string(m.Payload)
 		return nil, nil
 	})
@@ -49,14 +49,14 @@ func TestRequestAndOneWayShareOneConnection(t *testing.T) {
 
 func TestRemoteErrorsAreTyped(t *testing.T) {
 	a, b := pair(t)
-	b.Handle("fail", func(ctx context.Context, m *Message) ([]byte, error) {
+	b.RegisterHandler("fail", func(ctx context.Context, m *Message) ([]byte, error) {
 		return nil, errors.New("disk full")
 	})
-	b.Handle("panic", func(ctx context.Context, m *Message) ([]byte, error) {
+	b.RegisterHandler("panic", func(ctx context.Context, m *Message) ([]byte, error) {
 		var table []int
 		return []byte{byte(table[len(m.Payload)])}, nil // a real bug: index out of range
 	})
-	b.Handle("ok", func(ctx context.Context, m *Message) ([]byte, error) { return []byte("fine"), nil })
+	b.RegisterHandler("ok", func(ctx context.Context, m *Message) ([]byte, error) { return []byte("fine"), nil })
 
 	_, err := a.Request(tctx(t), b.ID(), "nope", nil)
 	if !errors.Is(err, ErrUnknownHandler) || !strings.Contains(err.Error(), `"nope"`) {
@@ -77,7 +77,7 @@ func TestRemoteErrorsAreTyped(t *testing.T) {
 	if n := metric(t, b, metrics.MessageErrorsTotal, map[string]string{"kind": "handler_panic"}); n != 1 {
 		t.Fatalf("panics counted: %v", n)
 	}
-	if err := a.Handle("velo.mine", nil); !errors.Is(err, ErrInvalidName) {
+	if err := a.RegisterHandler("velo.mine", nil); !errors.Is(err, ErrInvalidName) {
 		t.Fatalf("reserved name: %v", err)
 	}
 }
@@ -85,11 +85,11 @@ func TestRemoteErrorsAreTyped(t *testing.T) {
 func TestRequestDeadline(t *testing.T) {
 	a, b := pair(t)
 	release := make(chan struct{})
-	b.Handle("slow", func(ctx context.Context, m *Message) ([]byte, error) {
+	b.RegisterHandler("slow", func(ctx context.Context, m *Message) ([]byte, error) {
 		<-release
 		return []byte("late"), nil
 	})
-	b.Handle("ok", func(ctx context.Context, m *Message) ([]byte, error) { return []byte("ok"), nil })
+	b.RegisterHandler("ok", func(ctx context.Context, m *Message) ([]byte, error) { return []byte("ok"), nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	if _, err := a.Request(ctx, b.ID(), "slow", nil); !errors.Is(err, context.DeadlineExceeded) {
@@ -108,7 +108,7 @@ func TestPerPeerOrdering(t *testing.T) {
 	var mu sync.Mutex
 	var seen []uint32
 	done := make(chan struct{})
-	b.Handle("seq", func(ctx context.Context, m *Message) ([]byte, error) {
+	b.RegisterHandler("seq", func(ctx context.Context, m *Message) ([]byte, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		seen = append(seen, binary.BigEndian.Uint32(m.Payload))
@@ -147,7 +147,7 @@ func TestTransparentStagingBothWays(t *testing.T) {
 	a, b := pair(t)
 	big := payload(3<<20+7, 1)
 	answer := payload(1<<20, 2)
-	b.Handle("big", func(ctx context.Context, m *Message) ([]byte, error) {
+	b.RegisterHandler("big", func(ctx context.Context, m *Message) ([]byte, error) {
 		if !m.Staged || !bytes.Equal(m.Payload, big) {
 			return nil, fmt.Errorf("staged=%v, %d bytes, equal=%v", m.Staged, len(m.Payload), bytes.Equal(m.Payload, big))
 		}
@@ -162,7 +162,7 @@ func TestTransparentStagingBothWays(t *testing.T) {
 	}
 	// Fire-and-forget staging too.
 	got := make(chan [32]byte, 1)
-	b.Handle("drop", func(ctx context.Context, m *Message) ([]byte, error) {
+	b.RegisterHandler("drop", func(ctx context.Context, m *Message) ([]byte, error) {
 		got <- sum(m.Payload)
 		return nil, nil
 	})
@@ -198,7 +198,7 @@ func TestTransparentStagingBothWays(t *testing.T) {
 func TestPendingRequestFailsWhenPeerGoesAway(t *testing.T) {
 	a, b := pair(t)
 	entered := make(chan struct{})
-	b.Handle("hang", func(ctx context.Context, m *Message) ([]byte, error) {
+	b.RegisterHandler("hang", func(ctx context.Context, m *Message) ([]byte, error) {
 		close(entered)
 		<-ctx.Done() // returns when b closes
 		return nil, ctx.Err()
@@ -223,7 +223,7 @@ func TestPendingRequestFailsWhenPeerGoesAway(t *testing.T) {
 func TestJSONHelpers(t *testing.T) {
 	a, b := pair(t)
 	type add struct{ X, Y int }
-	HandleJSON(b, "add", func(ctx context.Context, from InstanceID, r add) (int, error) { return r.X + r.Y, nil })
+	RegisterJSONHandler(b, "add", func(ctx context.Context, from InstanceID, r add) (int, error) { return r.X + r.Y, nil })
 	n, err := RequestJSON[int](tctx(t), a, b.ID(), "add", add{2, 3})
 	if err != nil || n != 5 {
 		t.Fatalf("%d, %v", n, err)
@@ -247,13 +247,13 @@ func TestSlowHandlerHoldsUpOnlyItsPeersQueue(t *testing.T) {
 	var order []string
 	record := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
 	handled := func() int { mu.Lock(); defer mu.Unlock(); return len(order) }
-	b.Handle("seq", func(ctx context.Context, m *Message) ([]byte, error) {
+	b.RegisterHandler("seq", func(ctx context.Context, m *Message) ([]byte, error) {
 		record(string(m.Payload))
 		return nil, nil
 	})
 	echo := func(ctx context.Context, m *Message) ([]byte, error) { return m.Payload, nil }
-	a.Handle("echo", echo)
-	b.Handle("echo", echo)
+	a.RegisterHandler("echo", echo)
+	b.RegisterHandler("echo", echo)
 	releaseOnce := blockHandlers(t, a, b, func() { record("block") })
 	const queued = 20
 	for i := 0; i < queued; i++ {
@@ -300,12 +300,12 @@ func TestSlowHandlerHoldsUpOnlyItsPeersQueue(t *testing.T) {
 // own context along or not.
 func TestHandlerCallsBackItsCaller(t *testing.T) {
 	a, b := pair(t)
-	a.Handle("leaf", func(ctx context.Context, m *Message) ([]byte, error) { return []byte("leaf"), nil })
-	b.Handle("with-ctx", func(ctx context.Context, m *Message) ([]byte, error) {
+	a.RegisterHandler("leaf", func(ctx context.Context, m *Message) ([]byte, error) { return []byte("leaf"), nil })
+	b.RegisterHandler("with-ctx", func(ctx context.Context, m *Message) ([]byte, error) {
 		r, err := b.Request(ctx, a.ID(), "leaf", nil)
 		return append([]byte("outer:"), r...), err
 	})
-	b.Handle("own-ctx", func(_ context.Context, m *Message) ([]byte, error) {
+	b.RegisterHandler("own-ctx", func(_ context.Context, m *Message) ([]byte, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), testWait)
 		defer cancel()
 		r, err := b.Request(ctx, a.ID(), "leaf", nil)
@@ -321,8 +321,8 @@ func TestHandlerCallsBackItsCaller(t *testing.T) {
 // A one-way handler that panics is recovered like a request's: the peer's next message is handled.
 func TestPanickingOneWayHandlerLosesNothing(t *testing.T) {
 	a, b := pair(t)
-	b.Handle("boom", func(ctx context.Context, m *Message) ([]byte, error) { panic("boom") })
-	b.Handle("ok", func(ctx context.Context, m *Message) ([]byte, error) { return []byte("ok"), nil })
+	b.RegisterHandler("boom", func(ctx context.Context, m *Message) ([]byte, error) { panic("boom") })
+	b.RegisterHandler("ok", func(ctx context.Context, m *Message) ([]byte, error) { return []byte("ok"), nil })
 	for i := 0; i < 3; i++ {
 		if err := a.Send(tctx(t), b.ID(), "boom", nil); err != nil {
 			t.Fatal(err)
@@ -346,7 +346,7 @@ func TestCloseReturnsWhileAHandlerIgnoresItsContext(t *testing.T) {
 	}
 	stuck, entered := make(chan struct{}), make(chan struct{})
 	defer close(stuck)
-	b.Handle("stuck", func(ctx context.Context, m *Message) ([]byte, error) {
+	b.RegisterHandler("stuck", func(ctx context.Context, m *Message) ([]byte, error) {
 		close(entered)
 		<-stuck
 		return nil, nil
@@ -387,7 +387,7 @@ func TestFullInboxRefusesInsteadOfGrowing(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var got []int
-	b.Handle("seq", func(ctx context.Context, m *Message) ([]byte, error) {
+	b.RegisterHandler("seq", func(ctx context.Context, m *Message) ([]byte, error) {
 		mu.Lock()
 		got = append(got, int(binary.BigEndian.Uint32(m.Payload)))
 		mu.Unlock()
@@ -448,7 +448,7 @@ func blockHandlers(t *testing.T, from, to *Velo, entered func()) (release func()
 	gate, running := make(chan struct{}), make(chan struct{})
 	release = sync.OnceFunc(func() { close(gate) })
 	t.Cleanup(release)
-	to.Handle("block", func(ctx context.Context, m *Message) ([]byte, error) {
+	to.RegisterHandler("block", func(ctx context.Context, m *Message) ([]byte, error) {
 		if entered != nil {
 			entered()
 		}

@@ -80,7 +80,7 @@ func TestRegisterPeerValidatesEverything(t *testing.T) {
 func TestMalformedFrameLosesNothingElse(t *testing.T) {
 	v := newInstance(t)
 	got := make(chan string, 2)
-	v.Handle("x", func(ctx context.Context, m *Message) ([]byte, error) {
+	v.RegisterHandler("x", func(ctx context.Context, m *Message) ([]byte, error) {
 		got <- string(m.Payload)
 		return nil, nil
 	})

@@ -124,7 +124,7 @@ func TestConsumerProcessStoppedMidPullIsReapedByTTL(t *testing.T) {
 		t.Fatalf("the transfer finished before the consumer stopped (%v bytes)\n%s", s, out)
 	}
 	// The owner drops its own reference; the open lease alone keeps the bytes.
-	if err := owner.Release(tctx(t), h); err != nil {
+	if err := owner.Unref(tctx(t), h); err != nil {
 		t.Fatal(err)
 	}
 	if s, _ := owner.StagedCounts(); s != 1 {

@@ -217,13 +217,13 @@ func TestReleaseAfterTheLeaseExpired(t *testing.T) {
 // arena and the budget.
 func TestFailedSendFreesItsStagedPayload(t *testing.T) {
 	f := rdmatest.NewFabric()
-	owner := rdmaNode(t, f, true, WithStageTTL(time.Hour))
+	owner := rdmaNode(t, f, true, WithStagingTTL(time.Hour))
 	dead := rdmaNode(t, f, true)
 	link(t, owner, dead, true)
 	// Map the pooled arena, so the transparent stager stages in pinned memory.
 	h, err := owner.RegisterDataPinned(tctx(t), payload(4096, 1))
 	require.NoError(t, err)
-	require.NoError(t, owner.Release(tctx(t), h))
+	require.NoError(t, owner.Unref(tctx(t), h))
 	base := owner.RDMAStats()
 	require.NoError(t, dead.Close())
 

@@ -297,7 +297,7 @@ func TestRDMATransparentStaging(t *testing.T) {
 	link(t, recv, sender, true)
 	big := payload(1<<20, 4)
 	got := make(chan []byte, 2)
-	recv.Handle("big", func(ctx context.Context, m *Message) ([]byte, error) {
+	recv.RegisterHandler("big", func(ctx context.Context, m *Message) ([]byte, error) {
 		got <- append([]byte(nil), m.Payload...)
 		return nil, nil
 	})
@@ -329,7 +329,7 @@ func TestRDMATransparentStaging(t *testing.T) {
 		t.Fatalf("receiver rdma/ok = %v once an arena is mapped", n)
 	}
 	eventually(t, "the staged message to be freed", func() bool { return sender.RDMAStats().Slots == 1 })
-	sender.Release(ctx, keep)
+	sender.Unref(ctx, keep)
 }
 
 // TestGetPinned fetches into the consumer's pinned memory on both paths.

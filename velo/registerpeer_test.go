@@ -29,7 +29,7 @@ func TestRDMAPeerWithARefusedAddressStaysReachable(t *testing.T) {
 	if partial.Peer != owner.ID() || len(partial.Registered) != 1 || partial.Registered[0] != "tcp" {
 		t.Fatalf("%+v: want the peer registered over tcp", partial)
 	}
-	owner.Handle("echo", func(ctx context.Context, m *Message) ([]byte, error) { return m.Payload, nil })
+	owner.RegisterHandler("echo", func(ctx context.Context, m *Message) ([]byte, error) { return m.Payload, nil })
 	if resp, err := cons.Request(ctx, owner.ID(), "echo", []byte("over tcp")); err != nil || string(resp) != "over tcp" {
 		t.Fatalf("a request to the peer: %q %v", resp, err)
 	}

@@ -139,7 +139,7 @@ func TestDetachVersusRelease(t *testing.T) {
 	if _, err := a.Get(tctx(t), h); !errors.Is(err, ErrReleased) {
 		t.Fatalf("get after release: %v", err)
 	}
-	if err := a.Release(tctx(t), h); !errors.Is(err, ErrReleased) {
+	if err := a.Unref(tctx(t), h); !errors.Is(err, ErrReleased) {
 		t.Fatalf("release after release: %v", err)
 	}
 }

@@ -36,8 +36,9 @@ type Metadata = rendezvous.Metadata
 // Message is what a handler receives.
 type Message = messenger.Message
 
-// Handler serves one handler name.
-type Handler = messenger.Handler
+// MessageHandler serves the messages of one name (RegisterHandler): it returns the answer of a
+// request, or an error the caller sees as ErrHandlerFailed.
+type MessageHandler = messenger.Handler
 
 // DefaultStagingThreshold is the payload size above which messages travel as a rendezvous handle.
 const DefaultStagingThreshold = 256 << 10
@@ -136,9 +137,9 @@ func WithLeaseTTL(d time.Duration) Option {
 	}
 }
 
-// WithStageTTL sets how long a transparently staged message payload waits for its receiver to
+// WithStagingTTL sets how long a transparently staged message payload waits for its receiver to
 // fetch it (default 5 min).
-func WithStageTTL(d time.Duration) Option {
+func WithStagingTTL(d time.Duration) Option {
 	return func(o *options) error {
 		if d <= 0 {
 			return fmt.Errorf("velo: stage TTL %v must be positive", d)
@@ -387,8 +388,9 @@ func (e *PartialPeerError) Error() string {
 
 func (e *PartialPeerError) Unwrap() error { return e.Err }
 
-// Handle registers h for messages named name (replacing an earlier handler of that name).
-func (v *Velo) Handle(name string, h Handler) error { return v.msgr.Handle(name, h) }
+// RegisterHandler registers h for messages named name (replacing an earlier handler of that
+// name). Names starting with "velo." are the runtime's own.
+func (v *Velo) RegisterHandler(name string, h MessageHandler) error { return v.msgr.Handle(name, h) }
 
 // Send delivers a fire-and-forget message; it returns once a transport took it.
 func (v *Velo) Send(ctx context.Context, peer InstanceID, name string, payload []byte) error {
@@ -426,11 +428,13 @@ func (v *Velo) GetInto(ctx context.Context, h Handle, dst []byte) (*Lease, error
 	return v.rv.GetInto(ctx, h, dst)
 }
 
-// Ref adds a reference to h on its owner.
+// Ref adds a reference to h on its owner: one more Get + Release (or Unref) before the payload is
+// freed.
 func (v *Velo) Ref(ctx context.Context, h Handle) error { return v.rv.Ref(ctx, h) }
 
-// Release drops one reference to h without fetching it.
-func (v *Velo) Release(ctx context.Context, h Handle) error { return v.rv.Release(ctx, h) }
+// Unref drops one reference to h without fetching it; the payload is freed when the last one is
+// gone and no lease is open on it. (Lease.Release ends a lease and drops the reference it used.)
+func (v *Velo) Unref(ctx context.Context, h Handle) error { return v.rv.Release(ctx, h) }
 
 // StagedCounts reports how many payloads this instance holds as owner and how many leases on them
 // are open.

@@ -17,7 +17,7 @@ import (
 // WARN line, and the peer stays registered over TCP: messages flow.
 func TestBadUCXBlobKeepsTheOtherTransports(t *testing.T) {
 	owner := startNode(t, true)
-	owner.Handle("echo", func(ctx context.Context, m *velo.Message) ([]byte, error) { return m.Payload, nil })
+	owner.RegisterHandler("echo", func(ctx context.Context, m *velo.Message) ([]byte, error) { return m.Payload, nil })
 	good := owner.PeerInfo().Addresses["ucx"]
 	damaged := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), good...)) }
 	for _, tc := range []struct {

@@ -15,7 +15,7 @@ import (
 	"github.com/velo-go/velo/velo/rendezvous/rdma/rdmatest"
 	"github.com/velo-go/velo/velo/transport"
 	"github.com/velo-go/velo/velo/transport/tcp"
-	ucxt "github.com/velo-go/velo/velo/transport/ucx"
+	"github.com/velo-go/velo/velo/transport/ucx"
 )
 
 // Generous bounds: the suite runs on a loaded 2-core machine.
@@ -118,12 +118,12 @@ type node struct {
 // ends it closes the instance and checks that nothing stays pinned or registered.
 func startNode(t testing.TB, registry bool, opts ...velo.Option) node {
 	t.Helper()
-	return startNodeWith(t, ucxt.Config{}, registry, opts...)
+	return startNodeWith(t, ucx.Config{}, registry, opts...)
 }
 
 // startNodeWith is startNode with the UCX transport configured by cfg (its logger, eager endpoints
 // and the tcp default are filled in by newUCXWith).
-func startNodeWith(t testing.TB, cfg ucxt.Config, registry bool, opts ...velo.Option) node {
+func startNodeWith(t testing.TB, cfg ucx.Config, registry bool, opts ...velo.Option) node {
 	t.Helper()
 	logs := &logBuffer{}
 	ctl, err := tcp.New(tcp.Config{})
@@ -191,10 +191,10 @@ func eventually(t testing.TB, what string, cond func() bool) {
 
 // newUCXWith starts a UCX transport configured by cfg, with eager endpoints and tcp unless
 // UCX_TLS says otherwise.
-func newUCXWith(t testing.TB, cfg ucxt.Config) *ucxt.Transport {
+func newUCXWith(t testing.TB, cfg ucx.Config) *ucx.Transport {
 	t.Helper()
 	cfg.EagerEndpoints, cfg.TLS = true, "tcp"
-	u, err := ucxt.New(cfg)
+	u, err := ucx.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,11 +8,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/velo-go/velo/ucx"
 	"github.com/velo-go/velo/velo"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/rendezvous/rdma/rdmatest"
-	ucxt "github.com/velo-go/velo/velo/transport/ucx"
+	"github.com/velo-go/velo/velo/transport/ucx"
 )
 
 // TestPathReasonsOverUCX reaches every reason of the path table over the real UCX transport and
@@ -118,7 +117,7 @@ func TestTransparentStagingOverUCX(t *testing.T) {
 	link(t, recv, sender, true)
 	big := randomBytes(2<<20, 2)
 	got := make(chan []byte, 1)
-	recv.Handle("big", func(ctx context.Context, m *velo.Message) ([]byte, error) {
+	recv.RegisterHandler("big", func(ctx context.Context, m *velo.Message) ([]byte, error) {
 		got <- append([]byte(nil), m.Payload...)
 		return nil, nil
 	})
@@ -148,7 +147,7 @@ func TestTransparentStagingOverUCX(t *testing.T) {
 			t.Fatalf("%s rdma/ok = %v once an arena is mapped", who, n)
 		}
 	}
-	if err := sender.Release(ctx, keep); err != nil {
+	if err := sender.Unref(ctx, keep); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -190,8 +189,8 @@ func TestGetPinnedOverUCX(t *testing.T) {
 // GET really went around the guard; payloads are checked byte for byte.
 func TestDirectGetOverUCX(t *testing.T) {
 	ownerReg := prometheus.NewRegistry()
-	owner := startNodeWith(t, ucxt.Config{Metrics: ownerReg}, true)
-	cons := startNodeWith(t, ucxt.Config{RMA: ucx.RMADirect}, true)
+	owner := startNodeWith(t, ucx.Config{Metrics: ownerReg}, true)
+	cons := startNodeWith(t, ucx.Config{RMA: ucx.RMADirect}, true)
 	link(t, owner, cons, true)
 	ctx := tctx(t)
 	for i, n := range []int{1, 4096 + 1, 8 << 20} {
@@ -249,11 +248,11 @@ func TestDirectGetOverUCX(t *testing.T) {
 	}
 }
 
-// TestRMAModeIsValidated: a value outside the ucx.RMAMode constants is refused by ucxt.New with an
+// TestRMAModeIsValidated: a value outside the ucx.RMAMode constants is refused by ucx.New with an
 // error that names the field and the valid values.
 func TestRMAModeIsValidated(t *testing.T) {
-	_, err := ucxt.New(ucxt.Config{RMA: ucx.RMAMode(7)})
+	_, err := ucx.New(ucx.Config{RMA: ucx.RMAMode(7)})
 	if err == nil || !strings.Contains(err.Error(), "Config.RMA") || !strings.Contains(err.Error(), "RMADirect") {
-		t.Fatalf("ucxt.New with RMA 7: %v", err)
+		t.Fatalf("ucx.New with RMA 7: %v", err)
 	}
 }

@@ -39,8 +39,8 @@ func TestRollingUpgradeKeepsTheControlPlane(t *testing.T) {
 		t.Errorf("the error names the peer more than once: %v", err)
 	}
 
-	owner.Handle("echo", func(ctx context.Context, m *velo.Message) ([]byte, error) { return m.Payload, nil })
-	cons.Handle("echo", func(ctx context.Context, m *velo.Message) ([]byte, error) { return m.Payload, nil })
+	owner.RegisterHandler("echo", func(ctx context.Context, m *velo.Message) ([]byte, error) { return m.Payload, nil })
+	cons.RegisterHandler("echo", func(ctx context.Context, m *velo.Message) ([]byte, error) { return m.Payload, nil })
 	if resp, err := cons.Request(ctx, owner.ID(), "echo", []byte("new to old")); err != nil || string(resp) != "new to old" {
 		t.Fatalf("new to old over TCP: %q %v", resp, err)
 	}

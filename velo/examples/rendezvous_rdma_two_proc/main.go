@@ -43,7 +43,7 @@ import (
 	"github.com/velo-go/velo/velo/examples/internal/twoproc"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport/tcp"
-	ucxt "github.com/velo-go/velo/velo/transport/ucx"
+	"github.com/velo-go/velo/velo/transport/ucx"
 )
 
 type ownerFile struct {
@@ -153,7 +153,7 @@ func start(ctx context.Context, listen, advertise string) (node, error) {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// Eager endpoints move UCX wireup from the first GET to RegisterPeer.
-	u, err := ucxt.New(ucxt.Config{EagerEndpoints: true, Logger: log})
+	u, err := ucx.New(ucx.Config{EagerEndpoints: true, Logger: log})
 	if err != nil {
 		tr.Close()
 		return node{}, fmt.Errorf("UCX transport: %w", err)
@@ -186,7 +186,7 @@ func runOwner(ctx context.Context, n node, dir string, size int) error {
 		counts string
 	}
 	reports := make(chan verified, 1)
-	if err := v.Handle("demo.verified", func(ctx context.Context, m *velo.Message) ([]byte, error) {
+	if err := v.RegisterHandler("demo.verified", func(ctx context.Context, m *velo.Message) ([]byte, error) {
 		var r report
 		if err := json.Unmarshal(m.Payload, &r); err != nil {
 			return nil, err

@@ -118,7 +118,7 @@ func runOwner(ctx context.Context, v *velo.Velo, dir string, size int) error {
 		return err
 	}
 	done := make(chan error, 1)
-	if err := v.Handle("demo.verified", func(ctx context.Context, m *velo.Message) ([]byte, error) {
+	if err := v.RegisterHandler("demo.verified", func(ctx context.Context, m *velo.Message) ([]byte, error) {
 		var err error
 		if string(m.Payload) != hex.EncodeToString(sum[:]) {
 			err = fmt.Errorf("consumer reports SHA-256 %s, owner staged %x", m.Payload, sum)

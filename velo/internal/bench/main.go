@@ -141,7 +141,7 @@ func runServer(ctx context.Context, log *slog.Logger, chunk int) {
 	owner, err := velo.New(ctx, opts...)
 	check(err)
 	defer owner.Close()
-	check(owner.Handle("echo", func(ctx context.Context, m *velo.Message) ([]byte, error) { return m.Payload, nil }))
+	check(owner.RegisterHandler("echo", func(ctx context.Context, m *velo.Message) ([]byte, error) { return m.Payload, nil }))
 	info := serverInfo{Peer: owner.PeerInfo()}
 	var payloads [][]byte
 	for _, s := range sizes {

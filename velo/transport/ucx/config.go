@@ -1,4 +1,4 @@
-package ucxt
+package ucx
 
 import (
 	"fmt"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/velo-go/velo/ucx"
+	ucp "github.com/velo-go/velo/ucx"
 )
 
 // Name is the transport name under which the UCX address appears in a PeerInfo, and the RMA
@@ -46,6 +46,20 @@ const (
 	regTimeout = 60 * time.Second
 )
 
+// RMAMode is how GETs read a peer's memory: the UCX binding's mode, named here so a program that
+// configures the transport needs no import of the binding.
+type RMAMode = ucp.RMAMode
+
+// The RMA modes (Config.RMA).
+const (
+	// RMAAuto: ucp_get_nbx where the NIC checks keys (InfiniBand RC/DC), the guarded GET elsewhere.
+	RMAAuto = ucp.RMAAuto
+	// RMAGuarded: the guarded GET everywhere.
+	RMAGuarded = ucp.RMAGuarded
+	// RMADirect: ucp_get_nbx everywhere (see Config.RMA before choosing it).
+	RMADirect = ucp.RMADirect
+)
+
 // Config configures a UCX transport. The zero value works: lazy endpoints, UCX's own choice of
 // transports and devices (or the UCX_* environment), no idle reaper.
 type Config struct {
@@ -74,14 +88,15 @@ type Config struct {
 	EagerMax int
 	// SendTimeout bounds a Send whose context has no deadline (default DefaultSendTimeout).
 	SendTimeout time.Duration
-	// RMA selects how this transport's GETs read a peer's memory. The default, ucx.RMAAuto, uses
+	// RMA selects how this transport's GETs read a peer's memory. The default, RMAAuto, uses
 	// ucp_get_nbx only where the NIC checks remote keys (InfiniBand RC/DC lanes) and the guarded
-	// GET everywhere else. ucx.RMADirect forces ucp_get_nbx on every lane: over tcp (and shared
+	// GET everywhere else. RMADirect forces ucp_get_nbx on every lane: over tcp (and shared
 	// memory) nothing then checks a key against its live registration, so a GET after the owner
 	// revoked a lease reads whatever memory is at that address, or crashes the owner. Set it only
 	// on fabrics whose keys the hardware checks, or to measure against ucx_perftest.
-	RMA ucx.RMAMode
-	// Logger (default slog.Default()); UCX's own warnings from the binding go here too.
+	RMA RMAMode
+	// Logger (default: the logger of the velo instance the transport is added to, from Start on,
+	// and slog.Default() before that); UCX's own warnings from the binding go here too.
 	Logger *slog.Logger
 	// Metrics, when set, receives the transport's and its UCX engine's collectors. Never the
 	// global registry.
@@ -101,8 +116,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.KeepaliveInterval < 0 {
 		return c, fmt.Errorf("ucx: Config.KeepaliveInterval %v must not be negative (0 keeps UCX's default)", c.KeepaliveInterval)
 	}
-	if c.RMA < ucx.RMAAuto || c.RMA > ucx.RMADirect {
-		return c, fmt.Errorf("ucx: Config.RMA %d is not a ucx.RMAMode (RMAAuto, RMAGuarded or RMADirect)", int(c.RMA))
+	if c.RMA < ucp.RMAAuto || c.RMA > ucp.RMADirect {
+		return c, fmt.Errorf("ucx: Config.RMA %d is not a ucp.RMAMode (RMAAuto, RMAGuarded or RMADirect)", int(c.RMA))
 	}
 	if c.SendTimeout <= 0 {
 		c.SendTimeout = DefaultSendTimeout

@@ -1,4 +1,4 @@
-package ucxt
+package ucx
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/velo-go/velo/ucx"
+	ucp "github.com/velo-go/velo/ucx"
 	"github.com/velo-go/velo/velo/transport"
 )
 
@@ -37,9 +37,9 @@ import (
 // outConn is this side's endpoint of one slot to one peer.
 type outConn struct {
 	p       *peer
-	c       *ucx.Conn
+	c       *ucp.Conn
 	epoch   uint32 // the slot
-	helloOp *ucx.Op
+	helloOp *ucp.Op
 
 	// Guarded by p.sendMu.
 	seq       uint64 // data frames submitted
@@ -112,12 +112,12 @@ func (t *Transport) openLocked(ctx context.Context, p *peer, slot uint32) (*outC
 		return nil, fmt.Errorf("ucx: %w", transport.ErrClosed)
 	}
 	oc := &outConn{p: p, epoch: slot}
-	c, err := t.eng.Connect(ctx, worker, ucx.ConnectOptions{
-		ErrorMode: ucx.ErrorModePeer,
+	c, err := t.eng.Connect(ctx, worker, ucp.ConnectOptions{
+		ErrorMode: ucp.ErrorModePeer,
 		OnError:   func(err error) { t.connFailed(oc, err) },
 	})
 	if err != nil {
-		if errors.Is(err, ucx.ErrClosed) {
+		if errors.Is(err, ucp.ErrClosed) {
 			return nil, fmt.Errorf("ucx: connect to %016x: %w", uint64(p.id), transport.ErrClosed)
 		}
 		return nil, fmt.Errorf("ucx: connect to %016x: %w: %w", uint64(p.id), transport.ErrPeerUnreachable, err)
@@ -164,7 +164,7 @@ func (t *Transport) burn(ctx context.Context, p *peer, n uint32) {
 	t.mu.Lock()
 	worker := p.addr.worker
 	t.mu.Unlock()
-	c, err := t.eng.Connect(ctx, worker, ucx.ConnectOptions{ErrorMode: ucx.ErrorModePeer})
+	c, err := t.eng.Connect(ctx, worker, ucp.ConnectOptions{ErrorMode: ucp.ErrorModePeer})
 	if err != nil {
 		return
 	}
@@ -174,23 +174,23 @@ func (t *Transport) burn(ctx context.Context, p *peer, n uint32) {
 		defer t.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), t.timings.finWait)
 		defer cancel()
-		_ = c.Close(ctx, ucx.CloseForce)
+		_ = c.Close(ctx, ucp.CloseForce)
 	}()
 }
 
 // submit starts one active message on oc and counts it in flight until UCX is done with it;
 // the caller hands the Op to settle. The message is copied into UCX-owned memory first, so the
 // caller's buffers are free at once and a caller that stops waiting leaves nothing behind.
-func (t *Transport) submit(oc *outConn, hdr []byte, parts [][]byte) *ucx.Op {
+func (t *Transport) submit(oc *outConn, hdr []byte, parts [][]byte) *ucp.Op {
 	oc.mu.Lock()
 	oc.inflight++
 	oc.mu.Unlock()
-	return oc.c.SendAMAsync(context.Background(), amID, hdr, parts, ucx.SendOptions{Copy: true})
+	return oc.c.SendAMAsync(context.Background(), amID, hdr, parts, ucp.SendOptions{Copy: true})
 }
 
 // settle ends op's count on oc once it completed: now, when it already has (the common case,
 // with no goroutine), or in the background.
-func (t *Transport) settle(oc *outConn, op *ucx.Op) {
+func (t *Transport) settle(oc *outConn, op *ucp.Op) {
 	select {
 	case <-op.Done():
 		t.opDone(oc, false)
@@ -327,7 +327,7 @@ func (t *Transport) closeRetired(p *peer, v peerView) {
 			defer t.wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), t.timings.finWait)
 			defer cancel()
-			if err := oc.c.Close(ctx, ucx.CloseFlush); err != nil && !errors.Is(err, ucx.ErrClosed) {
+			if err := oc.c.Close(ctx, ucp.CloseFlush); err != nil && !errors.Is(err, ucp.ErrClosed) {
 				t.log.Debug("ucx: closing a retired endpoint", "peer", fmt.Sprintf("%016x", uint64(p.id)), "slot", oc.epoch, "err", err)
 			}
 		}()

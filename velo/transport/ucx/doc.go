@@ -1,7 +1,7 @@
-// Package ucxt is velo's UCX transport: the runtime's frames over UCX active messages, and the
+// Package ucx is velo's UCX transport: the runtime's frames over UCX active messages, and the
 // one-sided reads (transport.RMA) that the rendezvous RDMA path is built on.
 //
-//	u, err := ucxt.New(ucxt.Config{EagerEndpoints: true, TLS: "tcp"})
+//	u, err := ucx.New(ucx.Config{EagerEndpoints: true, TLS: "tcp"})
 //	v, err := velo.New(ctx, velo.WithTransport(tcp), velo.WithUCXTransport(u))
 //
 // Added with velo.WithUCXTransport the transport also carries the RDMA registry; added with
@@ -11,7 +11,7 @@
 //
 // One UCX engine (package ucx) owns the context and worker on a locked OS thread; everything here
 // is ordinary Go that submits work to it. This package has no cgo of its own, so it builds
-// everywhere; without cgo New fails with ucx.ErrNotCompiled.
+// everywhere; without cgo New fails with ucp.ErrNotCompiled.
 //
 // Every frame is one active message sent eagerly (UCP_AM_SEND_FLAG_EAGER), never by UCX's
 // rendezvous protocol: a receiver then gets each frame whole, in order, without a second round
@@ -74,4 +74,4 @@
 // Settings returns what the context really runs with. The ucx binding warns about
 // UCX_PROTO_ENABLE=n (it turns off all RMA on current UCX releases) and sets UCX_RCACHE_ENABLE=n
 // and UCX_MEM_EVENTS=n unless the user set them.
-package ucxt
+package ucx

@@ -1,6 +1,6 @@
 //go:build cgo && linux
 
-package ucxt
+package ucx
 
 import (
 	"bytes"

@@ -1,6 +1,6 @@
 //go:build cgo && linux
 
-package ucxt
+package ucx
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/velo-go/velo/ucx"
+	ucp "github.com/velo-go/velo/ucx"
 	"github.com/velo-go/velo/velo/transport"
 )
 
@@ -99,12 +99,12 @@ func TestKeepaliveSetting(t *testing.T) {
 	unsetenv(t, "UCX_KEEPALIVE_INTERVAL")
 	n := newNode(t, func(c *Config) { c.KeepaliveInterval = 3 * time.Second })
 	s, ok := n.setting("KEEPALIVE_INTERVAL")
-	if !ok || s.Source != ucx.SourceProgram || !strings.HasPrefix(s.Value, "3") {
+	if !ok || s.Source != ucp.SourceProgram || !strings.HasPrefix(s.Value, "3") {
 		t.Fatalf("KEEPALIVE_INTERVAL %+v, want 3 s from the program", s)
 	}
 	t.Setenv("UCX_KEEPALIVE_INTERVAL", "7s")
 	n = newNode(t, func(c *Config) { c.KeepaliveInterval = 3 * time.Second })
-	if s, _ := n.setting("KEEPALIVE_INTERVAL"); s.Source != ucx.SourceEnvironment || !strings.HasPrefix(s.Value, "7") {
+	if s, _ := n.setting("KEEPALIVE_INTERVAL"); s.Source != ucp.SourceEnvironment || !strings.HasPrefix(s.Value, "7") {
 		t.Fatalf("KEEPALIVE_INTERVAL %+v, want 7 s from the environment", s)
 	}
 	if _, err := New(Config{KeepaliveInterval: -time.Second}); err == nil {

@@ -1,12 +1,12 @@
 //go:build cgo && linux
 
-package ucxt
+package ucx
 
 import (
 	"context"
 	"testing"
 
-	"github.com/velo-go/velo/ucx"
+	ucp "github.com/velo-go/velo/ucx"
 )
 
 // TestUCXPairsNthEndpoints records the UCX behaviour the slot design exists for (conn.go): the
@@ -17,8 +17,8 @@ import (
 // starts failing, UCX stopped pairing (or stopped losing): update the comment in conn.go.
 func TestUCXPairsNthEndpoints(t *testing.T) {
 	ctx := testCtx(t)
-	engine := func(name string) *ucx.Engine {
-		e, err := ucx.NewEngine(ctx, ucx.EngineConfig{Name: name, Context: ucx.ContextConfig{TLS: testTLS}})
+	engine := func(name string) *ucp.Engine {
+		e, err := ucp.NewEngine(ctx, ucp.EngineConfig{Name: name, Context: ucp.ContextConfig{TLS: testTLS}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -27,10 +27,10 @@ func TestUCXPairsNthEndpoints(t *testing.T) {
 	}
 	a, b := engine("a"), engine("b")
 	atA, atB := make(chan int, 16), make(chan int, 16)
-	if err := a.HandleAM(1, func(m ucx.AMMessage) { atA <- len(m.Payload) }); err != nil {
+	if err := a.HandleAM(1, func(m ucp.AMMessage) { atA <- len(m.Payload) }); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.HandleAM(1, func(m ucx.AMMessage) { atB <- len(m.Payload) }); err != nil {
+	if err := b.HandleAM(1, func(m ucp.AMMessage) { atB <- len(m.Payload) }); err != nil {
 		t.Fatal(err)
 	}
 	recv := func(ch chan int) int {
@@ -42,7 +42,7 @@ func TestUCXPairsNthEndpoints(t *testing.T) {
 		}
 		return 0
 	}
-	x, err := a.Connect(ctx, b.Address(), ucx.ConnectOptions{})
+	x, err := a.Connect(ctx, b.Address(), ucp.ConnectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,11 +50,11 @@ func TestUCXPairsNthEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	recv(atB) // A's endpoint is wired up at B
-	z, err := b.Connect(ctx, a.Address(), ucx.ConnectOptions{})
+	z, err := b.Connect(ctx, a.Address(), ucp.ConnectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mode, _ := z.RMAMode(ctx); mode == ucx.RMADirect {
+	if mode, _ := z.RMAMode(ctx); mode == ucp.RMADirect {
 		t.Skip("hardware RMA lanes: this records tcp behaviour")
 	}
 	big := make([]byte, 64<<10) // many fragments
@@ -64,7 +64,7 @@ func TestUCXPairsNthEndpoints(t *testing.T) {
 	if n := recv(atA); n != len(big) {
 		t.Fatalf("before the close A got %d bytes", n)
 	}
-	if err := x.Close(ctx, ucx.CloseFlush); err != nil {
+	if err := x.Close(ctx, ucp.CloseFlush); err != nil {
 		t.Fatal(err)
 	}
 	if err := z.SendAM(ctx, 1, nil, big); err != nil {

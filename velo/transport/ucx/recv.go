@@ -1,4 +1,4 @@
-package ucxt
+package ucx
 
 import (
 	"context"
@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/velo-go/velo/ucx"
+	ucp "github.com/velo-go/velo/ucx"
 	"github.com/velo-go/velo/velo/transport"
 )
 
 // onAM receives every frame, on the engine's delivery goroutine (one message at a time, in the
 // order the worker received them).
-func (t *Transport) onAM(m ucx.AMMessage) {
+func (t *Transport) onAM(m ucp.AMMessage) {
 	if t.isClosed() {
 		return // messages the engine queued before Close removed the handler
 	}

@@ -1,11 +1,11 @@
-package ucxt
+package ucx
 
 import (
 	"context"
 	"errors"
 	"fmt"
 
-	"github.com/velo-go/velo/ucx"
+	ucp "github.com/velo-go/velo/ucx"
 	"github.com/velo-go/velo/velo/transport"
 )
 
@@ -43,7 +43,7 @@ func (t *Transport) RegisterMemory(mem []byte) (transport.Registration, error) {
 
 // registration is one engine registration behind transport.Registration.
 type registration struct {
-	r *ucx.Registration
+	r *ucp.Registration
 }
 
 func (g *registration) Addr() uint64          { return g.r.Addr() }
@@ -105,7 +105,7 @@ func (t *Transport) ForceClosePeer(id transport.InstanceID) error {
 			defer t.wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), t.timings.finWait)
 			defer cancel()
-			if err := oc.c.Close(ctx, ucx.CloseForce); err != nil && !errors.Is(err, ucx.ErrClosed) {
+			if err := oc.c.Close(ctx, ucp.CloseForce); err != nil && !errors.Is(err, ucp.ErrClosed) {
 				t.log.Debug("ucx: force-closing an endpoint", "peer", fmt.Sprintf("%016x", uint64(id)), "slot", oc.epoch, "err", err)
 			}
 		}()
@@ -126,13 +126,13 @@ func (t *Transport) ForceClosePeer(id transport.InstanceID) error {
 // sends a byte, so a stale or forged key reads nothing. Get returns when the bytes are in dst or
 // with an error; if ctx ends first it still returns only once dst is out of UCX's hands.
 func (t *Transport) Get(ctx context.Context, id transport.InstanceID, remoteAddr uint64, rkey []byte, dst []byte) error {
-	k, err := ucx.ParseSealedKey(rkey)
+	k, err := ucp.ParseSealedKey(rkey)
 	if err != nil {
 		return fmt.Errorf("ucx: GET from %016x: %w", uint64(id), err)
 	}
 	if !k.Covers(remoteAddr, uint64(len(dst))) {
 		return fmt.Errorf("ucx: GET from %016x: %w: [%#x, +%d) is outside the key's region [%#x, +%d)",
-			uint64(id), ucx.ErrOutOfRange, remoteAddr, len(dst), k.Base, k.Length)
+			uint64(id), ucp.ErrOutOfRange, remoteAddr, len(dst), k.Base, k.Length)
 	}
 	p, _, err := t.lookup(id)
 	if err != nil {

@@ -1,6 +1,6 @@
 //go:build cgo && linux
 
-package ucxt
+package ucx
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/velo-go/velo/ucx"
+	ucp "github.com/velo-go/velo/ucx"
 	"github.com/velo-go/velo/velo/transport"
 	"golang.org/x/sys/unix"
 )
@@ -70,7 +70,7 @@ func TestRMARegisterGetDeregister(t *testing.T) {
 				t.Fatal("GET inside the region returned other bytes")
 			}
 		}
-		if err := consumer.Get(testCtx(t), owner.h.id, reg.Addr(), reg.RKey(), make([]byte, n+1)); !errors.Is(err, ucx.ErrOutOfRange) {
+		if err := consumer.Get(testCtx(t), owner.h.id, reg.Addr(), reg.RKey(), make([]byte, n+1)); !errors.Is(err, ucp.ErrOutOfRange) {
 			t.Fatalf("GET past the region: %v", err)
 		}
 		deregister(t, reg)
@@ -124,7 +124,7 @@ func TestUnusableRkeyIsRefusedOverTCP(t *testing.T) {
 	if err := consumer.Get(testCtx(t), owner.h.id, reg.Addr(), reg.RKey(), dst); err != nil {
 		t.Fatal(err)
 	}
-	if mode := consumer.rmaMode(t, owner.h.id); mode != ucx.RMAGuarded {
+	if mode := consumer.rmaMode(t, owner.h.id); mode != ucp.RMAGuarded {
 		t.Skipf("the endpoint's RMA lanes are hardware-keyed (%v): this test is for software RMA (UCX_TLS=tcp) only", mode)
 	}
 	key, addr := reg.RKey(), reg.Addr()
@@ -145,11 +145,11 @@ func TestUnusableRkeyIsRefusedOverTCP(t *testing.T) {
 		}
 	}
 	copy(dst, sentinel)
-	check("stale key", consumer.Get(testCtx(t), owner.h.id, addr, key, dst), ucx.ErrRemoteKeyRevoked)
+	check("stale key", consumer.Get(testCtx(t), owner.h.id, addr, key, dst), ucp.ErrRemoteKeyRevoked)
 	if err := unix.Munmap(mem); err != nil {
 		t.Fatal(err)
 	}
-	check("stale key of unmapped memory", consumer.Get(testCtx(t), owner.h.id, addr, key, dst), ucx.ErrRemoteKeyRevoked)
+	check("stale key of unmapped memory", consumer.Get(testCtx(t), owner.h.id, addr, key, dst), ucp.ErrRemoteKeyRevoked)
 
 	live := mapped(t, 8192)
 	lreg, err := owner.RegisterMemory(live)
@@ -158,7 +158,7 @@ func TestUnusableRkeyIsRefusedOverTCP(t *testing.T) {
 	}
 	defer deregister(t, lreg)
 	good := lreg.RKey()
-	k, err := ucx.ParseSealedKey(good)
+	k, err := ucp.ParseSealedKey(good)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,13 +175,13 @@ func TestUnusableRkeyIsRefusedOverTCP(t *testing.T) {
 		key  []byte
 		want error
 	}{
-		{"empty", nil, ucx.ErrInvalidRemoteKey},
-		{"truncated", good[:len(good)-5], ucx.ErrInvalidRemoteKey},
-		{"one bit flipped", flipped, ucx.ErrInvalidRemoteKey},
-		{"random bytes", random, ucx.ErrInvalidRemoteKey},
-		{"raw UCX key", k.UCXKey, ucx.ErrInvalidRemoteKey},
-		{"forged token", ucx.AppendSealedKey(nil, forgedToken), ucx.ErrRemoteKeyRevoked},
-		{"forged wider region", ucx.AppendSealedKey(nil, wider), ucx.ErrOutOfRange},
+		{"empty", nil, ucp.ErrInvalidRemoteKey},
+		{"truncated", good[:len(good)-5], ucp.ErrInvalidRemoteKey},
+		{"one bit flipped", flipped, ucp.ErrInvalidRemoteKey},
+		{"random bytes", random, ucp.ErrInvalidRemoteKey},
+		{"raw UCX key", k.UCXKey, ucp.ErrInvalidRemoteKey},
+		{"forged token", ucp.AppendSealedKey(nil, forgedToken), ucp.ErrRemoteKeyRevoked},
+		{"forged wider region", ucp.AppendSealedKey(nil, wider), ucp.ErrOutOfRange},
 	} {
 		copy(dst, sentinel)
 		addr := lreg.Addr()
@@ -197,7 +197,7 @@ func TestUnusableRkeyIsRefusedOverTCP(t *testing.T) {
 }
 
 // rmaMode is the GET path the engine uses on n's endpoint to peer.
-func (n node) rmaMode(t testing.TB, peer transport.InstanceID) ucx.RMAMode {
+func (n node) rmaMode(t testing.TB, peer transport.InstanceID) ucp.RMAMode {
 	t.Helper()
 	p, _, err := n.lookup(peer)
 	if err != nil {

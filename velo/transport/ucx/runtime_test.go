@@ -1,6 +1,6 @@
 //go:build cgo && linux
 
-package ucxt_test
+package ucx_test
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/velo"
-	ucxt "github.com/velo-go/velo/velo/transport/ucx"
+	"github.com/velo-go/velo/velo/transport/ucx"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -28,11 +28,11 @@ func testLog() *slog.Logger {
 }
 
 // instance starts a velo instance whose only transport is UCX over tcp.
-func instance(t testing.TB, cfg ucxt.Config) *velo.Velo {
+func instance(t testing.TB, cfg ucx.Config) *velo.Velo {
 	t.Helper()
 	cfg.TLS = "tcp"
 	cfg.Logger = testLog()
-	u, err := ucxt.New(cfg)
+	u, err := ucx.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,9 +52,9 @@ func instance(t testing.TB, cfg ucxt.Config) *velo.Velo {
 func TestRuntimeOverUCX(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	cfg := ucxt.Config{EagerMax: 256 << 10, EPIdleTimeout: 20 * time.Millisecond}
+	cfg := ucx.Config{EagerMax: 256 << 10, EPIdleTimeout: 20 * time.Millisecond}
 	server, client := instance(t, cfg), instance(t, cfg)
-	if err := server.Handle("slow-echo", func(ctx context.Context, m *velo.Message) ([]byte, error) {
+	if err := server.RegisterHandler("slow-echo", func(ctx context.Context, m *velo.Message) ([]byte, error) {
 		time.Sleep(150 * time.Millisecond) // several idle timeouts with nothing on the wire
 		return m.Payload, nil
 	}); err != nil {
@@ -94,7 +94,7 @@ func ExampleNew() {
 	ctx := context.Background()
 	start := func() *velo.Velo {
 		// TLS applies only when UCX_TLS is unset: the environment wins.
-		u, err := ucxt.New(ucxt.Config{TLS: "tcp", EagerEndpoints: true, Logger: quiet})
+		u, err := ucx.New(ucx.Config{TLS: "tcp", EagerEndpoints: true, Logger: quiet})
 		if err != nil {
 			panic(err)
 		}
@@ -108,7 +108,7 @@ func ExampleNew() {
 	defer server.Close()
 	defer client.Close()
 
-	server.Handle("greet", func(ctx context.Context, m *velo.Message) ([]byte, error) {
+	server.RegisterHandler("greet", func(ctx context.Context, m *velo.Message) ([]byte, error) {
 		return []byte("hello, " + string(m.Payload)), nil
 	})
 	if err := client.RegisterPeer(ctx, server.PeerInfo()); err != nil {

@@ -1,4 +1,4 @@
-package ucxt
+package ucx
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/velo-go/velo/ucx"
+	ucp "github.com/velo-go/velo/ucx"
 	"github.com/velo-go/velo/velo/transport"
 )
 
@@ -24,7 +24,7 @@ type Transport struct {
 	cfg       Config
 	log       *slog.Logger
 	ownLogger bool // Config.Logger was set: keep it rather than the runtime's
-	eng       *ucx.Engine
+	eng       *ucp.Engine
 	m         *metrics
 	worker    []byte
 	timings   timings
@@ -100,7 +100,7 @@ type inboundState struct {
 // New creates the transport and its UCX engine: the UCX context and worker on their own locked
 // OS thread. TLS, NetDevices and KeepaliveInterval apply only where the UCX_* environment leaves
 // them unset; New logs which value applied from where. Without cgo (or off Linux) it fails with an
-// error wrapping ucx.ErrNotCompiled (ucx.ErrUnsupported).
+// error wrapping ucp.ErrNotCompiled (ucp.ErrUnsupported).
 func New(cfg Config) (*Transport, error) {
 	ownLogger := cfg.Logger != nil
 	cfg, err := cfg.withDefaults()
@@ -117,8 +117,8 @@ func New(cfg Config) (*Transport, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), regTimeout)
 	defer cancel()
-	eng, err := ucx.NewEngine(ctx, ucx.EngineConfig{
-		Context:      ucx.ContextConfig{TLS: cfg.TLS, NetDevices: cfg.NetDevices, Settings: settings, Logger: cfg.Logger},
+	eng, err := ucp.NewEngine(ctx, ucp.EngineConfig{
+		Context:      ucp.ContextConfig{TLS: cfg.TLS, NetDevices: cfg.NetDevices, Settings: settings, Logger: cfg.Logger},
 		MaxEagerSize: cfg.EagerMax + frameHeaderLen,
 		RMA:          cfg.RMA,
 		Name:         Name,
@@ -164,11 +164,11 @@ func (t *Transport) logSettings() {
 			continue
 		}
 		switch {
-		case s.Source == ucx.SourceEnvironment && want.value != "" && want.value != s.Value:
+		case s.Source == ucp.SourceEnvironment && want.value != "" && want.value != s.Value:
 			t.log.Info("ucx: UCX_"+want.name+" from the environment overrides Config."+want.field, "value", s.Value, "config", want.value)
-		case s.Source == ucx.SourceEnvironment:
+		case s.Source == ucp.SourceEnvironment:
 			t.log.Info("ucx: UCX_"+want.name+" from the environment", "value", s.Value)
-		case s.Source == ucx.SourceProgram:
+		case s.Source == ucp.SourceProgram:
 			t.log.Info("ucx: UCX_"+want.name+" from Config."+want.field+" (the variable is unset)", "value", s.Value)
 		default:
 			t.log.Info("ucx: UCX_"+want.name+" is UCX's default", "value", s.Value)
@@ -176,18 +176,18 @@ func (t *Transport) logSettings() {
 	}
 }
 
-func (t *Transport) setting(name string) (ucx.Setting, bool) {
+func (t *Transport) setting(name string) (ucp.Setting, bool) {
 	for _, s := range t.eng.Settings() {
 		if s.Name == name {
 			return s, true
 		}
 	}
-	return ucx.Setting{}, false
+	return ucp.Setting{}, false
 }
 
 // Settings returns the UCX settings the transport's context runs with, each with its source
 // (environment, program, default). Trust these over any configuration a program prints.
-func (t *Transport) Settings() []ucx.Setting { return t.eng.Settings() }
+func (t *Transport) Settings() []ucp.Setting { return t.eng.Settings() }
 
 // Name implements transport.Transport: "ucx".
 func (t *Transport) Name() string { return Name }
@@ -411,9 +411,9 @@ func (t *Transport) sendError(id transport.InstanceID, err error) error {
 	switch {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("ucx: send to %016x: %w", uint64(id), err)
-	case errors.Is(err, ucx.ErrMessageTooLarge):
+	case errors.Is(err, ucp.ErrMessageTooLarge):
 		return fmt.Errorf("ucx: send to %016x: %w: %w", uint64(id), transport.ErrFrameTooLarge, err)
-	case errors.Is(err, ucx.ErrClosed) && t.isClosed():
+	case errors.Is(err, ucp.ErrClosed) && t.isClosed():
 		return fmt.Errorf("ucx: send to %016x: %w", uint64(id), transport.ErrClosed)
 	}
 	return fmt.Errorf("ucx: send to %016x: %w: %w", uint64(id), transport.ErrPeerUnreachable, err)

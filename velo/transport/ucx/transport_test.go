@@ -13,7 +13,7 @@
 // the test exists.
 //
 // make test-ucx-transport runs the suite under -race and again under GOEXPERIMENT=cgocheck2.
-package ucxt
+package ucx
 
 import (
 	"bytes"
@@ -26,7 +26,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/velo-go/velo/ucx"
+	ucp "github.com/velo-go/velo/ucx"
 	"github.com/velo-go/velo/velo/transport"
 )
 
@@ -231,22 +231,22 @@ func TestEagerEndpoints(t *testing.T) {
 // TestEnvironmentWinsOverConfig: Config.TLS and NetDevices apply only when UCX_TLS and
 // UCX_NET_DEVICES are unset, and New logs which applied.
 func TestEnvironmentWinsOverConfig(t *testing.T) {
-	setting := func(n node, name string) ucx.Setting {
+	setting := func(n node, name string) ucp.Setting {
 		for _, s := range n.Settings() {
 			if s.Name == name {
 				return s
 			}
 		}
 		t.Fatalf("no setting %s", name)
-		return ucx.Setting{}
+		return ucp.Setting{}
 	}
 	unsetenv(t, "UCX_TLS")
 	unsetenv(t, "UCX_NET_DEVICES")
 	n := newNode(t, func(c *Config) { c.TLS = "tcp"; c.NetDevices = "lo" })
-	if s := setting(n, "TLS"); s.Value != "tcp" || s.Source != ucx.SourceProgram {
+	if s := setting(n, "TLS"); s.Value != "tcp" || s.Source != ucp.SourceProgram {
 		t.Errorf("UCX_TLS unset: %+v, want tcp from the program", s)
 	}
-	if s := setting(n, "NET_DEVICES"); s.Value != "lo" || s.Source != ucx.SourceProgram {
+	if s := setting(n, "NET_DEVICES"); s.Value != "lo" || s.Source != ucp.SourceProgram {
 		t.Errorf("UCX_NET_DEVICES unset: %+v, want lo from the program", s)
 	}
 	if log := n.h.logBuf.String(); !strings.Contains(log, "UCX_TLS from Config.TLS") || !strings.Contains(log, "UCX_NET_DEVICES from Config.NetDevices") {
@@ -256,10 +256,10 @@ func TestEnvironmentWinsOverConfig(t *testing.T) {
 	t.Setenv("UCX_TLS", "tcp")
 	t.Setenv("UCX_NET_DEVICES", "all")
 	n = newNode(t, func(c *Config) { c.TLS = "tcp,self"; c.NetDevices = "lo" })
-	if s := setting(n, "TLS"); s.Value != "tcp" || s.Source != ucx.SourceEnvironment {
+	if s := setting(n, "TLS"); s.Value != "tcp" || s.Source != ucp.SourceEnvironment {
 		t.Errorf("UCX_TLS=tcp: %+v, want the environment's tcp", s)
 	}
-	if s := setting(n, "NET_DEVICES"); s.Value != "all" || s.Source != ucx.SourceEnvironment {
+	if s := setting(n, "NET_DEVICES"); s.Value != "all" || s.Source != ucp.SourceEnvironment {
 		t.Errorf("UCX_NET_DEVICES=all: %+v, want the environment's all", s)
 	}
 	if log := n.h.logBuf.String(); !strings.Contains(log, "UCX_TLS from the environment overrides Config.TLS") {

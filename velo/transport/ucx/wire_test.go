@@ -1,4 +1,4 @@
-package ucxt
+package ucx
 
 import (
 	"bytes"

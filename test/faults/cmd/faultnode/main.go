@@ -42,7 +42,7 @@ import (
 	"github.com/velo-go/velo/velo"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport/tcp"
-	ucxt "github.com/velo-go/velo/velo/transport/ucx"
+	"github.com/velo-go/velo/velo/transport/ucx"
 )
 
 func main() {
@@ -51,7 +51,7 @@ func main() {
 	forceAfter := flag.Duration("force-close-after", 0, "RDMAConfig.ForceCloseAfter (0: the default)")
 	budget := flag.Int64("budget", 0, "RDMAPoolConfig.RegisteredBytesBudget (0: the default)")
 	arena := flag.Int("arena", 0, "RDMAPoolConfig.ArenaSize (0: the default)")
-	epIdle := flag.Duration("ep-idle", 0, "ucxt.Config.EPIdleTimeout (0: the default)")
+	epIdle := flag.Duration("ep-idle", 0, "ucx.Config.EPIdleTimeout (0: the default)")
 	logLevel := flag.String("log", "warn", "log level on standard error: debug, info, warn, error")
 	flag.Parse()
 
@@ -68,7 +68,7 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
-	u, err := ucxt.New(ucxt.Config{TLS: "tcp", Logger: log, EPIdleTimeout: *epIdle})
+	u, err := ucx.New(ucx.Config{TLS: "tcp", Logger: log, EPIdleTimeout: *epIdle})
 	if err != nil {
 		fatal(err)
 	}
@@ -156,7 +156,7 @@ func (n *node) run(cmd, arg string) {
 		if err == nil && cmd == "ref" {
 			err = n.v.Ref(ctx, h)
 		} else if err == nil {
-			err = n.v.Release(ctx, h)
+			err = n.v.Unref(ctx, h)
 		}
 		if err != nil {
 			n.fail(err)

@@ -42,11 +42,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/velo-go/velo/ucx"
+	ucp "github.com/velo-go/velo/ucx"
 	"github.com/velo-go/velo/velo"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport/tcp"
-	ucxt "github.com/velo-go/velo/velo/transport/ucx"
+	"github.com/velo-go/velo/velo/transport/ucx"
 )
 
 var sizes = []int{1 << 20, 8 << 20, 64 << 20}
@@ -87,13 +87,13 @@ func main() {
 }
 
 // start brings up an instance with a TCP control plane and the UCX transport beside it.
-func start(ctx context.Context) (*velo.Velo, *ucxt.Transport, error) {
+func start(ctx context.Context) (*velo.Velo, *ucx.Transport, error) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctl, err := tcp.New(tcp.Config{})
 	if err != nil {
 		return nil, nil, err
 	}
-	u, err := ucxt.New(ucxt.Config{EagerEndpoints: true, Logger: quiet})
+	u, err := ucx.New(ucx.Config{EagerEndpoints: true, Logger: quiet})
 	if err != nil {
 		ctl.Close()
 		return nil, nil, err
@@ -249,13 +249,13 @@ func runBench(quick bool, rssMiB int) error {
 	// to its environment; whatever the user set is there already.
 	var same []string
 	for _, st := range u.Settings() {
-		if st.Source == ucx.SourceProgram {
+		if st.Source == ucp.SourceProgram {
 			os.Setenv("UCX_"+st.Name, st.Value)
 			same = append(same, "UCX_"+st.Name+"="+st.Value)
 		}
 	}
 
-	fmt.Printf("rendezvous RDMA path, UCX %s (linked), UCX_TLS=%s, %d alternating rounds\n", ucx.Version().String, os.Getenv("UCX_TLS"), nrounds)
+	fmt.Printf("rendezvous RDMA path, UCX %s (linked), UCX_TLS=%s, %d alternating rounds\n", ucp.Version().String, os.Getenv("UCX_TLS"), nrounds)
 	if len(same) > 0 {
 		fmt.Printf("engine defaults, exported to ucx_perftest too: %s\n", strings.Join(same, " "))
 	}

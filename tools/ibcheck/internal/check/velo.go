@@ -2,14 +2,14 @@ package check
 
 import (
 	"github.com/velo-go/velo/velo/rendezvous/rdma"
-	ucxt "github.com/velo-go/velo/velo/transport/ucx"
+	"github.com/velo-go/velo/velo/transport/ucx"
 )
 
 // What ibcheck takes from the velo runtime rather than repeating: the pool defaults that size the
 // memlock need, the kill switch's variable and how velo reads it, and the UCX wire version peers
 // must share.
 var (
-	veloUCXWireVersion        = ucxt.BlobVersion
+	veloUCXWireVersion        = ucx.BlobVersion
 	veloArenaSize             = uint64(rdma.DefaultArenaSize)
 	veloRegisteredBytesBudget = uint64(rdma.DefaultRegisteredBytesBudget)
 	veloKillSwitchEnv         = rdma.KillSwitchEnv

@@ -113,7 +113,7 @@ func TestJoinOwnerPassesOverAStaleFile(t *testing.T) {
 		t.Fatalf("the owner saw %+v, %v", j, err)
 	}
 	// Joined both ways: the owner can call the consumer.
-	cons.Handle("ping", func(context.Context, *velo.Message) ([]byte, error) { return []byte("pong"), nil })
+	cons.RegisterHandler("ping", func(context.Context, *velo.Message) ([]byte, error) { return []byte("pong"), nil })
 	if resp, err := live.Request(ctx, cons.ID(), "ping", nil); err != nil || string(resp) != "pong" {
 		t.Fatalf("owner to consumer: %q %v", resp, err)
 	}

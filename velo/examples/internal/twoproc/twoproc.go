@@ -80,7 +80,7 @@ type Joins struct {
 // refused, and waits for this run's file.
 func AcceptJoins(v *velo.Velo, run string) (*Joins, error) {
 	js := &Joins{joined: make(chan struct{})}
-	err := v.Handle(joinHandler, func(ctx context.Context, m *velo.Message) ([]byte, error) {
+	err := v.RegisterHandler(joinHandler, func(ctx context.Context, m *velo.Message) ([]byte, error) {
 		var j Joined
 		if err := json.Unmarshal(m.Payload, &j); err != nil {
 			return nil, err
