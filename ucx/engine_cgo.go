@@ -582,6 +582,7 @@ func (e *Engine) closeStep() bool {
 		e.metrics.opsRejected.Inc()
 	}
 	e.destroy()
+	e.log.Debug("ucx: engine closed", "engine", e.cfg.Name, "graceful", graceful)
 	e.closing.done <- nil
 	return true
 }

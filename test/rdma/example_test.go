@@ -92,6 +92,11 @@ func TestExampleOneHost(t *testing.T) {
 			t.Errorf("%s: rdma/ok = %d\n%s", role, c[role]["rdma/ok"], out)
 		}
 	}
+	// The example gives velo.WithLogger a Warn-level logger and the UCX transport none: the
+	// instance's logger reaches every component it wires, so not one INFO line is printed.
+	if strings.Contains(string(out), "level=INFO") {
+		t.Errorf("a component logged past velo.WithLogger's level:\n%s", out)
+	}
 }
 
 // TestExampleKillSwitch: with VELO_RDMA_RENDEZVOUS_DISABLE=1 the bytes still arrive, by chunks,

@@ -153,7 +153,7 @@ func start(ctx context.Context, listen, advertise string) (node, error) {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// Eager endpoints move UCX wireup from the first GET to RegisterPeer.
-	u, err := ucx.New(ucx.Config{EagerEndpoints: true, Logger: log})
+	u, err := ucx.New(ucx.Config{EagerEndpoints: true}) // logs through velo.WithLogger below
 	if err != nil {
 		tr.Close()
 		return node{}, fmt.Errorf("UCX transport: %w", err)

@@ -10,8 +10,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/velo-go/velo/velo"
 	"github.com/velo-go/velo/velo/transport/ucx"
@@ -117,4 +121,47 @@ func ExampleNew() {
 	resp, err := client.Request(ctx, server.ID(), "greet", []byte("ucx"))
 	fmt.Println(string(resp), err)
 	// Output: hello, ucx <nil>
+}
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of several loggers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestInstanceLoggerReachesTheTransport: a UCX transport given no Config.Logger logs through the
+// logger of the velo instance it is added to (velo.WithLogger), its UCX engine included; a
+// Config.Logger of its own still wins.
+func TestInstanceLoggerReachesTheTransport(t *testing.T) {
+	var instLog, ownLog syncBuffer
+	inst := slog.New(slog.NewTextHandler(&instLog, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	u, err := ucx.New(ucx.Config{TLS: "tcp"})
+	require.NoError(t, err)
+	v, err := velo.New(context.Background(), velo.WithTransport(u), velo.WithLogger(inst))
+	require.NoError(t, err)
+	require.NoError(t, v.Close())
+	assert.Contains(t, instLog.String(), "ucx: UCX_TLS", "the transport's settings line went elsewhere")
+	assert.Contains(t, instLog.String(), "ucx: engine closed", "the engine's lines went elsewhere")
+
+	instLog = syncBuffer{}
+	own := slog.New(slog.NewTextHandler(&ownLog, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	u, err = ucx.New(ucx.Config{TLS: "tcp", Logger: own})
+	require.NoError(t, err)
+	v, err = velo.New(context.Background(), velo.WithTransport(u), velo.WithLogger(inst))
+	require.NoError(t, err)
+	require.NoError(t, v.Close())
+	assert.Contains(t, ownLog.String(), "ucx: UCX_TLS")
+	assert.NotContains(t, instLog.String(), "ucx: UCX_TLS", "Config.Logger did not win")
 }

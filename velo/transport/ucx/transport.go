@@ -21,13 +21,13 @@ const amID uint16 = 0x0760
 // Create it with New and add it with velo.WithUCXTransport (RDMA path) or velo.WithTransport
 // (messages only).
 type Transport struct {
-	cfg       Config
-	log       *slog.Logger
-	ownLogger bool // Config.Logger was set: keep it rather than the runtime's
-	eng       *ucp.Engine
-	m         *metrics
-	worker    []byte
-	timings   timings
+	cfg     Config
+	log     *slog.Logger
+	follow  *followHandler // nil when Config.Logger was set: then that logger is kept
+	eng     *ucp.Engine
+	m       *metrics
+	worker  []byte
+	timings timings
 
 	host transport.Host
 	self transport.InstanceID
@@ -99,10 +99,14 @@ type inboundState struct {
 
 // New creates the transport and its UCX engine: the UCX context and worker on their own locked
 // OS thread. TLS, NetDevices and KeepaliveInterval apply only where the UCX_* environment leaves
-// them unset; New logs which value applied from where. Without cgo (or off Linux) it fails with an
+// them unset; Start logs which value applied from where. Without cgo (or off Linux) it fails with an
 // error wrapping ucp.ErrNotCompiled (ucp.ErrUnsupported).
 func New(cfg Config) (*Transport, error) {
-	ownLogger := cfg.Logger != nil
+	var follow *followHandler
+	if cfg.Logger == nil {
+		follow = newFollowHandler()
+		cfg.Logger = slog.New(follow)
+	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -130,25 +134,24 @@ func New(cfg Config) (*Transport, error) {
 		return nil, fmt.Errorf("ucx transport: %w", err)
 	}
 	t := &Transport{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		ownLogger: ownLogger,
-		eng:       eng,
-		m:         m,
-		worker:    eng.Address(),
-		timings:   timings{finWait: defaultFinWait, holdTimeout: defaultHoldTimeout},
-		peers:     map[transport.InstanceID]*peer{},
-		slots:     map[slotKey]uint32{},
-		orphans:   map[*peer]struct{}{},
-		inbound:   map[transport.InstanceID]*inboundState{},
-		stop:      make(chan struct{}),
+		cfg:     cfg,
+		log:     cfg.Logger,
+		follow:  follow,
+		eng:     eng,
+		m:       m,
+		worker:  eng.Address(),
+		timings: timings{finWait: defaultFinWait, holdTimeout: defaultHoldTimeout},
+		peers:   map[transport.InstanceID]*peer{},
+		slots:   map[slotKey]uint32{},
+		orphans: map[*peer]struct{}{},
+		inbound: map[transport.InstanceID]*inboundState{},
+		stop:    make(chan struct{}),
 	}
 	if eng.MaxAMHeader() < frameHeaderLen {
 		_ = eng.Close(context.Background())
 		m.unregister()
 		return nil, fmt.Errorf("ucx transport: the UCX worker carries active-message headers of at most %d bytes; frames need %d", eng.MaxAMHeader(), frameHeaderLen)
 	}
-	t.logSettings()
 	return t, nil
 }
 
@@ -206,8 +209,8 @@ func (t *Transport) Start(h transport.Host) error {
 	case t.started:
 		return errors.New("ucx: Start called twice")
 	}
-	if !t.ownLogger && h.Logger() != nil {
-		t.log = h.Logger()
+	if t.follow != nil && h.Logger() != nil {
+		t.follow.follow(h.Logger().Handler())
 	}
 	t.host, t.self, t.inc = h, h.LocalID(), h.Incarnation()
 	t.blob = appendBlob(nil, peerBlob{RMA: true, MaxFrame: t.cfg.EagerMax, Incarnation: t.inc, Worker: t.worker})
@@ -217,6 +220,7 @@ func (t *Transport) Start(h transport.Host) error {
 	t.started = true
 	t.wg.Add(1)
 	go t.maintain()
+	t.logSettings()
 	return nil
 }
 
