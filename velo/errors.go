@@ -6,6 +6,12 @@ import (
 	"github.com/velo-go/velo/velo/transport"
 )
 
+// RemoteError is what a call returns when the peer answered with an error: the peer, the handler,
+// and the peer's text. It matches the sentinel of its code (ErrHandlerFailed, ErrUnknownHandler,
+// ErrHandlerPanic, ErrBadRequest, ErrUnavailable); rendezvous errors the owner answered with wrap
+// it too, beside their own sentinel.
+type RemoteError = messenger.RemoteError
+
 // Sentinel errors. Every error velo returns wraps one of these (errors.Is); the text around it
 // names the detail and the fix.
 var (

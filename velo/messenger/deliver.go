@@ -317,7 +317,7 @@ func (g *Messenger) runUser(run *inlineRun, idx int, from transport.InstanceID, 
 		g.log.Warn("messenger: message for an unknown handler", "peer", peer, "handler", msg.Name)
 		if isReq {
 			g.reply(idx, from, msg.ID, nil, nil, &handlerFailure{code: wire.CodeUnknownHandler,
-				text: fmt.Sprintf("no handler %q is registered on %s: register it with Handle before peers call it", msg.Name, "the receiver")})
+				text: fmt.Sprintf("no handler %q is registered on %s: register it with RegisterHandler before peers call it", msg.Name, "the receiver")})
 		}
 		return
 	}

@@ -47,7 +47,8 @@ import (
 
 // Sentinels matched by errors.Is on the errors this package returns.
 var (
-	// ErrUnknownHandler: the receiver has no handler of that name. Register it there with Handle.
+	// ErrUnknownHandler: the receiver has no handler of that name. Register it there with
+	// RegisterHandler (velo) or Handle (a bare Messenger).
 	ErrUnknownHandler = errors.New("unknown handler")
 	// ErrHandlerFailed: the remote handler returned an error.
 	ErrHandlerFailed = errors.New("remote handler failed")
@@ -229,7 +230,7 @@ func (g *Messenger) route(peer transport.InstanceID, size int) (int, transport.T
 	if reached {
 		return 0, nil, fmt.Errorf("messenger: %w: no transport to %016x carries a %d-byte frame: %w", ErrNoRoute, uint64(peer), size, transport.ErrFrameTooLarge)
 	}
-	return 0, nil, fmt.Errorf("messenger: %w: %016x: register it with RegisterPeer first: %w", ErrNoRoute, uint64(peer), transport.ErrUnknownPeer)
+	return 0, nil, fmt.Errorf("messenger: %w: %016x is an %w: register it with RegisterPeer first", ErrNoRoute, uint64(peer), transport.ErrUnknownPeer)
 }
 
 // maxInline is the largest payload sent inline to peer: the threshold, and what fits one frame.

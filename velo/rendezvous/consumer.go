@@ -61,7 +61,7 @@ func (l *Lease) end(ctx context.Context, release bool) error {
 func (r *Rendezvous) endLease(ctx context.Context, owner transport.InstanceID, id uint64, release bool, what string) error {
 	if owner == r.cfg.Self {
 		if err := r.store.endLease(owner, id, release); err != nil {
-			return fmt.Errorf("rendezvous: %s: %w", what, err)
+			return localErr(what, err)
 		}
 		return nil
 	}
@@ -286,7 +286,7 @@ func (r *Rendezvous) pullAll(ctx context.Context, owner transport.InstanceID, le
 func (r *Rendezvous) getLocal(h Handle, alloc func(n int) ([]byte, error)) (*Lease, error) {
 	sl, err := r.store.newLease(h, r.cfg.Self)
 	if err != nil {
-		return nil, fmt.Errorf("rendezvous: get: %w", err)
+		return nil, localErr("get", err)
 	}
 	dst, err := alloc(len(sl.Data))
 	if err != nil {

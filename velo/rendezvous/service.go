@@ -235,7 +235,7 @@ func (r *Rendezvous) Metadata(ctx context.Context, h Handle) (Metadata, error) {
 	if h.Owner == r.cfg.Self {
 		si, err := r.store.metadata(h)
 		if err != nil {
-			return Metadata{}, fmt.Errorf("rendezvous: metadata: %w", err)
+			return Metadata{}, localErr("metadata", err)
 		}
 		return Metadata{Size: si.size, Refs: si.refs, Leases: si.leases, Pinned: si.pinned, Staging: si.stagingReason}, nil
 	}
@@ -260,13 +260,13 @@ func (r *Rendezvous) Ref(ctx context.Context, h Handle) error {
 // Release drops one reference to h without moving its bytes; the owner frees the slot when the
 // last reference is gone and its last lease has ended.
 func (r *Rendezvous) Release(ctx context.Context, h Handle) error {
-	return r.handleOp(ctx, "release", opDrop, h, r.store.drop)
+	return r.handleOp(ctx, "unref", opDrop, h, r.store.drop)
 }
 
 func (r *Rendezvous) handleOp(ctx context.Context, what, op string, h Handle, local func(Handle) error) error {
 	if h.Owner == r.cfg.Self {
 		if err := local(h); err != nil {
-			return fmt.Errorf("rendezvous: %s: %w", what, err)
+			return localErr(what, err)
 		}
 		return nil
 	}
