@@ -4,4 +4,12 @@ TEST_TARGETS += test-integration
 # test/rdma, test/ucxstatic and test/faults run in their own targets (test-rendezvous-rdma in mk/rdma.mk,
 # test-static in mk/ucx-static.mk, test-faults in mk/faults.mk); the first two under cgocheck2.
 test-integration: deps
-	cd test && $(GOTEST) $$($(GO) list ./... | grep -v -e '/test/rdma' -e '/test/ucxstatic' -e '/test/faults')
+	cd test && $(GOTEST) $$($(GO) list ./... | grep -v -e '/test/rdma' -e '/test/ucxstatic' -e '/test/faults' -e '/test/firstmodule')
+
+# The README's "Using velo from your own module" steps, word for word, in a fresh module outside
+# the workspace (GOWORK=off), building velo/examples/first, which must move its payloads on
+# rdma/ok. Needs the Go module proxy for go mod tidy, like any fresh module.
+.PHONY: test-first-module
+TEST_TARGETS += test-first-module
+test-first-module: deps
+	cd test && $(RDMA_TEST_ENV) $(GOTEST) ./firstmodule/...
