@@ -2,6 +2,7 @@ package faults
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/velo-go/velo/velo/transport/ucx"
 	"github.com/velo-go/velo/verbs/verbstest"
 )
 
@@ -81,7 +83,7 @@ func TestPeerBlobVersionSkew(t *testing.T) {
 	require.NotEmpty(t, r["error"])
 	assert.Contains(t, r["error"], "registered over tcp only")
 	assert.Contains(t, r["error"], "unsupported ucx blob version")
-	cons.logged("ucx: rejecting peer blob: unsupported ucx blob version 3 (expected 2)")
+	cons.logged(fmt.Sprintf("ucx: rejecting peer blob: unsupported ucx blob version %d (expected %d)", ucx.BlobVersion+1, ucx.BlobVersion))
 	owner.ok("peer " + cons.info())
 	start := owner.stats()
 	p := stage(owner, 8<<20, true)

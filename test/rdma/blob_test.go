@@ -13,7 +13,7 @@ import (
 )
 
 // TestBadUCXBlobKeepsTheOtherTransports: a UCX address that is empty, truncated, of another
-// version or with its fixed part damaged is refused with an error that names the transport and a
+// version or damaged anywhere after its version byte (the checksum catches it) is refused with an error that names the transport and a
 // WARN line, and the peer stays registered over TCP: messages flow.
 func TestBadUCXBlobKeepsTheOtherTransports(t *testing.T) {
 	owner := startNode(t, true)
@@ -29,9 +29,11 @@ func TestBadUCXBlobKeepsTheOtherTransports(t *testing.T) {
 		{"truncated", good[:len(good)/2], "follow"},
 		{"fixed part only", good[:12], "shorter"},
 		{"other version", damaged(func(b []byte) []byte { b[0] = 7; return b }), "unsupported ucx blob version 7"},
-		{"reserved bytes", damaged(func(b []byte) []byte { b[2] = 0xff; return b }), "reserved"},
-		{"frame limit", damaged(func(b []byte) []byte { b[4], b[5], b[6], b[7] = 0, 0, 0, 1; return b }), "largest frame"},
+		{"reserved bytes", damaged(func(b []byte) []byte { b[2] = 0xff; return b }), "checksum mismatch"},
+		{"frame limit", damaged(func(b []byte) []byte { b[4], b[5], b[6], b[7] = 0, 0, 0, 1; return b }), "checksum mismatch"},
 		{"address length", damaged(func(b []byte) []byte { b[16] = 0x7f; return b }), "worker address length"},
+		{"worker address byte", damaged(func(b []byte) []byte { b[24] ^= 0x10; return b }), "checksum mismatch"},
+		{"RMA flag cleared", damaged(func(b []byte) []byte { b[1] &^= 1; return b }), "checksum mismatch"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cons := startNode(t, true)

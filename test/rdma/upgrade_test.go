@@ -31,7 +31,7 @@ func TestRollingUpgradeKeepsTheControlPlane(t *testing.T) {
 	if !errors.Is(err, velo.ErrInvalidEndpoint) || !errors.As(err, &partial) || strings.Join(partial.Registered, ",") != "tcp" {
 		t.Fatalf("RegisterPeer of a version-1 UCX address: %v, want a *velo.PartialPeerError (registered over tcp) wrapping ErrInvalidEndpoint", err)
 	}
-	const warning = "ucx: rejecting peer blob: unsupported ucx blob version 1 (expected 2)"
+	const warning = "ucx: rejecting peer blob: unsupported ucx blob version 1 (expected 3)"
 	if !strings.Contains(cons.logs.String(), warning) {
 		t.Errorf("the refusing node did not log %q:\n%s", warning, cons.logs.String())
 	}

@@ -18,9 +18,10 @@
 // trip, and the eager limit (Config.EagerMax, advertised in the address blob) bounds what any peer
 // must buffer. Larger payloads are the runtime's business: it stages them and sends a handle.
 //
-// Address blob and wire, version 2. The blob a peer publishes holds the wire version, its
-// incarnation, its UCX worker address and its frame limit; AddPeer refuses any other version,
-// because the frame header differs: every header starts with the sender's 8-byte incarnation,
+// Address blob and wire, version 3. The blob a peer publishes holds the wire version, its
+// incarnation, its UCX worker address, its frame limit and a CRC-32C of all that; AddPeer refuses
+// any other version, because the frame header may differ, and a blob whose checksum does not
+// match. Every frame header starts with the sender's 8-byte incarnation,
 // then its instance ID, the frame kind, the endpoint's slot and a sequence number. The runtime's
 // frame itself travels untouched as the message payload (copied once into UCX-owned memory, so
 // that a Send whose context ends never leaves the caller's buffer in UCX's hands).

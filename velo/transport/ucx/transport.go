@@ -224,8 +224,8 @@ func (t *Transport) Start(h transport.Host) error {
 	return nil
 }
 
-// Address implements transport.Transport: the version-2 blob (version, incarnation, worker
-// address, limits). Valid after Start.
+// Address implements transport.Transport: the address blob (version, limits, incarnation, worker
+// address, checksum; see wire.go). Valid after Start.
 func (t *Transport) Address() []byte {
 	t.mu.Lock()
 	defer t.mu.Unlock()

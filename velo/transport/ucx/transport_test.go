@@ -157,7 +157,7 @@ func TestFrameLimits(t *testing.T) {
 	}
 }
 
-// TestBlobVersionRefused: a version-1 blob (a peer on the old wire) is refused with
+// TestBlobVersionRefused: a version-1 blob (a peer on an old wire) is refused with
 // ErrInvalidEndpoint and the exact warning of the guide; so are blobs that are not blobs.
 func TestBlobVersionRefused(t *testing.T) {
 	a, b := newNode(t, nil), newNode(t, nil)
@@ -167,7 +167,7 @@ func TestBlobVersionRefused(t *testing.T) {
 	if !errors.Is(err, transport.ErrInvalidEndpoint) {
 		t.Fatalf("version-1 blob: %v", err)
 	}
-	line := "ucx: rejecting peer blob: unsupported ucx blob version 1 (expected 2)"
+	line := "ucx: rejecting peer blob: unsupported ucx blob version 1 (expected 3)"
 	log := a.h.logBuf.String()
 	if !strings.Contains(log, "level=WARN msg=\""+line+"\"") {
 		t.Fatalf("no warning %q at warn level; log:\n%s", line, log)
@@ -181,15 +181,16 @@ func TestBlobVersionRefused(t *testing.T) {
 		"truncated":         good[:blobFixedLen-1],
 		"address overrun":   good[:len(good)-1],
 		"trailing bytes":    append(append([]byte(nil), good...), 0),
-		"version 3":         append([]byte{3}, good[1:]...),
+		"version 4":         append([]byte{4}, good[1:]...),
+		"damaged":           append(append([]byte(nil), good[:len(good)-5]...), good[len(good)-5]^1, 0, 0, 0, 0),
 		"other incarnation": appendBlob(nil, peerBlob{MaxFrame: MinEagerMax, Incarnation: b.h.inc + 1, Worker: []byte{1}}),
 	} {
 		if err := a.AddPeer(testCtx(t), transport.PeerAddress{ID: b.h.id, Incarnation: b.h.inc, Blob: blob}); !errors.Is(err, transport.ErrInvalidEndpoint) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if !strings.Contains(a.h.logBuf.String(), "unsupported ucx blob version 3 (expected 2)") {
-		t.Error("version 3 refused without the warning")
+	if !strings.Contains(a.h.logBuf.String(), "unsupported ucx blob version 4 (expected 3)") {
+		t.Error("version 4 refused without the warning")
 	}
 	if err := a.AddPeer(testCtx(t), b.addr()); err != nil {
 		t.Fatalf("the real blob after the refusals: %v", err)

@@ -4,30 +4,36 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 
 	"github.com/velo-go/velo/velo/transport"
 )
 
 // BlobVersion is the UCX wire version this build speaks. It is the first byte of the address
-// blob, and it also fixes the frame header layout: version 2 starts every frame header with the
-// sender's 8-byte incarnation. A peer on another version would misread every frame, so the two
-// refuse each other at AddPeer instead.
-const BlobVersion = 2
+// blob, and it also fixes the frame header layout (since version 2 every frame header starts with
+// the sender's 8-byte incarnation). A peer on another version would misread every frame, so the
+// two refuse each other at AddPeer instead. Version 3 added the checksum: a blob damaged on its
+// way (a file, a key-value store, a message) is refused rather than half used.
+const BlobVersion = 3
 
-// Address blob, version 2 (big-endian, like every velo wire layout):
+// Address blob, version 3 (big-endian, like every velo wire layout):
 //
-//	0  version (2)
-//	1  flags: bit 0 = serves one-sided reads (RMA); other bits are ignored
-//	2  reserved (2 bytes, zero)
-//	4  largest frame the instance reads over UCX (uint32)
-//	8  incarnation (uint64)
-//	16 worker address length n (uint32)
-//	20 the UCX worker address (n bytes)
+//	0     version (3)
+//	1     flags: bit 0 = serves one-sided reads (RMA); other bits are ignored
+//	2     reserved (2 bytes, zero)
+//	4     largest frame the instance reads over UCX (uint32)
+//	8     incarnation (uint64)
+//	16    worker address length n (uint32)
+//	20    the UCX worker address (n bytes)
+//	20+n  CRC-32C (Castagnoli) of bytes [0, 20+n) (uint32)
 const (
 	blobFixedLen  = 20
+	blobCRCLen    = 4
 	blobFlagRMA   = 1 << 0
 	maxWorkerAddr = 64 << 10 // real worker addresses are a few hundred bytes at most
 )
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // errBlobVersion is wrapped by decodeBlob when the version byte is not BlobVersion; AddPeer
 // logs the rejection line for it.
@@ -47,11 +53,13 @@ func appendBlob(dst []byte, b peerBlob) []byte {
 	if b.RMA {
 		flags |= blobFlagRMA
 	}
+	start := len(dst)
 	dst = append(dst, BlobVersion, flags, 0, 0)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(b.MaxFrame))
 	dst = binary.BigEndian.AppendUint64(dst, b.Incarnation)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(len(b.Worker)))
-	return append(dst, b.Worker...)
+	dst = append(dst, b.Worker...)
+	return binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
 }
 
 // decodeBlob checks and decodes an address blob. Every error wraps transport.ErrInvalidEndpoint;
@@ -67,8 +75,19 @@ func decodeBlob(b []byte) (peerBlob, error) {
 		return peerBlob{Version: b[0]}, fmt.Errorf("ucx: %w: %w %d (expected %d): upgrade all UCX peers together",
 			transport.ErrInvalidEndpoint, errBlobVersion, b[0], BlobVersion)
 	}
-	if len(b) < blobFixedLen {
-		return bad("%d bytes is shorter than the %d-byte fixed part", len(b), blobFixedLen)
+	if len(b) < blobFixedLen+blobCRCLen {
+		return bad("%d bytes is shorter than the %d-byte fixed part and checksum", len(b), blobFixedLen+blobCRCLen)
+	}
+	n := binary.BigEndian.Uint32(b[16:])
+	if n == 0 || n > maxWorkerAddr {
+		return bad("worker address length %d is outside 1..%d", n, maxWorkerAddr)
+	}
+	if uint64(len(b)-blobFixedLen-blobCRCLen) != uint64(n) {
+		return bad("worker address length %d, but %d bytes follow (truncated, or extended on its way)", n, len(b)-blobFixedLen-blobCRCLen)
+	}
+	body, sum := b[:len(b)-blobCRCLen], binary.BigEndian.Uint32(b[len(b)-blobCRCLen:])
+	if crc32.Checksum(body, castagnoli) != sum {
+		return bad("checksum mismatch: the address was damaged on its way (fetch the peer's PeerInfo again)")
 	}
 	if b[2] != 0 || b[3] != 0 {
 		return bad("reserved bytes are set")
@@ -78,22 +97,15 @@ func decodeBlob(b []byte) (peerBlob, error) {
 		RMA:         b[1]&blobFlagRMA != 0,
 		MaxFrame:    int(binary.BigEndian.Uint32(b[4:])),
 		Incarnation: binary.BigEndian.Uint64(b[8:]),
+		Worker:      body[blobFixedLen:],
 	}
 	if p.MaxFrame < MinEagerMax {
 		return bad("largest frame %d is below the minimum of %d", p.MaxFrame, MinEagerMax)
 	}
-	n := binary.BigEndian.Uint32(b[16:])
-	if n == 0 || n > maxWorkerAddr {
-		return bad("worker address length %d is outside 1..%d", n, maxWorkerAddr)
-	}
-	if uint64(len(b)-blobFixedLen) != uint64(n) {
-		return bad("worker address length %d, but %d bytes follow", n, len(b)-blobFixedLen)
-	}
-	p.Worker = b[blobFixedLen:]
 	return p, nil
 }
 
-// Frame header, wire version 2: the header of every active message this transport sends
+// Frame header (wire version 2 and later): the header of every active message this transport sends
 // (big-endian). The runtime's frame is the message's payload, untouched.
 //
 //	0  sender's incarnation (uint64): first, so a receiver (and its idle reaper) can tell

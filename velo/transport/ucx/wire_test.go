@@ -2,7 +2,9 @@ package ucx
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"testing"
 
 	"github.com/velo-go/velo/velo/transport"
@@ -22,10 +24,17 @@ func TestBlobRoundTrip(t *testing.T) {
 		t.Fatalf("decoded %+v from %+v", out, in)
 	}
 	// Unknown flag bits are ignored (room for later capabilities), the RMA bit is read.
+	b = appendBlob(nil, peerBlob{MaxFrame: in.MaxFrame, Incarnation: in.Incarnation, Worker: in.Worker})
 	b[1] = 0xfe
+	fixCRC(b)
 	if out, err := decodeBlob(b); err != nil || out.RMA {
 		t.Fatalf("flags 0xfe: %+v %v", out, err)
 	}
+}
+
+// fixCRC rewrites a blob's checksum after a test changed its bytes on purpose.
+func fixCRC(b []byte) {
+	binary.BigEndian.PutUint32(b[len(b)-blobCRCLen:], crc32.Checksum(b[:len(b)-blobCRCLen], castagnoli))
 }
 
 func TestBlobRefusals(t *testing.T) {
@@ -38,9 +47,14 @@ func TestBlobRefusals(t *testing.T) {
 		"empty":            {nil, false},
 		"version 1":        {mut(func(b []byte) []byte { b[0] = 1; return b }), true},
 		"version 0 short":  {[]byte{0}, true},
-		"version 2 short":  {good[:blobFixedLen-1], false},
-		"reserved set":     {mut(func(b []byte) []byte { b[3] = 1; return b }), false},
-		"frame too small":  {mut(func(b []byte) []byte { b[4], b[5], b[6], b[7] = 0, 0, 0, 1; return b }), false},
+		"version 3 short":  {good[:blobFixedLen-1], false},
+		"version 2":        {mut(func(b []byte) []byte { b[0] = 2; return b }), true},
+		"checksum":         {mut(func(b []byte) []byte { b[len(b)-1] ^= 1; return b }), false},
+		"worker byte":      {mut(func(b []byte) []byte { b[blobFixedLen] ^= 0x40; return b }), false},
+		"flags flipped":    {mut(func(b []byte) []byte { b[1] ^= blobFlagRMA; return b }), false},
+		"incarnation":      {mut(func(b []byte) []byte { b[9] ^= 1; return b }), false},
+		"reserved set":     {mut(func(b []byte) []byte { b[3] = 1; fixCRC(b); return b }), false},
+		"frame too small":  {mut(func(b []byte) []byte { b[4], b[5], b[6], b[7] = 0, 0, 0, 1; fixCRC(b); return b }), false},
 		"zero address":     {appendBlob(nil, peerBlob{MaxFrame: MinEagerMax, Incarnation: 9}), false},
 		"address overrun":  {good[:len(good)-1], false},
 		"trailing garbage": {append(append([]byte(nil), good...), 0), false},
