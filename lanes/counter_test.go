@@ -1,0 +1,257 @@
+package lanes
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const childEnv = "VELO_LANES_TEST_CHILD"
+
+// TestMain lets the test binary play the child processes the counter counts.
+func TestMain(m *testing.M) {
+	switch os.Getenv(childEnv) {
+	case "":
+		os.Exit(m.Run())
+	case "loopback":
+		childLoopback()
+	case "sleep":
+		fmt.Println("ready")
+		time.Sleep(time.Hour)
+	case "counter-then-sleep":
+		childCounterThenSleep()
+	}
+	os.Exit(0)
+}
+
+// childLoopback writes n bytes from a client to a server on loopback, both in this process, and
+// prints the two ports.
+func childLoopback() {
+	n, _ := strconv.Atoi(os.Getenv("BYTES"))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	done := make(chan int64)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			panic(err)
+		}
+		got, _ := io.Copy(io.Discard, c)
+		done <- got
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		panic(err)
+	}
+	buf := make([]byte, 1<<20)
+	for left := n; left > 0; left -= len(buf) {
+		if _, err := c.Write(buf[:min(left, len(buf))]); err != nil {
+			panic(err)
+		}
+	}
+	c.Close()
+	if got := <-done; got != int64(n) {
+		panic(fmt.Sprintf("server read %d of %d bytes", got, n))
+	}
+	fmt.Printf("server %d client %d\n", ln.Addr().(*net.TCPAddr).Port, c.LocalAddr().(*net.TCPAddr).Port)
+}
+
+// childCounterThenSleep makes a counter with a child in it and waits to be killed.
+func childCounterThenSleep() {
+	c, err := New(Options{Parent: os.Getenv("PARENT")})
+	if err != nil {
+		panic(err)
+	}
+	cmd := c.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), childEnv+"=sleep")
+	if err := cmd.Start(); err != nil {
+		panic(err)
+	}
+	fmt.Println(c.Cgroup())
+	time.Sleep(time.Hour)
+}
+
+// newCounter makes a counter, or skips the test where counting cannot work: not root (the suite
+// makes cgroups and loads programs), or no cgroup v2 mount. Anywhere else a failure is a failure.
+func newCounter(t *testing.T, parent string) *Counter {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("lane counting needs root here (cgroups and BPF programs); skipped")
+	}
+	if _, err := cgroup2Mount(); err != nil {
+		t.Skipf("skipped: %v", err)
+	}
+	c, err := New(Options{Parent: parent})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		c.Close()
+		if root, err := cgroup2Mount(); err == nil {
+			_ = os.Remove(filepath.Join(root, parent)) // once its last counter is gone
+		}
+	})
+	return c
+}
+
+func testParent(t *testing.T) string { return "velo-lanes-test-" + strconv.Itoa(os.Getpid()) }
+
+// TestCountsALoopbackTransfer: 64 MiB written on loopback by a process started in the cgroup is
+// counted on the client's socket going out and on the server's coming in, each at least the
+// payload (IP and TCP headers come on top) and not much more.
+func TestCountsALoopbackTransfer(t *testing.T) {
+	c := newCounter(t, testParent(t))
+	const n = 64 << 20
+	cmd := c.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), childEnv+"=loopback", "BYTES="+strconv.Itoa(n))
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	var server, client uint16
+	_, err = fmt.Sscanf(string(out), "server %d client %d", &server, &client)
+	require.NoError(t, err, "child said %q", out)
+
+	flows, err := c.Read()
+	require.NoError(t, err)
+	var sent, recv uint64
+	for _, f := range flows {
+		if f.Protocol != ProtoTCP {
+			continue
+		}
+		switch {
+		case f.LocalPort == client && f.RemotePort == server && f.Dir == Egress:
+			sent += f.Bytes
+		case f.LocalPort == server && f.RemotePort == client && f.Dir == Ingress:
+			recv += f.Bytes
+		}
+	}
+	for what, got := range map[string]uint64{"client out": sent, "server in": recv} {
+		assert.GreaterOrEqual(t, got, uint64(n), "%s: %d bytes for a %d-byte transfer", what, got, n)
+		assert.Less(t, got, uint64(n)*102/100, "%s: %d bytes for a %d-byte transfer", what, got, n)
+	}
+	lanes := Classify(flows, "other", PortsLane("transfer", server))
+	require.NotEmpty(t, lanes)
+	assert.Equal(t, "transfer", lanes[0].Name)
+	assert.GreaterOrEqual(t, lanes[0].BytesOut, uint64(n))
+	assert.GreaterOrEqual(t, lanes[0].BytesIn, uint64(n))
+}
+
+// TestTwoCountersDoNotMix: two counters at once each see only their own processes.
+func TestTwoCountersDoNotMix(t *testing.T) {
+	a := newCounter(t, testParent(t))
+	b := newCounter(t, testParent(t))
+	run := func(c *Counter, n int) uint16 {
+		cmd := c.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), childEnv+"=loopback", "BYTES="+strconv.Itoa(n))
+		out, err := cmd.Output()
+		require.NoError(t, err)
+		var server, client uint16
+		_, err = fmt.Sscanf(string(out), "server %d client %d", &server, &client)
+		require.NoError(t, err)
+		return server
+	}
+	sa := run(a, 8<<20)
+	sb := run(b, 1<<20)
+	fa, err := a.Read()
+	require.NoError(t, err)
+	fb, err := b.Read()
+	require.NoError(t, err)
+	for _, f := range fa {
+		assert.False(t, f.Touches(sb), "counter a saw b's transfer: %+v", f)
+	}
+	for _, f := range fb {
+		assert.False(t, f.Touches(sa), "counter b saw a's transfer: %+v", f)
+	}
+	total := func(fs []Flow) (n uint64) {
+		for _, f := range fs {
+			n += f.Bytes
+		}
+		return n
+	}
+	assert.Greater(t, total(fa), uint64(2*8<<20))
+	assert.Less(t, total(fb), uint64(3*8<<20))
+}
+
+// TestCloseRemovesEverything: after Close the cgroup is gone and nothing stays attached; a child
+// still running is killed first.
+func TestCloseRemovesEverything(t *testing.T) {
+	c := newCounter(t, testParent(t))
+	cmd := c.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), childEnv+"=sleep")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	require.Equal(t, "ready\n", line)
+	dir := c.Cgroup()
+	require.NoError(t, c.Close())
+	_, err = os.Stat(dir)
+	assert.True(t, os.IsNotExist(err), "the cgroup %s is still there", dir)
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "the child was not killed")
+	_, err = c.Read()
+	assert.Error(t, err)
+}
+
+// TestKilledCounterLeavesNothingAttached: a process holding a counter is killed (SIGKILL): its
+// programs are detached with its file descriptors at once, its child dies with it, and the next
+// counter under the same parent removes the cgroup it left.
+func TestKilledCounterLeavesNothingAttached(t *testing.T) {
+	parent := testParent(t)
+	newCounter(t, parent) // skips where counting is not possible
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), childEnv+"=counter-then-sleep", "PARENT="+parent)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	dir, _ := bufio.NewReader(stdout).ReadString('\n')
+	dir = strings.TrimSpace(dir)
+	require.DirExists(t, dir)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	_ = cmd.Wait()
+
+	require.Eventually(t, func() bool { return len(cgroupProcs(dir)) == 0 }, 10*time.Second, 10*time.Millisecond,
+		"the killed counter's child is still in its cgroup")
+	ids, err := attached(dir)
+	require.NoError(t, err)
+	assert.Empty(t, ids, "programs are still attached to the killed counter's cgroup")
+
+	next := newCounter(t, parent)
+	_, err = os.Stat(dir)
+	assert.True(t, os.IsNotExist(err), "the next counter did not remove the stale cgroup %s", dir)
+	assert.NotEqual(t, dir, next.Cgroup())
+}
+
+// attached lists the programs attached to the cgroup at dir, both directions.
+func attached(dir string) ([]string, error) {
+	f, err := os.Open(filepath.Clean(dir))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	for name, attach := range map[string]ebpf.AttachType{"egress": ebpf.AttachCGroupInetEgress, "ingress": ebpf.AttachCGroupInetIngress} {
+		res, err := link.QueryPrograms(link.QueryOptions{Target: int(f.Fd()), Attach: attach})
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range res.Programs {
+			out = append(out, fmt.Sprintf("%s:%d", name, p.ID))
+		}
+	}
+	return out, nil
+}
