@@ -17,6 +17,9 @@ import (
 
 const usageText = `usage: ibcheck [flags]        check this node and the UCX environment
        ibcheck env [flags]    print the export lines that pin UCX to the best port
+       ibcheck lanes [flags] -- command...
+                              run a command and report, from the kernel, the bytes of its
+                              sockets per lane and what the RDMA ports counted meanwhile
 
 Exit codes: 0 every check passed (warnings, skipped and not-compiled-in checks allowed),
 1 a check failed (with --strict also a warning or a not-compiled-in check), 2 usage error.
@@ -69,7 +72,7 @@ func parseArgs(args []string, stdout, stderr io.Writer) (options, error) {
 		return o, &usageError{err.Error()}
 	}
 	if fs.NArg() > 0 {
-		return o, &usageError{fmt.Sprintf("unexpected argument %q (the only command is env; flags start with -)", fs.Arg(0))}
+		return o, &usageError{fmt.Sprintf("unexpected argument %q (the commands are env and lanes; flags start with -)", fs.Arg(0))}
 	}
 	if o.device != "" {
 		if _, _, err := verbs.ParsePortSpec(o.device); err != nil {
@@ -127,6 +130,9 @@ func (o *options) resolvePaths() error {
 
 // run is the whole command: parse, check (or compute the exports), print; it returns the exit code.
 func run(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer, sys check.System) int {
+	if len(args) > 0 && args[0] == "lanes" {
+		return runLanes(ctx, args[1:], stdout, stderr)
+	}
 	o, err := parseArgs(args, stdout, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return check.ExitOK

@@ -26,6 +26,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == check.UCXProbeArg {
 		os.Exit(check.UCXProbeMain(os.Args[2:], os.Stdout))
 	}
+	if os.Getenv(lanesChildEnv) != "" {
+		os.Exit(lanesChild())
+	}
 	_ = verbstest.InChild // the trampoline runs from verbstest's init
 	code := m.Run()
 	if binDir != "" {

@@ -6,6 +6,8 @@
 //	ibcheck                    check this node and the UCX_* environment; exit 0, 1 or 2
 //	ibcheck --json             the same as a versioned JSON document
 //	ibcheck env                the export lines that pin UCX to the best port
+//	ibcheck lanes -- cmd...    run cmd in a fresh cgroup; report its bytes per lane (eBPF) and
+//	                           the RDMA port counters, and pass its exit status through
 //	ibcheck --sysfs DIR        check a sysfs tree instead of /sys (fixtures, another node's copy)
 //
 // ibcheck links the same UCX as velo and asks it (in child processes of itself, so that the
