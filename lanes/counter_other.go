@@ -24,8 +24,8 @@ func New(Options) (*Counter, error) {
 	return nil, errors.Join(ErrNotSupported, errors.New("lanes: cgroup v2 and eBPF need Linux"))
 }
 
-func (c *Counter) Cgroup() string                              { return "" }
+func (c *Counter) Cgroup() string                               { return "" }
 func (c *Counter) Command(name string, arg ...string) *exec.Cmd { return exec.Command(name, arg...) }
-func (c *Counter) Place(*exec.Cmd)                             {}
-func (c *Counter) Read() ([]Flow, error)                       { return nil, ErrNotSupported }
-func (c *Counter) Close() error                                { return nil }
+func (c *Counter) Place(*exec.Cmd)                              {}
+func (c *Counter) Read() ([]Flow, error)                        { return nil, ErrNotSupported }
+func (c *Counter) Close() error                                 { return nil }

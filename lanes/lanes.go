@@ -58,10 +58,10 @@ func (f Flow) Touches(port uint16) bool { return f.LocalPort == port || f.Remote
 
 // Lane is a named group of flows with their totals.
 type Lane struct {
-	Name                 string
-	BytesOut, BytesIn    uint64
+	Name                  string
+	BytesOut, BytesIn     uint64
 	PacketsOut, PacketsIn uint64
-	Flows                int
+	Flows                 int
 }
 
 // Bytes is the lane's bytes both ways.
