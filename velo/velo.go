@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -211,6 +212,10 @@ type Velo struct {
 	rdma        *rdma.Registry // nil unless WithUCXTransport
 	grace       time.Duration
 
+	peers    peerTable
+	draining atomic.Bool
+	closed   atomic.Bool
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -271,6 +276,8 @@ func New(ctx context.Context, opts ...Option) (*Velo, error) {
 	}
 	v.rv = rendezvous.New(rc)
 	v.msgr.SetStager(v.rv.Stager())
+	v.msgr.HandleInternal(drainNotice, v.onDrainNotice)
+	v.msgr.HandleInternal(pingName, onPing)
 	names := map[string]bool{}
 	for _, t := range o.transports {
 		if names[t.Name()] {
@@ -354,6 +361,12 @@ func (v *Velo) RegisterPeer(ctx context.Context, p PeerInfo) error {
 			continue
 		}
 		added = append(added, t.Name())
+	}
+	if len(added) > 0 {
+		v.msgr.PeerUp(p.ID)
+		v.peerChanged(p.ID, func(ps *PeerStatus) {
+			ps.State, ps.Incarnation, ps.Transports, ps.Err = StateUp, p.Incarnation, added, ""
+		})
 	}
 	switch {
 	case len(added) > 0 && len(refused) > 0:
@@ -440,15 +453,17 @@ func (v *Velo) Unref(ctx context.Context, h Handle) error { return v.rv.Release(
 // are open.
 func (v *Velo) StagedCounts() (slots, leases int) { return v.rv.Counts() }
 
-// BeginDrain announces shutdown: from now on this owner answers acquires on the chunked path
-// (reason draining once an RDMA path exists). Messages and gets keep working until Close.
-func (v *Velo) BeginDrain() { v.rv.BeginDrain() }
+// BeginDrain starts the drain of Shutdown without waiting for it: peers are told, no new handler
+// runs, rendezvous offers are answered on the chunked path (reason draining). Call Shutdown or
+// Close afterwards.
+func (v *Velo) BeginDrain() { v.beginDrain() }
 
 // Close shuts the instance down: pending requests fail with ErrClosed, running handlers get up to
 // the shutdown grace to return, every lease ends, every staged payload is freed, and the
 // transports close. It is safe to call more than once.
 func (v *Velo) Close() error {
 	v.closeOnce.Do(func() {
+		v.closed.Store(true)
 		ctx, cancel := context.WithTimeout(context.Background(), v.grace)
 		defer cancel()
 		err := v.msgr.Close(ctx)
@@ -496,6 +511,12 @@ func (h *host) Answers(frame []byte) bool { return h.v.msgr.Answers(frame) }
 func (h *host) PeerDown(peer transport.InstanceID, err error) {
 	h.v.msgr.PeerDown(h.idx, peer, err)
 	h.v.rv.PeerDown(peer)
+	h.v.peerChanged(peer, func(p *PeerStatus) {
+		if p.State != StateDraining { // a draining peer going away is the end of its drain
+			p.Err = err.Error()
+		}
+		p.State = StateDown
+	})
 }
 func (h *host) ClaimPrefix() int { return h.v.msgr.ClaimPrefix() }
 func (h *host) Claim(from transport.InstanceID, prefix []byte, size int) []byte {

@@ -129,3 +129,22 @@ func mustJSON(t *testing.T, v any) string {
 	require.NoError(t, err)
 	return string(b)
 }
+
+// TestSendToAStoppedPeerEndsAtItsContext: a peer that stopped reading (SIGSTOP) fills the TCP
+// connection's buffers; the next send then waits, and must end at its context's deadline with an
+// error rather than hang.
+func TestSendToAStoppedPeerEndsAtItsContext(t *testing.T) {
+	sender := startNode(t, "sender")
+	stopped := startNode(t, "stopped")
+	pair(t, sender, stopped)
+	id := stopped.ok("info")["id"].(string)
+	sender.ok(fmt.Sprintf("flood %s %d %d %s", id, 1024, 5, "5s")) // the connection is up
+	stopped.stop()
+	begun := time.Now()
+	r := sender.do(fmt.Sprintf("flood %s %d %d %s", id, 200<<10, 2000, "500ms"))
+	require.NotEmpty(t, r["error"], "2000 sends of 200 KiB to a stopped peer all went through: %v", r)
+	assert.Contains(t, r["error"], "deadline exceeded")
+	assert.Less(t, r["seconds"], 5.0, "the blocked send ran %v s past its 500 ms context", r["seconds"])
+	t.Logf("%v sends went before the buffers filled; the next ended after %.2f s: %s (all in %v)", r["sent"], r["seconds"], r["error"], time.Since(begun))
+	stopped.resume()
+}

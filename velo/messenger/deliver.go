@@ -2,12 +2,15 @@ package messenger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"time"
 
 	"github.com/velo-go/velo/velo/internal/wire"
+	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport"
 )
 
@@ -160,12 +163,17 @@ func (g *Messenger) dispatch(idx int, from transport.InstanceID, msg wire.Messag
 		return true
 	}
 	if ih, ok := g.internal[msg.Name]; ok {
-		g.running.Add(1)
+		g.start()
 		g.mu.Unlock()
 		go func() {
-			defer g.running.Done()
+			defer g.done()
 			g.runInternal(idx, from, msg, ih)
 		}()
+		return true
+	}
+	if g.draining.Load() {
+		g.mu.Unlock()
+		g.refuseDraining(idx, from, msg)
 		return true
 	}
 	in := g.inboxes[from]
@@ -178,7 +186,7 @@ func (g *Messenger) dispatch(idx int, from transport.InstanceID, msg wire.Messag
 		// Nothing of this peer runs: handle it right here, on the reader.
 		in.running = true
 		in.mu.Unlock()
-		g.running.Add(1)
+		g.start()
 		g.mu.Unlock()
 		return g.runInline(idx, from, in, msg, handOff)
 	}
@@ -199,11 +207,12 @@ func (g *Messenger) dispatch(idx int, from transport.InstanceID, msg wire.Messag
 	}
 	in.queue = append(in.queue, j)
 	in.bytes += j.cost()
+	g.inboxAdd(1, j.cost())
 	start := !in.running
 	in.running = true
 	in.mu.Unlock()
 	if start {
-		g.running.Add(1)
+		g.start()
 	}
 	g.mu.Unlock()
 	if start {
@@ -232,12 +241,12 @@ func (g *Messenger) runInline(idx int, from transport.InstanceID, in *inbox, msg
 	in.running = false
 	in.mu.Unlock()
 	g.dropIdleInbox(from, in)
-	g.running.Done()
+	g.done()
 	return true
 }
 
 func (g *Messenger) drain(from transport.InstanceID, in *inbox) {
-	defer g.running.Done()
+	defer g.done()
 	for {
 		in.mu.Lock()
 		if len(in.queue) == 0 {
@@ -251,6 +260,7 @@ func (g *Messenger) drain(from transport.InstanceID, in *inbox) {
 		in.queue[0] = job{}
 		in.queue = in.queue[1:]
 		in.bytes -= j.cost()
+		g.inboxAdd(-1, -j.cost())
 		if in.refused > 0 && in.bytes <= g.cfg.InboxLimit/2 {
 			g.log.Warn("messenger: peer's inbox has room again", "peer", logPeer(from), "refused", in.refused)
 			in.refused = 0
@@ -264,6 +274,7 @@ func (g *Messenger) drain(from transport.InstanceID, in *inbox) {
 // of an episode is logged; the count of all of them is logged when the inbox has room again.
 func (g *Messenger) refuseFull(idx int, from transport.InstanceID, msg wire.Message, queued, bytes int, first bool) {
 	g.m.Error("inbox_full")
+	g.m.HandlerRefused(g.handlerLabel(msg.Name))
 	if first {
 		g.log.Warn("messenger: peer's inbox is full; refusing its messages until its handlers catch up",
 			"peer", logPeer(from), "handler", msg.Name, "queued", queued, "queued_bytes", bytes, "limit", g.cfg.InboxLimit,
@@ -273,6 +284,47 @@ func (g *Messenger) refuseFull(idx int, from transport.InstanceID, msg wire.Mess
 		g.reply(idx, from, msg.ID, nil, nil, &handlerFailure{code: wire.CodeUnavailable,
 			text: fmt.Sprintf("inbox full: %d of your messages (%d bytes) wait for their handlers here, limit %d bytes; retry later", queued, bytes, g.cfg.InboxLimit)})
 	}
+}
+
+// refuseDraining answers or refuses a user message that arrived while this instance drains: a
+// request gets ErrDraining back (safe to send elsewhere), a one-way message is counted and, once
+// per peer, logged: its sender learns of the drain from the notice velo sends its peers.
+func (g *Messenger) refuseDraining(idx int, from transport.InstanceID, msg wire.Message) {
+	g.m.Error("draining")
+	g.m.HandlerRefused(g.handlerLabel(msg.Name))
+	if msg.Kind == wire.KindRequest {
+		g.reply(idx, from, msg.ID, nil, nil, &handlerFailure{code: wire.CodeDraining,
+			text: "this instance is draining (shutting down) and runs no new handler: send the request to another instance"})
+		return
+	}
+	g.mu.Lock()
+	_, seen := g.refusedFrom[from]
+	g.refusedFrom[from] = struct{}{}
+	g.mu.Unlock()
+	if !seen {
+		g.log.Warn("messenger: refusing one-way messages while draining; they are counted, not handled",
+			"peer", logPeer(from), "handler", msg.Name)
+	}
+}
+
+// handlerLabel is the handler label of a message: its name when a handler of that name is
+// registered, UnknownHandler otherwise (a sender cannot grow the label set).
+func (g *Messenger) handlerLabel(name string) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.handlers[name]; ok {
+		return name
+	}
+	if _, ok := g.internal[name]; ok {
+		return name
+	}
+	return metrics.UnknownHandler
+}
+
+// inboxAdd moves the instance-wide inbox gauges.
+func (g *Messenger) inboxAdd(msgs, bytes int) {
+	g.m.InboxMessages.Set(float64(g.inboxMsgs.Add(int64(msgs))))
+	g.m.InboxBytes.Set(float64(g.inboxBytes.Add(int64(bytes))))
 }
 
 // dropIdleInbox forgets a peer's inbox once it is drained, so a process that talks to many
@@ -295,9 +347,23 @@ func (p logPeer) LogValue() slog.Value { return slog.StringValue(fmt.Sprintf("%0
 
 // handlerFailure is an error answer this side produces.
 type handlerFailure struct {
-	code wire.ErrorCode
-	kind string
-	text string
+	code    wire.ErrorCode
+	kind    string
+	text    string
+	timeout bool // the handler returned a context deadline error
+}
+
+// outcome is the handler metric's outcome label of a handler run that ended with f (nil: ok).
+func (f *handlerFailure) outcome() string {
+	switch {
+	case f == nil:
+		return "ok"
+	case f.code == wire.CodeHandlerPanic:
+		return "panic"
+	case f.timeout:
+		return "timeout"
+	}
+	return "error"
 }
 
 // runUser runs a user handler and answers a request. run is the inline run when this goroutine
@@ -314,6 +380,7 @@ func (g *Messenger) runUser(run *inlineRun, idx int, from transport.InstanceID, 
 	peer := logPeer(from) // formatted only if a line is logged
 	if h == nil {
 		g.m.Error("unknown_handler")
+		g.m.HandlerRefused(metrics.UnknownHandler)
 		g.log.Warn("messenger: message for an unknown handler", "peer", peer, "handler", msg.Name)
 		if isReq {
 			g.reply(idx, from, msg.ID, nil, nil, &handlerFailure{code: wire.CodeUnknownHandler,
@@ -347,7 +414,9 @@ func (g *Messenger) runUser(run *inlineRun, idx int, from transport.InstanceID, 
 		m.Staged = true
 		defer release()
 	}
+	began := time.Now()
 	resp, fail := g.invoke(ctx, h, m)
+	g.m.HandlerDone(msg.Name, fail.outcome(), time.Since(began).Seconds(), len(m.Payload), len(resp))
 	if !isReq {
 		if fail != nil {
 			g.log.Warn("messenger: one-way handler failed", "peer", peer, "handler", msg.Name, "err", fail.text)
@@ -380,7 +449,8 @@ func (g *Messenger) invoke(ctx context.Context, h Handler, m *Message) (resp []b
 	resp, err := h(ctx, m)
 	if err != nil {
 		g.m.Error("handler_error")
-		return nil, &handlerFailure{code: wire.CodeHandlerError, kind: errorKind(err), text: err.Error()}
+		return nil, &handlerFailure{code: wire.CodeHandlerError, kind: errorKind(err), text: err.Error(),
+			timeout: errors.Is(err, context.DeadlineExceeded)}
 	}
 	return resp, nil
 }
@@ -398,6 +468,14 @@ func (g *Messenger) runInternal(idx int, from transport.InstanceID, msg wire.Mes
 			}
 		}()
 		var err error
+		began := time.Now()
+		defer func() {
+			n := 0
+			for _, p := range parts {
+				n += len(p)
+			}
+			g.m.HandlerDone(msg.Name, fail.outcome(), time.Since(began).Seconds(), len(msg.Payload), n)
+		}()
 		parts, done, err = h(g.ctx, from, msg.Payload)
 		if err != nil {
 			fail = &handlerFailure{code: wire.CodeHandlerError, kind: errorKind(err), text: err.Error()}

@@ -34,6 +34,8 @@ func (e *RemoteError) sentinel() error {
 		return ErrBadRequest
 	case wire.CodeUnavailable:
 		return ErrUnavailable
+	case wire.CodeDraining:
+		return ErrDraining
 	}
 	return ErrHandlerFailed
 }

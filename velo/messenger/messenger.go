@@ -60,6 +60,10 @@ var (
 	// ErrUnavailable: the receiver is shutting down, or its inbox for the sender is full
 	// (Config.InboxLimit): the call was refused before any handler saw it.
 	ErrUnavailable = errors.New("receiver unavailable")
+	// ErrDraining: the peer is draining (shutting down gracefully): it runs no new handler. The
+	// message was not handled; sending it to another instance is safe. It also matches
+	// ErrUnavailable.
+	ErrDraining error = &drainingError{}
 	// ErrNoRoute: no transport reaches the peer, or none carries a frame that large.
 	ErrNoRoute = errors.New("no transport reaches the peer")
 	// ErrClosed: the messenger was closed.
@@ -70,6 +74,11 @@ var (
 	// wrong size, a staged response without a stager).
 	ErrProtocol = errors.New("protocol violation")
 )
+
+type drainingError struct{}
+
+func (*drainingError) Error() string        { return "peer is draining" }
+func (*drainingError) Is(target error) bool { return target == ErrUnavailable }
 
 // InternalPrefix starts the names of velo's own protocol handlers; user handlers may not use it.
 const InternalPrefix = "velo."
@@ -137,6 +146,13 @@ type Messenger struct {
 	stager  atomic.Pointer[stagerBox]
 	nextID  atomic.Uint64
 	running sync.WaitGroup
+	active  atomic.Int64 // what running counts, readable
+
+	draining      atomic.Bool                       // BeginDrain: run no new user handler
+	drainingPeers map[transport.InstanceID]struct{} // peers that said they drain (guarded by mu)
+	refusedFrom   map[transport.InstanceID]struct{} // peers whose one-way messages were refused while draining (for the log)
+	inboxMsgs     atomic.Int64
+	inboxBytes    atomic.Int64
 
 	mu         sync.Mutex
 	transports []transport.Transport
@@ -164,6 +180,7 @@ func New(cfg Config) *Messenger {
 		cfg: cfg, log: cfg.Logger, m: cfg.Metrics, ctx: ctx, cancel: cancel,
 		handlers: map[string]Handler{}, internal: map[string]InternalHandler{},
 		calls: map[uint64]*call{}, inboxes: map[transport.InstanceID]*inbox{},
+		drainingPeers: map[transport.InstanceID]struct{}{}, refusedFrom: map[transport.InstanceID]struct{}{},
 	}
 }
 
@@ -197,7 +214,67 @@ func (g *Messenger) Handle(name string, h Handler) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.handlers[name] = h
+	g.m.HandlerRegistered(name)
 	return nil
+}
+
+func (g *Messenger) start() { g.running.Add(1); g.active.Add(1) }
+func (g *Messenger) done()  { g.active.Add(-1); g.running.Done() }
+
+// BeginDrain makes this messenger run no new user handler: a request gets ErrDraining back at
+// once, a one-way message is refused, counted (errors_total{kind="draining"}) and logged once per
+// peer. Handlers already running go on, and velo's own protocol (rendezvous) keeps working, so
+// transfers in flight complete and answers to this side's own calls still arrive.
+func (g *Messenger) BeginDrain() { g.draining.Store(true) }
+
+// PeerDraining records that peer said it is draining: from now on Send and Request to it fail at
+// once with an error matching ErrDraining, without sending. PeerUp forgets it (the peer
+// registered again, a new incarnation).
+func (g *Messenger) PeerDraining(peer transport.InstanceID) {
+	g.mu.Lock()
+	g.drainingPeers[peer] = struct{}{}
+	g.mu.Unlock()
+}
+
+// PeerUp forgets that peer was draining.
+func (g *Messenger) PeerUp(peer transport.InstanceID) {
+	g.mu.Lock()
+	delete(g.drainingPeers, peer)
+	g.mu.Unlock()
+}
+
+// Pending reports how many of this side's calls wait for their answers.
+func (g *Messenger) Pending() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.calls)
+}
+
+// Busy reports how many handlers are running or queued to run (user and internal), for a
+// shutdown that waits for them.
+func (g *Messenger) Busy() int { return int(g.active.Load()) }
+
+// InboxPeers lists the peers that sent this instance user messages whose handlers are queued or
+// running; a draining instance tells them too before it goes.
+func (g *Messenger) InboxPeers() []transport.InstanceID {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]transport.InstanceID, 0, len(g.inboxes))
+	for p := range g.inboxes {
+		out = append(out, p)
+	}
+	return out
+}
+
+// drainingPeer is the error of a user call this side will not make: the peer said it drains.
+func (g *Messenger) drainingPeer(peer transport.InstanceID) error {
+	g.mu.Lock()
+	_, ok := g.drainingPeers[peer]
+	g.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	return fmt.Errorf("messenger: %016x is shutting down: %w (nothing was sent: send it to another instance)", uint64(peer), ErrDraining)
 }
 
 // HandleInternal registers a velo protocol handler; name must start with InternalPrefix.
@@ -208,6 +285,20 @@ func (g *Messenger) HandleInternal(name string, h InternalHandler) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.internal[name] = h
+	g.m.HandlerRegistered(name)
+}
+
+// routeVia is transport via, when it reaches peer.
+func (g *Messenger) routeVia(via int, peer transport.InstanceID) (int, transport.Transport, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return 0, nil, ErrClosed
+	}
+	if via >= len(g.transports) || !g.transports[via].Reaches(peer) {
+		return 0, nil, fmt.Errorf("messenger: %w: transport %d does not reach %016x", ErrNoRoute, via, uint64(peer))
+	}
+	return via, g.transports[via], nil
 }
 
 // route picks the first transport, in the order added, that reaches peer and carries size bytes.
@@ -268,11 +359,19 @@ func (g *Messenger) prepare(ctx context.Context, peer transport.InstanceID, over
 }
 
 func (g *Messenger) send(ctx context.Context, peer transport.InstanceID, kind string, parts ...[]byte) (int, transport.Transport, error) {
+	return g.sendVia(ctx, -1, peer, kind, parts...)
+}
+
+// sendVia is send on transport via, or on the route's choice when via is negative.
+func (g *Messenger) sendVia(ctx context.Context, via int, peer transport.InstanceID, kind string, parts ...[]byte) (int, transport.Transport, error) {
 	size := 0
 	for _, p := range parts {
 		size += len(p)
 	}
 	idx, t, err := g.route(peer, size)
+	if via >= 0 {
+		idx, t, err = g.routeVia(via, peer)
+	}
 	if err == nil {
 		err = t.Send(ctx, peer, parts...)
 	}
@@ -287,6 +386,9 @@ func (g *Messenger) send(ctx context.Context, peer transport.InstanceID, kind st
 // Send delivers a fire-and-forget message to the named handler on peer. It returns once a
 // transport has taken the frame; the handler's outcome is not reported.
 func (g *Messenger) Send(ctx context.Context, peer transport.InstanceID, name string, payload []byte) error {
+	if err := g.drainingPeer(peer); err != nil {
+		return err
+	}
 	hdr, err := wire.AppendCallHeader(make([]byte, 0, wire.HeaderLen+1+len(name)), wire.Header{Kind: wire.KindOneWay}, name)
 	if err != nil {
 		return fmt.Errorf("messenger: %w: %v", ErrInvalidName, err)
@@ -318,7 +420,7 @@ func (g *Messenger) unstage(flags wire.Flags, token []byte) {
 // buffer of its own per call, never reused by the messenger). Errors from the remote side are
 // *RemoteError; ctx bounds the whole call.
 func (g *Messenger) Request(ctx context.Context, peer transport.InstanceID, name string, payload []byte) ([]byte, error) {
-	c, err := g.call(ctx, peer, name, payload, nil)
+	c, err := g.call(ctx, -1, peer, name, payload, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -343,11 +445,41 @@ func (g *Messenger) Request(ctx context.Context, peer transport.InstanceID, name
 // len(dst) bytes and is read from the transport straight into dst when the transport supports it.
 // dst is not touched after RequestInto returns.
 func (g *Messenger) RequestInto(ctx context.Context, peer transport.InstanceID, name string, payload, dst []byte) error {
-	_, err := g.call(ctx, peer, name, payload, dst)
+	_, err := g.call(ctx, -1, peer, name, payload, dst)
 	return err
 }
 
-func (g *Messenger) call(ctx context.Context, peer transport.InstanceID, name string, payload, sink []byte) (*call, error) {
+// RequestOver is Request on one transport (by the index AddTransport returned), for velo's own
+// probes: it neither stages nor refuses a draining peer.
+func (g *Messenger) RequestOver(ctx context.Context, via int, peer transport.InstanceID, name string, payload []byte) ([]byte, error) {
+	c, err := g.call(ctx, via, peer, name, payload, nil)
+	if err != nil {
+		return nil, err
+	}
+	return c.resp, nil
+}
+
+// SendInternal sends a one-way message of velo's own protocol (name in InternalPrefix), to a
+// draining peer too.
+func (g *Messenger) SendInternal(ctx context.Context, peer transport.InstanceID, name string, payload []byte) error {
+	if !strings.HasPrefix(name, InternalPrefix) {
+		return fmt.Errorf("messenger: %w: SendInternal of %q", ErrInvalidName, name)
+	}
+	hdr, err := wire.AppendCallHeader(make([]byte, 0, wire.HeaderLen+1+len(name)), wire.Header{Kind: wire.KindOneWay}, name)
+	if err != nil {
+		return fmt.Errorf("messenger: %w: %v", ErrInvalidName, err)
+	}
+	_, _, err = g.send(ctx, peer, "one_way", hdr, payload)
+	return err
+}
+
+func (g *Messenger) call(ctx context.Context, via int, peer transport.InstanceID, name string, payload, sink []byte) (*call, error) {
+	if !strings.HasPrefix(name, InternalPrefix) {
+		// velo's own protocol still talks to a draining peer: its transfers must complete.
+		if err := g.drainingPeer(peer); err != nil {
+			return nil, err
+		}
+	}
 	id := g.nextID.Add(1)
 	hdr, err := wire.AppendCallHeader(make([]byte, 0, wire.HeaderLen+1+len(name)), wire.Header{Kind: wire.KindRequest, ID: id}, name)
 	if err != nil {
@@ -372,7 +504,7 @@ func (g *Messenger) call(ctx context.Context, peer transport.InstanceID, name st
 	g.calls[id] = c
 	g.mu.Unlock()
 
-	idx, t, err := g.send(ctx, peer, "request", hdr, body)
+	idx, t, err := g.sendVia(ctx, via, peer, "request", hdr, body)
 	c.mu.Lock()
 	c.transport = idx
 	c.mu.Unlock()

@@ -78,6 +78,15 @@ const (
 	MessagesRecvTotal    = "velo_messenger_messages_received_total"
 	MessageErrorsTotal   = "velo_messenger_errors_total"
 	StagedMessagesTotal  = "velo_messenger_staged_total"
+	// HandlerRequestsTotal, HandlerDurationSeconds, HandlerBytesTotal: per handler.
+	HandlerRequestsTotal   = "velo_messenger_handler_requests_total"
+	HandlerDurationSeconds = "velo_messenger_handler_duration_seconds"
+	HandlerBytesTotal      = "velo_messenger_handler_bytes_total"
+	// InboxMessages, InboxBytes: queued user messages, all peers together.
+	InboxMessages = "velo_messenger_inbox_messages"
+	InboxBytes    = "velo_messenger_inbox_bytes"
+	// PeersGauge: known peers by state.
+	PeersGauge = "velo_peers"
 )
 
 // Label values of the bounded labels below.
@@ -91,7 +100,16 @@ var (
 	// MessageKinds of the messenger counters.
 	MessageKinds = []string{"one_way", "request", "response", "error"}
 	// ErrorKinds of velo_messenger_errors_total.
-	ErrorKinds = []string{"unknown_handler", "handler_error", "handler_panic", "bad_request", "malformed_frame", "send_failed", "staging_failed", "inbox_full"}
+	ErrorKinds = []string{"unknown_handler", "handler_error", "handler_panic", "bad_request", "malformed_frame", "send_failed", "staging_failed", "inbox_full", "draining"}
+	// HandlerOutcomes of velo_messenger_handler_requests_total: ok (the handler answered), error
+	// (it returned an error), panic, timeout (it returned a context deadline error), refused (the
+	// message never reached it: this instance is draining, or the peer's inbox was full).
+	HandlerOutcomes = []string{"ok", "error", "panic", "timeout", "refused"}
+	// PeerStates of velo_peers.
+	PeerStates = []string{"up", "draining", "down"}
+	// UnknownHandler is the handler label of messages for a name nobody registered, so that a
+	// sender cannot grow the label set.
+	UnknownHandler = "_unknown"
 )
 
 // Metrics is one instance's set of series.
@@ -106,6 +124,15 @@ type Metrics struct {
 	received     *prometheus.CounterVec
 	errs         *prometheus.CounterVec
 	staged       *prometheus.CounterVec
+
+	handlerRequests *prometheus.CounterVec
+	handlerSeconds  *prometheus.HistogramVec
+	handlerBytes    *prometheus.CounterVec
+	// InboxMessages and InboxBytes: user messages queued for their handlers, all peers together
+	// (one series each, whatever the number of peers).
+	InboxMessages prometheus.Gauge
+	InboxBytes    prometheus.Gauge
+	peers         *prometheus.GaugeVec
 }
 
 // ErrRegister wraps a failure to register the series, typically because two instances share one
@@ -132,6 +159,20 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Messenger failures, by kind."}, []string{"kind"}),
 		staged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: StagedMessagesTotal,
 			Help: "Messenger payloads above the staging threshold that travelled as a rendezvous handle, by direction."}, []string{"direction"}),
+		handlerRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: HandlerRequestsTotal,
+			Help: "Messages for each handler by outcome (handler: the registered names, _unknown for any other)."}, []string{"handler", "outcome"}),
+		handlerSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: HandlerDurationSeconds,
+			Help:    "Time each handler ran, per message.",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"handler"}),
+		handlerBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: HandlerBytesTotal,
+			Help: "Payload bytes each handler received (request) and answered (response)."}, []string{"handler", "direction"}),
+		InboxMessages: prometheus.NewGauge(prometheus.GaugeOpts{Name: InboxMessages, Help: "User messages queued for their handlers, all peers together."}),
+		InboxBytes:    prometheus.NewGauge(prometheus.GaugeOpts{Name: InboxBytes, Help: "Bytes of the user messages queued for their handlers, all peers together."}),
+		peers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: PeersGauge,
+			Help: "Peers this instance knows, by state (up, draining: it said it is shutting down, down: its transport lost it)."}, []string{"state"}),
+	}
+	for _, st := range PeerStates {
+		m.peers.WithLabelValues(st)
 	}
 	m.rdmaPath.WithLabelValues(string(PathRDMA), string(ReasonOK))
 	for _, r := range ChunkedReasons {
@@ -156,7 +197,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.staged.WithLabelValues("received")
 	m.staged.WithLabelValues("unstaged")
 	for _, c := range []prometheus.Collector{m.rdmaPath, m.bytes, m.ActiveSlots, m.StagedBytes, m.ActiveLeases,
-		m.leasesReaped, m.sent, m.received, m.errs, m.staged} {
+		m.leasesReaped, m.sent, m.received, m.errs, m.staged, m.handlerRequests, m.handlerSeconds, m.handlerBytes,
+		m.InboxMessages, m.InboxBytes, m.peers} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("%w: %v (instances that share a registry each need prometheus.WrapRegistererWith with their own label value)", ErrRegister, err)
 		}
@@ -193,6 +235,38 @@ func (m *Metrics) Error(kind string) { m.errs.WithLabelValues(kind).Inc() }
 // Staged counts a payload staged ("sent"), resolved ("received"), or freed because the message
 // carrying its handle could not be sent ("unstaged") by the transparent stager.
 func (m *Metrics) Staged(direction string) { m.staged.WithLabelValues(direction).Inc() }
+
+// HandlerRegistered creates a handler's series at zero, so a dashboard sees it before its first
+// message.
+func (m *Metrics) HandlerRegistered(handler string) {
+	for _, o := range HandlerOutcomes {
+		m.handlerRequests.WithLabelValues(handler, o)
+	}
+	m.handlerSeconds.WithLabelValues(handler)
+	m.handlerBytes.WithLabelValues(handler, "request")
+	m.handlerBytes.WithLabelValues(handler, "response")
+}
+
+// HandlerDone counts one message a handler ran for: its outcome, how long it ran, and the bytes in
+// and out.
+func (m *Metrics) HandlerDone(handler, outcome string, seconds float64, reqBytes, respBytes int) {
+	m.handlerRequests.WithLabelValues(handler, outcome).Inc()
+	m.handlerSeconds.WithLabelValues(handler).Observe(seconds)
+	m.handlerBytes.WithLabelValues(handler, "request").Add(float64(reqBytes))
+	m.handlerBytes.WithLabelValues(handler, "response").Add(float64(respBytes))
+}
+
+// HandlerRefused counts a message that never reached its handler (outcome refused).
+func (m *Metrics) HandlerRefused(handler string) {
+	m.handlerRequests.WithLabelValues(handler, "refused").Inc()
+}
+
+// SetPeers sets the peer gauge: how many peers are in each of PeerStates.
+func (m *Metrics) SetPeers(counts map[string]int) {
+	for _, st := range PeerStates {
+		m.peers.WithLabelValues(st).Set(float64(counts[st]))
+	}
+}
 
 // Lines renders the series called name from g in the text exposition style, one line per series,
 // sorted: `name{label="value",...} value`. The examples print the path metric with it.

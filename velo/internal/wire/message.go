@@ -162,6 +162,9 @@ const (
 	CodeBadRequest ErrorCode = 4
 	// CodeUnavailable: the receiver is shutting down, or its inbox for the sender is full.
 	CodeUnavailable ErrorCode = 5
+	// CodeDraining: the receiver is draining (a graceful shutdown): it runs no new handler; the
+	// caller may send the same request to another instance.
+	CodeDraining ErrorCode = 6
 )
 
 // MaxErrorText bounds the message text of an error frame; longer text is cut by the sender.
@@ -203,7 +206,7 @@ func DecodeErrorBody(b []byte) (ErrorBody, error) {
 	if err := r.done(); err != nil {
 		return ErrorBody{}, err
 	}
-	if e.Code < CodeUnknownHandler || e.Code > CodeUnavailable {
+	if e.Code < CodeUnknownHandler || e.Code > CodeDraining {
 		return ErrorBody{}, fmt.Errorf("%w: error body: unknown code %d", ErrMalformed, e.Code)
 	}
 	return e, nil

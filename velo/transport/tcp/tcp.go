@@ -36,6 +36,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -642,4 +643,17 @@ func (t *Transport) Close() error {
 		err = nil
 	}
 	return err
+}
+
+// Describe lists the transport's settings for velo's introspection page.
+func (t *Transport) Describe() map[string]string {
+	t.mu.Lock()
+	n := len(t.peers)
+	t.mu.Unlock()
+	return map[string]string{
+		"listen":    t.ln.Addr().String(),
+		"advertise": t.advertise,
+		"max_frame": strconv.Itoa(t.MaxFrameSize()),
+		"peers":     strconv.Itoa(n),
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -467,4 +468,18 @@ func (t *Transport) Close() error {
 		t.m.unregister()
 	})
 	return t.closeErr
+}
+
+// Describe lists the transport's settings for velo's introspection page: every UCX setting it
+// runs with and where it came from (environment, program, default), the frame limit, the RMA mode.
+func (t *Transport) Describe() map[string]string {
+	d := map[string]string{
+		"eager_max":       strconv.Itoa(t.cfg.EagerMax),
+		"rma":             fmt.Sprint(t.cfg.RMA),
+		"ep_idle_timeout": t.cfg.EPIdleTimeout.String(),
+	}
+	for _, s := range t.eng.Settings() {
+		d["UCX_"+s.Name] = s.Value + " (" + s.Source.String() + ")"
+	}
+	return d
 }

@@ -14,6 +14,9 @@
 //	release <handle>            drop one reference (Velo.Release)
 //	get <handle>                Get, SHA-256 of the bytes, the path it took, then Release
 //	get-keep <handle>           the same without Release (the lease stays open)
+//	flood <peer> <bytes> <n> <timeout>
+//	                            send n one-way messages of bytes to peer (hex ID), each bounded by
+//	                            timeout; answers how many went and the first error with its time
 //	stats                       the RDMA registry's Stats and the staged counts
 //	quit                        Close, then the final stats; the process exits 0
 //
@@ -79,6 +82,9 @@ func main() {
 		fatal(err)
 	}
 	n := &node{v: v, out: json.NewEncoder(os.Stdout)}
+	if err := v.RegisterHandler("sink", func(context.Context, *velo.Message) ([]byte, error) { return nil, nil }); err != nil {
+		fatal(err)
+	}
 	n.reply(map[string]any{"ready": true})
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(make([]byte, 1<<20), 1<<20)
@@ -113,7 +119,7 @@ func (n *node) run(cmd, arg string) {
 	defer cancel()
 	switch cmd {
 	case "info":
-		n.reply(map[string]any{"info": n.v.PeerInfo()})
+		n.reply(map[string]any{"info": n.v.PeerInfo(), "id": fmt.Sprintf("%016x", uint64(n.v.ID()))})
 	case "info-skewed":
 		p := n.v.PeerInfo()
 		blob := append([]byte(nil), p.Addresses["ucx"]...)
@@ -182,6 +188,34 @@ func (n *node) run(cmd, arg string) {
 			m["release_err"] = errString(l.Release(ctx))
 		}
 		n.reply(m)
+	case "flood":
+		var peer uint64
+		var size, count int
+		var timeout time.Duration
+		if _, err := fmt.Sscanf(arg, "%x %d %d %s", &peer, &size, &count, new(string)); err != nil {
+			n.fail(fmt.Errorf("flood: %q: %w", arg, err))
+			return
+		}
+		f := strings.Fields(arg)
+		timeout, err := time.ParseDuration(f[3])
+		if err != nil {
+			n.fail(err)
+			return
+		}
+		buf := make([]byte, size)
+		sent := 0
+		for range count {
+			began := time.Now()
+			sctx, scancel := context.WithTimeout(ctx, timeout)
+			err := n.v.Send(sctx, velo.InstanceID(peer), "sink", buf)
+			scancel()
+			if err != nil {
+				n.reply(map[string]any{"sent": sent, "error": err.Error(), "seconds": time.Since(began).Seconds()})
+				return
+			}
+			sent++
+		}
+		n.reply(map[string]any{"sent": sent})
 	case "stats":
 		n.reply(map[string]any{"stats": n.stats()})
 	default:

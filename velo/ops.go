@@ -1,0 +1,275 @@
+package velo
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/velo-go/velo/velo/messenger"
+	"github.com/velo-go/velo/velo/transport"
+)
+
+// What this file owns: the instance's view of its peers (Peers), the graceful shutdown
+// (Shutdown) and the instance's health (Health, Probe). See docs/velo.md, "Running it".
+
+// ErrDraining: the peer is draining (shutting down gracefully, see Shutdown): it ran nothing of
+// the message, and sending it to another instance is safe. It also matches ErrUnavailable.
+var ErrDraining = messenger.ErrDraining
+
+// State is the lifecycle state of an instance (Health) or of a peer as this instance sees it
+// (Peers).
+type State string
+
+// States.
+const (
+	// StateReady: running and serving.
+	StateReady State = "ready"
+	// StateUp: a peer this instance can reach.
+	StateUp State = "up"
+	// StateDraining: shutting down gracefully; no new handler runs there.
+	StateDraining State = "draining"
+	// StateDegraded: running, with a reason that needs an operator (Health.Reasons).
+	StateDegraded State = "degraded"
+	// StateDown: a peer a transport reported lost.
+	StateDown State = "down"
+	// StateClosed: the instance was closed.
+	StateClosed State = "closed"
+)
+
+// PeerStatus is one peer as this instance sees it.
+type PeerStatus struct {
+	ID          InstanceID
+	Incarnation uint64
+	State       State    // up, draining or down
+	Transports  []string // the transports that accepted its address at RegisterPeer
+	Since       time.Time
+	// LastRTT is the round trip of the last Probe over each transport that answered it.
+	LastRTT map[string]time.Duration
+	// Err is why it is down, when it is.
+	Err string
+}
+
+// peerTable is the instance's record of its peers.
+type peerTable struct {
+	mu    sync.Mutex
+	peers map[InstanceID]*PeerStatus
+}
+
+func (t *peerTable) set(id InstanceID, f func(p *PeerStatus)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.peers == nil {
+		t.peers = map[InstanceID]*PeerStatus{}
+	}
+	p := t.peers[id]
+	if p == nil {
+		p = &PeerStatus{ID: id, State: StateUp, Since: time.Now(), LastRTT: map[string]time.Duration{}}
+		t.peers[id] = p
+	}
+	before := p.State
+	f(p)
+	if p.State != before {
+		p.Since = time.Now()
+	}
+}
+
+func (t *peerTable) list() []PeerStatus {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]PeerStatus, 0, len(t.peers))
+	for _, p := range t.peers {
+		c := *p
+		c.Transports = append([]string(nil), p.Transports...)
+		c.LastRTT = make(map[string]time.Duration, len(p.LastRTT))
+		for k, v := range p.LastRTT {
+			c.LastRTT[k] = v
+		}
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func (t *peerTable) counts() map[string]int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := map[string]int{}
+	for _, p := range t.peers {
+		c[string(p.State)]++
+	}
+	return c
+}
+
+// Peers lists the peers this instance registered (RegisterPeer) or heard from, with their state:
+// up, draining (it announced a graceful shutdown: user messages to it fail at once with
+// ErrDraining), or down (a transport reported it lost).
+func (v *Velo) Peers() []PeerStatus { return v.peers.list() }
+
+func (v *Velo) peerChanged(id InstanceID, f func(p *PeerStatus)) {
+	v.peers.set(id, f)
+	v.m.SetPeers(v.peers.counts())
+}
+
+// drainNotice is the one-way message a draining instance sends its peers.
+const drainNotice = "velo.drain"
+
+// onDrainNotice marks the sender as draining.
+func (v *Velo) onDrainNotice(_ context.Context, from InstanceID, payload []byte) ([][]byte, func(), error) {
+	if len(payload) != 8 {
+		return nil, nil, fmt.Errorf("velo: drain notice of %d bytes, want 8", len(payload))
+	}
+	inc := binary.BigEndian.Uint64(payload)
+	v.msgr.PeerDraining(from)
+	v.peerChanged(from, func(p *PeerStatus) { p.State, p.Incarnation = StateDraining, inc })
+	v.log.Info("velo: a peer is draining; user messages to it now fail with ErrDraining", "peer", fmt.Sprintf("%016x", uint64(from)))
+	return nil, nil, nil
+}
+
+// Shutdown shuts the instance down gracefully, like http.Server.Shutdown:
+//
+//  1. it tells its peers it is draining (they fail new user messages to it at once with
+//     ErrDraining and show it as draining in Peers), and Health turns draining;
+//  2. new user requests are answered at once with an error matching ErrDraining, and new one-way
+//     messages are refused and counted (velo_messenger_errors_total{kind="draining"}) — a peer
+//     that had the notice does not send them any more;
+//  3. handlers already running finish, answers to this instance's own calls still arrive, new
+//     rendezvous offers are answered on the chunked path (reason draining), and gets in flight
+//     complete: leases are released, or reaped by their TTL;
+//  4. once nothing runs, no call of its own waits for an answer and no lease is open, or when ctx
+//     ends, it closes (Close).
+//
+// It returns Close's error, or ctx's when ctx ended first (Close has still run). Close stays the
+// immediate way down.
+func (v *Velo) Shutdown(ctx context.Context) error {
+	v.beginDrain()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	var waitErr error
+wait:
+	for {
+		_, leases := v.rv.Counts()
+		if v.msgr.Busy() == 0 && v.msgr.Pending() == 0 && leases == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			waitErr = fmt.Errorf("velo: Shutdown: closing with %d handlers running, %d calls of its own waiting and %d leases open: %w",
+				v.msgr.Busy(), v.msgr.Pending(), leases, ctx.Err())
+			break wait
+		case <-tick.C:
+		}
+	}
+	return errors.Join(waitErr, v.Close())
+}
+
+// beginDrain turns the instance draining and tells its peers, once.
+func (v *Velo) beginDrain() {
+	if !v.draining.CompareAndSwap(false, true) {
+		return
+	}
+	v.rv.BeginDrain()
+	v.msgr.BeginDrain()
+	peers := map[InstanceID]bool{}
+	for _, p := range v.peers.list() {
+		if p.State != StateDown {
+			peers[p.ID] = true
+		}
+	}
+	for _, p := range v.msgr.InboxPeers() {
+		peers[p] = true
+	}
+	notice := binary.BigEndian.AppendUint64(nil, v.incarnation)
+	var wg sync.WaitGroup
+	for id := range peers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			if err := v.msgr.SendInternal(ctx, id, drainNotice, notice); err != nil {
+				v.log.Debug("velo: could not tell a peer this instance drains", "peer", fmt.Sprintf("%016x", uint64(id)), "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+	v.log.Info("velo: draining: no new handler runs; closing once running handlers and open leases are done", "peers_told", len(peers))
+}
+
+// Health is the instance's state for probes and dashboards.
+type Health struct {
+	State State // ready, draining, degraded or closed
+	// Reasons say why the state is not ready: what an operator should look at.
+	Reasons []string
+}
+
+// Ready reports whether the instance should get new work: ready or degraded.
+func (h Health) Ready() bool { return h.State == StateReady || h.State == StateDegraded }
+
+// Health reports the instance's state. Degraded means it serves, with a reason to look at: the
+// RDMA registry's budget is spent (transfers go chunked), keys are quarantined behind a stalled
+// consumer, an arena could not be mapped (memlock), or peers are down.
+func (v *Velo) Health() Health {
+	switch {
+	case v.closed.Load():
+		return Health{State: StateClosed, Reasons: []string{"Close was called"}}
+	case v.draining.Load():
+		return Health{State: StateDraining, Reasons: []string{"Shutdown was called"}}
+	}
+	var reasons []string
+	if v.rdma != nil {
+		st := v.rdma.Stats()
+		if st.Budget > 0 && st.PinnedBytes >= st.Budget {
+			reasons = append(reasons, fmt.Sprintf("the RDMA registered-bytes budget is spent (%d of %d bytes): transfers take the chunked path", st.PinnedBytes, st.Budget))
+		}
+		if st.QuarantinedRegistrations > 0 {
+			reasons = append(reasons, fmt.Sprintf("%d RDMA keys quarantined behind consumers still reading them (%d bytes)", st.QuarantinedRegistrations, st.QuarantinedBytes))
+		}
+		if st.LastArenaError != nil && st.Arenas == 0 {
+			reasons = append(reasons, "no pinned arena could be mapped: "+st.LastArenaError.Error())
+		}
+	}
+	if down := v.peers.counts()[string(StateDown)]; down > 0 {
+		reasons = append(reasons, fmt.Sprintf("%d peers down", down))
+	}
+	if len(reasons) > 0 {
+		return Health{State: StateDegraded, Reasons: reasons}
+	}
+	return Health{State: StateReady}
+}
+
+// ProbeResult is one transport's answer to Probe.
+type ProbeResult struct {
+	Transport string
+	RTT       time.Duration
+	Err       error
+}
+
+// pingName is the internal request Probe sends.
+const pingName = "velo.ping"
+
+// Probe measures the round trip to peer over each transport that reaches it (a small internal
+// request; it runs no user handler and works while the peer drains). The RTTs show in Peers.
+func (v *Velo) Probe(ctx context.Context, peer InstanceID) []ProbeResult {
+	var out []ProbeResult
+	for i, t := range v.transports {
+		if !t.Reaches(peer) {
+			continue
+		}
+		began := time.Now()
+		_, err := v.msgr.RequestOver(ctx, i, peer, pingName, nil)
+		r := ProbeResult{Transport: t.Name(), RTT: time.Since(began), Err: err}
+		if err == nil {
+			v.peerChanged(peer, func(p *PeerStatus) { p.LastRTT[t.Name()] = r.RTT })
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func onPing(context.Context, transport.InstanceID, []byte) ([][]byte, func(), error) {
+	return nil, nil, nil
+}
