@@ -104,6 +104,22 @@ func (t *peerTable) counts() map[string]int {
 	return c
 }
 
+// countsBy is counts per transport that took the peers' addresses.
+func (t *peerTable) countsBy() map[string]map[string]int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := map[string]map[string]int{}
+	for _, p := range t.peers {
+		for _, tr := range p.Transports {
+			if c[tr] == nil {
+				c[tr] = map[string]int{}
+			}
+			c[tr][string(p.State)]++
+		}
+	}
+	return c
+}
+
 // Peers lists the peers this instance registered (RegisterPeer) or heard from, with their state:
 // up, draining (it announced a graceful shutdown: user messages to it fail at once with
 // ErrDraining), or down (a transport reported it lost).
@@ -111,7 +127,10 @@ func (v *Velo) Peers() []PeerStatus { return v.peers.list() }
 
 func (v *Velo) peerChanged(id InstanceID, f func(p *PeerStatus)) {
 	v.peers.set(id, f)
-	v.m.SetPeers(v.peers.counts())
+	by := v.peers.countsBy()
+	for _, t := range v.transports {
+		v.m.SetPeers(t.Name(), by[t.Name()])
+	}
 }
 
 // drainNotice is the one-way message a draining instance sends its peers.
@@ -230,6 +249,9 @@ func (v *Velo) Health() Health {
 		}
 		if st.LastArenaError != nil && st.Arenas == 0 {
 			reasons = append(reasons, "no pinned arena could be mapped: "+st.LastArenaError.Error())
+		}
+		if v.rdma.KillSwitch() {
+			reasons = append(reasons, "the RDMA path is switched off (VELO_RDMA_RENDEZVOUS_DISABLE or RDMAConfig.Disabled): every transfer takes the chunked path")
 		}
 	}
 	if down := v.peers.counts()[string(StateDown)]; down > 0 {

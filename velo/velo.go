@@ -291,6 +291,7 @@ func New(ctx context.Context, opts ...Option) (*Velo, error) {
 			return nil, fmt.Errorf("velo: starting transport %q: %w", t.Name(), err)
 		}
 		v.transports = append(v.transports, t)
+		v.m.PeersCreated(t.Name())
 	}
 	v.log.Debug("velo: instance started", "transports", len(v.transports))
 	return v, nil

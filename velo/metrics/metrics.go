@@ -169,10 +169,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		InboxMessages: prometheus.NewGauge(prometheus.GaugeOpts{Name: InboxMessages, Help: "User messages queued for their handlers, all peers together."}),
 		InboxBytes:    prometheus.NewGauge(prometheus.GaugeOpts{Name: InboxBytes, Help: "Bytes of the user messages queued for their handlers, all peers together."}),
 		peers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: PeersGauge,
-			Help: "Peers this instance knows, by state (up, draining: it said it is shutting down, down: its transport lost it)."}, []string{"state"}),
-	}
-	for _, st := range PeerStates {
-		m.peers.WithLabelValues(st)
+			Help: "Peers this instance knows, by transport that took their address and state (up, draining: it said it is shutting down, down: a transport lost it)."}, []string{"transport", "state"}),
 	}
 	m.rdmaPath.WithLabelValues(string(PathRDMA), string(ReasonOK))
 	for _, r := range ChunkedReasons {
@@ -261,10 +258,18 @@ func (m *Metrics) HandlerRefused(handler string) {
 	m.handlerRequests.WithLabelValues(handler, "refused").Inc()
 }
 
-// SetPeers sets the peer gauge: how many peers are in each of PeerStates.
-func (m *Metrics) SetPeers(counts map[string]int) {
+// PeersCreated creates the peer series of one transport at zero (the instance's transports are
+// a closed set).
+func (m *Metrics) PeersCreated(transport string) {
 	for _, st := range PeerStates {
-		m.peers.WithLabelValues(st).Set(float64(counts[st]))
+		m.peers.WithLabelValues(transport, st)
+	}
+}
+
+// SetPeers sets the peer gauge of one transport: how many peers are in each of PeerStates.
+func (m *Metrics) SetPeers(transport string, counts map[string]int) {
+	for _, st := range PeerStates {
+		m.peers.WithLabelValues(transport, st).Set(float64(counts[st]))
 	}
 }
 
