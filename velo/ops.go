@@ -59,22 +59,27 @@ type peerTable struct {
 	peers map[InstanceID]*PeerStatus
 }
 
-func (t *peerTable) set(id InstanceID, f func(p *PeerStatus)) {
+func (t *peerTable) set(id InstanceID, f func(p *PeerStatus)) (before State, after PeerStatus) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.peers == nil {
 		t.peers = map[InstanceID]*PeerStatus{}
 	}
 	p := t.peers[id]
+	before = "" // new to the table
 	if p == nil {
 		p = &PeerStatus{ID: id, State: StateUp, Since: time.Now(), LastRTT: map[string]time.Duration{}}
 		t.peers[id] = p
+	} else {
+		before = p.State
 	}
-	before := p.State
 	f(p)
 	if p.State != before {
 		p.Since = time.Now()
 	}
+	after = *p
+	after.Transports = append([]string(nil), p.Transports...)
+	return before, after
 }
 
 func (t *peerTable) list() []PeerStatus {
@@ -126,7 +131,10 @@ func (t *peerTable) countsBy() map[string]map[string]int {
 func (v *Velo) Peers() []PeerStatus { return v.peers.list() }
 
 func (v *Velo) peerChanged(id InstanceID, f func(p *PeerStatus)) {
-	v.peers.set(id, f)
+	before, after := v.peers.set(id, f)
+	if after.State != before {
+		v.emit(PeerEvent{Kind: PeerEventKind(after.State), Peer: after})
+	}
 	by := v.peers.countsBy()
 	for _, t := range v.transports {
 		v.m.SetPeers(t.Name(), by[t.Name()])
@@ -192,6 +200,7 @@ func (v *Velo) beginDrain() {
 	}
 	v.rv.BeginDrain()
 	v.msgr.BeginDrain()
+	v.announceDraining()
 	peers := map[InstanceID]bool{}
 	for _, p := range v.peers.list() {
 		if p.State != StateDown {
@@ -294,4 +303,22 @@ func (v *Velo) Probe(ctx context.Context, peer InstanceID) []ProbeResult {
 
 func onPing(context.Context, transport.InstanceID, []byte) ([][]byte, func(), error) {
 	return nil, nil, nil
+}
+
+// ownerGone says, for an error of a call about h that could not reach h's owner, that the owner is
+// known to be down and why (it left, was restarted, or its transport lost it): its handles went
+// with it. Other errors pass unchanged.
+func (v *Velo) ownerGone(h Handle, err error) error {
+	if err == nil || !(errors.Is(err, ErrUnknownPeer) || errors.Is(err, ErrPeerUnreachable) || errors.Is(err, ErrNoRoute)) {
+		return err
+	}
+	st, ok := v.peerStatus(h.Owner)
+	if !ok || st.State != StateDown {
+		return err
+	}
+	why := st.Err
+	if why == "" {
+		why = "its transport lost it"
+	}
+	return fmt.Errorf("velo: the owner %016x of %v is down (%s): its handles went with it: %w", uint64(h.Owner), h, why, err)
 }

@@ -68,6 +68,8 @@ type options struct {
 	rmaTransport transport.Transport // WithUCXTransport: the transport the RDMA registry reads with
 	rdma         RDMAConfig
 	metricsReg   prometheus.Registerer
+	discovery    Discovery
+	memberName   string
 }
 
 // Option configures New.
@@ -215,6 +217,13 @@ type Velo struct {
 	peers    peerTable
 	draining atomic.Bool
 	closed   atomic.Bool
+	closing  chan struct{} // closed by Close: WatchPeers subscribers end
+	watch    watchers
+
+	discovery     Discovery
+	memberName    string
+	stopDiscovery context.CancelFunc
+	discoveryDone chan struct{}
 
 	closeOnce sync.Once
 	closeErr  error
@@ -243,7 +252,8 @@ func New(ctx context.Context, opts ...Option) (*Velo, error) {
 	if o.log == nil {
 		o.log = slog.Default()
 	}
-	v := &Velo{id: InstanceID(random64() | 1), incarnation: random64(), grace: o.grace}
+	v := &Velo{id: InstanceID(random64() | 1), incarnation: random64(), grace: o.grace, closing: make(chan struct{}),
+		discovery: o.discovery, memberName: o.memberName}
 	v.log = o.log.With("velo", fmt.Sprintf("%016x", uint64(v.id)))
 	reg := o.reg
 	if reg == nil {
@@ -292,6 +302,12 @@ func New(ctx context.Context, opts ...Option) (*Velo, error) {
 		}
 		v.transports = append(v.transports, t)
 		v.m.PeersCreated(t.Name())
+	}
+	if v.discovery != nil {
+		if err := v.startDiscovery(); err != nil {
+			v.abort()
+			return nil, err
+		}
 	}
 	v.log.Debug("velo: instance started", "transports", len(v.transports))
 	return v, nil
@@ -434,21 +450,27 @@ func (v *Velo) Metadata(ctx context.Context, h Handle) (Metadata, error) {
 // Get fetches h's payload into a new buffer (Lease.Bytes) and returns the lease on it. The buffer
 // is allocated once the owner has confirmed the handle; a handle above WithMaxGetSize is refused
 // with ErrTooLarge.
-func (v *Velo) Get(ctx context.Context, h Handle) (*Lease, error) { return v.rv.Get(ctx, h) }
+func (v *Velo) Get(ctx context.Context, h Handle) (*Lease, error) {
+	l, err := v.rv.Get(ctx, h)
+	return l, v.ownerGone(h, err)
+}
 
 // GetInto fetches h's payload into dst, which must be exactly h.Size bytes (WithMaxGetSize does
 // not apply: the caller chose the buffer).
 func (v *Velo) GetInto(ctx context.Context, h Handle, dst []byte) (*Lease, error) {
-	return v.rv.GetInto(ctx, h, dst)
+	l, err := v.rv.GetInto(ctx, h, dst)
+	return l, v.ownerGone(h, err)
 }
 
 // Ref adds a reference to h on its owner: one more Get + Release (or Unref) before the payload is
 // freed.
-func (v *Velo) Ref(ctx context.Context, h Handle) error { return v.rv.Ref(ctx, h) }
+func (v *Velo) Ref(ctx context.Context, h Handle) error { return v.ownerGone(h, v.rv.Ref(ctx, h)) }
 
 // Unref drops one reference to h without fetching it; the payload is freed when the last one is
 // gone and no lease is open on it. (Lease.Release ends a lease and drops the reference it used.)
-func (v *Velo) Unref(ctx context.Context, h Handle) error { return v.rv.Release(ctx, h) }
+func (v *Velo) Unref(ctx context.Context, h Handle) error {
+	return v.ownerGone(h, v.rv.Release(ctx, h))
+}
 
 // StagedCounts reports how many payloads this instance holds as owner and how many leases on them
 // are open.
@@ -465,6 +487,8 @@ func (v *Velo) BeginDrain() { v.beginDrain() }
 func (v *Velo) Close() error {
 	v.closeOnce.Do(func() {
 		v.closed.Store(true)
+		v.closeDiscovery()
+		defer close(v.closing)
 		ctx, cancel := context.WithTimeout(context.Background(), v.grace)
 		defer cancel()
 		err := v.msgr.Close(ctx)

@@ -657,3 +657,12 @@ func (t *Transport) Describe() map[string]string {
 		"peers":     strconv.Itoa(n),
 	}
 }
+
+// Connected reports whether a connection to peer is open now; velo keeps a peer that vanished from
+// discovery while its connection is up.
+func (t *Transport) Connected(peer transport.InstanceID) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.peers[peer]
+	return p != nil && len(p.conns) > 0
+}

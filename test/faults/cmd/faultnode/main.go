@@ -17,6 +17,7 @@
 //	flood <peer> <bytes> <n> <timeout>
 //	                            send n one-way messages of bytes to peer (hex ID), each bounded by
 //	                            timeout; answers how many went and the first error with its time
+//	peers                       Peers(): id and state of each
 //	stats                       the RDMA registry's Stats and the staged counts
 //	quit                        Close, then the final stats; the process exits 0
 //
@@ -43,6 +44,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/velo"
+	"github.com/velo-go/velo/velo/discovery"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport/tcp"
 	"github.com/velo-go/velo/velo/transport/ucx"
@@ -55,6 +57,9 @@ func main() {
 	budget := flag.Int64("budget", 0, "RDMAPoolConfig.RegisteredBytesBudget (0: the default)")
 	arena := flag.Int("arena", 0, "RDMAPoolConfig.ArenaSize (0: the default)")
 	epIdle := flag.Duration("ep-idle", 0, "ucx.Config.EPIdleTimeout (0: the default)")
+	discDir := flag.String("discovery", "", "find peers through the filesystem backend in this directory")
+	name := flag.String("name", "", "the member name under -discovery")
+	discTTL := flag.Duration("discovery-ttl", 10*time.Second, "the filesystem backend's TTL")
 	logLevel := flag.String("log", "warn", "log level on standard error: debug, info, warn, error")
 	flag.Parse()
 
@@ -75,9 +80,17 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
-	v, err := velo.New(context.Background(), velo.WithLogger(log), velo.WithTransport(ctl), velo.WithUCXTransport(u),
+	opts := []velo.Option{}
+	if *discDir != "" {
+		d, err := discovery.NewFilesystem(discovery.FilesystemConfig{Dir: *discDir, Cluster: "faults", TTL: *discTTL, Poll: 100 * time.Millisecond, Logger: log})
+		if err != nil {
+			fatal(err)
+		}
+		opts = append(opts, velo.WithDiscovery(d, *name))
+	}
+	v, err := velo.New(context.Background(), append(opts, velo.WithLogger(log), velo.WithTransport(ctl), velo.WithUCXTransport(u),
 		velo.WithLeaseTTL(*ttl),
-		velo.WithRDMA(velo.RDMAConfig{ForceCloseAfter: *forceAfter, Pool: velo.RDMAPoolConfig{RegisteredBytesBudget: *budget, ArenaSize: *arena}}))
+		velo.WithRDMA(velo.RDMAConfig{ForceCloseAfter: *forceAfter, Pool: velo.RDMAPoolConfig{RegisteredBytesBudget: *budget, ArenaSize: *arena}}))...)
 	if err != nil {
 		fatal(err)
 	}
@@ -216,6 +229,12 @@ func (n *node) run(cmd, arg string) {
 			sent++
 		}
 		n.reply(map[string]any{"sent": sent})
+	case "peers":
+		peers := map[string]string{}
+		for _, p := range n.v.Peers() {
+			peers[fmt.Sprintf("%016x", uint64(p.ID))] = string(p.State)
+		}
+		n.reply(map[string]any{"peers": peers})
 	case "stats":
 		n.reply(map[string]any{"stats": n.stats()})
 	default:

@@ -1,0 +1,274 @@
+package discovery
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// FilesystemConfig configures the filesystem backend.
+type FilesystemConfig struct {
+	// Dir is the directory shared by every member (a local folder, or NFS across nodes); the
+	// cluster's files live in Dir/<Cluster>/.
+	Dir string
+	// Cluster names the cluster (default "default").
+	Cluster string
+	// TTL is how long a member's file counts after its last heartbeat (default 10 s). A member
+	// refreshes its file every TTL/3; a file older than its TTL counts as gone, so a killed member
+	// is seen to leave within about TTL plus one Poll.
+	TTL time.Duration
+	// Poll is how often Watch reads the directory (default 1 s). The backend polls rather than
+	// relying on inotify alone: NFS clients may not see another node's change for tens of
+	// seconds through a cached negative lookup, and inotify does not see remote writes at all.
+	Poll time.Duration
+	// Logger (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// entry is one member's file.
+type entry struct {
+	Record
+	Heartbeat time.Time     `json:"heartbeat"`
+	TTL       time.Duration `json:"ttl_ns"`
+}
+
+// Filesystem is the filesystem backend: one JSON file per member, written atomically (a
+// temporary file renamed over it), refreshed as a heartbeat, removed on Close.
+type Filesystem struct {
+	cfg FilesystemConfig
+	dir string
+
+	mu     sync.Mutex
+	self   *entry
+	closed bool
+	stop   chan struct{}
+	wg     sync.WaitGroup
+}
+
+// NewFilesystem creates the backend; the cluster's directory is made when missing.
+func NewFilesystem(cfg FilesystemConfig) (*Filesystem, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("discovery: FilesystemConfig.Dir is empty: name a directory every member can read and write")
+	}
+	if cfg.Cluster == "" {
+		cfg.Cluster = "default"
+	}
+	if strings.ContainsAny(cfg.Cluster, `/\`) || cfg.Cluster == "." || cfg.Cluster == ".." {
+		return nil, fmt.Errorf("discovery: cluster name %q: it becomes a folder name, so no slashes", cfg.Cluster)
+	}
+	if cfg.TTL <= 0 {
+		cfg.TTL = 10 * time.Second
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	dir := filepath.Join(cfg.Dir, cfg.Cluster)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("discovery: making %s: %w", dir, err)
+	}
+	return &Filesystem{cfg: cfg, dir: dir, stop: make(chan struct{})}, nil
+}
+
+// fileName is the member's file: its name, made safe for a file name.
+func fileName(name string) string {
+	safe := strings.Map(func(r rune) rune {
+		if r == '/' || r == '\\' || r == 0 {
+			return '_'
+		}
+		return r
+	}, name)
+	return safe + ".json"
+}
+
+// Publish writes the member's file and keeps it fresh until Close. Publishing again (to announce
+// a drain, say) rewrites it.
+func (f *Filesystem) Publish(ctx context.Context, r Record) error {
+	if r.Name == "" {
+		r.Name = fmt.Sprintf("%016x", r.ID)
+	}
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return ErrClosed
+	}
+	first := f.self == nil
+	f.self = &entry{Record: r, TTL: f.cfg.TTL}
+	f.mu.Unlock()
+	if err := f.write(); err != nil {
+		return err
+	}
+	if first {
+		f.wg.Add(1)
+		go f.heartbeat()
+	}
+	return nil
+}
+
+func (f *Filesystem) write() error {
+	f.mu.Lock()
+	if f.self == nil {
+		f.mu.Unlock()
+		return nil
+	}
+	e := *f.self
+	f.mu.Unlock()
+	e.Heartbeat = time.Now()
+	b, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	var suffix [4]byte
+	_, _ = rand.Read(suffix[:])
+	path := filepath.Join(f.dir, fileName(e.Name))
+	tmp := filepath.Join(f.dir, ".tmp-"+hex.EncodeToString(suffix[:])+"-"+fileName(e.Name))
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("discovery: writing %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("discovery: publishing %s: %w", path, err)
+	}
+	return nil
+}
+
+func (f *Filesystem) heartbeat() {
+	defer f.wg.Done()
+	tk := time.NewTicker(f.cfg.TTL / 3)
+	defer tk.Stop()
+	for {
+		select {
+		case <-f.stop:
+			return
+		case <-tk.C:
+			if err := f.write(); err != nil {
+				f.cfg.Logger.Warn("discovery: heartbeat failed; other members see this one leave once its TTL passes", "err", err)
+			}
+		}
+	}
+}
+
+// Watch delivers the members as they are (Joined, first), then every change, until ctx ends or
+// the backend closes. The member's own record is not delivered.
+func (f *Filesystem) Watch(ctx context.Context) (<-chan Event, error) {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil, ErrClosed
+	}
+	ch := make(chan Event, 64)
+	f.mu.Unlock()
+	f.wg.Add(1)
+	go f.watch(ctx, ch)
+	return ch, nil
+}
+
+func (f *Filesystem) watch(ctx context.Context, ch chan Event) {
+	defer f.wg.Done()
+	defer close(ch)
+	known := map[string]entry{}
+	tk := time.NewTicker(f.cfg.Poll)
+	defer tk.Stop()
+	for {
+		for _, ev := range f.scan(known) {
+			select {
+			case ch <- ev:
+			case <-ctx.Done():
+				return
+			case <-f.stop:
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.stop:
+			return
+		case <-tk.C:
+		}
+	}
+}
+
+// scan reads the directory once and returns what changed since known (which it updates).
+func (f *Filesystem) scan(known map[string]entry) []Event {
+	f.mu.Lock()
+	var selfName string
+	if f.self != nil {
+		selfName = f.self.Name
+	}
+	f.mu.Unlock()
+	now := time.Now()
+	seen := map[string]bool{}
+	var events []Event
+	files, err := os.ReadDir(f.dir)
+	if err != nil {
+		f.cfg.Logger.Warn("discovery: reading the cluster directory failed; keeping the members known", "dir", f.dir, "err", err)
+		return nil
+	}
+	for _, de := range files {
+		if de.IsDir() || strings.HasPrefix(de.Name(), ".") || !strings.HasSuffix(de.Name(), ".json") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(f.dir, de.Name()))
+		if err != nil {
+			continue // removed between the listing and the read
+		}
+		var e entry
+		if err := json.Unmarshal(b, &e); err != nil || e.Name == "" || e.ID == 0 {
+			f.cfg.Logger.Debug("discovery: ignoring a file that is not a member record", "file", de.Name())
+			continue
+		}
+		if e.Name == selfName || now.Sub(e.Heartbeat) > e.TTL {
+			continue // this member, or a stale file: its owner stopped refreshing it
+		}
+		seen[e.Name] = true
+		old, had := known[e.Name]
+		known[e.Name] = e
+		switch {
+		case !had:
+			events = append(events, Event{Kind: Joined, Record: e.Record, At: now})
+		case old.ID != e.ID || old.Incarnation != e.Incarnation:
+			events = append(events, Event{Kind: Restarted, Record: e.Record, Previous: old.Record, At: now})
+		case old.Draining != e.Draining || string(old.Info) != string(e.Info):
+			events = append(events, Event{Kind: Updated, Record: e.Record, At: now})
+		}
+	}
+	for name, e := range known {
+		if !seen[name] {
+			delete(known, name)
+			events = append(events, Event{Kind: Left, Record: e.Record, At: now})
+		}
+	}
+	return events
+}
+
+// Close stops the heartbeat and the watches and removes the member's file.
+func (f *Filesystem) Close() error {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil
+	}
+	f.closed = true
+	self := f.self
+	f.mu.Unlock()
+	close(f.stop)
+	f.wg.Wait()
+	if self != nil {
+		if err := os.Remove(filepath.Join(f.dir, fileName(self.Name))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("discovery: withdrawing: %w", err)
+		}
+	}
+	return nil
+}
