@@ -27,6 +27,7 @@ include $(sort $(wildcard mk/*.mk))
 
 help:
 	@echo "make demo      run the two-process rendezvous demo"
+	@echo "make demo-cluster  N members (default 4) found through discovery, payloads all-to-all"
 	@echo "make test      run every test (installs Debian packages when missing)"
 	@echo "make bench     print the benchmark ratio tables"
 	@echo "make soak      owners and consumers with random stalls, kills and restarts for SOAK (10m)"

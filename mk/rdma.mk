@@ -30,3 +30,10 @@ bench-rendezvous-rdma: deps
 
 demo: deps
 	UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./velo/examples/rendezvous_rdma_two_proc
+
+# N members (default 4) that find each other through the filesystem discovery backend and move
+# payloads all-to-all on the RDMA path; exits non-zero unless every pair took rdma/ok.
+N ?= 4
+.PHONY: demo-cluster
+demo-cluster: deps
+	UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./velo/examples/cluster -n $(N)

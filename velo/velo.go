@@ -70,6 +70,7 @@ type options struct {
 	metricsReg   prometheus.Registerer
 	discovery    Discovery
 	memberName   string
+	handlers     []namedHandler
 }
 
 // Option configures New.
@@ -125,6 +126,21 @@ func WithChunkSize(n int) Option {
 			return fmt.Errorf("velo: chunk size %d is below 1 KiB", n)
 		}
 		o.chunk = n
+		return nil
+	}
+}
+
+type namedHandler struct {
+	name string
+	h    MessageHandler
+}
+
+// WithHandler registers a handler before the instance starts: it is there before any peer can
+// reach the instance (or, with WithDiscovery, find it), which RegisterHandler after New cannot
+// promise.
+func WithHandler(name string, h MessageHandler) Option {
+	return func(o *options) error {
+		o.handlers = append(o.handlers, namedHandler{name, h})
 		return nil
 	}
 }
@@ -286,6 +302,11 @@ func New(ctx context.Context, opts ...Option) (*Velo, error) {
 	}
 	v.rv = rendezvous.New(rc)
 	v.msgr.SetStager(v.rv.Stager())
+	for _, h := range o.handlers {
+		if err := v.msgr.Handle(h.name, h.h); err != nil {
+			return nil, fmt.Errorf("velo: WithHandler: %w", err)
+		}
+	}
 	v.msgr.HandleInternal(drainNotice, v.onDrainNotice)
 	v.msgr.HandleInternal(pingName, onPing)
 	names := map[string]bool{}

@@ -245,3 +245,21 @@ func TestExampleReusesItsDirectory(t *testing.T) {
 		t.Errorf("the owner left its owner.json behind: %v", err)
 	}
 }
+
+// TestClusterExample: make demo-cluster as its users run it: four members find each other through
+// the filesystem discovery backend and move payloads all-to-all on rdma/ok.
+func TestClusterExample(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "cluster")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/velo-go/velo/velo/examples/cluster").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.CommandContext(tctx(t), bin, "-n", "4", "--size", "4194304")
+	cmd.Env = exampleEnv("UCX_TLS=tcp")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the cluster example failed: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "cluster: 4 members, 12 transfers, every one on the RDMA path") {
+		t.Fatalf("no all-to-all summary:\n%s", out)
+	}
+}
