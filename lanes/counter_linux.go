@@ -43,6 +43,7 @@ type Counter struct {
 	links  []link.Link
 	max    int
 	closed bool
+	reaper *reaper
 }
 
 // Offsets into struct __sk_buff (include/uapi/linux/bpf.h): stable kernel ABI.
@@ -173,7 +174,7 @@ func New(o Options) (*Counter, error) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, notSupported("making the cgroup %s: %v", dir, err)
 	}
-	c := &Counter{dir: dir, fd: -1, max: o.MaxFlows}
+	c := &Counter{dir: dir, fd: -1, max: o.MaxFlows, reaper: startReaper(dir)}
 	if err := c.attach(); err != nil {
 		c.Close()
 		return nil, err
@@ -302,6 +303,7 @@ func (c *Counter) Close() error {
 		errs = append(errs, unix.Close(c.fd))
 	}
 	errs = append(errs, removeCgroup(c.dir))
+	c.reaper.stop()
 	return errors.Join(errs...)
 }
 

@@ -85,7 +85,15 @@ func childCounterThenSleep() {
 	if err := cmd.Start(); err != nil {
 		panic(err)
 	}
-	fmt.Println(c.Cgroup())
+	var ids []string
+	for _, p := range c.progs {
+		if info, err := p.Info(); err == nil {
+			if id, ok := info.ID(); ok {
+				ids = append(ids, strconv.Itoa(int(id)))
+			}
+		}
+	}
+	fmt.Println(c.Cgroup(), strings.Join(ids, ","))
 	time.Sleep(time.Hour)
 }
 
@@ -220,22 +228,50 @@ func TestKilledCounterLeavesNothingAttached(t *testing.T) {
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	dir, _ := bufio.NewReader(stdout).ReadString('\n')
-	dir = strings.TrimSpace(dir)
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	dir, idList, _ := strings.Cut(strings.TrimSpace(line), " ")
+	require.NotEmpty(t, idList, "the child did not say its programs' IDs")
 	require.DirExists(t, dir)
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	_ = cmd.Wait()
 
 	require.Eventually(t, func() bool { return len(cgroupProcs(dir)) == 0 }, 10*time.Second, 10*time.Millisecond,
 		"the killed counter's child is still in its cgroup")
+	// The killed process's programs went with its file descriptors.
+	require.Eventually(t, func() bool {
+		for _, f := range strings.Split(idList, ",") {
+			id, _ := strconv.Atoi(f)
+			if p, err := ebpf.NewProgramFromID(ebpf.ProgramID(id)); err == nil {
+				p.Close()
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "the killed counter's programs %s are still loaded", idList)
+	// The reaper removes the cgroup once the counter's process is gone.
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(dir)
+		return os.IsNotExist(err)
+	}, 10*time.Second, 10*time.Millisecond, "the killed counter's cgroup %s is still there", dir)
+	next := newCounter(t, parent)
+	assert.NotEqual(t, dir, next.Cgroup())
+}
+
+// TestSweepRemovesWhatAKilledReaperLeft: should the reaper be killed too, the next counter under
+// the same parent removes the cgroup.
+func TestSweepRemovesWhatAKilledReaperLeft(t *testing.T) {
+	parent := testParent(t)
+	newCounter(t, parent)
+	root, err := cgroup2Mount()
+	require.NoError(t, err)
+	dir := filepath.Join(root, parent, "999999999-deadbeef") // a pid no process has
+	require.NoError(t, os.Mkdir(dir, 0o755))
 	ids, err := attached(dir)
 	require.NoError(t, err)
-	assert.Empty(t, ids, "programs are still attached to the killed counter's cgroup")
-
-	next := newCounter(t, parent)
+	assert.Empty(t, ids)
+	newCounter(t, parent)
 	_, err = os.Stat(dir)
 	assert.True(t, os.IsNotExist(err), "the next counter did not remove the stale cgroup %s", dir)
-	assert.NotEqual(t, dir, next.Cgroup())
 }
 
 // attached lists the programs attached to the cgroup at dir, both directions.

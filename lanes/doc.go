@@ -14,8 +14,10 @@
 //
 // Everything the Counter creates goes away on every exit path: Close detaches the programs
 // (bpf_link, so a killed process's attachments go with its file descriptors), removes the map and
-// the cgroup. A cgroup left by a process that was killed (a cgroup directory cannot remove itself)
-// is removed by the next Counter made under the same parent, once its processes are gone.
+// the cgroup. For a process killed outright (a cgroup directory cannot remove itself), each
+// Counter runs a reaper — the same program started again outside the cgroup — that removes the
+// cgroup as soon as the counter's process is gone; should the reaper be killed too, the next
+// Counter made under the same parent removes what was left.
 //
 // Without the rights or the kernel for it, New fails with an error wrapping ErrNotSupported that
 // says what is missing: no cgroup v2 mount, no permission to make a cgroup or load a program
