@@ -143,7 +143,10 @@ func TestSendToAStoppedPeerEndsAtItsContext(t *testing.T) {
 	begun := time.Now()
 	r := sender.do(fmt.Sprintf("flood %s %d %d %s", id, 200<<10, 2000, "500ms"))
 	require.NotEmpty(t, r["error"], "2000 sends of 200 KiB to a stopped peer all went through: %v", r)
-	assert.Contains(t, r["error"], "deadline exceeded")
+	// The transport turns ctx's deadline into the socket's write deadline, so the error reads
+	// either way; what matters is that it came at the deadline.
+	e, _ := r["error"].(string)
+	assert.True(t, strings.Contains(e, "deadline exceeded") || strings.Contains(e, "i/o timeout"), "the send did not end at its deadline: %s", e)
 	assert.Less(t, r["seconds"], 5.0, "the blocked send ran %v s past its 500 ms context", r["seconds"])
 	t.Logf("%v sends went before the buffers filled; the next ended after %.2f s: %s (all in %v)", r["sent"], r["seconds"], r["error"], time.Since(begun))
 	stopped.resume()
