@@ -2,9 +2,10 @@
 # UCX transport (UCX_TLS=tcp set in code unless the environment names transports), stopped mid-GET
 # and resumed, stopped and killed, stopped past the force bound, killed mid-GET, closed under a
 # stalled consumer; an owner restarted on its address; memlock without CAP_IPC_LOCK; blob version
-# skew; the idle reaper between bursts; tampered handles; a spent budget; a 30 s soak. After each
-# case the owner must be alive and its registered and pinned bytes back at their start. About two
-# minutes on 2 cores.
+# skew; the idle reaper between bursts; tampered handles; a spent budget; a 30 s soak; membership
+# through the filesystem and through a real etcd (kill, restart, a 30 s etcd outage, eight hosts
+# in network namespaces). After each case the owner must be alive and its registered and pinned
+# bytes back at their start. About three minutes on 2 cores.
 .PHONY: test-faults
 TEST_TARGETS += test-faults
 

@@ -26,6 +26,14 @@ fi
 
 echo "deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+# Packages with a daemon (etcd-server) must not start it: the tests run their own servers on
+# ports of their own. policy-rc.d answering 101 tells invoke-rc.d not to start anything; a
+# machine that has its own policy (container images do) keeps it.
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+	printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+	chmod 755 /usr/sbin/policy-rc.d
+	trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+fi
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "deps: installed ${#missing[@]} package(s)"

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/velo/discovery"
+	"github.com/velo-go/velo/velo/metrics"
 )
 
 // Discovery is a membership backend: it publishes this instance's record under a cluster name
@@ -121,7 +122,7 @@ func (v *Velo) record() (discovery.Record, error) {
 	if name == "" {
 		name = fmt.Sprintf("%016x", uint64(v.id))
 	}
-	return discovery.Record{Name: name, ID: uint64(v.id), Incarnation: v.incarnation, Info: info, Draining: v.draining.Load()}, nil
+	return discovery.Record{Name: name, ID: uint64(v.id), Incarnation: v.incarnation, Info: info, Draining: v.draining.Load(), Started: v.started}, nil
 }
 
 // startDiscovery publishes this instance and follows the others.
@@ -141,6 +142,12 @@ func (v *Velo) startDiscovery() error {
 		wcancel()
 		return fmt.Errorf("velo: watching the cluster: %w", err)
 	}
+	if st, ok := v.discovery.(StatusReporter); ok {
+		v.m.FollowDiscovery(func() metrics.DiscoveryStatus {
+			s := st.Status()
+			return metrics.DiscoveryStatus{Up: s.Err == nil, PublishErrors: s.PublishErrors, WatchErrors: s.WatchErrors}
+		})
+	}
 	v.stopDiscovery = wcancel
 	v.discoveryDone = make(chan struct{})
 	go func() {
@@ -152,12 +159,20 @@ func (v *Velo) startDiscovery() error {
 	return nil
 }
 
+// StatusReporter is what a discovery backend may implement to say whether it reaches its store
+// (Health reports "discovery lost" while it does not) and how many of its tries failed (the
+// velo_discovery_errors_total series). Both backends of velo/discovery implement it.
+type StatusReporter interface {
+	Status() discovery.Status
+}
+
 // onMember applies one membership event.
 func (v *Velo) onMember(ev discovery.Event) {
 	id := InstanceID(ev.Record.ID)
 	if id == v.id {
 		return
 	}
+	v.m.DiscoveryEvent(ev.Kind.String())
 	switch ev.Kind {
 	case discovery.Joined, discovery.Updated:
 		if ev.Record.Draining {
@@ -165,9 +180,24 @@ func (v *Velo) onMember(ev discovery.Event) {
 			v.peerChanged(id, func(p *PeerStatus) { p.State = StateDraining })
 			return
 		}
+		// A member that left (its entry expired: killed, say) and now comes back under its name
+		// with a new instance restarted, though the backend saw a departure and an arrival.
+		v.membersMu.Lock()
+		prev, known := v.members[ev.Record.Name]
+		v.members[ev.Record.Name] = id
+		v.membersMu.Unlock()
 		v.registerMember(ev.Record)
+		if known && prev != id && ev.Kind == discovery.Joined {
+			v.forget(prev, "restarted as "+fmt.Sprintf("%016x", uint64(id)))
+			if st, ok := v.peerStatus(id); ok {
+				v.emit(PeerEvent{Kind: PeerRestarted, Peer: st, Previous: prev})
+			}
+		}
 	case discovery.Restarted:
 		old := InstanceID(ev.Previous.ID)
+		v.membersMu.Lock()
+		v.members[ev.Record.Name] = id
+		v.membersMu.Unlock()
 		if old != id {
 			v.forget(old, "restarted as "+fmt.Sprintf("%016x", uint64(id)))
 		}
@@ -195,12 +225,29 @@ func (v *Velo) registerMember(r discovery.Record) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := v.RegisterPeer(ctx, info); err != nil {
-		var partial *PartialPeerError
-		if !errors.As(err, &partial) {
-			v.log.Warn("velo: could not register a member", "member", r.Name, "err", err)
-		}
+	err := v.RegisterPeer(ctx, info)
+	var partial *PartialPeerError
+	if err != nil && !errors.As(err, &partial) {
+		v.log.Warn("velo: could not register a member", "member", r.Name, "err", err)
+		return
 	}
+	if !r.Started.IsZero() {
+		v.m.MemberRegistered(time.Since(r.Started))
+	}
+}
+
+// discoveryReason is Health's reason while the backend cannot reach its store.
+func (v *Velo) discoveryReason() string {
+	st, ok := v.discovery.(StatusReporter)
+	if !ok {
+		return ""
+	}
+	s := st.Status()
+	if s.Err == nil {
+		return ""
+	}
+	return fmt.Sprintf("discovery lost (%s) for %s: %v; the members known stay registered, new ones are not seen",
+		s.Backend, time.Since(s.Since).Round(time.Second), s.Err)
 }
 
 // forget removes a peer from every transport and marks it down.

@@ -125,6 +125,30 @@ func (t *peerTable) countsBy() map[string]map[string]int {
 	return c
 }
 
+// peersWithoutUCX counts the peers up or draining whose registration no RMA transport accepted.
+func (v *Velo) peersWithoutUCX() int {
+	rma := map[string]bool{}
+	for _, t := range v.transports {
+		if _, ok := t.(transport.RMA); ok {
+			rma[t.Name()] = true
+		}
+	}
+	n := 0
+	for _, p := range v.peers.list() {
+		if p.State == StateDown || len(p.Transports) == 0 {
+			continue
+		}
+		has := false
+		for _, tr := range p.Transports {
+			has = has || rma[tr]
+		}
+		if !has {
+			n++
+		}
+	}
+	return n
+}
+
 // Peers lists the peers this instance registered (RegisterPeer) or heard from, with their state:
 // up, draining (it announced a graceful shutdown: user messages to it fail at once with
 // ErrDraining), or down (a transport reported it lost).
@@ -248,6 +272,14 @@ func (v *Velo) Health() Health {
 		return Health{State: StateDraining, Reasons: []string{"Shutdown was called"}}
 	}
 	var reasons []string
+	if v.rdma == nil {
+		reasons = append(reasons, "no UCX transport (WithUCXTransport): every rendezvous get takes the chunked path over the control plane")
+	} else if n := v.peersWithoutUCX(); n > 0 {
+		reasons = append(reasons, fmt.Sprintf("no UCX to %d peers (they offered no usable UCX address): their gets take the chunked path", n))
+	}
+	if r := v.discoveryReason(); r != "" {
+		reasons = append(reasons, r)
+	}
 	if v.rdma != nil {
 		st := v.rdma.Stats()
 		if st.Budget > 0 && st.PinnedBytes >= st.Budget {
@@ -320,5 +352,16 @@ func (v *Velo) ownerGone(h Handle, err error) error {
 	if why == "" {
 		why = "its transport lost it"
 	}
-	return fmt.Errorf("velo: the owner %016x of %v is down (%s): its handles went with it: %w", uint64(h.Owner), h, why, err)
+	return &ownerDownError{msg: fmt.Sprintf("velo: the owner %016x of %v is down (%s): its handles went with it; ask a live owner for the data again", uint64(h.Owner), h, why), cause: err}
 }
+
+// ownerDownError is ownerGone's error. Its text stops at what the caller can act on: the cause
+// (kept for errors.Is: ErrUnknownPeer, ErrPeerUnreachable) reads like advice to register the peer,
+// which is wrong for an owner that is gone.
+type ownerDownError struct {
+	msg   string
+	cause error
+}
+
+func (e *ownerDownError) Error() string { return e.msg }
+func (e *ownerDownError) Unwrap() error { return e.cause }

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/rendezvous/rdma/rdmatest"
 )
 
 // mesh starts n instances that have all registered each other.
@@ -332,7 +333,11 @@ func TestHealthAndDebugHandlers(t *testing.T) {
 	var in Introspection
 	require.NoError(t, json.Unmarshal(body, &in), "%s", body)
 	assert.Equal(t, fmt.Sprintf("%016x", uint64(b.ID())), in.Instance)
-	assert.Equal(t, "ready", in.State)
+	// A TCP-only instance works, but an operator of an RDMA cluster must see that it moves
+	// everything over the control plane: degraded, still ready for traffic.
+	assert.Equal(t, "degraded", in.State)
+	require.Len(t, in.Reasons, 1)
+	assert.Contains(t, in.Reasons[0], "no UCX transport")
 	require.NotEmpty(t, in.Peers)
 	assert.Equal(t, "up", in.Peers[0].State)
 	var echoInfo *HandlerInfo
@@ -355,7 +360,7 @@ func TestHealthAndDebugHandlers(t *testing.T) {
 	page, _ := io.ReadAll(r.Body)
 	r.Body.Close()
 	assert.Contains(t, r.Header.Get("Content-Type"), "text/html")
-	for _, want := range []string{`id="instance">` + in.Instance, `id="peers"`, "<td>echo</td>", `id="state" class="state-ready"`} {
+	for _, want := range []string{`id="instance">` + in.Instance, `id="peers"`, "<td>echo</td>", `id="state" class="state-degraded"`, "no UCX transport"} {
 		assert.Contains(t, string(page), want)
 	}
 
@@ -382,4 +387,19 @@ func TestMetricsLint(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
 	}
+}
+
+// TestHealthNamesPeersWithoutUCX: instances with an RMA transport are ready; one that registered a
+// peer without a UCX address is degraded and says how many peers take the chunked path.
+func TestHealthNamesPeersWithoutUCX(t *testing.T) {
+	f := rdmatest.NewFabric()
+	a, b := rdmaNode(t, f, true), rdmaNode(t, f, true)
+	link(t, a, b, false) // b knows a by TCP only
+	h := a.Health()
+	assert.Equal(t, StateReady, h.State, "reasons: %v", h.Reasons)
+	h = b.Health()
+	assert.Equal(t, StateDegraded, h.State)
+	require.Len(t, h.Reasons, 1)
+	assert.Contains(t, h.Reasons[0], "no UCX to 1 peers")
+	assert.True(t, h.Ready())
 }

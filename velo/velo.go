@@ -238,6 +238,9 @@ type Velo struct {
 
 	discovery     Discovery
 	memberName    string
+	started       time.Time
+	members       map[string]InstanceID // member name -> its latest instance, to see restarts across a departure
+	membersMu     sync.Mutex
 	stopDiscovery context.CancelFunc
 	discoveryDone chan struct{}
 
@@ -269,7 +272,7 @@ func New(ctx context.Context, opts ...Option) (*Velo, error) {
 		o.log = slog.Default()
 	}
 	v := &Velo{id: InstanceID(random64() | 1), incarnation: random64(), grace: o.grace, closing: make(chan struct{}),
-		discovery: o.discovery, memberName: o.memberName}
+		discovery: o.discovery, memberName: o.memberName, started: time.Now(), members: map[string]InstanceID{}}
 	v.log = o.log.With("velo", fmt.Sprintf("%016x", uint64(v.id)))
 	reg := o.reg
 	if reg == nil {

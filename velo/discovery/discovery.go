@@ -21,6 +21,9 @@ type Record struct {
 	Info []byte `json:"info"`
 	// Draining says the member is shutting down gracefully: do not send it new work.
 	Draining bool `json:"draining"`
+	// Started is when the instance started, by its own clock: members use it to measure how long
+	// a newcomer took to be registered with them (a figure as good as the clocks agree).
+	Started time.Time `json:"started,omitzero"`
 }
 
 // EventKind says what happened to a member.
@@ -59,6 +62,35 @@ type Event struct {
 	Record   Record
 	Previous Record // the record a Restarted event replaced
 	At       time.Time
+}
+
+// Compare says what a member's record seen now means against the one known before (had: there
+// was one): Joined, Restarted (another instance under the name), Updated (a change of its
+// drain flag or PeerInfo), or nothing. Every backend applies this one rule.
+func Compare(known Record, had bool, now Record, at time.Time) (Event, bool) {
+	switch {
+	case !had:
+		return Event{Kind: Joined, Record: now, At: at}, true
+	case known.ID != now.ID || known.Incarnation != now.Incarnation:
+		return Event{Kind: Restarted, Record: now, Previous: known, At: at}, true
+	case known.Draining != now.Draining || string(known.Info) != string(now.Info):
+		return Event{Kind: Updated, Record: now, At: at}, true
+	}
+	return Event{}, false
+}
+
+// Status is a backend's view of its own health, for velo's Health and metrics.
+type Status struct {
+	// Backend names it ("filesystem", "etcd").
+	Backend string
+	// Err is set while the backend cannot reach its store (etcd unreachable, the directory
+	// unreadable); Since is when that began. The members known stay registered meanwhile.
+	Err   error
+	Since time.Time
+	// PublishErrors and WatchErrors count failed publishes (heartbeats, lease renewals) and failed
+	// reads of the membership since the backend was made.
+	PublishErrors uint64
+	WatchErrors   uint64
 }
 
 // ErrClosed: the backend was closed.

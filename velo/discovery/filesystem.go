@@ -52,6 +52,45 @@ type Filesystem struct {
 	closed bool
 	stop   chan struct{}
 	wg     sync.WaitGroup
+
+	// failing is the first error of the current run of failures (nil while all is well).
+	failing       *failure
+	publishErrors uint64
+	watchErrors   uint64
+}
+
+type failure struct {
+	err   error
+	since time.Time
+}
+
+// note records the outcome of one write (publish) or directory read (watch).
+func (f *Filesystem) note(publish bool, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err == nil {
+		f.failing = nil
+		return
+	}
+	if publish {
+		f.publishErrors++
+	} else {
+		f.watchErrors++
+	}
+	if f.failing == nil {
+		f.failing = &failure{err: err, since: time.Now()}
+	}
+}
+
+// Status says whether the directory can be written and read, and how many tries failed.
+func (f *Filesystem) Status() Status {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := Status{Backend: "filesystem", PublishErrors: f.publishErrors, WatchErrors: f.watchErrors}
+	if f.failing != nil {
+		s.Err, s.Since = f.failing.err, f.failing.since
+	}
+	return s
 }
 
 // NewFilesystem creates the backend; the cluster's directory is made when missing.
@@ -107,8 +146,10 @@ func (f *Filesystem) Publish(ctx context.Context, r Record) error {
 	f.self = &entry{Record: r, TTL: f.cfg.TTL}
 	f.mu.Unlock()
 	if err := f.write(); err != nil {
+		f.note(true, err)
 		return err
 	}
+	f.note(true, nil)
 	if first {
 		f.wg.Add(1)
 		go f.heartbeat()
@@ -152,7 +193,9 @@ func (f *Filesystem) heartbeat() {
 		case <-f.stop:
 			return
 		case <-tk.C:
-			if err := f.write(); err != nil {
+			err := f.write()
+			f.note(true, err)
+			if err != nil {
 				f.cfg.Logger.Warn("discovery: heartbeat failed; other members see this one leave once its TTL passes", "err", err)
 			}
 		}
@@ -212,6 +255,7 @@ func (f *Filesystem) scan(known map[string]entry) []Event {
 	seen := map[string]bool{}
 	var events []Event
 	files, err := os.ReadDir(f.dir)
+	f.note(false, err)
 	if err != nil {
 		f.cfg.Logger.Warn("discovery: reading the cluster directory failed; keeping the members known", "dir", f.dir, "err", err)
 		return nil
@@ -235,13 +279,8 @@ func (f *Filesystem) scan(known map[string]entry) []Event {
 		seen[e.Name] = true
 		old, had := known[e.Name]
 		known[e.Name] = e
-		switch {
-		case !had:
-			events = append(events, Event{Kind: Joined, Record: e.Record, At: now})
-		case old.ID != e.ID || old.Incarnation != e.Incarnation:
-			events = append(events, Event{Kind: Restarted, Record: e.Record, Previous: old.Record, At: now})
-		case old.Draining != e.Draining || string(old.Info) != string(e.Info):
-			events = append(events, Event{Kind: Updated, Record: e.Record, At: now})
+		if ev, ok := Compare(old.Record, had, e.Record, now); ok {
+			events = append(events, ev)
 		}
 	}
 	for name, e := range known {

@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -87,6 +89,13 @@ const (
 	InboxBytes    = "velo_messenger_inbox_bytes"
 	// PeersGauge: known peers by state.
 	PeersGauge = "velo_peers"
+	// DiscoveryEventsTotal: membership events by kind; DiscoveryErrorsTotal: failed publishes and
+	// watches; DiscoveryUp: 1 while the backend reaches its store; DiscoveryRegistrationSeconds:
+	// from a member's start to its registration here.
+	DiscoveryEventsTotal         = "velo_discovery_events_total"
+	DiscoveryErrorsTotal         = "velo_discovery_errors_total"
+	DiscoveryUp                  = "velo_discovery_up"
+	DiscoveryRegistrationSeconds = "velo_discovery_registration_delay_seconds"
 )
 
 // Label values of the bounded labels below.
@@ -107,6 +116,9 @@ var (
 	HandlerOutcomes = []string{"ok", "error", "panic", "timeout", "refused"}
 	// PeerStates of velo_peers.
 	PeerStates = []string{"up", "draining", "down"}
+	// DiscoveryEventKinds of velo_discovery_events_total; DiscoveryOps of velo_discovery_errors_total.
+	DiscoveryEventKinds = []string{"joined", "updated", "restarted", "left"}
+	DiscoveryOps        = []string{"publish", "watch"}
 	// UnknownHandler is the handler label of messages for a name nobody registered, so that a
 	// sender cannot grow the label set.
 	UnknownHandler = "_unknown"
@@ -133,6 +145,47 @@ type Metrics struct {
 	InboxMessages prometheus.Gauge
 	InboxBytes    prometheus.Gauge
 	peers         *prometheus.GaugeVec
+
+	discoveryEvents  *prometheus.CounterVec
+	registrationTime prometheus.Histogram
+	discovery        *discoveryCollector
+}
+
+// DiscoveryStatus is what the discovery series read from the backend at each scrape.
+type DiscoveryStatus struct {
+	Up                         bool
+	PublishErrors, WatchErrors uint64
+}
+
+// discoveryCollector reads the backend's own counters at scrape time (they count failures inside
+// the backend's background work, which velo does not see).
+type discoveryCollector struct {
+	errs, up *prometheus.Desc
+	status   atomicFunc
+}
+
+type atomicFunc struct {
+	mu sync.Mutex
+	f  func() DiscoveryStatus
+}
+
+func (c *discoveryCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.errs; ch <- c.up }
+
+func (c *discoveryCollector) Collect(ch chan<- prometheus.Metric) {
+	c.status.mu.Lock()
+	f := c.status.f
+	c.status.mu.Unlock()
+	if f == nil {
+		return // no discovery: no series
+	}
+	s := f()
+	up := 0.0
+	if s.Up {
+		up = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.errs, prometheus.CounterValue, float64(s.PublishErrors), "publish")
+	ch <- prometheus.MustNewConstMetric(c.errs, prometheus.CounterValue, float64(s.WatchErrors), "watch")
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up)
 }
 
 // ErrRegister wraps a failure to register the series, typically because two instances share one
@@ -168,6 +221,15 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Payload bytes each handler received (request) and answered (response)."}, []string{"handler", "direction"}),
 		InboxMessages: prometheus.NewGauge(prometheus.GaugeOpts{Name: InboxMessages, Help: "User messages queued for their handlers, all peers together."}),
 		InboxBytes:    prometheus.NewGauge(prometheus.GaugeOpts{Name: InboxBytes, Help: "Bytes of the user messages queued for their handlers, all peers together."}),
+		discoveryEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Name: DiscoveryEventsTotal,
+			Help: "Membership events the discovery backend delivered, by kind."}, []string{"kind"}),
+		registrationTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: DiscoveryRegistrationSeconds,
+			Help:    "Time from a member's start (its own clock) to its registration with this instance.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}),
+		discovery: &discoveryCollector{
+			errs: prometheus.NewDesc(DiscoveryErrorsTotal, "Failed publishes (heartbeats, lease renewals) and watches (reads of the membership) of the discovery backend.", []string{"op"}, nil),
+			up:   prometheus.NewDesc(DiscoveryUp, "1 while the discovery backend reaches its store, 0 while it cannot (the members known stay registered).", nil, nil),
+		},
 		peers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: PeersGauge,
 			Help: "Peers this instance knows, by transport that took their address and state (up, draining: it said it is shutting down, down: a transport lost it)."}, []string{"transport", "state"}),
 	}
@@ -190,12 +252,15 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	for _, k := range ErrorKinds {
 		m.errs.WithLabelValues(k)
 	}
+	for _, k := range DiscoveryEventKinds {
+		m.discoveryEvents.WithLabelValues(k)
+	}
 	m.staged.WithLabelValues("sent")
 	m.staged.WithLabelValues("received")
 	m.staged.WithLabelValues("unstaged")
 	for _, c := range []prometheus.Collector{m.rdmaPath, m.bytes, m.ActiveSlots, m.StagedBytes, m.ActiveLeases,
 		m.leasesReaped, m.sent, m.received, m.errs, m.staged, m.handlerRequests, m.handlerSeconds, m.handlerBytes,
-		m.InboxMessages, m.InboxBytes, m.peers} {
+		m.InboxMessages, m.InboxBytes, m.peers, m.discoveryEvents, m.registrationTime, m.discovery} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("%w: %v (instances that share a registry each need prometheus.WrapRegistererWith with their own label value)", ErrRegister, err)
 		}
@@ -256,6 +321,19 @@ func (m *Metrics) HandlerDone(handler, outcome string, seconds float64, reqBytes
 // HandlerRefused counts a message that never reached its handler (outcome refused).
 func (m *Metrics) HandlerRefused(handler string) {
 	m.handlerRequests.WithLabelValues(handler, "refused").Inc()
+}
+
+// DiscoveryEvent counts one membership event; kind is one of DiscoveryEventKinds.
+func (m *Metrics) DiscoveryEvent(kind string) { m.discoveryEvents.WithLabelValues(kind).Inc() }
+
+// MemberRegistered observes how long a member took from its start to its registration here.
+func (m *Metrics) MemberRegistered(d time.Duration) { m.registrationTime.Observe(max(d, 0).Seconds()) }
+
+// FollowDiscovery makes the error and up series read status at each scrape.
+func (m *Metrics) FollowDiscovery(status func() DiscoveryStatus) {
+	m.discovery.status.mu.Lock()
+	m.discovery.status.f = status
+	m.discovery.status.mu.Unlock()
 }
 
 // PeersCreated creates the peer series of one transport at zero (the instance's transports are

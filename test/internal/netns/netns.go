@@ -76,6 +76,14 @@ func New(t testing.TB) *Pair {
 		{"ip", "-n", p.A.Name, "link", "set", "lo", "up"},
 		{"ip", "-n", p.B.Name, "link", "set", "lo", "up"},
 	}
+	runSteps(t, steps, cleanup)
+	return p
+}
+
+// runSteps runs the ip commands that build a topology; on a failure it removes what was made and
+// skips the test (the machine forbids namespaces) or fails it. cleanup runs when the test ends.
+func runSteps(t testing.TB, steps [][]string, cleanup func()) {
+	t.Helper()
 	for _, s := range steps {
 		if err := run(s...); err != nil {
 			cleanup()
@@ -86,7 +94,64 @@ func New(t testing.TB) *Pair {
 		}
 	}
 	t.Cleanup(cleanup)
-	return p
+}
+
+// Star is n hosts on one switch: a bridge in this process's namespace with one veth to each
+// host, all in one /24. Gateway is the bridge's address, from which the test (which stays in its
+// own namespace) reaches every host.
+type Star struct {
+	Hosts   []Host
+	Bridge  string
+	Gateway netip.Addr
+}
+
+// NewStar creates n namespaces (at most 200) joined by a bridge, and removes them when the test
+// ends. It skips the test when the machine cannot create namespaces.
+func NewStar(t testing.TB, n int) *Star {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("netns: needs root to create network namespaces; run the test as root")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("netns: the ip command (Debian package iproute2) is not installed; run make deps")
+	}
+	if n < 1 || n > 200 {
+		t.Fatalf("netns: a star of %d hosts", n)
+	}
+	k := seq.Add(1)
+	id := fmt.Sprintf("%d%d", os.Getpid()%10000, k)
+	third := byte((uint32(os.Getpid())*7 + k) % 250)
+	s := &Star{Bridge: "vbr" + id, Gateway: netip.AddrFrom4([4]byte{10, 201, third, 1})}
+	for i := range n {
+		s.Hosts = append(s.Hosts, Host{Name: fmt.Sprintf("velo-s%s-%d", id, i), Dev: fmt.Sprintf("vs%sh%d", id, i),
+			IP: netip.AddrFrom4([4]byte{10, 201, third, byte(i + 2)})})
+	}
+	cleanup := func() {
+		for _, h := range s.Hosts {
+			_ = run("ip", "netns", "del", h.Name)
+		}
+		_ = run("ip", "link", "del", s.Bridge)
+	}
+	steps := [][]string{
+		{"ip", "link", "add", s.Bridge, "type", "bridge"},
+		{"ip", "addr", "add", s.Gateway.String() + "/24", "dev", s.Bridge},
+		{"ip", "link", "set", s.Bridge, "up"},
+	}
+	for i, h := range s.Hosts {
+		peer := fmt.Sprintf("vs%sb%d", id, i) // the bridge's end
+		steps = append(steps,
+			[]string{"ip", "netns", "add", h.Name},
+			[]string{"ip", "link", "add", h.Dev, "type", "veth", "peer", "name", peer},
+			[]string{"ip", "link", "set", h.Dev, "netns", h.Name},
+			[]string{"ip", "link", "set", peer, "master", s.Bridge},
+			[]string{"ip", "link", "set", peer, "up"},
+			[]string{"ip", "-n", h.Name, "addr", "add", h.IP.String() + "/24", "dev", h.Dev},
+			[]string{"ip", "-n", h.Name, "link", "set", h.Dev, "up"},
+			[]string{"ip", "-n", h.Name, "link", "set", "lo", "up"},
+		)
+	}
+	runSteps(t, steps, cleanup)
+	return s
 }
 
 // Command returns a command that runs inside the host's namespace (through `ip netns exec`).

@@ -41,10 +41,12 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/velo-go/velo/velo"
 	"github.com/velo-go/velo/velo/discovery"
+	"github.com/velo-go/velo/velo/discovery/etcd"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport/tcp"
 	"github.com/velo-go/velo/velo/transport/ucx"
@@ -59,7 +61,8 @@ func main() {
 	epIdle := flag.Duration("ep-idle", 0, "ucx.Config.EPIdleTimeout (0: the default)")
 	discDir := flag.String("discovery", "", "find peers through the filesystem backend in this directory")
 	name := flag.String("name", "", "the member name under -discovery")
-	discTTL := flag.Duration("discovery-ttl", 10*time.Second, "the filesystem backend's TTL")
+	etcdEndpoints := flag.String("etcd", "", "find peers through etcd at these comma-separated client URLs")
+	discTTL := flag.Duration("discovery-ttl", 10*time.Second, "the discovery backend's TTL")
 	logLevel := flag.String("log", "warn", "log level on standard error: debug, info, warn, error")
 	flag.Parse()
 
@@ -88,6 +91,13 @@ func main() {
 		}
 		opts = append(opts, velo.WithDiscovery(d, *name))
 	}
+	if *etcdEndpoints != "" {
+		d, err := etcd.New(etcd.Config{Endpoints: strings.Split(*etcdEndpoints, ","), Cluster: "faults", TTL: *discTTL, Logger: log})
+		if err != nil {
+			fatal(err)
+		}
+		opts = append(opts, velo.WithDiscovery(d, *name))
+	}
 	v, err := velo.New(context.Background(), append(opts, velo.WithLogger(log), velo.WithTransport(ctl), velo.WithUCXTransport(u),
 		velo.WithLeaseTTL(*ttl),
 		velo.WithRDMA(velo.RDMAConfig{ForceCloseAfter: *forceAfter, Pool: velo.RDMAPoolConfig{RegisteredBytesBudget: *budget, ArenaSize: *arena}}))...)
@@ -95,6 +105,7 @@ func main() {
 		fatal(err)
 	}
 	n := &node{v: v, out: json.NewEncoder(os.Stdout)}
+	go n.record()
 	if err := v.RegisterHandler("sink", func(context.Context, *velo.Message) ([]byte, error) { return nil, nil }); err != nil {
 		fatal(err)
 	}
@@ -117,6 +128,22 @@ func main() {
 type node struct {
 	v   *velo.Velo
 	out *json.Encoder
+
+	evMu   sync.Mutex
+	events []string
+}
+
+// record keeps the instance's peer events for the "events" command.
+func (n *node) record() {
+	for ev := range n.v.WatchPeers(context.Background()) {
+		line := fmt.Sprintf("%s %016x", ev.Kind, uint64(ev.Peer.ID))
+		if ev.Previous != 0 {
+			line += fmt.Sprintf(" %016x", uint64(ev.Previous))
+		}
+		n.evMu.Lock()
+		n.events = append(n.events, line)
+		n.evMu.Unlock()
+	}
 }
 
 func (n *node) reply(m map[string]any) {
@@ -237,6 +264,15 @@ func (n *node) run(cmd, arg string) {
 		n.reply(map[string]any{"peers": peers})
 	case "stats":
 		n.reply(map[string]any{"stats": n.stats()})
+	case "health":
+		h := n.v.Health()
+		n.reply(map[string]any{"state": string(h.State), "reasons": h.Reasons})
+	case "events":
+		// The WatchPeers events since start, as "kind peer [previous]".
+		n.evMu.Lock()
+		evs := append([]string{}, n.events...)
+		n.evMu.Unlock()
+		n.reply(map[string]any{"events": evs})
 	default:
 		n.fail(fmt.Errorf("unknown command %q", cmd))
 	}
