@@ -9,7 +9,7 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 GO ?= go
-MODULES := velo velo/discovery/etcd ucx verbs mlx5dv rdmacm lanes tools/ibcheck test
+MODULES := velo velo/discovery/etcd velo/examples/cluster ucx verbs mlx5dv rdmacm lanes tools/ibcheck test
 
 # Tests must never wait forever; a package that runs past this fails with a goroutine dump.
 TEST_TIMEOUT ?= 600s

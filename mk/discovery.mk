@@ -11,3 +11,6 @@ BENCH_TARGETS += bench-discovery
 
 test-discovery: deps
 	cd velo/discovery/etcd && $(GOTEST) -race ./...
+
+bench-discovery: deps
+	cd test && $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./membership/

@@ -36,4 +36,4 @@ demo: deps
 N ?= 4
 .PHONY: demo-cluster
 demo-cluster: deps
-	UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./velo/examples/cluster -n $(N)
+	UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./velo/examples/cluster -n $(N) $(if $(ETCD),-etcd $(ETCD))

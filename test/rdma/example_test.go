@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/velo-go/velo/test/internal/netns"
+	"github.com/velo-go/velo/velo/discovery/etcd/etcdtest"
 )
 
 // The example is built once per test binary and run as its users run it.
@@ -247,19 +248,24 @@ func TestExampleReusesItsDirectory(t *testing.T) {
 }
 
 // TestClusterExample: make demo-cluster as its users run it: four members find each other through
-// the filesystem discovery backend and move payloads all-to-all on rdma/ok.
+// the filesystem discovery backend, then through a real etcd (make demo-cluster ETCD=...), and
+// move payloads all-to-all on rdma/ok.
 func TestClusterExample(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "cluster")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/velo-go/velo/velo/examples/cluster").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	cmd := exec.CommandContext(tctx(t), bin, "-n", "4", "--size", "4194304")
-	cmd.Env = exampleEnv("UCX_TLS=tcp")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("the cluster example failed: %v\n%s", err, out)
+	run := func(t *testing.T, backend string, args ...string) {
+		cmd := exec.CommandContext(tctx(t), bin, append([]string{"-n", "4", "--size", "4194304"}, args...)...)
+		cmd.Env = exampleEnv("UCX_TLS=tcp")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("the cluster example failed: %v\n%s", err, out)
+		}
+		if want := "cluster: 4 members found through " + backend + ", 12 transfers, every one on the RDMA path"; !strings.Contains(string(out), want) {
+			t.Fatalf("no all-to-all summary %q:\n%s", want, out)
+		}
 	}
-	if !strings.Contains(string(out), "cluster: 4 members, 12 transfers, every one on the RDMA path") {
-		t.Fatalf("no all-to-all summary:\n%s", out)
-	}
+	t.Run("filesystem", func(t *testing.T) { run(t, "the filesystem") })
+	t.Run("etcd", func(t *testing.T) { run(t, "etcd", "-etcd", etcdtest.Start(t).Endpoint()) })
 }

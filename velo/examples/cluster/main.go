@@ -1,5 +1,6 @@
-// Command cluster runs N members (default 4) that find each other through the filesystem
-// discovery backend — no RegisterPeer anywhere — and move payloads all-to-all on the rendezvous
+// Command cluster runs N members (default 4) that find each other through discovery — the
+// filesystem backend, or etcd with -etcd — with no RegisterPeer anywhere, and move payloads
+// all-to-all on the rendezvous
 // RDMA path: every member stages one payload in pinned memory, asks every other member for its
 // handle, fetches it, checks its SHA-256 and that it took the RDMA path, and shuts down
 // gracefully once every other member fetched its own. It exits non-zero unless every pair moved
@@ -7,9 +8,13 @@
 //
 //	UCX_TLS=tcp go run ./velo/examples/cluster            # 4 members as child processes
 //	UCX_TLS=tcp go run ./velo/examples/cluster -n 8
+//	UCX_TLS=tcp go run ./velo/examples/cluster -etcd http://127.0.0.1:2379
 //
 //	# members on several nodes, a directory all of them share
 //	cluster --role member --dir /shared/velo --name "$(hostname)" -n 16
+//	cluster --role member --etcd http://etcd-0:2379,http://etcd-1:2379 --name "$(hostname)" -n 16
+//
+// The example is a module of its own because it imports the etcd backend's module.
 package main
 
 import (
@@ -23,11 +28,13 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/velo-go/velo/velo"
 	"github.com/velo-go/velo/velo/discovery"
+	"github.com/velo-go/velo/velo/discovery/etcd"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport/tcp"
 	"github.com/velo-go/velo/velo/transport/ucx"
@@ -36,6 +43,7 @@ import (
 func main() {
 	role := flag.String("role", "", "member; empty starts -n members as child processes")
 	dir := flag.String("dir", "", "the directory the members share (default: a new temporary one)")
+	etcdURLs := flag.String("etcd", "", "find members through etcd at these comma-separated client URLs instead of a directory")
 	name := flag.String("name", "", "this member's name (member role)")
 	n := flag.Int("n", 4, "how many members the cluster has")
 	size := flag.Int("size", 8<<20, "payload size in bytes")
@@ -45,9 +53,9 @@ func main() {
 	defer cancel()
 	var err error
 	if *role == "member" {
-		err = member(ctx, *dir, *name, *n, *size)
+		err = member(ctx, *dir, *etcdURLs, *name, *n, *size)
 	} else {
-		err = launch(ctx, *dir, *n, *size, *timeout)
+		err = launch(ctx, *dir, *etcdURLs, *n, *size, *timeout)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cluster:", err)
@@ -55,11 +63,11 @@ func main() {
 	}
 }
 
-func launch(ctx context.Context, dir string, n, size int, timeout time.Duration) error {
+func launch(ctx context.Context, dir, etcdURLs string, n, size int, timeout time.Duration) error {
 	if n < 2 {
 		return errors.New("-n must be at least 2")
 	}
-	if dir == "" {
+	if dir == "" && etcdURLs == "" {
 		d, err := os.MkdirTemp("", "velo-cluster-")
 		if err != nil {
 			return err
@@ -77,7 +85,7 @@ func launch(ctx context.Context, dir string, n, size int, timeout time.Duration)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cmd := exec.CommandContext(ctx, self, "--role", "member", "--dir", dir, "--name", "member-"+strconv.Itoa(i),
+			cmd := exec.CommandContext(ctx, self, "--role", "member", "--dir", dir, "--etcd", etcdURLs, "--name", "member-"+strconv.Itoa(i),
 				"-n", strconv.Itoa(n), "--size", strconv.Itoa(size), "--timeout", timeout.String())
 			cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 			if err := cmd.Run(); err != nil {
@@ -89,13 +97,23 @@ func launch(ctx context.Context, dir string, n, size int, timeout time.Duration)
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	fmt.Printf("cluster: %d members, %d transfers, every one on the RDMA path\n", n, n*(n-1))
+	backend := "the filesystem"
+	if etcdURLs != "" {
+		backend = "etcd"
+	}
+	fmt.Printf("cluster: %d members found through %s, %d transfers, every one on the RDMA path\n", n, backend, n*(n-1))
 	return nil
 }
 
-func member(ctx context.Context, dir, name string, n, size int) error {
+func member(ctx context.Context, dir, etcdURLs, name string, n, size int) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	d, err := discovery.NewFilesystem(discovery.FilesystemConfig{Dir: dir, Cluster: "example", Logger: log, Poll: 100 * time.Millisecond})
+	var d velo.Discovery
+	var err error
+	if etcdURLs != "" {
+		d, err = etcd.New(etcd.Config{Endpoints: strings.Split(etcdURLs, ","), Cluster: "example", Logger: log})
+	} else {
+		d, err = discovery.NewFilesystem(discovery.FilesystemConfig{Dir: dir, Cluster: "example", Logger: log, Poll: 100 * time.Millisecond})
+	}
 	if err != nil {
 		return err
 	}
