@@ -13,7 +13,7 @@ LINT_TARGETS += lint-velo
 # (test-ucx-transport, test-rdma-registry), so this one leaves them out rather than run them twice.
 VELO_OWN_PACKAGES = $$($(GO) list ./... | grep -v -e /transport/ucx -e /rendezvous/rdma -e /examples/internal)
 test-velo: deps
-	cd velo && $(GOTEST) -race -skip 'RDMA|GetPinned|UCXTransport' $(VELO_OWN_PACKAGES)
+	cd velo && VELO_REQUIRE_BROWSER=1 $(GOTEST) -race -skip 'RDMA|GetPinned|UCXTransport' $(VELO_OWN_PACKAGES)
 	@# The API guide a new user reads first must resolve from the top of the checkout (go.mod there).
 	$(GO) doc github.com/velo-go/velo/velo > /dev/null
 
