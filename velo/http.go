@@ -56,6 +56,12 @@ type Describer interface {
 	Describe() map[string]string
 }
 
+// EndpointCounter is what a transport may implement to show how many connections or endpoints it
+// holds to a peer (the TCP and UCX transports do).
+type EndpointCounter interface {
+	Endpoints(peer InstanceID) int
+}
+
 // Introspection is what DebugHandler shows. It holds no secret: no remote key, no handle nonce,
 // no address blob.
 type Introspection struct {
@@ -86,7 +92,9 @@ type PeerInfoJSON struct {
 	Since      time.Time          `json:"since"`
 	Transports []string           `json:"transports"`
 	RTTMicros  map[string]float64 `json:"rtt_us,omitempty"`
-	Error      string             `json:"error,omitempty"`
+	// Endpoints counts the open connections or endpoints to the peer, by transport.
+	Endpoints map[string]int `json:"endpoints,omitempty"`
+	Error     string         `json:"error,omitempty"`
 }
 
 // HandlerInfo is one handler's counts: messages by outcome, and its mean run time.
@@ -95,6 +103,8 @@ type HandlerInfo struct {
 	Outcomes   map[string]uint64 `json:"outcomes"`
 	Messages   uint64            `json:"messages"`
 	MeanMicros float64           `json:"mean_us"`
+	// PerSecond is Messages over the instance's uptime.
+	PerSecond float64 `json:"per_second"`
 	BytesIn    uint64            `json:"bytes_in"`
 	BytesOut   uint64            `json:"bytes_out"`
 }
@@ -140,6 +150,14 @@ func (v *Velo) Introspect() Introspection {
 			}
 			pj.RTTMicros[k] = float64(d) / float64(time.Microsecond)
 		}
+		for _, t := range v.transports {
+			if c, ok := t.(EndpointCounter); ok {
+				if pj.Endpoints == nil {
+					pj.Endpoints = map[string]int{}
+				}
+				pj.Endpoints[t.Name()] = c.Endpoints(p.ID)
+			}
+		}
 		in.Peers = append(in.Peers, pj)
 	}
 	in.Rendezvous.Slots, in.Rendezvous.Leases = v.rv.Counts()
@@ -153,7 +171,7 @@ func (v *Velo) Introspect() Introspection {
 	}
 	if v.gatherer != nil {
 		if mfs, err := v.gatherer.Gather(); err == nil {
-			in.Handlers = handlerInfo(mfs)
+			in.Handlers = handlerInfo(mfs, time.Since(v.started).Seconds())
 			for _, mf := range mfs {
 				if mf.GetName() != metrics.RDMAPathTotal {
 					continue
@@ -177,7 +195,7 @@ func label(m *dto.Metric, name string) string {
 }
 
 // handlerInfo reads the per-handler series into one entry per handler.
-func handlerInfo(mfs []*dto.MetricFamily) []HandlerInfo {
+func handlerInfo(mfs []*dto.MetricFamily, uptime float64) []HandlerInfo {
 	byName := map[string]*HandlerInfo{}
 	get := func(n string) *HandlerInfo {
 		h := byName[n]
@@ -212,6 +230,9 @@ func handlerInfo(mfs []*dto.MetricFamily) []HandlerInfo {
 	}
 	out := make([]HandlerInfo, 0, len(byName))
 	for _, h := range byName {
+		if uptime > 0 {
+			h.PerSecond = float64(h.Messages) / uptime
+		}
 		out = append(out, *h)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -251,11 +272,11 @@ th{background:#f4f4f4}.state-ready,.state-up{color:#176b2c}.state-draining,.stat
 <table id="transports"><tr><th>name</th><th>max frame</th><th>settings</th></tr>
 {{range .Transports}}<tr><td>{{.Name}}</td><td>{{.MaxFrameSize}}</td><td>{{range $k, $v := .Settings}}{{$k}}={{$v}} {{end}}</td></tr>{{end}}</table>
 <h2>Peers</h2>
-<table id="peers"><tr><th>id</th><th>state</th><th>since</th><th>transports</th><th>RTT (µs)</th></tr>
-{{range .Peers}}<tr><td><code>{{.ID}}</code></td><td class="state-{{.State}}">{{.State}}</td><td>{{.Since.Format "15:04:05"}}</td><td>{{range .Transports}}{{.}} {{end}}</td><td>{{range $k, $v := .RTTMicros}}{{$k}} {{printf "%.0f" $v}} {{end}}</td></tr>{{else}}<tr><td colspan="5">none</td></tr>{{end}}</table>
+<table id="peers"><tr><th>id</th><th>state</th><th>since</th><th>transports</th><th>RTT (µs)</th><th>endpoints</th></tr>
+{{range .Peers}}<tr><td><code>{{.ID}}</code></td><td class="state-{{.State}}">{{.State}}</td><td>{{.Since.Format "15:04:05"}}</td><td>{{range .Transports}}{{.}} {{end}}</td><td>{{range $k, $v := .RTTMicros}}{{$k}} {{printf "%.0f" $v}} {{end}}</td><td>{{range $k, $v := .Endpoints}}{{$k}} {{$v}} {{end}}</td></tr>{{else}}<tr><td colspan="6">none</td></tr>{{end}}</table>
 <h2>Handlers</h2>
-<table id="handlers"><tr><th>name</th><th>messages</th><th>outcomes</th><th>mean (µs)</th><th>bytes in / out</th></tr>
-{{range .Handlers}}<tr><td>{{.Name}}</td><td>{{.Messages}}</td><td>{{range $k, $v := .Outcomes}}{{if $v}}{{$k}} {{$v}} {{end}}{{end}}</td><td>{{printf "%.1f" .MeanMicros}}</td><td>{{.BytesIn}} / {{.BytesOut}}</td></tr>{{end}}</table>
+<table id="handlers"><tr><th>name</th><th>messages</th><th>per second</th><th>outcomes</th><th>mean (µs)</th><th>bytes in / out</th></tr>
+{{range .Handlers}}<tr><td>{{.Name}}</td><td>{{.Messages}}</td><td>{{printf "%.2f" .PerSecond}}</td><td>{{range $k, $v := .Outcomes}}{{if $v}}{{$k}} {{$v}} {{end}}{{end}}</td><td>{{printf "%.1f" .MeanMicros}}</td><td>{{.BytesIn}} / {{.BytesOut}}</td></tr>{{end}}</table>
 <h2>Rendezvous</h2>
 <p id="rendezvous">{{.Rendezvous.Slots}} staged payloads, {{.Rendezvous.Leases}} open leases</p>
 {{with .RDMA}}<table id="rdma"><tr><th>arenas</th><th>arena bytes</th><th>pinned bytes</th><th>budget</th><th>lease keys</th><th>quarantined keys / bytes</th></tr>

@@ -348,6 +348,8 @@ func TestHealthAndDebugHandlers(t *testing.T) {
 	}
 	require.NotNil(t, echoInfo, "the page does not show the echo handler: %s", body)
 	assert.Equal(t, uint64(3), echoInfo.Outcomes["ok"])
+	assert.Positive(t, echoInfo.PerSecond)
+	assert.Equal(t, map[string]int{"tcp": 1}, in.Peers[0].Endpoints, "the page does not count the peer's connection")
 	assert.Equal(t, uint64(6), echoInfo.BytesIn)
 	assert.Equal(t, 1, in.Rendezvous.Slots)
 	assert.NotEmpty(t, in.Transports)

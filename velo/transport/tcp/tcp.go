@@ -658,6 +658,16 @@ func (t *Transport) Describe() map[string]string {
 	}
 }
 
+// Endpoints is the number of connections open to peer (the introspection page shows it).
+func (t *Transport) Endpoints(peer transport.InstanceID) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.peers[peer]; p != nil {
+		return len(p.conns)
+	}
+	return 0
+}
+
 // Connected reports whether a connection to peer is open now; velo keeps a peer that vanished from
 // discovery while its connection is up.
 func (t *Transport) Connected(peer transport.InstanceID) bool {

@@ -470,6 +470,24 @@ func (t *Transport) Close() error {
 	return t.closeErr
 }
 
+// Endpoints is the number of UCX endpoints this transport holds to peer: the one frames go on
+// and those retired but not closed yet (the introspection page shows it).
+func (t *Transport) Endpoints(peer transport.InstanceID) int {
+	t.mu.Lock()
+	p := t.peers[peer]
+	t.mu.Unlock()
+	if p == nil {
+		return 0
+	}
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	n := len(p.retired)
+	if p.conn != nil {
+		n++
+	}
+	return n
+}
+
 // Describe lists the transport's settings for velo's introspection page: every UCX setting it
 // runs with and where it came from (environment, program, default), the frame limit, the RMA mode.
 func (t *Transport) Describe() map[string]string {

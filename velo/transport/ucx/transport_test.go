@@ -68,6 +68,13 @@ func TestFramesBothWays(t *testing.T) {
 	if err := a.Send(testCtx(t), transport.InstanceID(12345), []byte("x")); !errors.Is(err, transport.ErrUnknownPeer) {
 		t.Fatalf("send to an unknown peer: %v", err)
 	}
+	// The introspection page's endpoint count: one endpoint each way.
+	if n := a.Endpoints(b.h.id); n != 1 {
+		t.Fatalf("a holds %d endpoints to b, want 1", n)
+	}
+	if n := a.Endpoints(transport.InstanceID(12345)); n != 0 {
+		t.Fatalf("a holds %d endpoints to an unknown peer", n)
+	}
 }
 
 // TestOrderUnderLoad: several goroutines on each side send concurrently in both directions; every
