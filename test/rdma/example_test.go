@@ -121,7 +121,7 @@ func TestExampleKillSwitch(t *testing.T) {
 }
 
 // ownerControlPlane finds the address the owner published (and printed) for its control plane.
-var ownerControlPlane = regexp.MustCompile(`owner: staged .*; control plane (\S+); run `)
+var ownerControlPlane = regexp.MustCompile(`owner: staged .*; control plane (\S+); waiting `)
 
 var tcpInfoLine = regexp.MustCompile(`^(owner|consumer): kernel TCP_INFO: (velo TCP control plane|other TCP sockets \(UCX\)): (\d+) connections, (\d+) bytes out, (\d+) bytes in$`)
 
@@ -194,9 +194,9 @@ func TestExampleAcrossNamespaces(t *testing.T) {
 	// UCX socket may still be delayed when the owner reads them.)
 }
 
-// TestExampleReusesItsDirectory: runs in one --dir do not read each other's files. Two runs of
+// TestExampleReusesItsDirectory: runs in one --dir do not see each other's members. Two runs of
 // the launcher in a row succeed, and so does a run whose consumer starts while the directory
-// still holds the owner.json of an owner that was killed (it had no chance to remove it): the
+// still holds the member file of an owner that was killed (it had no chance to remove it): the
 // consumer finds that owner dead, says so, and joins the owner that starts after it.
 func TestExampleReusesItsDirectory(t *testing.T) {
 	bin := exampleBinary(t)
@@ -224,16 +224,22 @@ func TestExampleReusesItsDirectory(t *testing.T) {
 		}
 		return cmd, out
 	}
-	// An owner killed once it announced its run leaves its owner.json behind.
+	// An owner killed once it staged leaves its member file behind, its heartbeat still fresh.
+	memberFile := filepath.Join(dir, "two-proc", "owner.json")
 	killed, out := role("owner")
-	eventually(t, "the first owner to announce its run", func() bool { return strings.Contains(out.String(), "waiting for the consumer") })
+	eventually(t, "the first owner to stage", func() bool { return strings.Contains(out.String(), "waiting for the consumer") })
 	killed.Process.Kill()
 	killed.Wait()
-	if _, err := os.Stat(filepath.Join(dir, "owner.json")); err != nil {
-		t.Fatalf("the killed owner left no owner.json: %v", err)
+	if _, err := os.Stat(memberFile); err != nil {
+		t.Fatalf("the killed owner left no member file: %v", err)
 	}
 	cons, consOut := role("consumer")
-	eventually(t, "the consumer to find the stale owner dead", func() bool { return strings.Contains(consOut.String(), "which does not answer") })
+	eventually(t, "the consumer to find the stale owner dead", func() bool {
+		// Either its registration fails, or it registers (nothing is dialled yet) and the join
+		// request fails.
+		o := consOut.String()
+		return strings.Contains(o, "could not register a member") || strings.Contains(o, "did not answer the join")
+	})
 	owner, ownerOut := role("owner")
 	cerr, oerr := cons.Wait(), owner.Wait()
 	if cerr != nil || oerr != nil {
@@ -242,8 +248,8 @@ func TestExampleReusesItsDirectory(t *testing.T) {
 	if c := pathCounts(consOut.String()); c["consumer"]["rdma/ok"] != 1 {
 		t.Fatalf("after the stale file: consumer %v\n%s", c["consumer"], consOut)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "owner.json")); !os.IsNotExist(err) {
-		t.Errorf("the owner left its owner.json behind: %v", err)
+	if _, err := os.Stat(memberFile); !os.IsNotExist(err) {
+		t.Errorf("the owner left its member file behind: %v", err)
 	}
 }
 

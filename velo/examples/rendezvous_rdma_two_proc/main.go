@@ -2,11 +2,11 @@
 // path — a TCP control plane, the UCX transport beside it, one GET for the bytes — and proves the
 // lane it took.
 //
-// The owner stages random bytes with RegisterDataPinned and announces a run in owner.json: a random
-// run ID, its PeerInfo, the handle and the payload's SHA-256. The consumer registers the owner from
-// that file and joins the run with a message that carries its own PeerInfo (a file left in --dir
-// by an earlier run names an owner that no longer answers; the consumer then waits for the new
-// one). The consumer fetches the payload, checks the SHA-256 and reports back over the messenger;
+// Owner and consumer find each other through velo's filesystem discovery backend in --dir (no
+// RegisterPeer anywhere). The owner stages random bytes with RegisterDataPinned; the consumer asks
+// it for its offer (the handle and the payload's SHA-256) with a join request (a member file left
+// in --dir by an owner that was killed names one that no longer answers; the consumer then waits
+// for the new one). The consumer fetches the payload, checks the SHA-256 and reports back over the messenger;
 // both print their velo_rendezvous_rdma_path_total lines and what the kernel counted on velo's TCP
 // control-plane sockets (TCP_INFO) beside every other TCP socket of the process (UCX's own, over
 // UCX_TLS=tcp). Each side reads its counts while the other is still waiting on it, so both see a
@@ -46,8 +46,8 @@ import (
 	"github.com/velo-go/velo/velo/transport/ucx"
 )
 
-type ownerFile struct {
-	twoproc.Owner
+// offer is what the owner answers a join with.
+type offer struct {
 	TCP    string      `json:"tcp"` // the control-plane address, for the TCP_INFO split
 	Handle velo.Handle `json:"handle"`
 	Size   int         `json:"size"`
@@ -105,15 +105,25 @@ func runRole(ctx context.Context, f flags) error {
 	if f.size <= 0 {
 		return fmt.Errorf("--size %d: must be positive", f.size)
 	}
-	n, err := start(ctx, f.listen, f.advertise)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	d, err := twoproc.Discovery(f.dir, log)
+	if err != nil {
+		return err
+	}
+	joins := twoproc.NewJoins()
+	opts := []velo.Option{velo.WithDiscovery(d, twoproc.Consumer)}
+	if f.role == "owner" {
+		opts = joins.Options(d)
+	}
+	n, err := start(ctx, log, f.listen, f.advertise, opts...)
 	if err != nil {
 		return err
 	}
 	defer n.v.Close()
 	if f.role == "owner" {
-		return runOwner(ctx, n, f.dir, f.size)
+		return runOwner(ctx, n, joins, f.size)
 	}
-	return runConsumer(ctx, n, f.dir)
+	return runConsumer(ctx, n)
 }
 
 // node is one side: the instance, its TCP control plane and the address it publishes.
@@ -124,7 +134,7 @@ type node struct {
 }
 
 // start brings up a TCP control plane and the UCX transport beside it, with the RDMA registry.
-func start(ctx context.Context, listen, advertise string) (node, error) {
+func start(ctx context.Context, log *slog.Logger, listen, advertise string, opts ...velo.Option) (node, error) {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return node{}, err
@@ -151,14 +161,13 @@ func start(ctx context.Context, listen, advertise string) (node, error) {
 		ln.Close()
 		return node{}, err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// Eager endpoints move UCX wireup from the first GET to RegisterPeer.
 	u, err := ucx.New(ucx.Config{EagerEndpoints: true}) // logs through velo.WithLogger below
 	if err != nil {
 		tr.Close()
 		return node{}, fmt.Errorf("UCX transport: %w", err)
 	}
-	v, err := velo.New(ctx, velo.WithTransport(tr), velo.WithUCXTransport(u), velo.WithRDMA(velo.RDMAConfig{}), velo.WithLogger(log))
+	v, err := velo.New(ctx, append(opts, velo.WithTransport(tr), velo.WithUCXTransport(u), velo.WithRDMA(velo.RDMAConfig{}), velo.WithLogger(log))...)
 	if err != nil {
 		tr.Close()
 		u.Close()
@@ -167,20 +176,13 @@ func start(ctx context.Context, listen, advertise string) (node, error) {
 	return node{v: v, ctl: tr, addr: addr}, nil
 }
 
-func runOwner(ctx context.Context, n node, dir string, size int) error {
+func runOwner(ctx context.Context, n node, joins *twoproc.Joins, size int) error {
 	v, addr := n.v, n.addr
-	twoproc.Withdraw(dir) // a file of an earlier run must not send the consumer to a dead owner
-	defer twoproc.Withdraw(dir)
 	payload := make([]byte, size)
 	if _, err := rand.Read(payload); err != nil {
 		return err
 	}
 	sum := sha256.Sum256(payload)
-	run := twoproc.NewRun()
-	joins, err := twoproc.AcceptJoins(v, run)
-	if err != nil {
-		return err
-	}
 	type verified struct {
 		r      report
 		counts string
@@ -198,7 +200,7 @@ func runOwner(ctx context.Context, n node, dir string, size int) error {
 		// Read the kernel's counts now: the consumer waits for this answer, so its connection is
 		// still up. Once answered it may exit and close it.
 		select {
-		case reports <- verified{r, kernelCounts("owner", n, c.Peer.ID, c.TCP)}:
+		case reports <- verified{r, kernelCounts("owner", n, c.Peer, c.TCP)}:
 		default:
 		}
 		return []byte("ok"), nil
@@ -213,11 +215,10 @@ func runOwner(ctx context.Context, n node, dir string, size int) error {
 	if md, err := v.Metadata(ctx, h); err == nil && !md.Pinned {
 		where = fmt.Sprintf("plain memory (reason %s: it will move by chunks)", md.Staging)
 	}
-	f := ownerFile{Owner: twoproc.Owner{Run: run, Peer: v.PeerInfo()}, TCP: addr.String(), Handle: h, Size: size, SHA256: hex.EncodeToString(sum[:])}
-	if err := twoproc.Announce(dir, f); err != nil {
+	if err := joins.Offer(offer{TCP: addr.String(), Handle: h, Size: size, SHA256: hex.EncodeToString(sum[:])}); err != nil {
 		return err
 	}
-	fmt.Printf("owner: staged %d bytes in %s, SHA-256 %x; control plane %s; run %s; waiting for the consumer\n", size, where, sum, addr, run)
+	fmt.Printf("owner: staged %d bytes in %s, SHA-256 %x; control plane %s; waiting for the consumer\n", size, where, sum, addr)
 	if _, err := joins.Wait(ctx); err != nil {
 		return err
 	}
@@ -236,12 +237,14 @@ func runOwner(ctx context.Context, n node, dir string, size int) error {
 	return nil
 }
 
-func runConsumer(ctx context.Context, n node, dir string) error {
+func runConsumer(ctx context.Context, n node) error {
 	v, addr := n.v, n.addr
-	// Join the owner before the first get: a get to an owner this instance does not know over UCX
-	// offers nothing and takes the chunked path (reason no_offer).
-	var o ownerFile
-	if _, err := twoproc.JoinOwner(ctx, "consumer", dir, v, addr.String(), &o); err != nil {
+	// Join the owner before the first get: discovery registered it with every transport, UCX
+	// included, before it came up (a get to an owner this instance does not know over UCX
+	// offers nothing and takes the chunked path, reason no_offer).
+	var o offer
+	owner, err := twoproc.JoinOwner(ctx, "consumer", v, addr.String(), &o)
+	if err != nil {
 		return err
 	}
 	start := time.Now()
@@ -261,9 +264,9 @@ func runConsumer(ctx context.Context, n node, dir string) error {
 	fmt.Printf("consumer: fetched %d bytes in %v on path %s/%s; SHA-256 %s verified\n", len(l.Bytes()), took.Round(time.Microsecond), l.Path, l.Reason, got)
 	// Read the kernel's counts before the report: the owner waits for it, so its connection is
 	// still up; once it has answered it may exit.
-	counts := kernelCounts("consumer", n, o.Peer.ID, o.TCP)
+	counts := kernelCounts("consumer", n, owner, o.TCP)
 	rb, _ := json.Marshal(report{SHA256: got, Path: string(l.Path), Reason: string(l.Reason)})
-	if _, err := v.Request(ctx, o.Peer.ID, "demo.verified", rb); err != nil {
+	if _, err := v.Request(ctx, owner, "demo.verified", rb); err != nil {
 		return fmt.Errorf("reporting to the owner: %w", err)
 	}
 	fmt.Print(counts)

@@ -1,12 +1,12 @@
 // Command rendezvous_two_proc moves a payload by rendezvous between two OS processes over TCP and
 // proves it arrived intact.
 //
-// The owner stages random bytes and announces a run in owner.json: a random run ID, its PeerInfo,
-// the handle and the payload's SHA-256. The consumer registers the owner from that file and joins
-// the run with a message carrying its own PeerInfo (a file left in --dir by an earlier run names
-// an owner that no longer answers; the consumer then waits for the new one). It fetches the
-// payload, checks the SHA-256 and reports back over the messenger, and both print their
-// velo_rendezvous_rdma_path_total lines.
+// Owner and consumer find each other through velo's filesystem discovery backend in --dir (no
+// RegisterPeer anywhere). The owner stages random bytes; the consumer asks it for its offer (the
+// handle and the payload's SHA-256) with a join request (a member file left in --dir by an owner
+// that was killed names one that no longer answers; the consumer then waits for the new one). It
+// fetches the payload, checks the SHA-256 and reports back over the messenger, and both print
+// their velo_rendezvous_rdma_path_total lines.
 //
 //	go run ./examples/rendezvous_two_proc                    # starts both roles as children
 //	go run ./examples/rendezvous_two_proc --role owner --dir /shared/rv --listen 0.0.0.0:0 --advertise nodeA:0
@@ -35,8 +35,8 @@ import (
 	"github.com/velo-go/velo/velo/transport/tcp"
 )
 
-type ownerFile struct {
-	twoproc.Owner
+// offer is what the owner answers a join with.
+type offer struct {
 	Handle velo.Handle `json:"handle"`
 	Size   int         `json:"size"`
 	SHA256 string      `json:"sha256"`
@@ -62,12 +62,22 @@ func main() {
 			err = errors.New("--dir is required with --role")
 			break
 		}
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		var d velo.Discovery
+		if d, err = twoproc.Discovery(*dir, log); err != nil {
+			break
+		}
+		joins := twoproc.NewJoins()
+		opts := []velo.Option{velo.WithDiscovery(d, twoproc.Consumer)}
+		if *role == "owner" {
+			opts = joins.Options(d)
+		}
 		var v *velo.Velo
-		if v, err = start(ctx, *listen, *advertise); err == nil {
+		if v, err = start(ctx, log, *listen, *advertise, opts...); err == nil {
 			if *role == "owner" {
-				err = runOwner(ctx, v, *dir, *size)
+				err = runOwner(ctx, v, joins, *size)
 			} else {
-				err = runConsumer(ctx, v, *dir)
+				err = runConsumer(ctx, v)
 			}
 			v.Close()
 		}
@@ -87,7 +97,7 @@ func roleName(r string) string {
 	return r
 }
 
-func start(ctx context.Context, listen, advertise string) (*velo.Velo, error) {
+func start(ctx context.Context, log *slog.Logger, listen, advertise string, opts ...velo.Option) (*velo.Velo, error) {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, err
@@ -100,23 +110,15 @@ func start(ctx context.Context, listen, advertise string) (*velo.Velo, error) {
 		ln.Close()
 		return nil, err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return velo.New(ctx, velo.WithTransport(tr), velo.WithLogger(log))
+	return velo.New(ctx, append(opts, velo.WithTransport(tr), velo.WithLogger(log))...)
 }
 
-func runOwner(ctx context.Context, v *velo.Velo, dir string, size int) error {
-	twoproc.Withdraw(dir) // a file of an earlier run must not send the consumer to a dead owner
-	defer twoproc.Withdraw(dir)
+func runOwner(ctx context.Context, v *velo.Velo, joins *twoproc.Joins, size int) error {
 	payload := make([]byte, size)
 	if _, err := rand.Read(payload); err != nil {
 		return err
 	}
 	sum := sha256.Sum256(payload)
-	run := twoproc.NewRun()
-	joins, err := twoproc.AcceptJoins(v, run)
-	if err != nil {
-		return err
-	}
 	done := make(chan error, 1)
 	if err := v.RegisterHandler("demo.verified", func(ctx context.Context, m *velo.Message) ([]byte, error) {
 		var err error
@@ -135,10 +137,10 @@ func runOwner(ctx context.Context, v *velo.Velo, dir string, size int) error {
 	if err != nil {
 		return err
 	}
-	if err := twoproc.Announce(dir, ownerFile{Owner: twoproc.Owner{Run: run, Peer: v.PeerInfo()}, Handle: h, Size: size, SHA256: hex.EncodeToString(sum[:])}); err != nil {
+	if err := joins.Offer(offer{Handle: h, Size: size, SHA256: hex.EncodeToString(sum[:])}); err != nil {
 		return err
 	}
-	fmt.Printf("owner: staged %d bytes, SHA-256 %x; run %s; waiting for the consumer\n", size, sum, run)
+	fmt.Printf("owner: staged %d bytes, SHA-256 %x; waiting for the consumer\n", size, sum)
 	if _, err := joins.Wait(ctx); err != nil {
 		return err
 	}
@@ -155,9 +157,10 @@ func runOwner(ctx context.Context, v *velo.Velo, dir string, size int) error {
 	return nil
 }
 
-func runConsumer(ctx context.Context, v *velo.Velo, dir string) error {
-	var o ownerFile
-	if _, err := twoproc.JoinOwner(ctx, "consumer", dir, v, "", &o); err != nil {
+func runConsumer(ctx context.Context, v *velo.Velo) error {
+	var o offer
+	owner, err := twoproc.JoinOwner(ctx, "consumer", v, "", &o)
+	if err != nil {
 		return err
 	}
 	start := time.Now()
@@ -175,7 +178,7 @@ func runConsumer(ctx context.Context, v *velo.Velo, dir string) error {
 		return fmt.Errorf("SHA-256 mismatch: got %s, owner staged %s", got, o.SHA256)
 	}
 	fmt.Printf("consumer: fetched %d bytes in %v on path %s/%s; SHA-256 %s verified\n", len(l.Bytes()), took.Round(time.Microsecond), l.Path, l.Reason, got)
-	if _, err := v.Request(ctx, o.Peer.ID, "demo.verified", []byte(got)); err != nil {
+	if _, err := v.Request(ctx, owner, "demo.verified", []byte(got)); err != nil {
 		return fmt.Errorf("reporting to the owner: %w", err)
 	}
 	twoproc.PrintPathLines("consumer", v)

@@ -2,8 +2,11 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/velo-go/velo/velo/examples/internal/twoproc"
 )
 
 // TestMain lets the test binary stand in for the example: runBoth starts its own executable once
@@ -16,8 +19,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestTwoRunsInOneDirectory: a second run in the --dir of a first one reads no file of the first
-// (its owner is gone) and succeeds like the first; the runs leave the directory empty.
+// TestTwoRunsInOneDirectory: a second run in the --dir of a first one finds no member of the first
+// (both withdrew) and succeeds like the first; the runs leave the cluster's directory empty.
 func TestTwoRunsInOneDirectory(t *testing.T) {
 	dir := t.TempDir()
 	for i := 1; i <= 2; i++ {
@@ -25,7 +28,7 @@ func TestTwoRunsInOneDirectory(t *testing.T) {
 			t.Fatalf("run %d: %v", i, err)
 		}
 	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
-		t.Errorf("the runs left %d files in --dir", len(ents))
+	if ents, _ := os.ReadDir(filepath.Join(dir, twoproc.Cluster)); len(ents) != 0 {
+		t.Errorf("the runs left %d member files in --dir", len(ents))
 	}
 }

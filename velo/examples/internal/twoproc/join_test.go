@@ -4,145 +4,119 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/velo-go/velo/velo"
-	"github.com/velo-go/velo/velo/internal/wire"
+	"github.com/velo-go/velo/velo/transport/tcp"
 )
 
-func newVelo(t *testing.T) *velo.Velo {
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// member starts an instance of the two-proc cluster in dir under the given options.
+func member(t *testing.T, dir string, opts func(velo.Discovery) []velo.Option) *velo.Velo {
 	t.Helper()
-	v, err := velo.New(context.Background(), velo.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, err := Discovery(dir, quiet)
+	require.NoError(t, err)
+	ctl, err := tcp.New(tcp.Config{})
+	require.NoError(t, err)
+	v, err := velo.New(context.Background(), append(opts(d), velo.WithLogger(quiet), velo.WithTransport(ctl))...)
+	require.NoError(t, err)
 	t.Cleanup(func() { v.Close() })
 	return v
 }
 
-type testFile struct {
-	Owner
+type testOffer struct {
 	Note string `json:"note"`
 }
 
-// announce starts an owner of a fresh run in dir, as the examples do.
-func announce(t *testing.T, dir, note string) (*velo.Velo, *Joins, string) {
-	t.Helper()
-	v := newVelo(t)
-	run := NewRun()
-	js, err := AcceptJoins(v, run)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := Announce(dir, testFile{Owner: Owner{Run: run, Peer: v.PeerInfo()}, Note: note}); err != nil {
-		t.Fatal(err)
-	}
-	return v, js, run
-}
-
-// TestJoinOwnerPassesOverAStaleFile: owner.json left by an owner that is gone (killed: it had no
-// chance to withdraw it) names a peer that does not answer; the consumer waits for the file to
-// change and joins the owner that replaces it.
-func TestJoinOwnerPassesOverAStaleFile(t *testing.T) {
+// TestJoinPassesOverADeadOwner: the member file of an owner that died without withdrawing it
+// (its heartbeat still fresh) names an instance that does not answer; the consumer is not sent to
+// it, joins the owner that replaces it, and the owner learns who joined and from where.
+func TestJoinPassesOverADeadOwner(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
-	dead, _, _ := announce(t, dir, "stale")
-	addr := dead.PeerInfo()
-	dead.Close()
-	// Where the dead owner listened, something that is not an owner now takes connections and
-	// drops them; counting them tells when the consumer has tried the stale file.
-	hostPort, err := wire.DecodeTCPAddr(addr.Addresses["tcp"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", hostPort)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	var tried atomic.Int32
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			tried.Add(1)
-			c.Close()
-		}
-	}()
+	// A dead owner: its file copied aside while it ran, and put back after it closed, as a killed
+	// process leaves it.
+	deadJoins := NewJoins()
+	dead := member(t, dir, deadJoins.Options)
+	require.NoError(t, deadJoins.Offer(testOffer{Note: "dead"}))
+	file := filepath.Join(dir, Cluster, Owner+".json")
+	var stale []byte
+	require.Eventually(t, func() bool { b, err := os.ReadFile(file); stale = b; return err == nil }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, dead.Close())
+	require.NoError(t, os.WriteFile(file, stale, 0o644))
 
-	cons := newVelo(t)
+	cons := member(t, dir, func(d velo.Discovery) []velo.Option { return []velo.Option{velo.WithDiscovery(d, Consumer)} })
 	type result struct {
-		f   testFile
-		o   Owner
+		id  velo.InstanceID
+		f   testOffer
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		var f testFile
-		o, err := JoinOwner(ctx, "consumer", dir, cons, "127.0.0.1:1", &f)
-		done <- result{f, o, err}
+		var f testOffer
+		id, err := JoinOwner(ctx, "consumer", cons, "127.0.0.1:1", &f)
+		done <- result{id, f, err}
 	}()
-	for tried.Load() == 0 {
-		select {
-		case r := <-done:
-			t.Fatalf("JoinOwner returned before it tried the stale owner: %+v", r)
-		case <-ctx.Done():
-			t.Fatal("the consumer never tried the owner the stale file names")
-		case <-time.After(5 * time.Millisecond):
-		}
+	select {
+	case r := <-done:
+		t.Fatalf("the consumer joined before a live owner existed: %+v", r)
+	case <-time.After(500 * time.Millisecond):
 	}
-	live, joins, run := announce(t, dir, "live")
+
+	liveJoins := NewJoins()
+	live := member(t, dir, liveJoins.Options)
+	require.NoError(t, liveJoins.Offer(testOffer{Note: "live"}))
 	r := <-done
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	if r.f.Note != "live" || r.o.Run != run || r.o.Peer.ID != live.ID() {
-		t.Fatalf("joined %+v (note %q), want the live owner of run %s", r.o, r.f.Note, run)
-	}
-	j, err := joins.Wait(ctx)
-	if err != nil || j.Peer.ID != cons.ID() || j.TCP != "127.0.0.1:1" || j.Run != run {
-		t.Fatalf("the owner saw %+v, %v", j, err)
-	}
-	// Joined both ways: the owner can call the consumer.
-	cons.RegisterHandler("ping", func(context.Context, *velo.Message) ([]byte, error) { return []byte("pong"), nil })
-	if resp, err := live.Request(ctx, cons.ID(), "ping", nil); err != nil || string(resp) != "pong" {
-		t.Fatalf("owner to consumer: %q %v", resp, err)
-	}
+	require.NoError(t, r.err)
+	assert.Equal(t, live.ID(), r.id)
+	assert.Equal(t, "live", r.f.Note)
+	j, err := liveJoins.Wait(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, cons.ID(), j.Peer)
+	assert.Equal(t, "127.0.0.1:1", j.TCP)
+	// Both ways: discovery registered the consumer with the owner too.
+	require.NoError(t, cons.RegisterHandler("ping", func(context.Context, *velo.Message) ([]byte, error) { return []byte("pong"), nil }))
+	resp, err := live.Request(ctx, cons.ID(), "ping", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "pong", string(resp))
 }
 
-// TestJoinOwnerRefusesAnotherRun: a consumer that names a run the owner is not running (it read
-// an old file while a new owner of the same instance... or simply a wrong one) is refused.
-func TestJoinOwnerRefusesAnotherRun(t *testing.T) {
-	owner := newVelo(t)
-	if _, err := AcceptJoins(owner, NewRun()); err != nil {
-		t.Fatal(err)
-	}
-	cons := newVelo(t)
+// TestJoinWaitsForTheOffer: a consumer that finds the owner before it staged anything waits for
+// the offer instead of failing.
+func TestJoinWaitsForTheOffer(t *testing.T) {
+	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := join(ctx, cons, Owner{Run: "not-this-one", Peer: owner.PeerInfo()}, ""); err == nil {
-		t.Fatal("a join for another run was accepted")
-	}
+	js := NewJoins()
+	member(t, dir, js.Options)
+	cons := member(t, dir, func(d velo.Discovery) []velo.Option { return []velo.Option{velo.WithDiscovery(d, Consumer)} })
+	done := make(chan error, 1)
+	var f testOffer
+	go func() { _, err := JoinOwner(ctx, "consumer", cons, "", &f); done <- err }()
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, js.Offer(testOffer{Note: "late"}))
+	require.NoError(t, <-done)
+	assert.Equal(t, "late", f.Note)
 }
 
-// TestWithdraw removes the file and tolerates its absence.
-func TestWithdraw(t *testing.T) {
+// TestOwnerWithdrawsOnClose: an owner that closes removes its member file.
+func TestOwnerWithdrawsOnClose(t *testing.T) {
 	dir := t.TempDir()
-	if err := Announce(dir, testFile{Note: "x"}); err != nil {
-		t.Fatal(err)
-	}
-	Withdraw(dir)
-	Withdraw(dir)
-	if _, err := os.Stat(filepath.Join(dir, OwnerFile)); !os.IsNotExist(err) {
-		t.Fatalf("owner.json after Withdraw: %v", err)
-	}
+	js := NewJoins()
+	v := member(t, dir, js.Options)
+	file := filepath.Join(dir, Cluster, Owner+".json")
+	_, err := os.Stat(file)
+	require.NoError(t, err)
+	require.NoError(t, v.Close())
+	_, err = os.Stat(file)
+	assert.True(t, os.IsNotExist(err), "the member file outlived its owner: %v", err)
 }

@@ -2,99 +2,107 @@
 // other, the launcher that runs both roles as children of one command, the printing of the path
 // metric, and the choice of an address other nodes can reach.
 //
-// They meet through one file in a directory both can read, owner.json, and one message. The owner
-// announces a run there (a random run ID, its PeerInfo, what the example adds); the consumer reads
-// it, registers the owner and joins the run by a request that carries its own PeerInfo. A file is
-// trusted only once its owner answered: the directory may be reused, and a file left by an earlier
-// run (an owner that was killed, or one that has not replaced it yet) names an owner that is gone,
-// so the consumer waits for the file to change instead of waiting on a dead peer. The owner removes
-// the file when it starts and when it exits.
+// They meet through velo's filesystem discovery backend in a directory both can read (the
+// members "owner" and "consumer" of cluster two-proc), so neither calls RegisterPeer, and one
+// message: the consumer asks every owner that comes up for its offer (what the example stages:
+// a handle, its size and SHA-256) with a join request that carries its control-plane address. A
+// member file left by an owner that was killed names an instance that does not answer; discovery
+// registers it only if it answers, and drops the file once its TTL passes, so the consumer simply
+// waits for the owner that replaces it.
 package twoproc
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/velo-go/velo/velo"
+	"github.com/velo-go/velo/velo/discovery"
 	"github.com/velo-go/velo/velo/metrics"
 )
 
-// OwnerFile is the file in the shared directory through which an owner announces a run.
-const OwnerFile = "owner.json"
+// Cluster is the discovery cluster the two roles meet in; Owner and Consumer are their member
+// names.
+const (
+	Cluster  = "two-proc"
+	Owner    = "owner"
+	Consumer = "consumer"
+)
 
-// joinHandler is the message a consumer introduces itself to the owner with.
+// joinHandler is the request a consumer asks an owner for its offer with.
 const joinHandler = "demo.join"
 
-// joinTry bounds one attempt to join an owner: registering it (UCX wireup included) and its
-// answer. An owner that is gone (its host down, its port closed) fails the attempt within it.
+// joinTry bounds one join request. An owner that is gone fails it within this.
 const joinTry = 20 * time.Second
 
-// Owner opens every owner.json: the run it announces and how to reach the owner. The examples
-// embed it in their own file type.
-type Owner struct {
-	// Run is random per owner process, so a file left by an earlier run in the same directory
-	// is told apart from the current one.
-	Run  string        `json:"run"`
-	Peer velo.PeerInfo `json:"peer"`
+// DiscoveryTTL is how long a member file counts after its last heartbeat: a killed owner's file
+// stops counting this long after it died.
+const DiscoveryTTL = 3 * time.Second
+
+// Discovery is the directory-backed membership both roles use.
+func Discovery(dir string, log *slog.Logger) (*discovery.Filesystem, error) {
+	return discovery.NewFilesystem(discovery.FilesystemConfig{Dir: dir, Cluster: Cluster, TTL: DiscoveryTTL, Poll: 50 * time.Millisecond, Logger: log})
 }
 
-// Joined is a consumer that introduced itself to the owner of a run.
+// Joined is a consumer that asked for the offer.
 type Joined struct {
-	Run  string        `json:"run"`
-	Peer velo.PeerInfo `json:"peer"`
+	Peer velo.InstanceID `json:"-"`
 	// TCP is the consumer's control-plane address (host:port), for the TCP_INFO split.
 	TCP string `json:"tcp,omitempty"`
 }
 
-// NewRun returns a fresh run ID.
-func NewRun() string {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic("twoproc: crypto/rand failed: " + err.Error())
-	}
-	return hex.EncodeToString(b[:])
-}
-
-// Joins is the owner's side of a run: the consumer that joined it.
+// Joins is the owner's side: the offer it answers with and the consumer that took it.
 type Joins struct {
-	once   sync.Once
-	joined chan struct{}
-	c      Joined
+	once    sync.Once
+	joined  chan struct{}
+	c       Joined
+	offered chan struct{}
+	offer   []byte
 }
 
-// AcceptJoins makes v answer consumers that join run: the first is registered as a peer of v and
-// becomes what Wait returns. A consumer that names another run read a stale owner.json; it is
-// refused, and waits for this run's file.
-func AcceptJoins(v *velo.Velo, run string) (*Joins, error) {
-	js := &Joins{joined: make(chan struct{})}
-	err := v.RegisterHandler(joinHandler, func(ctx context.Context, m *velo.Message) ([]byte, error) {
-		var j Joined
-		if err := json.Unmarshal(m.Payload, &j); err != nil {
-			return nil, err
-		}
-		if j.Run != run {
-			return nil, fmt.Errorf("this owner runs %s, not %s: read %s again", run, j.Run, OwnerFile)
-		}
-		if err := v.RegisterPeer(ctx, j.Peer); err != nil {
-			return nil, err
-		}
-		js.once.Do(func() { js.c = j; close(js.joined) })
-		return []byte(run), nil
-	})
-	return js, err
+// NewJoins returns the owner's side; pass Handler to velo.WithHandler so that a consumer that
+// finds the owner early waits for the offer instead of missing the handler.
+func NewJoins() *Joins { return &Joins{joined: make(chan struct{}), offered: make(chan struct{})} }
+
+// Handler answers a join with the offer, once Offer has made it.
+func (js *Joins) Handler(ctx context.Context, m *velo.Message) ([]byte, error) {
+	var j Joined
+	if err := json.Unmarshal(m.Payload, &j); err != nil {
+		return nil, err
+	}
+	select {
+	case <-js.offered:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	j.Peer = m.From
+	js.once.Do(func() { js.c = j; close(js.joined) })
+	return js.offer, nil
+}
+
+// Options are the velo options of the owner's side: the join handler and discovery as "owner".
+func (js *Joins) Options(d velo.Discovery) []velo.Option {
+	return []velo.Option{velo.WithHandler(joinHandler, js.Handler), velo.WithDiscovery(d, Owner)}
+}
+
+// Offer makes f (JSON) the answer to every join.
+func (js *Joins) Offer(f any) error {
+	b, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	js.offer = b
+	close(js.offered)
+	return nil
 }
 
 // Wait returns the consumer that joined, once one has; it can be called any number of times.
@@ -107,87 +115,53 @@ func (js *Joins) Wait(ctx context.Context) (Joined, error) {
 	}
 }
 
-// Announce publishes f, which embeds an Owner, as dir/owner.json.
-func Announce(dir string, f any) error { return writeJSON(dir, OwnerFile, f) }
-
-// Withdraw removes dir/owner.json: an owner calls it when it starts (a file from an earlier run
-// must not send a consumer to a dead owner) and when it exits.
-func Withdraw(dir string) {
-	if err := os.Remove(filepath.Join(dir, OwnerFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		fmt.Fprintf(os.Stderr, "twoproc: %v\n", err)
+// JoinOwner waits for discovery to bring up a peer, asks it for its offer (sending tcp, this
+// side's control-plane address) and decodes the answer into f. A peer that fails the request is
+// said on stderr and passed over. It returns the owner's ID once one answered, or when ctx ends.
+// v must be an instance made with velo.WithDiscovery(d, Consumer).
+func JoinOwner(ctx context.Context, who string, v *velo.Velo, tcp string, f any) (velo.InstanceID, error) {
+	events := v.WatchPeers(ctx) // subscribe first, then list: no peer falls between the two
+	var candidates []velo.InstanceID
+	for _, p := range v.Peers() {
+		if p.State == velo.StateUp {
+			candidates = append(candidates, p.ID)
+		}
 	}
-}
-
-// JoinOwner waits for dir/owner.json, registers the owner it names with v and introduces v to it
-// (its PeerInfo and tcp, its control-plane address), then decodes the whole file into f. The file
-// can be stale — left by an owner that was killed, or not yet replaced by an owner that is still
-// starting — and then the join fails: JoinOwner says so on stderr and waits for the file to
-// change. It returns once an owner accepted, or when ctx ends.
-func JoinOwner(ctx context.Context, who, dir string, v *velo.Velo, tcp string, f any) (Owner, error) {
-	path := filepath.Join(dir, OwnerFile)
-	var stale []byte
+	req, err := json.Marshal(Joined{TCP: tcp})
+	if err != nil {
+		return 0, err
+	}
 	var lastErr error
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
 	for {
-		raw, err := os.ReadFile(path)
-		switch {
-		case err == nil && !bytes.Equal(raw, stale):
-			var o Owner
-			if err := json.Unmarshal(raw, &o); err != nil {
-				return Owner{}, fmt.Errorf("%s: %w", path, err)
+		for len(candidates) > 0 {
+			id := candidates[0]
+			candidates = candidates[1:]
+			rctx, cancel := context.WithTimeout(ctx, joinTry)
+			resp, err := v.Request(rctx, id, joinHandler, req)
+			cancel()
+			if err == nil {
+				return id, json.Unmarshal(resp, f)
 			}
-			if lastErr = join(ctx, v, o, tcp); lastErr == nil {
-				return o, json.Unmarshal(raw, f)
-			}
+			lastErr = err
 			if ctx.Err() == nil {
-				fmt.Fprintf(os.Stderr, "%s: %s names owner %016x (run %s), which does not answer: %v; waiting for a newer %s\n",
-					who, path, uint64(o.Peer.ID), o.Run, lastErr, OwnerFile)
+				fmt.Fprintf(os.Stderr, "%s: peer %016x did not answer the join: %v; waiting for another owner\n", who, uint64(id), err)
 			}
-			stale = raw
-		case err != nil && !errors.Is(err, os.ErrNotExist):
-			return Owner{}, err
 		}
 		select {
+		case ev, ok := <-events:
+			if !ok {
+				return 0, fmt.Errorf("the instance closed before an owner answered")
+			}
+			if ev.Kind == velo.PeerUp || ev.Kind == velo.PeerRestarted {
+				candidates = append(candidates, ev.Peer.ID)
+			}
 		case <-ctx.Done():
 			if lastErr != nil {
-				return Owner{}, fmt.Errorf("waiting for a live owner in %s: %w (the last one named there: %v)", path, ctx.Err(), lastErr)
+				return 0, fmt.Errorf("waiting for a live owner in cluster %s: %w (the last one tried: %v)", Cluster, ctx.Err(), lastErr)
 			}
-			return Owner{}, fmt.Errorf("waiting for %s: %w", path, ctx.Err())
-		case <-tick.C:
+			return 0, fmt.Errorf("waiting for an owner in cluster %s: %w", Cluster, ctx.Err())
 		}
 	}
-}
-
-func join(ctx context.Context, v *velo.Velo, o Owner, tcp string) error {
-	ctx, cancel := context.WithTimeout(ctx, joinTry)
-	defer cancel()
-	if err := v.RegisterPeer(ctx, o.Peer); err != nil {
-		return err
-	}
-	b, err := json.Marshal(Joined{Run: o.Run, Peer: v.PeerInfo(), TCP: tcp})
-	if err != nil {
-		return err
-	}
-	resp, err := v.Request(ctx, o.Peer.ID, joinHandler, b)
-	if err == nil && string(resp) != o.Run {
-		err = fmt.Errorf("the owner answered for run %q", resp)
-	}
-	return err
-}
-
-// writeJSON writes v to dir/name atomically (write a temporary file, rename), so the other side
-// never reads half a file.
-func writeJSON(dir, name string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := filepath.Join(dir, "."+name+".tmp")
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, name))
 }
 
 // PrintPathLines prints the instance's velo_rendezvous_rdma_path_total series, one per line,
