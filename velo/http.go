@@ -105,8 +105,8 @@ type HandlerInfo struct {
 	MeanMicros float64           `json:"mean_us"`
 	// PerSecond is Messages over the instance's uptime.
 	PerSecond float64 `json:"per_second"`
-	BytesIn    uint64            `json:"bytes_in"`
-	BytesOut   uint64            `json:"bytes_out"`
+	BytesIn   uint64  `json:"bytes_in"`
+	BytesOut  uint64  `json:"bytes_out"`
 }
 
 // RendezvousInfo is the owner's staged payloads and open leases.
