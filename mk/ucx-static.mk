@@ -1,8 +1,14 @@
 # Static UCX from source (third_party/ucx) and the Go link that uses it (-tags ucx_static).
 #
-#   make ucx-static       build UCX into third_party/ucx/build (cached by a stamp; see third_party/ucx/README.md)
+#   make ucx-static       build UCX into third_party/ucx/build-<version>, linked as build (cached by a
+#                         stamp; see third_party/ucx/README.md): 1.22.0 when its source is beside
+#                         the checkout (../shared/third_party) or given as UCX_TARBALL, else
+#                         Debian's 1.13.1
 #   make test-static      recipe refusals; a static cgo binary (ucp_init over tcp, ldd, constructors,
-#                         logging); the ucx module's tests linked against the static UCX
+#                         logging); the ucx module's, the UCX transport's and the rendezvous RDMA
+#                         tests linked against that static UCX (make test runs it)
+#   make test-static-other  the same against the other release: Debian's 1.13.1 when make test
+#                         took 1.22 (and the reverse when a 1.22 source is there), not in make test
 #   make test-ctor-order  the mlx5 memory domains are tried before the verbs one, in the static link
 #
 # The recipe reads its variables from the environment or the make command line: UCX_TARBALL,
@@ -12,8 +18,20 @@ UCX_STATIC_RECIPE := third_party/ucx/ucx-static.sh
 # Which of the ucx module's tests test-static runs against the static UCX (a go test -run pattern).
 UCX_STATIC_UCX_TESTS ?= .
 
-.PHONY: ucx-static test-static test-ctor-order
+.PHONY: ucx-static test-static test-static-other test-ctor-order
 TEST_TARGETS += test-static
+
+# The go command does not look inside an archive named in #cgo LDFLAGS, so a rebuilt or switched
+# UCX would leave cached test binaries linked against the old one. The stamp of the build in use
+# goes into CGO_CPPFLAGS, which is part of every cgo package's cache key.
+UCX_STATIC_GO = CGO_CPPFLAGS="$${CGO_CPPFLAGS:-} -DVELO_UCX_BUILD=$$(sha256sum $(CURDIR)/third_party/ucx/build/.velo-ucx-stamp | cut -c1-16)"
+# The suites that run against the static UCX: the binding's, the UCX transport's, the RDMA path's.
+define ucx_static_suites
+	cd test && $(UCX_STATIC_GO) GOEXPERIMENT=cgocheck2 $(GOTEST) -tags ucx_static ./ucxstatic/...
+	cd ucx && $(UCX_STATIC_GO) GOEXPERIMENT=cgocheck2 $(GOTEST) -tags ucx_static -run '$(UCX_STATIC_UCX_TESTS)' ./...
+	cd velo && $(UCX_STATIC_GO) UCX_TLS=$${UCX_TLS:-tcp} $(GOTEST) -tags ucx_static ./transport/ucx/... ./rendezvous/rdma/...
+	cd velo && $(UCX_STATIC_GO) $(RDMA_TEST_ENV) $(GOTEST) -tags ucx_static -run 'RDMA|GetPinned|UCXTransport' .
+endef
 
 ucx-static: deps
 	@$(UCX_STATIC_RECIPE) build
@@ -28,11 +46,23 @@ test-static: deps
 
 test-ctor-order: deps
 	@echo "test-ctor-order: skipped: UCX_DIR=$(UCX_DIR) selects a preinstalled UCX; the check is about the static link (unset UCX_DIR)"
+test-static-other: deps
+	@echo "test-static-other: skipped: UCX_DIR=$(UCX_DIR) selects a preinstalled UCX"
 else
 test-static: ucx-static
-	cd test && GOEXPERIMENT=cgocheck2 $(GOTEST) -tags ucx_static ./ucxstatic/...
-	cd ucx && GOEXPERIMENT=cgocheck2 $(GOTEST) -tags ucx_static -run '$(UCX_STATIC_UCX_TESTS)' ./...
+	@echo "test-static: UCX $$(readlink third_party/ucx/build | sed 's/^build-//') (static)"
+	$(ucx_static_suites)
+
+# The other release: Debian's 1.13.1 when the default is 1.22, 1.22 when the default fell back to
+# 1.13.1 and UCX_TARBALL names a 1.22 source. build/ is pointed back at the default at the end.
+test-static-other: deps
+	@if [ "$$($(UCX_STATIC_RECIPE) version 2>/dev/null)" = 1.13.1 ] && [ -z "$${UCX_TARBALL:-}" ]; then \
+		echo "test-static-other: the default is Debian's 1.13.1 and no other source is given (UCX_TARBALL=path of a 1.22 source)"; exit 1; fi
+	@if [ "$$($(UCX_STATIC_RECIPE) version 2>/dev/null)" = 1.13.1 ]; then $(UCX_STATIC_RECIPE) build; else UCX_SOURCE=debian $(UCX_STATIC_RECIPE) build; fi
+	@echo "test-static-other: UCX $$(readlink third_party/ucx/build | sed 's/^build-//') (static)"
+	$(ucx_static_suites)
+	@env -u UCX_TARBALL $(UCX_STATIC_RECIPE) build
 
 test-ctor-order: ucx-static
-	cd test && GOEXPERIMENT=cgocheck2 $(GOTEST) -tags ucx_static -run 'TestCtorOrder' -v ./ucxstatic/
+	cd test && $(UCX_STATIC_GO) GOEXPERIMENT=cgocheck2 $(GOTEST) -tags ucx_static -run 'TestCtorOrder' -v ./ucxstatic/
 endif

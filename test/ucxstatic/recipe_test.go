@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
 )
 
 // recipe is third_party/ucx/ucx-static.sh, relative to this package's directory (go test runs
@@ -24,7 +26,7 @@ var recipe = filepath.Join("..", "..", "third_party", "ucx", "ucx-static.sh")
 // them so that the machine's settings cannot change the outcome.
 var recipeVars = []string{
 	"CC", "CFLAGS", "CPPFLAGS", "LDFLAGS", "CPATH", "C_INCLUDE_PATH", "LIBRARY_PATH", "GOOS", "GOARCH",
-	"UCX_DIR", "UCX_TARBALL", "UCX_EXTRA_CONFIGURE", "UCX_DEBIAN_VERSION",
+	"UCX_DIR", "UCX_TARBALL", "UCX_EXTRA_CONFIGURE", "UCX_DEBIAN_VERSION", "UCX_SOURCE", "VELO_UCX_SHARED_SOURCE",
 	"VELO_UCX_IGNORE_MISSING_HEADERS", "VELO_UCX_APT_ETC",
 }
 
@@ -232,10 +234,11 @@ func TestExtraConfigureIsAppendedLast(t *testing.T) {
 		t.Fatalf("extra arguments are not last, in order: %q", args)
 	}
 	for _, want := range []string{"--enable-static", "--disable-shared", "--with-pic", "--enable-mt",
-		"--with-verbs", "--with-rdmacm", "--with-mlx5-dv", "--with-devx"} {
+		"--with-verbs", "--with-rdmacm", "--with-mlx5", "--with-devx"} {
 		found := false
 		for _, a := range args[:n-2] {
-			found = found || a == want
+			// 1.13 names the mlx5 option --with-mlx5-dv, 1.22 --with-mlx5.
+			found = found || a == want || (want == "--with-mlx5" && a == "--with-mlx5-dv")
 		}
 		if !found {
 			t.Errorf("configure arguments lack %s: %q", want, args)
@@ -450,11 +453,51 @@ func TestStampKeyFollowsFlagsAndToolchain(t *testing.T) {
 			t.Errorf("changing %s leaves the stamp key unchanged, so it would not rebuild:\n%s", name, k)
 		}
 	}
-	for _, want := range []string{"recipe ", "source debian ucx=1.13.1-1", "configure ", "--with-devx", "cc gcc ("} {
+	for _, want := range []string{"recipe ", "source ", "configure ", "--with-devx", "cc gcc ("} {
 		if !strings.Contains(base, want) {
 			t.Errorf("the key lacks %q:\n%s", want, base)
 		}
 	}
+	// The source is part of the key: the two releases never share a stamp.
+	debian := key("UCX_SOURCE=debian")
+	assert.Contains(t, debian, "source debian ucx=1.13.1-1")
+	assert.Contains(t, debian, "--with-mlx5-dv")
+	if _, err := os.Stat(sharedSource); err == nil {
+		assert.Contains(t, base, "source tarball ucx-1.22.0-git.tar.gz sha256=e3b078c5")
+		assert.Contains(t, base, "--with-mlx5 ")
+		assert.NotContains(t, base, "--disable-numa", "1.22's configure refuses --disable-numa")
+	}
+}
+
+// sharedSource is the UCX 1.22.0 source the workspace keeps beside the checkout.
+var sharedSource = filepath.Join("..", "..", "..", "shared", "third_party", "ucx-1.22.0-git.tar.gz")
+
+// TestSourceSelection: UCX_TARBALL first, then the 1.22 source beside the checkout, then Debian's
+// 1.13.1, each said in one line; UCX_SOURCE=debian picks Debian's whatever is there.
+func TestSourceSelection(t *testing.T) {
+	t.Parallel()
+	version := func(env ...string) recipeResult {
+		r := runRecipe(t, env, "version")
+		wantAccepted(t, r)
+		return r
+	}
+	r := version("VELO_UCX_SHARED_SOURCE=/nonexistent/ucx-1.22.0-git.tar.gz")
+	assert.Contains(t, r.out, "1.13.1\n")
+	assert.Contains(t, r.out, "UCX source: Debian's ucx 1.13.1-1 (no UCX_TARBALL, and no UCX 1.22 source at /nonexistent/ucx-1.22.0-git.tar.gz)")
+	r = version("UCX_SOURCE=debian")
+	assert.Contains(t, r.out, "1.13.1\n")
+	assert.NotContains(t, r.out, "UCX source:", "UCX_SOURCE=debian is the caller's choice; nothing to say")
+	if _, err := os.Stat(sharedSource); err == nil {
+		r = version()
+		assert.Contains(t, r.out, "1.22.0\n")
+		assert.Contains(t, r.out, "UCX source: ")
+		r = version("UCX_TARBALL=" + sharedSource)
+		assert.Contains(t, r.out, "1.22.0\n")
+	} else {
+		t.Logf("no UCX 1.22 source at %s: the default case is covered above", sharedSource)
+	}
+	r = runRecipe(t, []string{"UCX_SOURCE=upstream"}, "version")
+	wantRefusal(t, r, "UCX_SOURCE=upstream", "UCX_TARBALL=path")
 }
 
 func TestDebSrcListIsDerivedFromTheSystemSources(t *testing.T) {

@@ -21,7 +21,8 @@ package ucxstatic
 // static uintptr_t velo_dv_entry(void) { return (uintptr_t)uct_ib_md_ops_dv_entry; }
 //
 // // Mirrors uct_ib_md_ops_entry_t of UCX 1.13 (src/uct/ib/base/ib_md.h, not installed): the name
-// // UCX logs in "md open by '%s'", then the ops. The caller proves the layout by finding the
+// // UCX logs in "md open by '%s'", then the ops. uct_ib_ops is an array of pointers to them,
+// // in the order uct_ib_md_open tries them. The caller proves the layout by finding the
 // // entries above in the table it reads.
 // typedef struct { const char *name; const void *ops; } velo_ib_md_ops_entry;
 //
@@ -29,6 +30,21 @@ package ucxstatic
 //     velo_ib_md_ops_entry *const *ops = (velo_ib_md_ops_entry *const *)table;
 //     *entry = (uintptr_t)ops[i];
 //     return ops[i] == NULL ? NULL : ops[i]->name;
+// }
+//
+// // UCX 1.22: uct_ib_ops is a list head (ucs_list_link_t: prev, next) and each entry starts with
+// // its list link, then the name and the ops; each module's constructor adds its entries at the
+// // head, and uct_ib_md_open walks the list from head->next. Returns NULL past the last entry,
+// // or after 16 (a list that does not close is not UCX's).
+// typedef struct velo_list { struct velo_list *prev, *next; } velo_list;
+// typedef struct { velo_list list; const char *name; const void *ops; } velo_ib_md_ops_entry_122;
+//
+// static const char *velo_md_ops_list_at(uintptr_t head, int i, uintptr_t *entry) {
+//     velo_list *h = (velo_list *)head, *l = h->next;
+//     for (int k = 0; k < i && l != h && k < 16; k++) l = l->next;
+//     if (l == h || i >= 16) return NULL;
+//     *entry = (uintptr_t)l;
+//     return ((velo_ib_md_ops_entry_122 *)l)->name;
 // }
 //
 // static ucs_status_t velo_component_name(uct_component_h c, char *name, size_t len) {
@@ -215,22 +231,35 @@ func IBMDOpsOrder() ([]MDOps, error) {
 		return nil, fmt.Errorf("ucxstatic: symbols uct_ib_ops / uct_ib_md_ops_devx_entry not in the executable; is it linked with the static UCX and unstripped?")
 	}
 	bias := uintptr(C.velo_devx_entry()) - uintptr(devx.Value)
-	n := int(table.Size / uint64(unsafe.Sizeof(uintptr(0))))
 	var out []MDOps
-	for i := 0; i < n; i++ {
-		var entry C.uintptr_t
-		name := C.velo_md_ops_at(C.uintptr_t(uintptr(table.Value)+bias), C.int(i), &entry)
-		if name == nil {
-			return nil, fmt.Errorf("ucxstatic: uct_ib_ops[%d] is empty", i)
+	var maj, min, rel C.uint
+	C.ucp_get_version(&maj, &min, &rel)
+	if maj == 1 && min < 14 {
+		n := int(table.Size / uint64(unsafe.Sizeof(uintptr(0))))
+		for i := 0; i < n; i++ {
+			var entry C.uintptr_t
+			name := C.velo_md_ops_at(C.uintptr_t(uintptr(table.Value)+bias), C.int(i), &entry)
+			if name == nil {
+				return nil, fmt.Errorf("ucxstatic: uct_ib_ops[%d] is empty", i)
+			}
+			out = append(out, MDOps{Name: C.GoString(name), Entry: uintptr(entry)})
 		}
-		out = append(out, MDOps{Name: C.GoString(name), Entry: uintptr(entry)})
+	} else {
+		for i := 0; ; i++ {
+			var entry C.uintptr_t
+			name := C.velo_md_ops_list_at(C.uintptr_t(uintptr(table.Value)+bias), C.int(i), &entry)
+			if name == nil {
+				break
+			}
+			out = append(out, MDOps{Name: C.GoString(name), Entry: uintptr(entry)})
+		}
 	}
 	seen := map[uintptr]bool{}
 	for _, o := range out {
 		seen[o.Entry] = true
 	}
 	if !seen[uintptr(C.velo_devx_entry())] || !seen[uintptr(C.velo_dv_entry())] {
-		return nil, fmt.Errorf("ucxstatic: the table read at uct_ib_ops does not hold UCX's mlx5 entries; the entry layout differs from UCX 1.13's: %+v", out)
+		return nil, fmt.Errorf("ucxstatic: the table read at uct_ib_ops does not hold UCX's mlx5 entries; the entry layout differs from UCX 1.13's array and 1.22's list: %+v", out)
 	}
 	return out, nil
 }

@@ -2,6 +2,7 @@
 # ucx-static.sh: builds the static UCX that `go build -tags ucx_static` links (see README.md).
 #
 #   ucx-static.sh build            checks, then fetch + configure + make + install (cached by a stamp)
+#   ucx-static.sh version          prints the UCX version the next build would make
 #   ucx-static.sh check            only the checks (headers, UCX_EXTRA_CONFIGURE, cross compiler,
 #                                  UCX_DIR, UCX_TARBALL pin); prints the configure arguments
 #   ucx-static.sh key              prints the stamp key the next build compares against
@@ -13,16 +14,25 @@
 # builds passes CI and then runs production traffic over the wrong transport, so this script stops
 # instead and names the fix.
 #
-# Variables: UCX_TARBALL, UCX_DIR, UCX_EXTRA_CONFIGURE, VELO_UCX_IGNORE_MISSING_HEADERS, CC,
+# Which source: UCX_TARBALL when set; else UCX 1.22.0 from ../shared/third_party beside the
+# checkout when that archive is there (VELO_UCX_SHARED_SOURCE names another path); else Debian's
+# UCX 1.13.1 source package, said in one line. UCX_SOURCE=debian picks Debian's whatever is there.
+#
+# Variables: UCX_TARBALL, UCX_SOURCE, UCX_DIR, UCX_EXTRA_CONFIGURE, VELO_UCX_IGNORE_MISSING_HEADERS, CC,
 # CC_<target>, GOOS, GOARCH, CFLAGS, CPPFLAGS, LDFLAGS, CPATH, C_INCLUDE_PATH, LIBRARY_PATH.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-build_dir="$here/build"   # install prefix: include/, lib/, the stamp (ignored by git)
+# Each UCX version installs into build-<version>/ (include/, lib/, the stamp); build/ is a link to
+# the one built last, which is what `-tags ucx_static` links. All are ignored by git.
+link_dir="$here/build"
+build_dir="" # set by resolve_source
+stamp=""
 src_root="$here/src"      # unpacked UCX source (ignored by git)
 work_dir="$here/work"     # apt state, downloads, object tree, logs (ignored by git)
 pins="$here/sources.sha256"
-stamp="$build_dir/.velo-ucx-stamp"
+# The UCX 1.22.0 source the workspace provides beside the checkout (a git archive of tag v1.22.0).
+shared_source=${VELO_UCX_SHARED_SOURCE:-$here/../../../shared/third_party/ucx-1.22.0-git.tar.gz}
 
 # The Debian source package version the recipe fetches by default; its files are pinned in
 # sources.sha256.
@@ -31,6 +41,8 @@ UCX_DEBIAN_VERSION=${UCX_DEBIAN_VERSION:-1.13.1-1}
 # Libraries, in dependency order (a library's dependencies first). The partial link keeps this
 # order, so constructors run as they would with shared libraries: libucm's and libucs's before
 # those of the transports that use them. See README.md, "Linking".
+# UCX 1.22 builds the mlx5 transports as a module of their own (libuct_ib_mlx5); 1.13 has them in
+# libuct_ib. select_version adds it.
 ucx_archives=(lib/libucm.a lib/libucs.a lib/libuct.a lib/ucx/libuct_ib.a
 	lib/ucx/libuct_rdmacm.a lib/ucx/libuct_cma.a lib/libucp.a)
 # The source directories that hold those libraries; nothing else of UCX is built.
@@ -242,12 +254,11 @@ configure_args() {
 		--enable-option-checking=fatal
 		--enable-static --disable-shared --with-pic
 		--enable-mt
-		--with-verbs --with-rdmacm --with-mlx5-dv --with-devx
+		--with-verbs --with-rdmacm "${version_args[@]}" --with-devx
 		--with-rc --with-ud --with-dc
 		--enable-cma
 		--enable-logging
 		--disable-optimizations
-		--disable-numa
 		--without-bfd --without-valgrind
 		--without-cuda --without-rocm --without-gdrcopy --without-knem --without-xpmem --without-ugni
 		--without-fuse3 --without-java --without-go
@@ -319,6 +330,16 @@ pinned_entry() { # prints "version origin" for a pinned sha256 and file name, or
 
 # Sets source_id (what the stamp records about the source).
 resolve_source() {
+	if [ -z "${UCX_TARBALL:-}" ] && [ "${UCX_SOURCE:-}" != debian ] && [ -f "$shared_source" ]; then
+		UCX_TARBALL=$shared_source
+		note "UCX source: $(cd "$(dirname "$shared_source")" && pwd)/$(basename "$shared_source") (UCX_SOURCE=debian builds Debian's 1.13.1 instead)"
+	elif [ -z "${UCX_TARBALL:-}" ] && [ "${UCX_SOURCE:-}" != debian ]; then
+		note "UCX source: Debian's ucx ${UCX_DEBIAN_VERSION} (no UCX_TARBALL, and no UCX 1.22 source at $shared_source)"
+	fi
+	case "${UCX_SOURCE:-}" in
+	'' | debian) ;;
+	*) die "UCX_SOURCE=$UCX_SOURCE: the only value is debian (Debian's source package); give other sources with UCX_TARBALL=path." ;;
+	esac
 	if [ -n "${UCX_TARBALL:-}" ]; then
 		[ -f "$UCX_TARBALL" ] || die "UCX_TARBALL=$UCX_TARBALL does not exist." "Give the path of a UCX release tarball, or unset UCX_TARBALL to use the Debian source package."
 		local sum entry
@@ -327,13 +348,54 @@ resolve_source() {
 		[ -n "$entry" ] || die "UCX_TARBALL=$UCX_TARBALL has SHA-256 $sum, which is not pinned in third_party/ucx/sources.sha256." \
 			"Use a pinned tarball (see that file), or check this one against its upstream release and add its sum there."
 		source_id="tarball $(basename "$UCX_TARBALL") sha256=$sum (${entry})"
+		ucx_version=${entry%% *}
 	else
 		local dsc="ucx_${UCX_DEBIAN_VERSION}.dsc" sum
 		sum=$(awk -v file="$dsc" '!/^#/ && $2 == file { print $1; exit }' "$pins")
 		[ -n "$sum" ] || die "UCX_DEBIAN_VERSION=$UCX_DEBIAN_VERSION has no pinned .dsc in third_party/ucx/sources.sha256." \
 			"Pin that version's files there, or unset UCX_DEBIAN_VERSION (default 1.13.1-1)."
 		source_id="debian ucx=$UCX_DEBIAN_VERSION dsc-sha256=$sum"
+		ucx_version=${UCX_DEBIAN_VERSION%-*}
 	fi
+}
+
+# Sets what differs between the UCX releases the recipe knows: configure's option names, the
+# config.h defines that prove the RDMA pieces are in, the extra module archive, the build folder.
+select_version() {
+	case "$ucx_version" in
+	1.13.*)
+		version_args=(--with-mlx5-dv --disable-numa)
+		version_defs=(HAVE_MLX5_HW)
+		;;
+	1.22.*)
+		# 1.22 renamed --with-mlx5-dv to --with-mlx5 and dropped --disable-numa (NUMA is read
+		# from sysfs); the modules it would otherwise guess at are switched off as before.
+		version_args=(--with-mlx5 --without-ze --without-gaudi --without-efa --without-mad)
+		version_defs=()
+		ucx_archives=("${ucx_archives[@]:0:4}" lib/ucx/libuct_ib_mlx5.a "${ucx_archives[@]:4}")
+		;;
+	*) die "UCX $ucx_version: the recipe knows UCX 1.13 and 1.22 (sources.sha256 pins them)." \
+		"Add what the new release changed to select_version in ucx-static.sh before pinning it." ;;
+	esac
+	build_dir="$here/build-$ucx_version"
+	stamp="$build_dir/.velo-ucx-stamp"
+}
+
+# The source tree's own version (configure.ac), which must be the one its pin names: a tarball of
+# another release under a pinned name stops here.
+check_tree_version() {
+	local ac="$src_root/ucx/configure.ac" v
+	v=$(sed -n -e 's/^define(\[ucx_ver_major\], \([0-9]*\)).*/\1/p' -e 's/^define(\[ucx_ver_minor\], \([0-9]*\)).*/.\1/p' -e 's/^define(\[ucx_ver_patch\], \([0-9]*\)).*/.\1/p' "$ac" | tr -d '\n')
+	[ "$v" = "$ucx_version" ] || die "the unpacked source is UCX ${v:-of no version} (configure.ac), but its pin says $ucx_version." \
+		"Check which tarball this is; a half-extracted or mislabelled source is never built."
+}
+
+# Points build/ at the build of this version (replacing a plain folder left by an older recipe).
+link_build() {
+	if [ -e "$link_dir" ] && [ ! -L "$link_dir" ]; then
+		rm -rf "$link_dir"
+	fi
+	ln -sfn "$(basename "$build_dir")" "$link_dir"
 }
 
 # Writes deb-src entries for every deb entry of the system's apt sources (deb822 *.sources and
@@ -482,7 +544,7 @@ run_logged() { # name, then the command; stops with the log's tail on failure
 # whatever the early checks cannot see (an unusual rdma-core, an extra option we do not know).
 check_config_h() {
 	local h="$work_dir/obj/config.h" def missing=()
-	for def in HAVE_IB HAVE_MLX5_HW HAVE_MLX5_DV HAVE_DEVX HAVE_TL_RC HAVE_TL_UD HAVE_TL_DC ENABLE_MT; do
+	for def in HAVE_IB HAVE_MLX5_DV HAVE_DEVX HAVE_TL_RC HAVE_TL_UD HAVE_TL_DC ENABLE_MT "${version_defs[@]}"; do
 		grep -q "^#define $def 1" "$h" || missing+=("$def")
 	done
 	[ ${#missing[@]} -eq 0 ] || die "configure finished without ${missing[*]} (see $work_dir/obj/config.h); that UCX would lack RDMA transports, so the build stops." \
@@ -522,6 +584,7 @@ build() {
 		run_logged autogen bash -c "cd '$src_root/ucx' && ./autogen.sh"
 		step_done autogen
 	fi
+	check_tree_version
 	patch_configure
 	mkdir -p "$work_dir/obj"
 	note "configure: ${args[*]}"
@@ -574,7 +637,8 @@ build() {
 		stamp_key
 	} >"$build_dir/velo-ucx-build.txt"
 	stamp_key >"$stamp"
-	note "built UCX into $build_dir in $((t1 - t0)) s ($step_times)"
+	link_build
+	note "built UCX $ucx_version into $build_dir in $((t1 - t0)) s ($step_times)"
 }
 
 # --- main --------------------------------------------------------------------------------------
@@ -587,8 +651,8 @@ deb-src-list)
 	deb_src_list "$2"
 	exit 0
 	;;
-build | check | key) ;;
-*) die "unknown command '$cmd'." "usage: ucx-static.sh [build|check|key|deb-src-list DIR]" ;;
+build | check | key | version) ;;
+*) die "unknown command '$cmd'." "usage: ucx-static.sh [build|check|key|version|deb-src-list DIR]" ;;
 esac
 
 resolve_toolchain
@@ -599,9 +663,14 @@ fi
 check_extra_configure
 check_headers
 resolve_source
+select_version
 configure_args
 
 case "$cmd" in
+version)
+	printf '%s\n' "$ucx_version"
+	exit 0
+	;;
 check)
 	note "checks passed for $target_triple with CC=$cc"
 	printf '%s\n' "${args[@]}"
@@ -617,7 +686,8 @@ mkdir -p "$work_dir/logs"
 exec 9>"$work_dir/.lock"
 flock 9
 if [ -f "$stamp" ] && [ "$(stamp_key)" = "$(cat "$stamp")" ] && [ -f "$build_dir/lib/libvelo_ucx.a" ]; then
-	note "up to date ($build_dir; $(sed -n 2p "$build_dir/velo-ucx-build.txt" 2>/dev/null || echo 'stamp matches'))"
+	link_build
+	note "up to date: UCX $ucx_version ($build_dir; $(sed -n 2p "$build_dir/velo-ucx-build.txt" 2>/dev/null || echo 'stamp matches'))"
 	exit 0
 fi
 [ ! -f "$stamp" ] || note "the stamp differs from this build's key: rebuilding"
