@@ -13,7 +13,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -161,24 +161,17 @@ type DiscoveryStatus struct {
 // the backend's background work, which velo does not see).
 type discoveryCollector struct {
 	errs, up *prometheus.Desc
-	status   atomicFunc
-}
-
-type atomicFunc struct {
-	mu sync.Mutex
-	f  func() DiscoveryStatus
+	status   atomic.Pointer[func() DiscoveryStatus] // nil until FollowDiscovery
 }
 
 func (c *discoveryCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.errs; ch <- c.up }
 
 func (c *discoveryCollector) Collect(ch chan<- prometheus.Metric) {
-	c.status.mu.Lock()
-	f := c.status.f
-	c.status.mu.Unlock()
+	f := c.status.Load()
 	if f == nil {
 		return // no discovery: no series
 	}
-	s := f()
+	s := (*f)()
 	up := 0.0
 	if s.Up {
 		up = 1
@@ -331,9 +324,7 @@ func (m *Metrics) MemberRegistered(d time.Duration) { m.registrationTime.Observe
 
 // FollowDiscovery makes the error and up series read status at each scrape.
 func (m *Metrics) FollowDiscovery(status func() DiscoveryStatus) {
-	m.discovery.status.mu.Lock()
-	m.discovery.status.f = status
-	m.discovery.status.mu.Unlock()
+	m.discovery.status.Store(&status)
 }
 
 // PeersCreated creates the peer series of one transport at zero (the instance's transports are

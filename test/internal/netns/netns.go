@@ -44,12 +44,7 @@ var seq atomic.Uint32
 // cannot create namespaces.
 func New(t testing.TB) *Pair {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("netns: needs root to create network namespaces; run the test as root")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("netns: the ip command (Debian package iproute2) is not installed; run make deps")
-	}
+	requireNamespaces(t)
 	n := seq.Add(1)
 	// Names stay short: interface names are limited to 15 bytes.
 	id := fmt.Sprintf("%d%d", os.Getpid()%100000, n)
@@ -78,6 +73,17 @@ func New(t testing.TB) *Pair {
 	}
 	runSteps(t, steps, cleanup)
 	return p
+}
+
+// requireNamespaces skips the test, saying why, on a machine that cannot create namespaces.
+func requireNamespaces(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("netns: needs root to create network namespaces; run the test as root")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("netns: the ip command (Debian package iproute2) is not installed; run make deps")
+	}
 }
 
 // runSteps runs the ip commands that build a topology; on a failure it removes what was made and
@@ -109,12 +115,7 @@ type Star struct {
 // ends. It skips the test when the machine cannot create namespaces.
 func NewStar(t testing.TB, n int) *Star {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("netns: needs root to create network namespaces; run the test as root")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("netns: the ip command (Debian package iproute2) is not installed; run make deps")
-	}
+	requireNamespaces(t)
 	if n < 1 || n > 200 {
 		t.Fatalf("netns: a star of %d hosts", n)
 	}

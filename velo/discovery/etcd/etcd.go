@@ -409,7 +409,10 @@ func (e *Etcd) watch(ctx context.Context, ch chan<- discovery.Event) {
 		}
 		var evs []discovery.Event
 		for name, r := range current {
-			evs = append(evs, change(known, r, now)...)
+			old, had := known[name]
+			if ev, ok := discovery.Compare(old, had, r, now); ok {
+				evs = append(evs, ev)
+			}
 			known[name] = r
 		}
 		for name, r := range known {
@@ -442,7 +445,10 @@ func (e *Etcd) watch(ctx context.Context, ch chan<- discovery.Event) {
 					continue
 				}
 				if r, ok := e.decode(ev.Kv.Key, ev.Kv.Value); ok {
-					evs = append(evs, change(known, r, now)...)
+					old, had := known[r.Name]
+					if ev, ok := discovery.Compare(old, had, r, now); ok {
+						evs = append(evs, ev)
+					}
 					known[r.Name] = r
 				}
 			}
@@ -457,15 +463,6 @@ func (e *Etcd) watch(ctx context.Context, ch chan<- discovery.Event) {
 			}
 		}
 	}
-}
-
-// change is the event a record seen now makes, against what was known of its member.
-func change(known map[string]discovery.Record, r discovery.Record, now time.Time) []discovery.Event {
-	old, had := known[r.Name]
-	if ev, ok := discovery.Compare(old, had, r, now); ok {
-		return []discovery.Event{ev}
-	}
-	return nil
 }
 
 // decode reads one member's value; it skips this member's own key and values that are not
