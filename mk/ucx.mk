@@ -7,6 +7,8 @@
 ifneq ($(strip $(UCX_DIR)),)
 export PKG_CONFIG_PATH := $(UCX_DIR)/lib/pkgconfig:$(UCX_DIR)/lib64/pkgconfig$(if $(PKG_CONFIG_PATH),:$(PKG_CONFIG_PATH))
 export CGO_LDFLAGS := $(strip $(CGO_LDFLAGS) -Wl,-rpath,$(UCX_DIR)/lib -Wl,-rpath,$(UCX_DIR)/lib64)
+# The benchmarks' baselines (ucx_perftest) come from the same install (ucx.FindTool).
+export VELO_UCX_TOOLS ?= $(UCX_DIR)/bin
 endif
 
 .PHONY: test-ucx bench-rma bench-ucx-delivery

@@ -47,6 +47,10 @@ func TestChildProcess(t *testing.T) {
 		err = childEnvReport()
 	case "raw-owner":
 		err = childRawOwner()
+	case "shared-process":
+		err = childSharedProcess()
+	case "two-engines":
+		err = childTwoEngines()
 	default:
 		err = fmt.Errorf("unknown child role %q", role)
 	}

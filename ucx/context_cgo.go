@@ -24,15 +24,27 @@ type Context struct {
 	// protoV2: protocol v2 is enabled; replyBroken: AM sends with the reply flag would
 	// crash this UCX (see NewContext).
 	protoV2, replyBroken bool
-	mu                   sync.Mutex // guards closed against a concurrent Close only
+	traits               releaseTraits // of the linked release
+	mu                   sync.Mutex    // guards closed against a concurrent Close only
 	closed               bool
 }
 
 // NewContext reads the UCX_* environment (after ApplyEnvDefaults), applies cfg's values
 // for variables the environment leaves unset, and calls ucp_init.
+//
+// It refuses a UCX older than 1.13 and warns once per process when the linked library's
+// version differs from the headers the binding was compiled with (see checkVersion).
 func NewContext(cfg ContextConfig) (*Context, error) {
 	ApplyEnvDefaults()
 	log := logger(cfg.Logger)
+	version := Version()
+	warning, err := checkVersion(version)
+	if err != nil {
+		return nil, err
+	}
+	if warning != "" {
+		versionWarnOnce.Do(func() { log.Warn(warning) })
+	}
 	apply, overridden, err := resolveSettings(cfg, os.LookupEnv)
 	if err != nil {
 		return nil, err
@@ -68,20 +80,23 @@ func NewContext(cfg ContextConfig) (*Context, error) {
 	if s != capi.OK {
 		return nil, fmt.Errorf("ucx: ucp_init: %w (if UCX printed nothing, a UCX constructor did not run; check UCX_TLS/UCX_NET_DEVICES name available resources with 'ucx_info -d')", Status(s))
 	}
-	ctx := &Context{c: c, settings: parseConfigPrint(text, program, os.LookupEnv), log: log}
-	maj, min, _ := capi.UcpGetVersion()
+	ctx := &Context{c: c, settings: parseConfigPrint(text, program, os.LookupEnv), log: log, traits: traitsOf(version)}
 	if v, ok := ctx.Setting("PROTO_ENABLE"); ok {
-		if w := protoEnableWarning(v.Value, v.Source, maj, min); w != "" {
+		if w := protoEnableWarning(v.Value, v.Source, version.Major, version.Minor); w != "" {
 			log.Warn("ucx: WARNING: " + w)
 		}
 		ctx.protoV2 = isAffirmative(v.Value)
 	}
 	// Measured on UCX 1.13.1: with protocol v2 (UCX_PROTO_ENABLE=y, experimental there)
 	// every ucp_am_send_nbx with UCP_AM_SEND_FLAG_REPLY aborts the process ("stack
-	// smashing detected"). Such sends are refused instead; see docs/ucx.md.
-	ctx.replyBroken = ctx.protoV2 && maj == 1 && min <= 13
+	// smashing detected"). Such sends are refused instead; see docs/ucx.md. Later releases
+	// default to v2 and send them fine (the suite's guarded GETs run on 1.22's v2).
+	ctx.replyBroken = ctx.protoV2 && ctx.traits.v2Experimental
 	return ctx, nil
 }
+
+// versionWarnOnce keeps the header/library mismatch warning to one line per process.
+var versionWarnOnce sync.Once
 
 // errReplyBroken is returned for reply-flagged sends where they would crash UCX.
 func errReplyBroken() error {

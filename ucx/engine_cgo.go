@@ -33,7 +33,7 @@ func engineSettings(user map[string]string, v VersionInfo) map[string]string {
 	for k, val := range user {
 		out[normalizeSettingName(k)] = val
 	}
-	if v.Major == 1 && v.Minor <= 13 {
+	if traitsOf(v).zcopyDoubleCompletion {
 		if _, ok := out["ZCOPY_THRESH"]; !ok {
 			out["ZCOPY_THRESH"] = "inf"
 		}
@@ -229,6 +229,13 @@ func (e *Engine) loop(ready chan<- error) {
 // round trips ten times slower).
 var spinSlots atomic.Int32
 
+// liveEngines counts this process's started engines (for the one-engine-per-process
+// warning on releases where that is the supported shape).
+var (
+	liveEngines           atomic.Int32
+	sharedProcessWarnOnce sync.Once
+)
+
 // startSpinning takes a spin slot unless the engine holds one; false means sleep.
 func (e *Engine) startSpinning() bool {
 	if e.spinning {
@@ -296,7 +303,15 @@ func (e *Engine) start() error {
 			"flag abort the process (refused here, so guarded GETs fail with UCS_ERR_UNSUPPORTED), and an RMA " +
 			"operation on an endpoint whose peer died trips an assertion inside UCX; unset UCX_PROTO_ENABLE")
 	}
+	if n := liveEngines.Add(1); n > 1 && ctx.traits.sharedProcessWireup {
+		sharedProcessWarnOnce.Do(func() {
+			e.log.Warn(fmt.Sprintf("ucx: WARNING: %d UCX engines in one process on UCX %d.%d: closing one while another "+
+				"still sends it large messages trips a wireup assertion in this release; run one engine per process, "+
+				"or link a newer UCX (make ucx-static)", n, Version().Major, Version().Minor))
+		})
+	}
 	if err := w.SetAMHandler(guardRepID); err != nil {
+		liveEngines.Add(-1)
 		return fail(err)
 	}
 	e.ctx, e.w = ctx, w
@@ -613,4 +628,5 @@ func (e *Engine) destroy() {
 	w.freeRing()
 	e.park.close()
 	e.ctx.Close()
+	liveEngines.Add(-1)
 }

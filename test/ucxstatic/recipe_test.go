@@ -429,6 +429,32 @@ func TestTarballMustBePinned(t *testing.T) {
 	wantRefusal(t, r, "UCX_TARBALL=/nonexistent/ucx.tar.gz does not exist")
 }
 
+// TestMissingAutotoolStopsBeforeAnythingIsRemoved: a source without a configure (Debian's,
+// the git archive) needs the autotools; without autoreconf the recipe stops at its checks,
+// naming the tool and the fix, before it unpacks or removes anything.
+func TestMissingAutotoolStopsBeforeAnythingIsRemoved(t *testing.T) {
+	t.Parallel()
+	bin := t.TempDir()
+	for _, dir := range []string{"/usr/local/bin", "/usr/bin", "/bin"} {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if e.Name() == "autoreconf" {
+				continue
+			}
+			_ = os.Symlink(filepath.Join(dir, e.Name()), filepath.Join(bin, e.Name())) // first directory wins, as on PATH
+		}
+	}
+	r := runRecipe(t, []string{"PATH=" + bin, "UCX_SOURCE=debian"}, "check")
+	wantRefusal(t, r, "autoreconf is missing", "ships no configure", "make deps")
+	if _, err := os.Stat(sharedSource); err == nil {
+		r = runRecipe(t, []string{"PATH=" + bin, "UCX_TARBALL=" + sharedSource}, "check")
+		wantRefusal(t, r, "autoreconf is missing")
+	}
+}
+
 func TestStampKeyFollowsFlagsAndToolchain(t *testing.T) {
 	t.Parallel()
 	key := func(env ...string) string {

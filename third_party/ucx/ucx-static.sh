@@ -349,7 +349,9 @@ resolve_source() {
 			"Use a pinned tarball (see that file), or check this one against its upstream release and add its sum there."
 		source_id="tarball $(basename "$UCX_TARBALL") sha256=$sum (${entry})"
 		ucx_version=${entry%% *}
+		[ "${entry#* }" != git-archive ] || needs_autogen=1
 	else
+		needs_autogen=1 # Debian's orig tarball ships no configure
 		local dsc="ucx_${UCX_DEBIAN_VERSION}.dsc" sum
 		sum=$(awk -v file="$dsc" '!/^#/ && $2 == file { print $1; exit }' "$pins")
 		[ -n "$sum" ] || die "UCX_DEBIAN_VERSION=$UCX_DEBIAN_VERSION has no pinned .dsc in third_party/ucx/sources.sha256." \
@@ -357,6 +359,16 @@ resolve_source() {
 		source_id="debian ucx=$UCX_DEBIAN_VERSION dsc-sha256=$sum"
 		ucx_version=${UCX_DEBIAN_VERSION%-*}
 	fi
+}
+
+# A source without a generated configure needs autogen.sh, and so the autotools; checked before
+# anything is unpacked or removed when the pin says so (Debian's and git-archive sources).
+needs_autogen=""
+check_autotools() {
+	local tool
+	for tool in autoreconf automake libtoolize; do
+		command -v "$tool" >/dev/null || die "$tool is missing; this UCX source ships no configure, so autogen.sh needs it." "Run 'make deps' (Debian packages autoconf automake libtool)."
+	done
 }
 
 # Sets what differs between the UCX releases the recipe knows: configure's option names, the
@@ -576,12 +588,11 @@ build() {
 	fi
 	step_done source
 	if [ ! -x "$src_root/ucx/configure" ]; then
-		local tool
-		for tool in autoreconf automake libtoolize; do
-			command -v "$tool" >/dev/null || die "$tool is missing; the source ships no configure, so autogen.sh needs it." "Run 'make deps' (Debian packages autoconf automake libtool)."
-		done
+		check_autotools
 		note "running autogen.sh (this source ships no configure)"
-		run_logged autogen bash -c "cd '$src_root/ucx' && ./autogen.sh"
+		# autoconf records `git rev-parse HEAD` as UCX's revision; the tree sits inside this
+		# checkout, whose revision it would otherwise take.
+		run_logged autogen env GIT_CEILING_DIRECTORIES="$src_root" bash -c "cd '$src_root/ucx' && ./autogen.sh"
 		step_done autogen
 	fi
 	check_tree_version
@@ -629,6 +640,8 @@ build() {
 	done
 
 	step_done link
+	build_tools
+	step_done tools
 	t1=$(date +%s)
 	{
 		printf 'UCX static build for velo\n'
@@ -639,6 +652,49 @@ build() {
 	stamp_key >"$stamp"
 	link_build
 	note "built UCX $ucx_version into $build_dir in $((t1 - t0)) s ($step_times)"
+}
+
+# The tools benchmarks and checks compare velo with, ucx_info and ucx_perftest, linked against
+# libvelo_ucx.a exactly as a velo binary is: UCX's own static link of them would miss the modules
+# (see README.md, "Linking") and its ucx_perftest crashes at start. Their objects come from UCX's
+# makefiles; only the final link is ours. A baseline from another UCX than the one velo links
+# would compare two libraries, so the benchmarks use these (README.md, "The tools").
+build_tools() {
+	local info="$work_dir/obj/src/tools/info" perf="$work_dir/obj/src/tools/perf" objs lib
+	local cc_words link_libs=(-libverbs -lmlx5 -lrdmacm -lpthread -ldl -lrt -lm)
+	read -r -a cc_words <<<"$cc"
+	mkdir -p "$build_dir/bin"
+	run_logged tools-info-objects make -C "$info" build_config.h
+	objs=$(tool_objects "$info" ucx_info) || die "could not list ucx_info's objects from $info/Makefile."
+	run_logged tools-info-compile make -C "$info" -j"$jobs" $objs
+	run_logged tools-info-link bash -c 'cd "$1" && shift && "$@"' _ "$info" "${cc_words[@]}" -o "$build_dir/bin/ucx_info" \
+		$objs "$build_dir/lib/libvelo_ucx.a" "${link_libs[@]}"
+	run_logged tools-perf-lib make -C "$perf/lib" -j"$jobs"
+	lib=$(ls "$perf"/lib/.libs/libucxperf.a 2>/dev/null) || die "the perftest library was not built ($perf/lib/.libs/libucxperf.a); see $work_dir/logs/tools-perf-lib.log."
+	objs=$(tool_objects "$perf" ucx_perftest) || die "could not list ucx_perftest's objects from $perf/Makefile."
+	run_logged tools-perf-compile make -C "$perf" -j"$jobs" $objs
+	# libucxperf has C++ parts and the perftest uses OpenMP when configure found it.
+	run_logged tools-perf-link bash -c 'cd "$1" && shift && "$@"' _ "$perf" "${cc_words[@]}" -fopenmp -o "$build_dir/bin/ucx_perftest" \
+		$objs "$lib" "$build_dir/lib/libvelo_ucx.a" "${link_libs[@]}" -lstdc++
+	[ -n "$configure_host" ] && return 0 # a cross build cannot run its tools here
+	local v
+	# 1.13 prints "# Version 1.13.1", later releases "# Library version: 1.22.0".
+	v=$("$build_dir/bin/ucx_info" -v 2>&1 | sed -n -E 's/^# (Library version:|Version) //p')
+	[ "$v" = "$ucx_version" ] || die "the ucx_info just built reports library version '${v:-none}', not $ucx_version; the tools link picked up another UCX." \
+		"Look for a UCX on LIBRARY_PATH or in $work_dir/logs/tools-info-link.log."
+	# Read whole before grep: grep -q stops early, and pipefail would call that a failure.
+	local out
+	out=$(UCX_TLS=tcp "$build_dir/bin/ucx_info" -d 2>&1) || true
+	grep -q 'Transport: tcp' <<<"$out" ||
+		die "the ucx_info just built lists no tcp transport; the static link lost UCX's modules (logs in $work_dir/logs)."
+	out=$("$build_dir/bin/ucx_info" -b 2>&1) || true
+	grep -q '^#define uct_MODULES .*:ib:rdmacm' <<<"$out" ||
+		die "the ucx_info just built does not list the ib and rdmacm modules as compiled in; see $work_dir/obj/config.h."
+}
+
+# tool_objects DIR PROGRAM: the object files automake's Makefile in DIR lists for PROGRAM.
+tool_objects() {
+	make -s -C "$1" -f Makefile -f - velo-print-objects <<<"$(printf 'velo-print-objects:\n\t@echo $(%s_OBJECTS)\n' "$2")"
 }
 
 # --- main --------------------------------------------------------------------------------------
@@ -663,6 +719,7 @@ fi
 check_extra_configure
 check_headers
 resolve_source
+[ -z "$needs_autogen" ] || check_autotools
 select_version
 configure_args
 

@@ -18,7 +18,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -86,6 +85,11 @@ func main() {
 	probe.Close(context.Background())
 	v := ucx.Version()
 	fmt.Printf("UCX %s (linked), UCX_TLS=%s, %d CPUs, %s\n", v.String, os.Getenv("UCX_TLS"), runtime.NumCPU(), runtime.Version())
+	if perftestTool, perftestErr = ucx.FindTool("ucx_perftest"); perftestErr == nil {
+		fmt.Printf("baseline: %s (UCX %s, the linked release)\n", perftestTool.Path, perftestTool.Version)
+	} else {
+		fmt.Printf("baseline: none: %v\n", perftestErr)
+	}
 	if len(same) > 0 {
 		fmt.Printf("engine defaults, exported to ucx_perftest too: %s\n", strings.Join(same, " "))
 	}
@@ -340,6 +344,12 @@ func med(v []float64) float64 {
 	return s[len(s)/2]
 }
 
+// The ucx_perftest of the linked UCX (ucx.FindTool), found once at start.
+var (
+	perftestTool ucx.Tool
+	perftestErr  error
+)
+
 var finalLine = regexp.MustCompile(`(?m)^Final:\s+(.*)$`)
 
 // perftest runs ucx_perftest's GET bandwidth test on loopback and returns the client's
@@ -357,10 +367,10 @@ func perftest(size, iters, port int) (float64, error) {
 // 50%, average and overall, bandwidth average and overall, message rate average and
 // overall.
 func runPerftest(port int, args ...string) ([]string, error) {
-	bin, err := exec.LookPath("ucx_perftest")
-	if err != nil {
-		return nil, errors.New("ucx_perftest not found (Debian package ucx-utils; `make deps` installs it)")
+	if perftestErr != nil {
+		return nil, perftestErr
 	}
+	bin := perftestTool.Path
 	srv := exec.Command(bin, "-p", strconv.Itoa(port))
 	srv.Env = os.Environ()
 	if err := srv.Start(); err != nil {
@@ -368,6 +378,7 @@ func runPerftest(port int, args ...string) ([]string, error) {
 	}
 	defer func() { srv.Process.Kill(); srv.Wait() }()
 	var out []byte
+	var err error
 	for attempt := 0; attempt < 50; attempt++ {
 		cli := exec.Command(bin, append([]string{"127.0.0.1", "-p", strconv.Itoa(port)}, args...)...)
 		cli.Env = os.Environ()

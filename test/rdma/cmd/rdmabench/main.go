@@ -256,6 +256,11 @@ func runBench(quick bool, rssMiB int) error {
 	}
 
 	fmt.Printf("rendezvous RDMA path, UCX %s (linked), UCX_TLS=%s, %d alternating rounds\n", ucp.Version().String, os.Getenv("UCX_TLS"), nrounds)
+	if perftestTool, perftestErr = ucp.FindTool("ucx_perftest"); perftestErr == nil {
+		fmt.Printf("baseline: %s (UCX %s, the linked release)\n", perftestTool.Path, perftestTool.Version)
+	} else {
+		fmt.Printf("baseline: none: %v\n", perftestErr)
+	}
 	if len(same) > 0 {
 		fmt.Printf("engine defaults, exported to ucx_perftest too: %s\n", strings.Join(same, " "))
 	}
@@ -358,12 +363,22 @@ func spread(v []float64) string {
 	return fmt.Sprintf("%.0f [%.0f–%.0f]", median(s), s[0], s[len(s)-1])
 }
 
+// The ucx_perftest of the linked UCX (ucp.FindTool), found once at start.
+var (
+	perftestTool ucp.Tool
+	perftestErr  error
+)
+
 var finalLine = regexp.MustCompile(`^Final:\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)`)
 
 // perftest runs ucx_perftest -t ucp_get between a server and a client on loopback and returns the
 // client's overall bandwidth in MiB/s (perftest's "MB" are 2^20 bytes). Both inherit this
 // process's environment, the engine's UCX defaults included.
 func perftest(size, iters int) (float64, error) {
+	if perftestErr != nil {
+		return 0, perftestErr
+	}
+	bin := perftestTool.Path
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -372,11 +387,11 @@ func perftest(size, iters int) (float64, error) {
 	ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	srv := exec.CommandContext(ctx, "ucx_perftest", "-p", port)
+	srv := exec.CommandContext(ctx, bin, "-p", port)
 	var srvOut strings.Builder
 	srv.Stdout, srv.Stderr = &srvOut, &srvOut
 	if err := srv.Start(); err != nil {
-		return 0, fmt.Errorf("ucx_perftest (Debian package ucx-utils): %w", err)
+		return 0, fmt.Errorf("%s: %w", bin, err)
 	}
 	defer srv.Wait()
 	defer srv.Process.Kill()
@@ -384,7 +399,7 @@ func perftest(size, iters int) (float64, error) {
 	args := []string{"127.0.0.1", "-p", port, "-t", "ucp_get", "-s", strconv.Itoa(size), "-n", strconv.Itoa(iters)}
 	var out []byte
 	for attempt := 0; ; attempt++ {
-		out, err = exec.CommandContext(ctx, "ucx_perftest", args...).CombinedOutput()
+		out, err = exec.CommandContext(ctx, bin, args...).CombinedOutput()
 		if err == nil || attempt == 50 || ctx.Err() != nil {
 			break
 		}
