@@ -10,6 +10,8 @@
 #   make test-static-other  the same against the other release: Debian's 1.13.1 when make test
 #                         took 1.22 (and the reverse when a 1.22 source is there), not in make test
 #   make test-ctor-order  the mlx5 memory domains are tried before the verbs one, in the static link
+#   make bench-static     the RDMA-path and engine benchmarks linked against the static UCX, beside
+#                         that build's own ucx_perftest (prints ratios, asserts nothing)
 #
 # The recipe reads its variables from the environment or the make command line: UCX_TARBALL,
 # UCX_DIR, UCX_EXTRA_CONFIGURE, VELO_UCX_IGNORE_MISSING_HEADERS, CC, CC_<target>, GOARCH, CFLAGS,
@@ -18,7 +20,7 @@ UCX_STATIC_RECIPE := third_party/ucx/ucx-static.sh
 # Which of the ucx module's tests test-static runs against the static UCX (a go test -run pattern).
 UCX_STATIC_UCX_TESTS ?= .
 
-.PHONY: ucx-static test-static test-static-other test-ctor-order
+.PHONY: ucx-static test-static test-static-other test-ctor-order bench-static
 TEST_TARGETS += test-static
 
 # The go command does not look inside an archive named in #cgo LDFLAGS, so a rebuilt or switched
@@ -48,6 +50,8 @@ test-ctor-order: deps
 	@echo "test-ctor-order: skipped: UCX_DIR=$(UCX_DIR) selects a preinstalled UCX; the check is about the static link (unset UCX_DIR)"
 test-static-other: deps
 	@echo "test-static-other: skipped: UCX_DIR=$(UCX_DIR) selects a preinstalled UCX"
+bench-static: deps
+	@echo "bench-static: skipped: UCX_DIR=$(UCX_DIR) selects a preinstalled UCX; make bench-rendezvous-rdma benchmarks it"
 else
 test-static: ucx-static
 	@echo "test-static: UCX $$(readlink third_party/ucx/build | sed 's/^build-//') (static)"
@@ -65,4 +69,8 @@ test-static-other: deps
 
 test-ctor-order: ucx-static
 	cd test && $(UCX_STATIC_GO) GOEXPERIMENT=cgocheck2 $(GOTEST) -tags ucx_static -run 'TestCtorOrder' -v ./ucxstatic/
+
+bench-static: ucx-static
+	cd test && $(UCX_STATIC_GO) $(RDMA_TEST_ENV) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run -tags ucx_static ./rdma/cmd/rdmabench
+	cd ucx && $(UCX_STATIC_GO) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run -tags ucx_static ./internal/benchrma
 endif
