@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/velo-go/velo/velo/auth"
 	"github.com/velo-go/velo/velo/messenger"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/rendezvous"
@@ -244,6 +245,9 @@ type Velo struct {
 	stopDiscovery context.CancelFunc
 	discoveryDone chan struct{}
 
+	authMode auth.Mode // the strictest among its transports
+	auth     authTable // peers the control plane authenticated
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -287,12 +291,22 @@ func New(ctx context.Context, opts ...Option) (*Velo, error) {
 	}
 	v.m = m
 	if len(o.transports) == 0 {
-		t, err := tcp.New(tcp.Config{})
+		creds, err := auth.FromEnv()
+		if err != nil {
+			return nil, fmt.Errorf("velo: default TCP transport: %w", err)
+		}
+		t, err := tcp.New(tcp.Config{Auth: creds})
 		if err != nil {
 			return nil, fmt.Errorf("velo: default TCP transport: %w", err)
 		}
 		o.transports = []transport.Transport{t}
 	}
+	if err := registerTransportMetrics(reg, o.transports); err != nil {
+		return nil, err
+	}
+	v.transports = o.transports // for authModeOf; the list is rebuilt as each one starts
+	v.authMode = v.authModeOf()
+	v.transports = nil
 	o.metricsReg = reg
 	if v.rdma, err = v.newRegistry(&o); err != nil {
 		return nil, err
@@ -302,6 +316,9 @@ func New(ctx context.Context, opts ...Option) (*Velo, error) {
 		ChunkSize: o.chunk, LeaseTTL: o.leaseTTL, StageTTL: o.stageTTL, PullWindow: o.window, MaxGetSize: o.maxGet}
 	if v.rdma != nil {
 		rc.Server, rc.Client, rc.Pool = v.rdma, v.rdma, v.rdma
+	}
+	if v.authMode != auth.ModeNone {
+		rc.Authorize = v.authorize
 	}
 	v.rv = rendezvous.New(rc)
 	v.msgr.SetStager(v.rv.Stager())

@@ -92,9 +92,12 @@ const (
 	// DiscoveryEventsTotal: membership events by kind; DiscoveryErrorsTotal: failed publishes and
 	// watches; DiscoveryUp: 1 while the backend reaches its store; DiscoveryRegistrationSeconds:
 	// from a member's start to its registration here.
-	DiscoveryEventsTotal         = "velo_discovery_events_total"
-	DiscoveryErrorsTotal         = "velo_discovery_errors_total"
-	DiscoveryUp                  = "velo_discovery_up"
+	DiscoveryEventsTotal = "velo_discovery_events_total"
+	DiscoveryErrorsTotal = "velo_discovery_errors_total"
+	DiscoveryUp          = "velo_discovery_up"
+	// AuthRefusalsTotal counts requests this instance refused because the peer was not
+	// authenticated on its control plane (label op: acquire).
+	AuthRefusalsTotal            = "velo_auth_refusals_total"
 	DiscoveryRegistrationSeconds = "velo_discovery_registration_delay_seconds"
 )
 
@@ -149,6 +152,7 @@ type Metrics struct {
 	discoveryEvents  *prometheus.CounterVec
 	registrationTime prometheus.Histogram
 	discovery        *discoveryCollector
+	authRefusals     *prometheus.CounterVec
 }
 
 // DiscoveryStatus is what the discovery series read from the backend at each scrape.
@@ -223,6 +227,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			errs: prometheus.NewDesc(DiscoveryErrorsTotal, "Failed publishes (heartbeats, lease renewals) and watches (reads of the membership) of the discovery backend.", []string{"op"}, nil),
 			up:   prometheus.NewDesc(DiscoveryUp, "1 while the discovery backend reaches its store, 0 while it cannot (the members known stay registered).", nil, nil),
 		},
+		authRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: AuthRefusalsTotal,
+			Help: "Requests refused because the peer is not authenticated on this instance's control plane, by operation."}, []string{"op"}),
 		peers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: PeersGauge,
 			Help: "Peers this instance knows, by transport that took their address and state (up, draining: it said it is shutting down, down: a transport lost it)."}, []string{"transport", "state"}),
 	}
@@ -248,12 +254,13 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	for _, k := range DiscoveryEventKinds {
 		m.discoveryEvents.WithLabelValues(k)
 	}
+	m.authRefusals.WithLabelValues("acquire")
 	m.staged.WithLabelValues("sent")
 	m.staged.WithLabelValues("received")
 	m.staged.WithLabelValues("unstaged")
 	for _, c := range []prometheus.Collector{m.rdmaPath, m.bytes, m.ActiveSlots, m.StagedBytes, m.ActiveLeases,
 		m.leasesReaped, m.sent, m.received, m.errs, m.staged, m.handlerRequests, m.handlerSeconds, m.handlerBytes,
-		m.InboxMessages, m.InboxBytes, m.peers, m.discoveryEvents, m.registrationTime, m.discovery} {
+		m.InboxMessages, m.InboxBytes, m.peers, m.discoveryEvents, m.registrationTime, m.discovery, m.authRefusals} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("%w: %v (instances that share a registry each need prometheus.WrapRegistererWith with their own label value)", ErrRegister, err)
 		}
@@ -269,6 +276,9 @@ func (m *Metrics) CountPath(p Path, r Reason) {
 	}
 	m.rdmaPath.WithLabelValues(string(p), string(r)).Inc()
 }
+
+// CountAuthRefusal counts an acquire refused to an unauthenticated peer.
+func (m *Metrics) CountAuthRefusal() { m.authRefusals.WithLabelValues("acquire").Inc() }
 
 // AddBytes counts payload bytes; direction is "sent" or "received", path one of BytePaths.
 func (m *Metrics) AddBytes(direction, path string, n int) {

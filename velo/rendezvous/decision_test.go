@@ -51,13 +51,23 @@ func (n *node) Claimed(f transport.InstanceID, p []byte, err error)  { n.msgr.Cl
 
 func newNode(t *testing.T, srv rendezvous.RDMAServer, cli rendezvous.RDMAClient) *node {
 	t.Helper()
+	return newNodeWith(t, srv, cli, nil)
+}
+
+// newNodeWith is newNode with a change to the rendezvous configuration.
+func newNodeWith(t *testing.T, srv rendezvous.RDMAServer, cli rendezvous.RDMAClient, mod func(*rendezvous.Config)) *node {
+	t.Helper()
 	n := &node{id: transport.InstanceID(rand.Uint64() | 1), reg: prometheus.NewRegistry()}
 	m, err := metrics.New(n.reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n.msgr = messenger.New(messenger.Config{Metrics: m, Logger: n.Logger()})
-	n.rv = rendezvous.New(rendezvous.Config{Self: n.id, Messenger: n.msgr, Metrics: m, Logger: n.Logger(), Server: srv, Client: cli})
+	rc := rendezvous.Config{Self: n.id, Messenger: n.msgr, Metrics: m, Logger: n.Logger(), Server: srv, Client: cli}
+	if mod != nil {
+		mod(&rc)
+	}
+	n.rv = rendezvous.New(rc)
 	if n.tr, err = tcp.New(tcp.Config{}); err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,9 @@ var (
 	// ErrTooLarge: the payload is larger than this build can stage or move, or a handle claims
 	// more bytes than this instance's MaxGetSize lets Get allocate.
 	ErrTooLarge = errors.New("payload too large")
+	// ErrUnauthenticated: the owner requires authenticated peers (credentials configured on its
+	// control plane) and the requester is not one; no lease or remote key was granted.
+	ErrUnauthenticated = errors.New("peer not authenticated")
 )
 
 // Error kinds: the names these sentinels travel under in a remote error.
@@ -40,6 +43,7 @@ const (
 	kindProtocol  = "rendezvous.protocol"
 	kindClosed    = "rendezvous.closed"
 	kindTooLarge  = "rendezvous.too_large"
+	kindUnauth    = "rendezvous.unauthenticated"
 )
 
 var kindSentinels = map[string]error{
@@ -50,6 +54,7 @@ var kindSentinels = map[string]error{
 	kindProtocol:  ErrProtocol,
 	kindClosed:    ErrClosed,
 	kindTooLarge:  ErrTooLarge,
+	kindUnauth:    ErrUnauthenticated,
 }
 
 // ownerErr tags an owner-side error with the kind its sentinel travels under.
@@ -65,9 +70,10 @@ func ownerErr(err error) error {
 // fixes say, for the sentinels a caller can do something about, what to do; the owner's text says
 // what happened.
 var fixes = map[error]string{
-	ErrReleased:  "a handle is staged with one reference and Get then Release spends it: Ref it once per further Get, or end the lease with Detach to fetch again",
-	ErrBadLease:  "the owner ended the lease: its TTL passed (WithLeaseTTL), the payload was released, or the owner restarted; Get the handle again",
-	ErrBadHandle: "the handle was not issued by this owner, or was damaged on its way; handles are only valid as the owner's MarshalText or MarshalBinary wrote them",
+	ErrReleased:        "a handle is staged with one reference and Get then Release spends it: Ref it once per further Get, or end the lease with Detach to fetch again",
+	ErrBadLease:        "the owner ended the lease: its TTL passed (WithLeaseTTL), the payload was released, or the owner restarted; Get the handle again",
+	ErrBadHandle:       "the handle was not issued by this owner, or was damaged on its way; handles are only valid as the owner's MarshalText or MarshalBinary wrote them",
+	ErrUnauthenticated: "configure this instance with the owner's cluster secret or a certificate of its cluster CA (docs/security.md)",
 }
 
 // publicOps names the protocol steps as the caller knows them: the owner's answer to an acquire

@@ -68,6 +68,12 @@ func (r *Rendezvous) onAcquire(ctx context.Context, from transport.InstanceID, p
 		return nil, nil, ownerErr(fmt.Errorf("%w: %w", ErrProtocol, err))
 	}
 	h := fromWire(req.Handle)
+	if r.cfg.Authorize != nil {
+		if err := r.cfg.Authorize(from); err != nil {
+			r.m.CountAuthRefusal()
+			return nil, nil, ownerErr(fmt.Errorf("%w: %v", ErrUnauthenticated, err))
+		}
+	}
 	sl, err := r.store.newLease(h, from)
 	if err != nil {
 		return nil, nil, ownerErr(err)

@@ -93,6 +93,10 @@ type Config struct {
 	// Pool is the pinned memory StagePinned and the transparent stager copy payloads into; nil
 	// stages everything in plain memory.
 	Pool PinnedPool
+	// Authorize, when set, decides whether a peer may acquire a lease (and so receive a remote
+	// key): an error refuses the acquire before any lease exists. The runtime sets it when its
+	// control plane authenticates peers; the handle's nonce remains the second check.
+	Authorize func(peer transport.InstanceID) error
 }
 
 // Rendezvous is one instance's owner and consumer sides.

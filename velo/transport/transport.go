@@ -60,6 +60,24 @@ type Host interface {
 	Logger() *slog.Logger
 }
 
+// AuthObserver is an optional extension of Host. A transport that authenticates its peers (the TCP
+// transport with credentials) calls PeerAuthenticated for each peer a handshake authenticated,
+// before any frame of that connection is delivered; identity is what the credentials name (a
+// certificate's common name), or "".
+type AuthObserver interface {
+	PeerAuthenticated(peer InstanceID, incarnation uint64, identity string)
+}
+
+// AuthGate is an optional extension of Host for transports that cannot authenticate peers
+// themselves (UCX). When AuthRequired, such a transport accepts frames only from a peer
+// incarnation that is Authenticated, and calls Authenticate (which has the control plane connect
+// and run its handshake) before it opens an endpoint to a peer.
+type AuthGate interface {
+	AuthRequired() bool
+	Authenticated(peer InstanceID, incarnation uint64) bool
+	Authenticate(ctx context.Context, peer InstanceID) error
+}
+
 // Claimer is an optional extension of Host for transports that read frames off a byte stream
 // (TCP). It exists so that a large frame whose destination is already known — a rendezvous chunk
 // answering a pull, whose bytes belong in the caller's GetInto buffer — is read from the socket

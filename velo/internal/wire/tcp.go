@@ -11,14 +11,23 @@ import (
 var HelloMagic = [4]byte{'V', 'E', 'L', 'O'}
 
 // HelloVersion is the TCP transport's wire version. A peer that speaks another one is refused
-// during the hello with an error naming both versions.
-const HelloVersion = 1
+// during the hello with an error naming both versions. Version 2 added the authentication mode
+// and the nonce.
+const HelloVersion = 2
+
+// HelloNonceLen is the length of the hello's nonce, fresh random bytes per connection: the
+// challenge the other side's proof must cover, so a recorded proof never answers a new hello.
+const HelloNonceLen = 16
 
 // Hello is the first thing each side of a TCP connection writes. It names the sender so that a
 // connection opened by either side can carry frames both ways, and carries the sender's own
 // listening address so that the accepting side can reconnect after a loss.
 type Hello struct {
-	Version     uint8
+	Version uint8
+	// Auth is the sender's authentication mode (auth.Mode: 0 none, 1 cluster secret, 2 mutual
+	// TLS); two sides that differ refuse each other.
+	Auth        uint8
+	Nonce       [HelloNonceLen]byte
 	ID          uint64
 	Incarnation uint64
 	// MaxFrame is the largest frame the sender will read; the other side never sends more.
@@ -27,24 +36,29 @@ type Hello struct {
 	Addr []byte
 }
 
+// HelloFixedLen is the length of a hello up to and including the address length field; the
+// reader reads this much, then the address.
+const HelloFixedLen = 4 + 1 + 1 + HelloNonceLen + 8 + 8 + 4 + 2
+
 // HelloMaxSize bounds a hello on the wire; a reader never reads more than this before it knows the
 // peer.
-const HelloMaxSize = 4 + 1 + 8 + 8 + 4 + 2 + TCPAddrMaxLen + 2
+const HelloMaxSize = HelloFixedLen + TCPAddrMaxLen
+
+// HelloAuthMax is the largest authentication mode a hello may name.
+const HelloAuthMax = 2
 
 // AppendHello appends h's encoding (including the magic) to b.
 func AppendHello(b []byte, h Hello) ([]byte, error) {
 	w := writer{b: append(b, HelloMagic[:]...)}
 	w.u8(h.Version)
+	w.u8(h.Auth)
+	w.b = append(w.b, h.Nonce[:]...)
 	w.u64(h.ID)
 	w.u64(h.Incarnation)
 	w.u32(h.MaxFrame)
 	w.bytes16("hello address", h.Addr)
 	return w.b, w.err
 }
-
-// HelloFixedLen is the length of a hello up to and including the address length field; the
-// reader reads this much, then the address.
-const HelloFixedLen = 4 + 1 + 8 + 8 + 4 + 2
 
 // DecodeHello decodes one complete hello. It refuses a wrong magic or version.
 func DecodeHello(b []byte) (Hello, error) {
@@ -59,6 +73,8 @@ func DecodeHello(b []byte) (Hello, error) {
 		return Hello{}, fmt.Errorf("%w: %w: tcp hello version %d, this build speaks %d: run the same velo release on both sides",
 			ErrMalformed, ErrVersion, h.Version, HelloVersion)
 	}
+	h.Auth = r.u8("authentication mode")
+	copy(h.Nonce[:], r.take(HelloNonceLen, "nonce"))
 	h.ID = r.u64("instance id")
 	h.Incarnation = r.u64("incarnation")
 	h.MaxFrame = r.u32("max frame")
@@ -69,11 +85,19 @@ func DecodeHello(b []byte) (Hello, error) {
 	if h.ID == 0 {
 		return Hello{}, fmt.Errorf("%w: tcp hello: instance id 0 is reserved", ErrMalformed)
 	}
+	if h.Auth > HelloAuthMax {
+		return Hello{}, fmt.Errorf("%w: tcp hello: unknown authentication mode %d", ErrMalformed, h.Auth)
+	}
 	if len(h.Addr) > TCPAddrMaxLen {
 		return Hello{}, fmt.Errorf("%w: tcp hello: address of %d bytes (limit %d)", ErrMalformed, len(h.Addr), TCPAddrMaxLen)
 	}
 	return h, nil
 }
+
+// AuthAccepted is the byte an acceptor writes after it verified the dialer's proof (cluster-secret
+// mode): the dialer sends frames only after it, so a refused dialer learns it at once instead of
+// at its first lost frame.
+const AuthAccepted = 0xA5
 
 // TCPAddrVersion is the version byte of the TCP transport's address blob.
 const TCPAddrVersion = 1

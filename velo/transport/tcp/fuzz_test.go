@@ -24,7 +24,7 @@ func FuzzReadHello(f *testing.F) {
 	f.Add(append(append([]byte(nil), good[:wire.HelloFixedLen-2]...), 0xff, 0xff))
 	f.Add([]byte("SSH-2.0-OpenSSH_9.2\r\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		h, err := readHello(bufio.NewReader(bytes.NewReader(b)))
+		h, _, err := readHello(bufio.NewReader(bytes.NewReader(b)))
 		if err != nil {
 			if !errors.Is(err, wire.ErrMalformed) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 				t.Fatalf("unexpected error kind: %v", err)

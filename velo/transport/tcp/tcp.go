@@ -33,7 +33,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
+
 	"log/slog"
 	"net"
 	"strconv"
@@ -41,6 +41,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/velo-go/velo/velo/auth"
 	"github.com/velo-go/velo/velo/internal/wire"
 	"github.com/velo-go/velo/velo/transport"
 )
@@ -76,6 +77,10 @@ type Config struct {
 	// IOTimeout bounds one frame write, and reading the rest of a frame once its length arrived
 	// (default 60 s). A peer that stalls longer loses its connection.
 	IOTimeout time.Duration
+	// Auth selects how peers are authenticated: a cluster secret or mutual TLS (package auth;
+	// auth.FromEnv reads them from the environment). The zero value authenticates nobody, and
+	// Start says so in a warning.
+	Auth auth.Config
 }
 
 // Transport is a TCP transport. Create it with New and hand it to velo.WithTransport.
@@ -98,6 +103,11 @@ type Transport struct {
 
 	closing atomic.Bool // set by Close before it closes connections: none may be left unread
 	vacant  vacancyWatch
+
+	mode     auth.Mode
+	am       *authMetrics
+	logLimit auth.LogLimiter
+	authObs  transport.AuthObserver // the runtime, told of each peer the handshake authenticated
 }
 
 type peer struct {
@@ -154,6 +164,9 @@ func New(cfg Config) (*Transport, error) {
 	if cfg.IOTimeout <= 0 {
 		cfg.IOTimeout = DefaultIOTimeout
 	}
+	if err := cfg.Auth.Validate(); err != nil {
+		return nil, fmt.Errorf("tcp: %w", err)
+	}
 	ln := cfg.Listener
 	if ln == nil {
 		addr := cfg.ListenAddress
@@ -165,7 +178,8 @@ func New(cfg Config) (*Transport, error) {
 			return nil, fmt.Errorf("tcp: listen on %s: %w", addr, err)
 		}
 	}
-	t := &Transport{cfg: cfg, ln: ln, peers: map[transport.InstanceID]*peer{}, pending: map[net.Conn]struct{}{}, log: slog.Default()}
+	t := &Transport{cfg: cfg, ln: ln, peers: map[transport.InstanceID]*peer{}, pending: map[net.Conn]struct{}{}, log: slog.Default(),
+		mode: cfg.Auth.Mode(), am: newAuthMetrics(), logLimit: auth.LogLimiter{Interval: failureLogInterval}}
 	t.vacant.look = vacancyLook
 	adv, warn, err := advertiseAddr(cfg.Advertise, ln.Addr())
 	if err == nil {
@@ -230,6 +244,13 @@ func (t *Transport) Start(h transport.Host) error {
 	t.inline, _ = h.(transport.InlineHost)
 	if l := h.Logger(); l != nil {
 		t.log = l.With("transport", Name)
+	}
+	t.authObs, _ = h.(transport.AuthObserver)
+	if t.mode == auth.ModeNone {
+		t.log.Warn("tcp: WARNING: the control plane is unauthenticated: any process that reaches " + t.ln.Addr().String() +
+			" can call every handler and read staged payloads; configure a cluster secret or mutual TLS (docs/security.md)")
+	} else {
+		t.log.Info("tcp: peers are authenticated", "with", t.cfg.Auth.String())
 	}
 	t.wg.Add(1)
 	go t.acceptLoop()
@@ -382,22 +403,20 @@ func (t *Transport) dial(ctx context.Context, id transport.InstanceID, addr stri
 	if dl, ok := dctx.Deadline(); ok {
 		nc.SetDeadline(dl)
 	}
-	br := bufio.NewReaderSize(nc, readBufferSize)
-	if err := t.writeHello(nc); err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("tcp: hello to %016x at %s: %w: %v", uint64(id), addr, transport.ErrPeerUnreachable, err)
-	}
-	h, err := readHello(br)
+	nc, br, pa, err := t.handshakeDial(nc)
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("tcp: hello from %016x at %s: %w: %w", uint64(id), addr, transport.ErrPeerUnreachable, err)
+		t.refused("outbound", nc.RemoteAddr(), err)
+		return nil, fmt.Errorf("tcp: hello with %016x at %s: %w: %w", uint64(id), addr, transport.ErrPeerUnreachable, err)
 	}
+	h := pa.hello
 	if transport.InstanceID(h.ID) != id || (inc != 0 && h.Incarnation != inc) {
 		nc.Close()
 		return nil, fmt.Errorf("tcp: %s answers as instance %016x incarnation %d, not %016x incarnation %d: %w: the peer restarted; register its new PeerInfo",
 			addr, h.ID, h.Incarnation, uint64(id), inc, transport.ErrPeerUnreachable)
 	}
 	nc.SetDeadline(time.Time{})
+	t.authenticated(pa)
 	c, err := t.adopt(nc, br, h)
 	if err != nil {
 		nc.Close()
@@ -406,36 +425,12 @@ func (t *Transport) dial(ctx context.Context, id transport.InstanceID, addr stri
 	return c, nil
 }
 
-func (t *Transport) writeHello(w io.Writer) error {
-	b, err := wire.AppendHello(nil, wire.Hello{
-		Version: wire.HelloVersion, ID: uint64(t.host.LocalID()), Incarnation: t.host.Incarnation(),
-		MaxFrame: uint32(t.cfg.MaxFrameSize), Addr: t.blob,
-	})
-	if err != nil {
-		return err
+// authenticated tells the runtime that the handshake authenticated the peer (with credentials
+// configured), before any of its frames is delivered.
+func (t *Transport) authenticated(pa peerAuth) {
+	if t.mode != auth.ModeNone && t.authObs != nil {
+		t.authObs.PeerAuthenticated(transport.InstanceID(pa.hello.ID), pa.hello.Incarnation, pa.identity)
 	}
-	_, err = w.Write(b)
-	return err
-}
-
-// readHello reads exactly one hello: the fixed part, then the address it announces.
-func readHello(br *bufio.Reader) (wire.Hello, error) {
-	fixed := make([]byte, wire.HelloFixedLen, wire.HelloMaxSize)
-	if _, err := io.ReadFull(br, fixed); err != nil {
-		return wire.Hello{}, fmt.Errorf("reading hello: %w", err)
-	}
-	if string(fixed[:4]) != string(wire.HelloMagic[:]) {
-		return wire.DecodeHello(fixed) // reports the bad magic
-	}
-	n := int(binary.BigEndian.Uint16(fixed[wire.HelloFixedLen-2:]))
-	if n > wire.TCPAddrMaxLen {
-		return wire.Hello{}, fmt.Errorf("%w: tcp hello announces a %d-byte address (limit %d)", wire.ErrMalformed, n, wire.TCPAddrMaxLen)
-	}
-	b := fixed[:wire.HelloFixedLen+n]
-	if _, err := io.ReadFull(br, b[wire.HelloFixedLen:]); err != nil {
-		return wire.Hello{}, fmt.Errorf("reading hello address: %w", err)
-	}
-	return wire.DecodeHello(b)
 }
 
 // adopt registers a connection whose hello succeeded and starts its reader.
@@ -506,6 +501,12 @@ func (t *Transport) handshakeInbound(nc net.Conn) {
 		nc.Close()
 		return
 	}
+	if len(t.pending) >= maxPendingHandshakes {
+		t.mu.Unlock()
+		nc.Close()
+		t.refused("inbound", nc.RemoteAddr(), failed(reasonBusy, "tcp: %d handshakes already in progress", maxPendingHandshakes))
+		return
+	}
 	t.pending[nc] = struct{}{}
 	t.mu.Unlock()
 	defer func() {
@@ -514,25 +515,15 @@ func (t *Transport) handshakeInbound(nc net.Conn) {
 		t.mu.Unlock()
 	}()
 	nc.SetDeadline(time.Now().Add(t.cfg.DialTimeout))
-	br := bufio.NewReaderSize(nc, readBufferSize)
-	h, err := readHello(br)
-	if err == nil && transport.InstanceID(h.ID) == t.host.LocalID() {
-		err = errors.New("the peer claims this instance's own id")
-	}
+	conn, err := t.handshakeAccept(nc, func(sc net.Conn, br *bufio.Reader, pa peerAuth) error {
+		sc.SetDeadline(time.Time{})
+		t.authenticated(pa)
+		_, err := t.adopt(sc, br, pa.hello)
+		return err
+	})
 	if err != nil {
-		t.log.Warn("tcp: refusing inbound connection", "remote", nc.RemoteAddr(), "err", err)
-		nc.Close()
-		return
-	}
-	if err := t.writeHello(nc); err != nil {
-		t.log.Debug("tcp: hello reply failed", "remote", nc.RemoteAddr(), "err", err)
-		nc.Close()
-		return
-	}
-	nc.SetDeadline(time.Time{})
-	if _, err := t.adopt(nc, br, h); err != nil {
-		t.log.Warn("tcp: refusing inbound connection", "remote", nc.RemoteAddr(), "err", err)
-		nc.Close()
+		conn.Close()
+		t.refused("inbound", nc.RemoteAddr(), err)
 	}
 }
 
@@ -645,6 +636,16 @@ func (t *Transport) Close() error {
 	return err
 }
 
+// AuthMode is how this transport authenticates its peers.
+func (t *Transport) AuthMode() auth.Mode { return t.mode }
+
+// Connect opens (or reuses) the connection to a registered peer, running the handshake; the
+// runtime uses it to authenticate a peer before another transport talks to it.
+func (t *Transport) Connect(ctx context.Context, id transport.InstanceID) error {
+	_, err := t.connFor(ctx, id)
+	return err
+}
+
 // Describe lists the transport's settings for velo's introspection page.
 func (t *Transport) Describe() map[string]string {
 	t.mu.Lock()
@@ -654,6 +655,7 @@ func (t *Transport) Describe() map[string]string {
 		"listen":    t.ln.Addr().String(),
 		"advertise": t.advertise,
 		"max_frame": strconv.Itoa(t.MaxFrameSize()),
+		"auth":      t.cfg.Auth.String(),
 		"peers":     strconv.Itoa(n),
 	}
 }

@@ -172,7 +172,10 @@ func TestBadHellosAreRefused(t *testing.T) {
 	for name, payload := range map[string][]byte{
 		"http":      []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
 		"version 9": func() []byte { b, _ := wire.AppendHello(nil, wire.Hello{Version: 9, ID: 1}); return b }(),
-		"own id":    func() []byte { b, _ := wire.AppendHello(nil, wire.Hello{Version: 1, ID: uint64(ha.id)}); return b }(),
+		"own id": func() []byte {
+			b, _ := wire.AppendHello(nil, wire.Hello{Version: wire.HelloVersion, ID: uint64(ha.id)})
+			return b
+		}(),
 	} {
 		t.Run(name, func(t *testing.T) {
 			nc, err := net.Dial("tcp", a.Advertised())

@@ -111,6 +111,13 @@ func (t *Transport) openLocked(ctx context.Context, p *peer, slot uint32) (*outC
 	if closed {
 		return nil, fmt.Errorf("ucx: %w", transport.ErrClosed)
 	}
+	if t.gate != nil {
+		// The peer's frames to us are accepted only once the control plane authenticated it; ours
+		// to it likewise, so the control plane's handshake runs first.
+		if err := t.gate.Authenticate(ctx, p.id); err != nil {
+			return nil, fmt.Errorf("ucx: connect to %016x: %w", uint64(p.id), err)
+		}
+	}
 	oc := &outConn{p: p, epoch: slot}
 	c, err := t.eng.Connect(ctx, worker, ucp.ConnectOptions{
 		ErrorMode: ucp.ErrorModePeer,

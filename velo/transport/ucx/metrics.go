@@ -26,8 +26,10 @@ var (
 	frameDirections = []string{"sent", "received"}
 	// dropReasons: malformed (undecodable header or hello), unknown_sender (no hello and not
 	// registered, or another incarnation), too_large (above EagerMax), stale (an epoch already
-	// given up on), rejected_blob (a hello whose address blob is unusable).
-	dropReasons = []string{"malformed", "unknown_sender", "too_large", "stale", "rejected_blob"}
+	// given up on), rejected_blob (a hello whose address blob is unusable), unauthenticated (the
+	// runtime requires authenticated peers and the control plane has not authenticated the
+	// sender's incarnation).
+	dropReasons = []string{"malformed", "unknown_sender", "too_large", "stale", "rejected_blob", "unauthenticated"}
 	// endpointEvents: opened, reaped (this side's idle reaper retired it), retired_by_peer (the
 	// peer's fin), failed (UCX reported the endpoint dead), removed (RemovePeer), closed (this
 	// side's Close said goodbye on it), forced (closed with force by ForceClosePeer).

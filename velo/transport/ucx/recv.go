@@ -22,6 +22,14 @@ func (t *Transport) onAM(m ucp.AMMessage) {
 		t.log.Warn("ucx: dropping a malformed frame", "err", err)
 		return
 	}
+	if t.gate != nil && !t.gate.Authenticated(h.Sender, h.Incarnation) {
+		t.m.dropped.WithLabelValues("unauthenticated").Inc()
+		if ok, n := t.gateLogs.Allow(fmt.Sprintf("%016x", uint64(h.Sender)), time.Now()); ok {
+			t.log.Warn("ucx: dropping frames from a peer the control plane has not authenticated",
+				"peer", fmt.Sprintf("%016x", uint64(h.Sender)), "kind", h.Kind, "suppressed_since_last", n)
+		}
+		return
+	}
 	f := inFrame{kind: h.Kind, epoch: h.Epoch, seq: h.Seq}
 	var p *peer
 	switch h.Kind {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	ucp "github.com/velo-go/velo/ucx"
+	"github.com/velo-go/velo/velo/auth"
 	"github.com/velo-go/velo/velo/transport"
 )
 
@@ -31,9 +32,13 @@ type Transport struct {
 	timings timings
 
 	host transport.Host
-	self transport.InstanceID
-	inc  uint64
-	blob []byte
+	// gate is the runtime's authentication, when it requires authenticated peers: frames come
+	// only from authenticated incarnations, endpoints open only to authenticated peers.
+	gate     transport.AuthGate
+	gateLogs auth.LogLimiter
+	self     transport.InstanceID
+	inc      uint64
+	blob     []byte
 
 	mu      sync.Mutex // guards the fields below and every peer's addr, added, learned
 	peers   map[transport.InstanceID]*peer
@@ -214,6 +219,10 @@ func (t *Transport) Start(h transport.Host) error {
 		t.follow.follow(h.Logger().Handler())
 	}
 	t.host, t.self, t.inc = h, h.LocalID(), h.Incarnation()
+	if g, ok := h.(transport.AuthGate); ok && g.AuthRequired() {
+		t.gate = g
+		t.gateLogs.Interval = 10 * time.Second
+	}
 	t.blob = appendBlob(nil, peerBlob{RMA: true, MaxFrame: t.cfg.EagerMax, Incarnation: t.inc, Worker: t.worker})
 	if err := t.eng.HandleAM(amID, t.onAM); err != nil {
 		return fmt.Errorf("ucx: installing the frame handler: %w", err)

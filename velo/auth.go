@@ -1,0 +1,140 @@
+package velo
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/velo-go/velo/velo/auth"
+	"github.com/velo-go/velo/velo/transport"
+)
+
+// The runtime's side of authentication. The TCP transport authenticates each connection in its
+// handshake (velo/transport/tcp, package auth) and reports the peer here before any of its frames
+// arrives. With credentials configured:
+//
+//   - a lease, and so a remote key, is granted only to an authenticated peer (rendezvous
+//     Config.Authorize); the handle's nonce stays the second check;
+//   - the UCX transport accepts a peer's frames only once the control plane authenticated that
+//     peer's incarnation, and before it opens an endpoint to a peer it has the control plane
+//     authenticate it first (transport.AuthGate).
+//
+// An incarnation, once authenticated, stays authenticated until the peer restarts (a new
+// incarnation) or is removed: a control connection that drops and comes back does not make the
+// peer's UCX traffic or leases fail in between.
+
+// authMode is the strictest authentication among the instance's transports.
+func (v *Velo) authModeOf() auth.Mode {
+	m := auth.ModeNone
+	for _, t := range v.transports {
+		if a, ok := t.(interface{ AuthMode() auth.Mode }); ok && a.AuthMode() > m {
+			m = a.AuthMode()
+		}
+	}
+	return m
+}
+
+// authTable is the peers the control plane authenticated, by instance.
+type authTable struct {
+	mu    sync.Mutex
+	peers map[transport.InstanceID]authEntry
+}
+
+type authEntry struct {
+	incarnation uint64
+	identity    string
+}
+
+func (a *authTable) add(id transport.InstanceID, inc uint64, identity string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.peers == nil {
+		a.peers = map[transport.InstanceID]authEntry{}
+	}
+	a.peers[id] = authEntry{incarnation: inc, identity: identity}
+}
+
+func (a *authTable) remove(id transport.InstanceID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.peers, id)
+}
+
+// lookup reports whether the peer is authenticated; inc 0 matches any incarnation.
+func (a *authTable) lookup(id transport.InstanceID, inc uint64) (authEntry, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e, ok := a.peers[id]
+	if !ok || (inc != 0 && e.incarnation != inc) {
+		return authEntry{}, false
+	}
+	return e, true
+}
+
+// authorize is rendezvous's Authorize when the control plane authenticates peers.
+func (v *Velo) authorize(peer transport.InstanceID) error {
+	if _, ok := v.auth.lookup(peer, 0); !ok {
+		return fmt.Errorf("instance %016x is not authenticated on this owner's control plane", uint64(peer))
+	}
+	return nil
+}
+
+// registerTransportMetrics registers the metric families of transports that have their own
+// (the TCP transport's handshake failures) on the instance's Registerer.
+func registerTransportMetrics(reg prometheus.Registerer, ts []transport.Transport) error {
+	for _, t := range ts {
+		c, ok := t.(interface{ TransportCollectors() []prometheus.Collector })
+		if !ok {
+			continue
+		}
+		// Each under its transport's name: an instance may run two transports of one kind (a
+		// second TCP transport under another name).
+		treg := prometheus.WrapRegistererWith(prometheus.Labels{"transport": t.Name()}, reg)
+		for _, col := range c.TransportCollectors() {
+			if err := treg.Register(col); err != nil {
+				return fmt.Errorf("velo: registering the %s transport's metrics: %w (instances that share a registry each need prometheus.WrapRegistererWith with their own label value)", t.Name(), err)
+			}
+		}
+	}
+	return nil
+}
+
+// PeerAuthenticated implements transport.AuthObserver.
+func (h *host) PeerAuthenticated(peer transport.InstanceID, incarnation uint64, identity string) {
+	h.v.auth.add(peer, incarnation, identity)
+	h.v.log.Debug("velo: peer authenticated", "peer", fmt.Sprintf("%016x", uint64(peer)), "identity", identity)
+}
+
+// AuthRequired implements transport.AuthGate.
+func (h *host) AuthRequired() bool { return h.v.authMode != auth.ModeNone }
+
+// Authenticated implements transport.AuthGate.
+func (h *host) Authenticated(peer transport.InstanceID, incarnation uint64) bool {
+	_, ok := h.v.auth.lookup(peer, incarnation)
+	return ok
+}
+
+// Authenticate implements transport.AuthGate: it has a transport that authenticates peers (TCP)
+// connect to peer, which runs the handshake.
+func (h *host) Authenticate(ctx context.Context, peer transport.InstanceID) error {
+	if _, ok := h.v.auth.lookup(peer, 0); ok {
+		return nil
+	}
+	for _, t := range h.v.transports {
+		c, ok := t.(interface {
+			AuthMode() auth.Mode
+			Connect(context.Context, transport.InstanceID) error
+		})
+		if ok && c.AuthMode() != auth.ModeNone {
+			if err := c.Connect(ctx, peer); err != nil {
+				return err
+			}
+			if _, ok := h.v.auth.lookup(peer, 0); ok {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("velo: %w: instance %016x is not authenticated on the control plane (its TCP address is unknown or its handshake failed)", ErrPeerUnreachable, uint64(peer))
+}
