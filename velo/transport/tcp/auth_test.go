@@ -131,7 +131,7 @@ func TestWrongOrMissingSecretIsRefused(t *testing.T) {
 		// The dialer checks the acceptor's proof first, fails it and hangs up; a hostile dialer
 		// that sends a proof anyway is counted bad_proof (TestReplayedAndReflectedProofsAreRefused).
 		{"wrong secret", auth.Config{Secrets: secrets(t, authtest.Secret("wrong"))}, reasonPeerRefused, "could not prove the cluster secret"},
-		{"no secret", auth.Config{}, reasonUnauthenticated, "requires secret"},
+		{"no secret", auth.Config{}, reasonUnauthenticated, "requires credentials this instance lacks"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := refusedDialer(t, Config{Auth: tc.cfg}, b, hb, tc.reason)

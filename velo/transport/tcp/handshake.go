@@ -174,6 +174,9 @@ func (t *Transport) handshakeDial(nc net.Conn) (net.Conn, *bufio.Reader, peerAut
 		return nc, nil, pa, tlsFailure(err)
 	}
 	theirs, raw, err := readHello(br)
+	if errors.Is(err, io.EOF) && t.mode == auth.ModeNone {
+		return nc, nil, pa, failed(reasonModeMismatch, "tcp: the peer closed the connection during the hello: it requires credentials this instance lacks (docs/security.md)")
+	}
 	if err != nil {
 		return nc, nil, pa, tlsFailure(err)
 	}
@@ -223,9 +226,12 @@ func (t *Transport) handshakeAccept(nc net.Conn, accepted func(net.Conn, *bufio.
 		return nc, failed(reasonOwnID, "the peer claims this instance's own id")
 	}
 	if err := t.checkMode(theirs); err != nil {
-		// Say our own hello, so the dialer learns why from the mode in it, then close.
-		if _, mine, herr := t.newHello(); herr == nil {
-			nc.Write(mine)
+		// Without credentials there is nothing to protect: say our hello, so the dialer learns
+		// why from the mode in it. With them, a peer that cannot authenticate gets nothing.
+		if t.mode == auth.ModeNone {
+			if _, mine, herr := t.newHello(); herr == nil {
+				nc.Write(mine)
+			}
 		}
 		return nc, err
 	}

@@ -48,6 +48,7 @@ import (
 	"github.com/velo-go/velo/velo/discovery"
 	"github.com/velo-go/velo/velo/discovery/etcd"
 	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/auth"
 	"github.com/velo-go/velo/velo/transport/tcp"
 	"github.com/velo-go/velo/velo/transport/ucx"
 )
@@ -75,7 +76,12 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
-	ctl, err := tcp.New(tcp.Config{Listener: ln})
+	// Credentials from the environment (VELO_CLUSTER_SECRET[_FILE], VELO_TLS_*), none without.
+	creds, err := auth.FromEnv()
+	if err != nil {
+		fatal(err)
+	}
+	ctl, err := tcp.New(tcp.Config{Listener: ln, Auth: creds})
 	if err != nil {
 		fatal(err)
 	}
@@ -267,6 +273,9 @@ func (n *node) run(cmd, arg string) {
 	case "health":
 		h := n.v.Health()
 		n.reply(map[string]any{"state": string(h.State), "reasons": h.Reasons})
+	case "metric":
+		// One metric family's series, as "label=value,..." → value (counters and gauges).
+		n.reply(map[string]any{"series": n.series(arg)})
 	case "events":
 		// The WatchPeers events since start, as "kind peer [previous]".
 		n.evMu.Lock()
@@ -312,6 +321,29 @@ func (n *node) paths() map[string]float64 {
 				}
 			}
 			out[path+"/"+reason] = m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+// series reads every series of the family name.
+func (n *node) series(name string) map[string]float64 {
+	out := map[string]float64{}
+	mfs, err := n.v.Metrics().Gather()
+	if err != nil {
+		return out
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			v := m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			out[strings.Join(labels, ",")] = v
 		}
 	}
 	return out
