@@ -13,11 +13,18 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
-	"testing"
 	"time"
 
 	"github.com/velo-go/velo/velo/auth"
 )
+
+// TB is what the helpers need of a test (testing.TB has it; a benchmark command can supply its
+// own).
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	TempDir() string
+}
 
 // CA is a cluster certificate authority.
 type CA struct {
@@ -30,7 +37,7 @@ type CA struct {
 }
 
 // NewCA creates a CA and writes its certificate under a temporary directory.
-func NewCA(t testing.TB, name string) *CA {
+func NewCA(t TB, name string) *CA {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -60,7 +67,7 @@ type Member struct {
 }
 
 // Issue signs a certificate for name valid from notBefore to notAfter and writes its files.
-func (ca *CA) Issue(t testing.TB, name string, notBefore, notAfter time.Time) Member {
+func (ca *CA) Issue(t TB, name string, notBefore, notAfter time.Time) Member {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -89,19 +96,19 @@ func (ca *CA) Issue(t testing.TB, name string, notBefore, notAfter time.Time) Me
 }
 
 // Valid issues a certificate valid now for a day.
-func (ca *CA) Valid(t testing.TB, name string) Member {
+func (ca *CA) Valid(t TB, name string) Member {
 	return ca.Issue(t, name, time.Now().Add(-time.Minute), time.Now().Add(24*time.Hour))
 }
 
 // Revoke adds m to the CA's revocation list and rewrites it; it returns the list's file.
-func (ca *CA) Revoke(t testing.TB, m Member) string {
+func (ca *CA) Revoke(t TB, m Member) string {
 	t.Helper()
 	ca.revoked = append(ca.revoked, x509.RevocationListEntry{SerialNumber: m.Serial, RevocationTime: time.Now()})
 	return ca.CRL(t)
 }
 
 // CRL writes the CA's current revocation list (possibly empty) and returns its file.
-func (ca *CA) CRL(t testing.TB) string {
+func (ca *CA) CRL(t TB) string {
 	t.Helper()
 	der, err := x509.CreateRevocationList(rand.Reader, &x509.RevocationList{
 		Number: big.NewInt(int64(len(ca.revoked) + 1)), ThisUpdate: time.Now(), NextUpdate: time.Now().Add(time.Hour),
@@ -121,7 +128,7 @@ func (ca *CA) Files(m Member, crl string) auth.TLSFiles {
 }
 
 // TLS loads m's credentials.
-func (ca *CA) TLS(t testing.TB, m Member, crl string) *auth.TLS {
+func (ca *CA) TLS(t TB, m Member, crl string) *auth.TLS {
 	t.Helper()
 	c, err := auth.NewTLS(ca.Files(m, crl))
 	if err != nil {
@@ -131,7 +138,7 @@ func (ca *CA) TLS(t testing.TB, m Member, crl string) *auth.TLS {
 }
 
 // SecretFile writes a secret file (mode 0600) holding the given lines and returns its path.
-func SecretFile(t testing.TB, lines ...string) string {
+func SecretFile(t TB, lines ...string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "cluster-secret")
 	WriteSecretFile(t, p, lines...)
@@ -139,7 +146,7 @@ func SecretFile(t testing.TB, lines ...string) string {
 }
 
 // WriteSecretFile (re)writes a secret file in place, as an operator's rotation does.
-func WriteSecretFile(t testing.TB, path string, lines ...string) {
+func WriteSecretFile(t TB, path string, lines ...string) {
 	t.Helper()
 	var b []byte
 	for _, l := range lines {
@@ -163,7 +170,7 @@ func Secret(label string) string {
 	return s
 }
 
-func writePEM(t testing.TB, path, typ string, der []byte) {
+func writePEM(t TB, path, typ string, der []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)

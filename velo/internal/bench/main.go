@@ -4,7 +4,9 @@
 //   - chunked-path Get bandwidth at 1, 8 and 64 MiB beside a raw Go TCP stream of the same bytes
 //     over loopback;
 //   - messenger request/response one-way latency (RTT/2) at 64 B and 1 KiB beside a raw TCP
-//     ping-pong of the same sizes.
+//     ping-pong of the same sizes;
+//   - the messenger round trip and the 64 MiB chunked Get with each authentication mode of the
+//     control plane (cluster secret, mutual TLS) beside the unauthenticated run (auth.go).
 //
 // As in a deployment, the two sides are separate processes: the bench runs itself again as a
 // server (owner, echo handler, raw stream source and raw echo) and measures from the parent.
@@ -39,6 +41,8 @@ import (
 
 var sizes = []int{1 << 20, 8 << 20, 64 << 20}
 
+var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+
 // serverInfo is what the server process prints on its first line.
 type serverInfo struct {
 	Peer    velo.PeerInfo
@@ -49,7 +53,7 @@ type serverInfo struct {
 
 func main() {
 	quick := flag.Bool("quick", false, "fewer iterations (a smoke run)")
-	only := flag.String("only", "", `run only "get" or "latency"`)
+	only := flag.String("only", "", `run only "get", "latency" or "auth"`)
 	serve := flag.Bool("serve", false, "run as the server process (internal)")
 	cpuprofile := flag.String("cpuprofile", "", "write CPU profiles of the client side to this file and of the server side to FILE.server")
 	memprofile := flag.String("memprofile", "", "write heap allocation profiles of the client side to this file and of the server side to FILE.server")
@@ -69,7 +73,7 @@ func main() {
 		return nil
 	})
 	flag.Parse()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	quiet := quietLog
 	ctx := context.Background()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -123,11 +127,14 @@ func main() {
 
 	fmt.Printf("velo bench: %s/%s, %d CPUs, GOMAXPROCS %d, %s; owner and consumer in separate processes\n",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
-	if *only != "latency" {
+	if *only == "" || *only == "get" {
 		getTable(ctx, consumer, info, iters)
 	}
-	if *only != "get" {
+	if *only == "" || *only == "latency" {
 		latencyTable(ctx, consumer, info, server, *rounds, iters)
+	}
+	if *only == "" || *only == "auth" {
+		authTable(ctx, iters)
 	}
 	fmt.Println()
 	fmt.Println("Targets: chunked >= 0.80x raw at >= 8 MiB; messenger <= 1.50x raw ping-pong.")
