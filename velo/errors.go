@@ -58,4 +58,7 @@ var (
 	// ErrTooLarge: a payload above what this instance stages, or a handle that claims more than
 	// WithMaxGetSize lets Get, GetPinned or a staged message allocate.
 	ErrTooLarge = rendezvous.ErrTooLarge
+	// ErrUnauthenticated: the owner authenticates its peers (a cluster secret or mutual TLS on its
+	// control plane) and refused this instance a lease: it is not authenticated there.
+	ErrUnauthenticated = rendezvous.ErrUnauthenticated
 )
