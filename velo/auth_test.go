@@ -68,6 +68,14 @@ func TestAuthenticatedPeersGetOverRDMA(t *testing.T) {
 		assert.Equal(t, "ok", string(l.Reason))
 		assert.True(t, bytes.Equal(payload, l.Bytes()))
 		require.NoError(t, l.Release(ctx))
+		for _, p := range consumer.Peers() {
+			if p.ID == owner.ID() {
+				assert.True(t, p.Authenticated, "Peers says the owner is authenticated")
+			}
+		}
+		for _, p := range consumer.Introspect().Peers {
+			assert.Equal(t, "authenticated", p.Auth)
+		}
 		assert.Zero(t, value(t, owner, "velo_tcp_auth_failures_total", map[string]string{"reason": "bad_proof", "transport": "tcp"}))
 		assert.Zero(t, value(t, owner, metrics.AuthRefusalsTotal, map[string]string{"op": "acquire"}))
 	}

@@ -11,6 +11,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/velo-go/velo/velo/auth"
 	"github.com/velo-go/velo/velo/metrics"
 )
 
@@ -95,6 +96,9 @@ type PeerInfoJSON struct {
 	// Endpoints counts the open connections or endpoints to the peer, by transport.
 	Endpoints map[string]int `json:"endpoints,omitempty"`
 	Error     string         `json:"error,omitempty"`
+	// Auth is "authenticated" (with the credentials' name, if any), "no" when this instance
+	// authenticates peers and this one is not, or "off" when it authenticates nobody.
+	Auth string `json:"auth"`
 }
 
 // HandlerInfo is one handler's counts: messages by outcome, and its mean run time.
@@ -144,6 +148,16 @@ func (v *Velo) Introspect() Introspection {
 	}
 	for _, p := range v.Peers() {
 		pj := PeerInfoJSON{ID: fmt.Sprintf("%016x", uint64(p.ID)), State: string(p.State), Since: p.Since, Transports: p.Transports, Error: p.Err}
+		switch {
+		case v.authMode == auth.ModeNone:
+			pj.Auth = "off"
+		case p.Authenticated && p.Identity != "":
+			pj.Auth = "authenticated (" + p.Identity + ")"
+		case p.Authenticated:
+			pj.Auth = "authenticated"
+		default:
+			pj.Auth = "no"
+		}
 		for k, d := range p.LastRTT {
 			if pj.RTTMicros == nil {
 				pj.RTTMicros = map[string]float64{}
@@ -272,8 +286,8 @@ th{background:#f4f4f4}.state-ready,.state-up{color:#176b2c}.state-draining,.stat
 <table id="transports"><tr><th>name</th><th>max frame</th><th>settings</th></tr>
 {{range .Transports}}<tr><td>{{.Name}}</td><td>{{.MaxFrameSize}}</td><td>{{range $k, $v := .Settings}}{{$k}}={{$v}} {{end}}</td></tr>{{end}}</table>
 <h2>Peers</h2>
-<table id="peers"><tr><th>id</th><th>state</th><th>since</th><th>transports</th><th>RTT (µs)</th><th>endpoints</th></tr>
-{{range .Peers}}<tr><td><code>{{.ID}}</code></td><td class="state-{{.State}}">{{.State}}</td><td>{{.Since.Format "15:04:05"}}</td><td>{{range .Transports}}{{.}} {{end}}</td><td>{{range $k, $v := .RTTMicros}}{{$k}} {{printf "%.0f" $v}} {{end}}</td><td>{{range $k, $v := .Endpoints}}{{$k}} {{$v}} {{end}}</td></tr>{{else}}<tr><td colspan="6">none</td></tr>{{end}}</table>
+<table id="peers"><tr><th>id</th><th>state</th><th>since</th><th>transports</th><th>RTT (µs)</th><th>endpoints</th><th>auth</th></tr>
+{{range .Peers}}<tr><td><code>{{.ID}}</code></td><td class="state-{{.State}}">{{.State}}</td><td>{{.Since.Format "15:04:05"}}</td><td>{{range .Transports}}{{.}} {{end}}</td><td>{{range $k, $v := .RTTMicros}}{{$k}} {{printf "%.0f" $v}} {{end}}</td><td>{{range $k, $v := .Endpoints}}{{$k}} {{$v}} {{end}}</td><td>{{.Auth}}</td></tr>{{else}}<tr><td colspan="7">none</td></tr>{{end}}</table>
 <h2>Handlers</h2>
 <table id="handlers"><tr><th>name</th><th>messages</th><th>per second</th><th>outcomes</th><th>mean (µs)</th><th>bytes in / out</th></tr>
 {{range .Handlers}}<tr><td>{{.Name}}</td><td>{{.Messages}}</td><td>{{printf "%.2f" .PerSecond}}</td><td>{{range $k, $v := .Outcomes}}{{if $v}}{{$k}} {{$v}} {{end}}{{end}}</td><td>{{printf "%.1f" .MeanMicros}}</td><td>{{.BytesIn}} / {{.BytesOut}}</td></tr>{{end}}</table>

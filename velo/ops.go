@@ -51,6 +51,11 @@ type PeerStatus struct {
 	LastRTT map[string]time.Duration
 	// Err is why it is down, when it is.
 	Err string
+	// Authenticated: this instance authenticates its peers and the control plane authenticated
+	// this one's incarnation; Identity is the name its credentials give (a certificate's common
+	// name; empty for a cluster secret).
+	Authenticated bool
+	Identity      string
 }
 
 // peerTable is the instance's record of its peers.
@@ -152,7 +157,15 @@ func (v *Velo) peersWithoutUCX() int {
 // Peers lists the peers this instance registered (RegisterPeer) or heard from, with their state:
 // up, draining (it announced a graceful shutdown: user messages to it fail at once with
 // ErrDraining), or down (a transport reported it lost).
-func (v *Velo) Peers() []PeerStatus { return v.peers.list() }
+func (v *Velo) Peers() []PeerStatus {
+	ps := v.peers.list()
+	for i := range ps {
+		if e, ok := v.auth.lookup(ps[i].ID, ps[i].Incarnation); ok {
+			ps[i].Authenticated, ps[i].Identity = true, e.identity
+		}
+	}
+	return ps
+}
 
 func (v *Velo) peerChanged(id InstanceID, f func(p *PeerStatus)) {
 	before, after := v.peers.set(id, f)
