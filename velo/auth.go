@@ -45,15 +45,33 @@ type authTable struct {
 type authEntry struct {
 	incarnation uint64
 	identity    string
+	// sessions are the keys of this incarnation's latest handshakes, newest last: two
+	// connections may be up at once (both sides dialled), and either side's greeting may use
+	// either key.
+	sessions [][]byte
 }
 
-func (a *authTable) add(id transport.InstanceID, inc uint64, identity string) {
+// maxSessions bounds the keys kept per peer incarnation.
+const maxSessions = 4
+
+func (a *authTable) add(id transport.InstanceID, inc uint64, identity string, session []byte) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.peers == nil {
 		a.peers = map[transport.InstanceID]authEntry{}
 	}
-	a.peers[id] = authEntry{incarnation: inc, identity: identity}
+	e := a.peers[id]
+	if e.incarnation != inc {
+		e = authEntry{incarnation: inc}
+	}
+	e.identity = identity
+	if len(session) > 0 {
+		e.sessions = append(e.sessions, session)
+		if len(e.sessions) > maxSessions {
+			e.sessions = e.sessions[len(e.sessions)-maxSessions:]
+		}
+	}
+	a.peers[id] = e
 }
 
 func (a *authTable) remove(id transport.InstanceID) {
@@ -102,8 +120,8 @@ func registerTransportMetrics(reg prometheus.Registerer, ts []transport.Transpor
 }
 
 // PeerAuthenticated implements transport.AuthObserver.
-func (h *host) PeerAuthenticated(peer transport.InstanceID, incarnation uint64, identity string) {
-	h.v.auth.add(peer, incarnation, identity)
+func (h *host) PeerAuthenticated(peer transport.InstanceID, incarnation uint64, identity string, session []byte) {
+	h.v.auth.add(peer, incarnation, identity, session)
 	h.v.log.Debug("velo: peer authenticated", "peer", fmt.Sprintf("%016x", uint64(peer)), "identity", identity)
 }
 
@@ -137,4 +155,34 @@ func (h *host) Authenticate(ctx context.Context, peer transport.InstanceID) erro
 		}
 	}
 	return fmt.Errorf("velo: %w: instance %016x is not authenticated on the control plane (its TCP address is unknown or its handshake failed)", ErrPeerUnreachable, uint64(peer))
+}
+
+// HelloProof implements transport.AuthGate: msg proven with the newest session key of the peer.
+func (h *host) HelloProof(peer transport.InstanceID, msg []byte) ([]byte, error) {
+	e, ok := h.v.auth.lookup(peer, 0)
+	if !ok || len(e.sessions) == 0 {
+		return nil, fmt.Errorf("velo: %w: no authenticated control-plane session with instance %016x", ErrPeerUnreachable, uint64(peer))
+	}
+	return auth.HelloProof(e.sessions[len(e.sessions)-1], msg), nil
+}
+
+// HelloValid implements transport.AuthGate.
+func (h *host) HelloValid(peer transport.InstanceID, incarnation uint64, msg, proof []byte) bool {
+	e, ok := h.v.auth.lookup(peer, incarnation)
+	return ok && auth.HelloValid(e.sessions, msg, proof)
+}
+
+// registrationOrder is the order RegisterPeer hands a peer's addresses to the transports: those
+// that authenticate peers first, so that a transport that relies on them (UCX, through AuthGate)
+// finds the peer's control-plane address already known when it opens its first endpoint.
+func (v *Velo) registrationOrder() []transport.Transport {
+	var first, rest []transport.Transport
+	for _, t := range v.transports {
+		if a, ok := t.(interface{ AuthMode() auth.Mode }); ok && a.AuthMode() != auth.ModeNone {
+			first = append(first, t)
+		} else {
+			rest = append(rest, t)
+		}
+	}
+	return append(first, rest...)
 }

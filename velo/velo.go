@@ -402,7 +402,7 @@ func (v *Velo) RegisterPeer(ctx context.Context, p PeerInfo) error {
 	}
 	var added []string
 	var refused []error
-	for _, t := range v.transports {
+	for _, t := range v.registrationOrder() {
 		blob, ok := p.Addresses[t.Name()]
 		if !ok {
 			continue

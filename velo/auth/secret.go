@@ -208,6 +208,7 @@ const (
 	RoleDialer   = "dialer"
 	RoleAcceptor = "acceptor"
 	RoleUCXHello = "ucx-hello"
+	roleSession  = "session"
 )
 
 // mac is HMAC-SHA256 under key over a domain label, the role, and each part with its length, so
@@ -239,6 +240,35 @@ func (s *Secrets) Verify(proof []byte, role string, transcript ...[]byte) bool {
 	ok := false
 	for _, k := range accept {
 		if hmac.Equal(proof, mac(k, role, transcript...)) {
+			ok = true
+		}
+	}
+	return ok
+}
+
+// Session derives the key both sides of a handshake share from the dialer's proof: the secret
+// that made it (the dialer's current one, which the acceptor also accepts) keyed over the
+// transcript. Dialer and acceptor call it with the same arguments and get the same key; nobody
+// without that secret can compute it, though the proof travels in the clear. It reports false
+// when no accepted secret made the proof.
+func (s *Secrets) Session(dialerProof []byte, transcript ...[]byte) ([]byte, bool) {
+	_, accept := s.keys(time.Now())
+	for _, k := range accept {
+		if hmac.Equal(dialerProof, mac(k, RoleDialer, transcript...)) {
+			return mac(k, roleSession, transcript...), true
+		}
+	}
+	return nil, false
+}
+
+// HelloProof is the proof over msg (a UCX hello and the receiver it is for) under a session key.
+func HelloProof(session, msg []byte) []byte { return mac(session, RoleUCXHello, msg) }
+
+// HelloValid reports whether proof is HelloProof of msg under any of the session keys.
+func HelloValid(sessions [][]byte, msg, proof []byte) bool {
+	ok := false
+	for _, k := range sessions {
+		if hmac.Equal(proof, mac(k, RoleUCXHello, msg)) {
 			ok = true
 		}
 	}

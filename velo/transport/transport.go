@@ -63,19 +63,28 @@ type Host interface {
 // AuthObserver is an optional extension of Host. A transport that authenticates its peers (the TCP
 // transport with credentials) calls PeerAuthenticated for each peer a handshake authenticated,
 // before any frame of that connection is delivered; identity is what the credentials name (a
-// certificate's common name), or "".
+// certificate's common name), or "". session is a key only the two sides of that handshake
+// know, with which other transports prove that what they send comes from the same peer.
 type AuthObserver interface {
-	PeerAuthenticated(peer InstanceID, incarnation uint64, identity string)
+	PeerAuthenticated(peer InstanceID, incarnation uint64, identity string, session []byte)
 }
 
 // AuthGate is an optional extension of Host for transports that cannot authenticate peers
 // themselves (UCX). When AuthRequired, such a transport accepts frames only from a peer
 // incarnation that is Authenticated, and calls Authenticate (which has the control plane connect
 // and run its handshake) before it opens an endpoint to a peer.
+//
+// HelloProof and HelloValid bind the transport's own greeting to the control plane's session
+// with the peer: the sender proves msg (its hello, addressed to that peer) with the session key,
+// the receiver checks it against the keys of that peer's incarnation. A process that can reach
+// the transport but was never authenticated cannot open an endpoint in an authenticated peer's
+// name, nor replace that peer's address.
 type AuthGate interface {
 	AuthRequired() bool
 	Authenticated(peer InstanceID, incarnation uint64) bool
 	Authenticate(ctx context.Context, peer InstanceID) error
+	HelloProof(peer InstanceID, msg []byte) ([]byte, error)
+	HelloValid(peer InstanceID, incarnation uint64, msg, proof []byte) bool
 }
 
 // Claimer is an optional extension of Host for transports that read frames off a byte stream

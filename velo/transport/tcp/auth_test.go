@@ -27,13 +27,15 @@ import (
 // authHost is a testHost that records the peers the transport authenticated.
 type authHost struct {
 	*testHost
-	mu    sync.Mutex
-	authd map[transport.InstanceID]string
-	down  map[transport.InstanceID]bool
+	mu       sync.Mutex
+	authd    map[transport.InstanceID]string
+	down     map[transport.InstanceID]bool
+	sessions map[transport.InstanceID][]byte
 }
 
 func newAuthHost() *authHost {
-	return &authHost{testHost: newHost(), authd: map[transport.InstanceID]string{}, down: map[transport.InstanceID]bool{}}
+	return &authHost{testHost: newHost(), authd: map[transport.InstanceID]string{}, down: map[transport.InstanceID]bool{},
+		sessions: map[transport.InstanceID][]byte{}}
 }
 
 // PeerDown records without blocking: the tests here open and close many peers.
@@ -49,10 +51,17 @@ func (h *authHost) wentDown(p transport.InstanceID) bool {
 	return h.down[p]
 }
 
-func (h *authHost) PeerAuthenticated(p transport.InstanceID, inc uint64, identity string) {
+func (h *authHost) PeerAuthenticated(p transport.InstanceID, inc uint64, identity string, session []byte) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.authd[p] = identity
+	h.sessions[p] = session
+}
+
+func (h *authHost) session(p transport.InstanceID) []byte {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sessions[p]
 }
 
 func (h *authHost) identity(p transport.InstanceID) (string, bool) {
@@ -114,6 +123,8 @@ func TestSecretAuthenticatesBothWays(t *testing.T) {
 	assert.Empty(t, allFailures(a))
 	assert.Empty(t, allFailures(b))
 	assert.Equal(t, auth.ModeSecret, a.AuthMode())
+	require.Len(t, ha.session(hb.id), 32)
+	assert.Equal(t, ha.session(hb.id), hb.session(ha.id), "both sides derive the same session key")
 }
 
 // TestWrongOrMissingSecretIsRefused: a dialer with another secret, or with none, gets nothing:

@@ -124,6 +124,15 @@ func (t *Transport) TransportCollectors() []prometheus.Collector {
 type peerAuth struct {
 	hello    wire.Hello
 	identity string // the TLS certificate's name; "" otherwise
+	session  []byte // the key the two sides share (auth.Secrets.Session, or exported from TLS)
+}
+
+// tlsSessionLabel names the TLS exporter of the session key (RFC 8446, section 7.5).
+const tlsSessionLabel = "EXPORTER-velo-session"
+
+func tlsSession(tc *tls.Conn) ([]byte, error) {
+	cs := tc.ConnectionState()
+	return cs.ExportKeyingMaterial(tlsSessionLabel, nil, 32)
 }
 
 func (t *Transport) newHello() (wire.Hello, []byte, error) {
@@ -164,6 +173,10 @@ func (t *Transport) handshakeDial(nc net.Conn) (net.Conn, *bufio.Reader, peerAut
 		}
 		nc = tc
 		pa.identity = auth.PeerName(tc.ConnectionState())
+		var err error
+		if pa.session, err = tlsSession(tc); err != nil {
+			return nc, nil, pa, err
+		}
 	}
 	br := bufio.NewReaderSize(nc, readBufferSize)
 	_, mine, err := t.newHello()
@@ -194,9 +207,11 @@ func (t *Transport) handshakeDial(nc net.Conn) (net.Conn, *bufio.Reader, peerAut
 	if !t.cfg.Auth.Secrets.Verify(proof, auth.RoleAcceptor, mine, raw) {
 		return nc, nil, pa, failed(reasonBadProof, "tcp: instance %016x could not prove the cluster secret (it has another one)", theirs.ID)
 	}
-	if _, err := nc.Write(t.cfg.Auth.Secrets.Prove(auth.RoleDialer, mine, raw)); err != nil {
+	proofD := t.cfg.Auth.Secrets.Prove(auth.RoleDialer, mine, raw)
+	if _, err := nc.Write(proofD); err != nil {
 		return nc, nil, pa, err
 	}
+	pa.session, _ = t.cfg.Auth.Secrets.Session(proofD, mine, raw)
 	var ack [1]byte
 	if _, err := io.ReadFull(br, ack[:]); err != nil || ack[0] != wire.AuthAccepted {
 		return nc, nil, pa, failed(reasonPeerRefused, "tcp: instance %016x refused this instance's proof of the cluster secret (the two have different secrets)", theirs.ID)
@@ -215,6 +230,10 @@ func (t *Transport) handshakeAccept(nc net.Conn, accepted func(net.Conn, *bufio.
 		}
 		nc = tc
 		pa.identity = auth.PeerName(tc.ConnectionState())
+		var err error
+		if pa.session, err = tlsSession(tc); err != nil {
+			return nc, err
+		}
 	}
 	br := bufio.NewReaderSize(nc, readBufferSize)
 	theirs, raw, err := readHello(br)
@@ -255,7 +274,8 @@ func (t *Transport) handshakeAccept(nc net.Conn, accepted func(net.Conn, *bufio.
 			}
 			return nc, err
 		}
-		if !t.cfg.Auth.Secrets.Verify(proof, auth.RoleDialer, raw, mine) {
+		var ok bool
+		if pa.session, ok = t.cfg.Auth.Secrets.Session(proof, raw, mine); !ok {
 			return nc, failed(reasonBadProof, "tcp: instance %016x could not prove the cluster secret", theirs.ID)
 		}
 	}

@@ -429,7 +429,7 @@ func (t *Transport) dial(ctx context.Context, id transport.InstanceID, addr stri
 // configured), before any of its frames is delivered.
 func (t *Transport) authenticated(pa peerAuth) {
 	if t.mode != auth.ModeNone && t.authObs != nil {
-		t.authObs.PeerAuthenticated(transport.InstanceID(pa.hello.ID), pa.hello.Incarnation, pa.identity)
+		t.authObs.PeerAuthenticated(transport.InstanceID(pa.hello.ID), pa.hello.Incarnation, pa.identity, pa.session)
 	}
 }
 

@@ -34,6 +34,8 @@ func TestMutualTLS(t *testing.T) {
 	name, _ = ha.identity(hb.id)
 	assert.Equal(t, "node-b", name)
 	assert.Equal(t, auth.ModeTLS, a.AuthMode())
+	require.Len(t, ha.session(hb.id), 32)
+	assert.Equal(t, ha.session(hb.id), hb.session(ha.id), "both sides export the same session key")
 	assert.Empty(t, allFailures(a))
 	assert.Empty(t, allFailures(b))
 }

@@ -98,7 +98,24 @@ func (t *Transport) connLocked(ctx context.Context, p *peer) (*outConn, error) {
 	if p.gone {
 		return nil, fmt.Errorf("ucx: %w", transport.ErrClosed)
 	}
+	// Before a slot number is taken: a number taken and never used would leave a gap the peer
+	// has to burn.
+	if err := t.authenticate(ctx, p); err != nil {
+		return nil, err
+	}
 	return t.openLocked(ctx, p, t.allocSlot(p))
+}
+
+// authenticate has the control plane authenticate p when the runtime requires it: the peer
+// accepts our frames only then, and our hello's proof needs the session key.
+func (t *Transport) authenticate(ctx context.Context, p *peer) error {
+	if t.gate == nil {
+		return nil
+	}
+	if err := t.gate.Authenticate(ctx, p.id); err != nil {
+		return fmt.Errorf("ucx: connect to %016x: %w", uint64(p.id), err)
+	}
+	return nil
 }
 
 // openLocked creates this side's endpoint of slot and sends its hello, which is the first thing
@@ -111,12 +128,16 @@ func (t *Transport) openLocked(ctx context.Context, p *peer, slot uint32) (*outC
 	if closed {
 		return nil, fmt.Errorf("ucx: %w", transport.ErrClosed)
 	}
+	hdr := appendHeader(make([]byte, 0, frameHeaderLen), frameHeader{Incarnation: t.inc, Sender: t.self, Kind: kindHello, Epoch: slot, Seq: p.prevSeq})
+	body := appendHelloBody(nil, p.prevEpoch, t.blob)
 	if t.gate != nil {
-		// The peer's frames to us are accepted only once the control plane authenticated it; ours
-		// to it likewise, so the control plane's handshake runs first.
-		if err := t.gate.Authenticate(ctx, p.id); err != nil {
+		// The hello carries a proof under the session key of the control plane's handshake with
+		// the peer (connLocked and joinLocked had the handshake run before taking the slot).
+		proof, err := t.gate.HelloProof(p.id, helloProofMsg(hdr, body, p.id, p.inc))
+		if err != nil {
 			return nil, fmt.Errorf("ucx: connect to %016x: %w", uint64(p.id), err)
 		}
+		body = insertHelloProof(body, proof)
 	}
 	oc := &outConn{p: p, epoch: slot}
 	c, err := t.eng.Connect(ctx, worker, ucp.ConnectOptions{
@@ -139,8 +160,7 @@ func (t *Transport) openLocked(ctx context.Context, p *peer, slot uint32) (*outC
 		<-c.Done()
 		t.m.open.Dec()
 	}()
-	hdr := appendHeader(make([]byte, 0, frameHeaderLen), frameHeader{Incarnation: t.inc, Sender: t.self, Kind: kindHello, Epoch: slot, Seq: p.prevSeq})
-	oc.helloOp = t.submit(oc, hdr, [][]byte{appendHelloBody(nil, p.prevEpoch, t.blob)})
+	oc.helloOp = t.submit(oc, hdr, [][]byte{body})
 	t.settle(oc, oc.helloOp)
 	p.conn = oc
 	return oc, nil
@@ -154,6 +174,10 @@ func (t *Transport) joinLocked(ctx context.Context, p *peer, slot uint32) {
 		t.retireLocked(p, oc, "retired_by_peer", false)
 	}
 	if p.gone || t.slotCount(p) >= slot {
+		return
+	}
+	if err := t.authenticate(ctx, p); err != nil {
+		t.log.Debug("ucx: not joining the peer's endpoint slot", "peer", fmt.Sprintf("%016x", uint64(p.id)), "slot", slot, "err", err)
 		return
 	}
 	for t.slotCount(p)+1 < slot {

@@ -34,7 +34,21 @@ func (t *Transport) onAM(m ucp.AMMessage) {
 	var p *peer
 	switch h.Kind {
 	case kindHello:
-		prev, b, err := decodeHelloBody(m.Payload)
+		payload := m.Payload
+		if t.gate != nil {
+			body, proof, err := splitHelloProof(payload)
+			if err != nil || !t.gate.HelloValid(h.Sender, h.Incarnation, helloProofMsg(m.Header, body, t.self, t.inc), proof) {
+				t.m.dropped.WithLabelValues("unauthenticated").Inc()
+				if ok, n := t.gateLogs.Allow(fmt.Sprintf("%016x", uint64(h.Sender)), time.Now()); ok {
+					t.log.Warn("ucx: dropping a hello whose proof does not match the control plane's session with its sender",
+						"peer", fmt.Sprintf("%016x", uint64(h.Sender)), "suppressed_since_last", n)
+				}
+				return
+			}
+			payload = body
+			t.markProven(h.Sender, h.Incarnation, h.Epoch)
+		}
+		prev, b, err := decodeHelloBody(payload)
 		switch {
 		case errors.Is(err, errBlobVersion):
 			t.m.dropped.WithLabelValues("rejected_blob").Inc()
@@ -63,6 +77,11 @@ func (t *Transport) onAM(m ucp.AMMessage) {
 		}
 		f.prevEpoch = prev
 	default:
+		if t.gate != nil && !t.isProven(h.Sender, h.Incarnation, h.Epoch) {
+			// An epoch no proven hello opened: someone sending in an authenticated peer's name.
+			t.m.dropped.WithLabelValues("unauthenticated").Inc()
+			return
+		}
 		if p = t.sender(h); p == nil {
 			t.m.dropped.WithLabelValues("unknown_sender").Inc()
 			t.log.Debug("ucx: dropping a frame from an unknown sender", "peer", fmt.Sprintf("%016x", uint64(h.Sender)), "kind", h.Kind)
@@ -271,4 +290,46 @@ func (t *Transport) maintain() {
 		}
 		t.recvMu.Unlock()
 	}
+}
+
+// provenEpochs are one peer incarnation's epochs opened by a hello with a valid proof.
+type provenEpochs struct {
+	inc    uint64
+	epochs map[uint32]struct{}
+}
+
+// maxProvenEpochs bounds the epochs remembered per peer; the oldest go first (an epoch that old
+// has long been retired).
+const maxProvenEpochs = 256
+
+func (t *Transport) markProven(id transport.InstanceID, inc uint64, epoch uint32) {
+	t.provenMu.Lock()
+	defer t.provenMu.Unlock()
+	if t.proven == nil {
+		t.proven = map[transport.InstanceID]*provenEpochs{}
+	}
+	pe := t.proven[id]
+	if pe == nil || pe.inc != inc {
+		pe = &provenEpochs{inc: inc, epochs: map[uint32]struct{}{}}
+		t.proven[id] = pe
+	}
+	pe.epochs[epoch] = struct{}{}
+	if len(pe.epochs) > maxProvenEpochs {
+		oldest := epoch
+		for e := range pe.epochs {
+			oldest = min(oldest, e)
+		}
+		delete(pe.epochs, oldest)
+	}
+}
+
+func (t *Transport) isProven(id transport.InstanceID, inc uint64, epoch uint32) bool {
+	t.provenMu.Lock()
+	defer t.provenMu.Unlock()
+	pe := t.proven[id]
+	if pe == nil || pe.inc != inc {
+		return false
+	}
+	_, ok := pe.epochs[epoch]
+	return ok
 }

@@ -36,6 +36,10 @@ type Transport struct {
 	// only from authenticated incarnations, endpoints open only to authenticated peers.
 	gate     transport.AuthGate
 	gateLogs auth.LogLimiter
+	// proven are the epochs of each peer incarnation whose hello carried a valid proof: with a
+	// gate, data and fins count only on those.
+	provenMu sync.Mutex
+	proven   map[transport.InstanceID]*provenEpochs
 	self     transport.InstanceID
 	inc      uint64
 	blob     []byte

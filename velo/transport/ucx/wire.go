@@ -216,3 +216,34 @@ func decodeHelloBody(b []byte) (prevEpoch uint32, blob peerBlob, err error) {
 	blob, err = decodeBlob(b[4:])
 	return binary.BigEndian.Uint32(b), blob, err
 }
+
+// A hello on a transport whose runtime authenticates its peers carries a proof after the previous
+// epoch: prevEpoch (4) | proof (helloProofLen) | blob. The proof is an HMAC, under the session key
+// of the control plane's handshake with the receiver, over helloProofMsg: the frame header, the
+// body without the proof, and the receiver's instance ID and incarnation, so a hello cannot be
+// sent in another peer's name, nor replayed to another receiver or another incarnation of this
+// one.
+const helloProofLen = 32
+
+func helloProofMsg(hdr, body []byte, receiver transport.InstanceID, receiverInc uint64) []byte {
+	msg := make([]byte, 0, len(hdr)+len(body)+16)
+	msg = append(append(msg, hdr...), body...)
+	msg = binary.BigEndian.AppendUint64(msg, uint64(receiver))
+	return binary.BigEndian.AppendUint64(msg, receiverInc)
+}
+
+// insertHelloProof puts proof after the body's previous epoch.
+func insertHelloProof(body, proof []byte) []byte {
+	out := make([]byte, 0, len(body)+len(proof))
+	out = append(append(append(out, body[:4]...), proof...), body[4:]...)
+	return out
+}
+
+// splitHelloProof takes the proof out of a hello body.
+func splitHelloProof(b []byte) (body, proof []byte, err error) {
+	if len(b) < 4+helloProofLen {
+		return nil, nil, fmt.Errorf("%w: hello of %d bytes has no room for its proof", errMalformedFrame, len(b))
+	}
+	body = append(append(make([]byte, 0, len(b)-helloProofLen), b[:4]...), b[4+helloProofLen:]...)
+	return body, b[4 : 4+helloProofLen], nil
+}

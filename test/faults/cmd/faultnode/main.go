@@ -45,10 +45,10 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/velo"
+	"github.com/velo-go/velo/velo/auth"
 	"github.com/velo-go/velo/velo/discovery"
 	"github.com/velo-go/velo/velo/discovery/etcd"
 	"github.com/velo-go/velo/velo/metrics"
-	"github.com/velo-go/velo/velo/auth"
 	"github.com/velo-go/velo/velo/transport/tcp"
 	"github.com/velo-go/velo/velo/transport/ucx"
 )
