@@ -25,10 +25,10 @@ import (
 // incarnation) or is removed: a control connection that drops and comes back does not make the
 // peer's UCX traffic or leases fail in between.
 
-// authMode is the strictest authentication among the instance's transports.
-func (v *Velo) authModeOf() auth.Mode {
+// authModeOf is the strictest authentication among transports.
+func authModeOf(ts []transport.Transport) auth.Mode {
 	m := auth.ModeNone
-	for _, t := range v.transports {
+	for _, t := range ts {
 		if a, ok := t.(interface{ AuthMode() auth.Mode }); ok && a.AuthMode() > m {
 			m = a.AuthMode()
 		}

@@ -304,9 +304,7 @@ func New(ctx context.Context, opts ...Option) (*Velo, error) {
 	if err := registerTransportMetrics(reg, o.transports); err != nil {
 		return nil, err
 	}
-	v.transports = o.transports // for authModeOf; the list is rebuilt as each one starts
-	v.authMode = v.authModeOf()
-	v.transports = nil
+	v.authMode = authModeOf(o.transports)
 	o.metricsReg = reg
 	if v.rdma, err = v.newRegistry(&o); err != nil {
 		return nil, err
