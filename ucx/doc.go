@@ -79,7 +79,8 @@
 //
 // cgo links the UCX that `pkg-config ucx` names (Debian's libucx-dev, UCX 1.13 or newer);
 // `make` with UCX_DIR=/prefix selects another install, and the build tag ucx_static links
-// the static UCX of third_party/ucx. Without cgo, or off Linux, every entry point
-// compiles and fails with ErrNotCompiled or ErrUnsupported. docs/ucx.md has the details,
+// the static UCX of third_party/ucx. Without cgo, or off Linux, the same code compiles
+// over internal/capi's twin, and every entry point fails with ErrNotCompiled or
+// ErrUnsupported. docs/ucx.md has the details,
 // the measurements behind the choices above, and the UCX 1.13 faults the binding avoids.
 package ucx

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/velo-go/velo/ucx/internal/capi"
 )
 
 // UCX reads its configuration from UCX_* environment variables when a context is created
@@ -38,13 +40,34 @@ var envDefaults = [...]struct {
 	{"UCX_HANDLE_ERRORS", "none", true},
 }
 
-// applyLoadTimeDefault applies a default for a variable UCX parsed when it was loaded;
-// the cgo build sets it. It reports whether it could.
-var applyLoadTimeDefault func(name, value string) bool
+func init() {
+	if capi.FaultSignalsYielded() >= 0 {
+		// The constructor set it only for a libucs initialised after it (a static link); every
+		// libucs of this process is initialised by now. Child processes start from the user's
+		// environment, so UCX's own tools keep their default.
+		_ = os.Unsetenv("UCX_HANDLE_ERRORS")
+	}
+}
+
+// applyLoadTimeDefault applies a default for a variable UCX parsed when it was loaded. It
+// reports whether it could (never in a build without UCX).
+func applyLoadTimeDefault(name, value string) bool {
+	if !capi.Compiled {
+		return false
+	}
+	switch name {
+	case "UCX_MEM_EVENTS":
+		capi.UcmSetEvents(!isNegative(value))
+		return true
+	}
+	return false
+}
 
 // setBeforeMain reports a default the binding's C constructor applied before main (so the
-// variable is in the environment although the user did not set it); the cgo build sets it.
-var setBeforeMain func(name string) bool
+// variable is in the environment although the user did not set it).
+func setBeforeMain(name string) bool {
+	return name == "UCX_HANDLE_ERRORS" && capi.FaultSignalsYielded() >= 0
+}
 
 // EnvDefault records what the binding did with one default variable.
 type EnvDefault struct {
@@ -70,7 +93,7 @@ var (
 func ApplyEnvDefaults() []EnvDefault {
 	envOnce.Do(func() {
 		for _, d := range envDefaults {
-			if setBeforeMain != nil && setBeforeMain(d.name) {
+			if setBeforeMain(d.name) {
 				envApplied = append(envApplied, EnvDefault{Name: d.name, Value: d.value, Via: "library constructor"})
 				continue
 			}
@@ -79,7 +102,7 @@ func ApplyEnvDefaults() []EnvDefault {
 				continue
 			}
 			if d.loadTime {
-				if applyLoadTimeDefault != nil && applyLoadTimeDefault(d.name, d.value) {
+				if applyLoadTimeDefault(d.name, d.value) {
 					envApplied = append(envApplied, EnvDefault{Name: d.name, Value: d.value, Via: "ucm_set_global_opts"})
 				}
 				continue
@@ -226,3 +249,7 @@ func parseConfigPrint(text string, program map[string]bool, lookup func(string) 
 	}
 	return out
 }
+
+// memEventsEnabled reports whether UCM will install memory event hooks (UCX_MEM_EVENTS
+// as UCM applies it).
+func memEventsEnabled() bool { return capi.UcmEventsEnabled() }

@@ -3,6 +3,9 @@ package ucx
 import (
 	"errors"
 	"fmt"
+	"runtime"
+
+	"github.com/velo-go/velo/ucx/internal/capi"
 )
 
 // Status is a UCX status code (ucs_status_t) used as an error. Its text carries UCX's
@@ -76,6 +79,8 @@ var statusNames = map[Status][2]string{
 	StatusNotConnected:       {"UCS_ERR_NOT_CONNECTED", "endpoint not connected"},
 	StatusConnectionReset:    {"UCS_ERR_CONNECTION_RESET", "connection reset by the remote peer"},
 	StatusEndpointTimeout:    {"UCS_ERR_ENDPOINT_TIMEOUT", "endpoint timeout (peer failed)"},
+	// Not a UCX code: what every call returns in a binary without UCX (see errNoUCX).
+	Status(capi.NotCompiled): {"VELO_UCX_NOT_COMPILED", "this binary has no UCX (built without cgo, or not on Linux)"},
 }
 
 // Name is UCX's identifier for the code, for example "UCS_ERR_UNREACHABLE".
@@ -102,6 +107,9 @@ func (s Status) Error() string {
 // Is makes errors.Is(status, ErrPeerFailure) true for every code that means the remote
 // side is gone or the path to it broke.
 func (s Status) Is(target error) bool {
+	if s == Status(capi.NotCompiled) {
+		return target == errNoUCX
+	}
 	if target == ErrPeerFailure {
 		return s.peerFailure()
 	}
@@ -147,6 +155,15 @@ var (
 	// ErrEndpointFailed: an operation on an endpoint whose error handler already ran.
 	ErrEndpointFailed = errors.New("ucx: endpoint failed")
 )
+
+// errNoUCX is what a binary without UCX reports from its first call into it: on Linux the
+// binding was built without cgo (rebuild with it); elsewhere there is no binding at all.
+var errNoUCX = func() error {
+	if runtime.GOOS == "linux" {
+		return ErrNotCompiled
+	}
+	return ErrUnsupported
+}()
 
 // statusErr wraps a non-OK status from call with context; OK gives nil.
 func statusErr(call string, s Status) error {

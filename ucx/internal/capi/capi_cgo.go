@@ -10,8 +10,8 @@ import (
 	"unsafe"
 )
 
-// Status is a raw ucs_status_t. Package ucx turns it into an error with the UCX name.
-type Status int32
+// Compiled is true: UCX is linked into this binary.
+const Compiled = true
 
 // Statuses this package returns itself.
 const (
@@ -100,29 +100,11 @@ func (r Ring) Nil() bool { return r.p == nil }
 // dereferenced.
 func (e Ep) ID() uintptr { return uintptr(unsafe.Pointer(e.p)) }
 
-// HandleID is the identity of an Event.Handle, comparable with Ep.ID and Request.ID.
-func HandleID(h unsafe.Pointer) uintptr { return uintptr(h) }
-
 // RequestFromHandle is the request an EventReqDone reported.
 func RequestFromHandle(h unsafe.Pointer) Request { return Request{h} }
 
 // ID is the request's address as an integer (for maps).
 func (r Request) ID() uintptr { return uintptr(r.p) }
-
-// Event mirrors velo_ucx_event_t.
-type Event struct {
-	Kind      uint32
-	Status    Status
-	AMID      uint32
-	AMFlags   uint32
-	User      uint64
-	Handle    unsafe.Pointer // request, ucp_ep_h or reply ep; C memory, never Go memory
-	HeaderOff uintptr
-	HeaderLen uintptr
-	Data      unsafe.Pointer // C memory owned by UCX until released or received
-	DataLen   uintptr
-	Length    uintptr
-}
 
 // UcsStatusString wraps ucs_status_string.
 func UcsStatusString(s Status) string {
@@ -289,14 +271,6 @@ func RingBytes(r Ring) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(r.p.bytes)), int(r.p.bytes_len))
 }
 
-// CBytes is a view of n bytes of C memory at p (valid as long as the C memory is).
-func CBytes(p unsafe.Pointer, n uintptr) []byte {
-	if p == nil || n == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(p), int(n))
-}
-
 // UcpWorkerSetAmRecvHandler wraps ucp_worker_set_am_recv_handler with the ring's callback
 // (helper velo_ucx_set_am_handler); enable=false removes the handler.
 func UcpWorkerSetAmRecvHandler(r Ring, id uint16, enable bool) Status {
@@ -448,41 +422,6 @@ func GuardInflight(r Ring, slot uint32) uint32 {
 // GuardRelease wraps velo_ucx_guard_release: slot may be reused.
 func GuardRelease(r Ring, slot uint32) { C.velo_ucx_guard_release(r.p, C.uint32_t(slot)) }
 
-// Resource mirrors velo_ucx_resource_t: one transport on one device of one memory domain
-// (or a memory domain / component with no transport).
-type Resource struct {
-	Component      string
-	ComponentFlags uint64
-	MD             string
-	MDStatus       Status
-	MDFlags        uint64
-	RKeyPackedSize uint64
-	RegCostC       float64
-	RegCostM       float64
-	Transport      string
-	Device         string
-	DeviceType     int
-	SysDevice      int
-	IfaceStatus    Status
-	IfaceFlags     uint64
-	PutMaxShort    uint64
-	PutMaxBcopy    uint64
-	PutMaxZcopy    uint64
-	GetMaxShort    uint64
-	GetMaxBcopy    uint64
-	GetMaxZcopy    uint64
-	AMMaxShort     uint64
-	AMMaxBcopy     uint64
-	AMMaxZcopy     uint64
-	AMMaxHdr       uint64
-	LatencySec     float64
-	BWDedicated    float64
-	BWShared       float64
-	OverheadSec    float64
-	MaxEndpoints   uint64
-	Priority       int
-}
-
 // Capability bits of Resource.IfaceFlags (UCT_IFACE_FLAG_*) and Resource.MDFlags.
 const (
 	IfaceFlagAMShort           = uint64(C.UCT_IFACE_FLAG_AM_SHORT)
@@ -570,12 +509,6 @@ func SymbolLoaded(name string) bool {
 	cn := C.CString(name)
 	defer C.free(unsafe.Pointer(cn))
 	return C.velo_ucx_symbol_loaded(cn) != 0
-}
-
-// IOV is one ucp_dt_iov_t entry, laid out as UCX reads it.
-type IOV struct {
-	Buffer unsafe.Pointer
-	Length uintptr
 }
 
 // IOVSize is sizeof(ucp_dt_iov_t).

@@ -18,6 +18,8 @@
 // unpinned Go pointer. Completion callbacks never call into Go: they append records to a
 // C-side event ring that Go drains after ucp_worker_progress (see capi.h for why).
 //
-// Without cgo, or off Linux, this package is empty and package ucx compiles its
-// ErrNotCompiled / ErrUnsupported twins instead.
+// Without cgo, or off Linux, capi_nocgo.go declares the same API and every call returns
+// NotCompiled, so package ucx is one copy of Go on every platform and reports ErrNotCompiled
+// or ErrUnsupported from its first call into UCX. This is the only place the build splits;
+// TestNoCgoTwinDeclaresTheSameAPI fails when the two files drift apart.
 package capi

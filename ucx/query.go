@@ -1,5 +1,3 @@
-//go:build cgo && linux
-
 package ucx
 
 import (
@@ -85,6 +83,9 @@ func executableSymbols() map[string]bool {
 // the UCX linked into this binary — and which RDMA pieces that UCX has compiled in.
 // It opens every interface briefly, so call it at startup, not on a hot path.
 func QueryResources() (*Resources, error) {
+	if !capi.Compiled {
+		return nil, errNoUCX
+	}
 	ApplyEnvDefaults()
 	raw, s := capi.QueryResources()
 	if s != capi.OK {

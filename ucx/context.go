@@ -1,5 +1,3 @@
-//go:build cgo && linux
-
 package ucx
 
 import (
@@ -35,6 +33,9 @@ type Context struct {
 // It refuses a UCX older than 1.13 and warns once per process when the linked library's
 // version differs from the headers the binding was compiled with (see checkVersion).
 func NewContext(cfg ContextConfig) (*Context, error) {
+	if !capi.Compiled {
+		return nil, errNoUCX
+	}
 	ApplyEnvDefaults()
 	log := logger(cfg.Logger)
 	version := Version()

@@ -1,5 +1,3 @@
-//go:build cgo && linux
-
 package ucx
 
 import (
@@ -11,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/velo-go/velo/ucx/internal/capi"
 )
 
 // Active-message ids of the guarded GET (within the reserved range).
@@ -103,6 +103,9 @@ type closeState struct {
 // NewEngine creates the context and worker on a new locked OS thread and starts the
 // progress loop. ctx bounds only the start-up.
 func NewEngine(ctx context.Context, cfg EngineConfig) (*Engine, error) {
+	if !capi.Compiled {
+		return nil, errNoUCX
+	}
 	if cfg.MaxEagerSize == 0 {
 		cfg.MaxEagerSize = defaultMaxEagerSize
 	}

@@ -1,6 +1,0 @@
-//go:build !linux
-
-package ucx
-
-// errNoUCX: only Linux has a UCX binding.
-var errNoUCX = ErrUnsupported
