@@ -221,6 +221,14 @@ func (e *Endpoint) UnpackRemoteKey(packed []byte) (*RemoteKey, error) {
 	if err := validateUCXKey(packed, capi.MemoryTypeLimit); err != nil {
 		return nil, err
 	}
+	return e.unpackChecked(packed)
+}
+
+// unpackChecked unpacks a key that validateUCXKey accepted against capi.MemoryTypeLimit.
+func (e *Endpoint) unpackChecked(packed []byte) (*RemoteKey, error) {
+	if err := e.usable(); err != nil {
+		return nil, err
+	}
 	rk, s := capi.UcpEpRkeyUnpack(e.ep, packed)
 	if s != capi.OK {
 		return nil, fmt.Errorf("ucx: ucp_ep_rkey_unpack: %w: %w", ErrInvalidRemoteKey, Status(s))

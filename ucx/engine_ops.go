@@ -599,16 +599,35 @@ func (c *Conn) Get(ctx context.Context, dst []byte, remoteAddr uint64, key []byt
 
 // GetAsync starts Get and returns its Op; dst belongs to the operation until Done.
 func (c *Conn) GetAsync(ctx context.Context, dst []byte, remoteAddr uint64, key []byte) *Op {
-	e := c.e
-	k, err := parseSealedKey(key, capi.MemoryTypeLimit)
+	k, err := ParseRegionKey(key)
 	if err != nil {
 		return completedOp(err)
 	}
-	if !k.Covers(remoteAddr, uint64(len(dst))) {
-		return completedOp(fmt.Errorf("%w: [%#x, +%d) is outside the key's region [%#x, +%d)", ErrOutOfRange, remoteAddr, len(dst), k.Base, k.Length))
+	if remoteAddr < k.Base() {
+		return completedOp(fmt.Errorf("%w: address %#x is below the key's region at %#x", ErrOutOfRange, remoteAddr, k.Base()))
 	}
-	key = append([]byte(nil), key...) // the op keeps the bytes; the caller may reuse its slice
-	k.UCXKey = key[sealedHeaderLen : len(key)-4]
+	return c.GetKeyAsync(ctx, dst, k, remoteAddr-k.Base())
+}
+
+// GetKey reads len(dst) bytes at offset of the region k names into dst; it is Get for a key
+// that was parsed already. It returns when the bytes are in dst or with an error.
+func (c *Conn) GetKey(ctx context.Context, dst []byte, k *RegionKey, offset uint64) error {
+	o := c.GetKeyAsync(ctx, dst, k, offset)
+	<-o.Done()
+	return o.Err()
+}
+
+// GetKeyAsync starts GetKey and returns its Op; dst belongs to the operation until Done. A
+// range outside the region fails here, before anything is posted.
+func (c *Conn) GetKeyAsync(ctx context.Context, dst []byte, k *RegionKey, offset uint64) *Op {
+	if k == nil || k.raw == nil {
+		return completedOp(fmt.Errorf("%w: no key (use ParseRegionKey)", ErrInvalidRemoteKey))
+	}
+	if err := k.rangeErr(offset, uint64(len(dst))); err != nil {
+		return completedOp(err)
+	}
+	e := c.e
+	remoteAddr := k.Base() + offset
 	op := &engineOp{kind: opGetGuarded, op: newOp(), conn: c, dst: dst}
 	if len(dst) > 0 {
 		op.pin.Pin(&dst[0])
@@ -621,15 +640,15 @@ func (c *Conn) GetAsync(ctx context.Context, dst []byte, remoteAddr uint64, key 
 		}
 		if c.resolveRMA(e) == RMADirect {
 			op.kind = opGetDirect
-			e.getDirect(op, k, remoteAddr)
+			e.getDirect(op, k.k, remoteAddr)
 			return
 		}
-		e.getGuarded(op, k, remoteAddr)
+		e.getGuarded(op, k.k, remoteAddr)
 	})
 }
 
 func (e *Engine) getDirect(op *engineOp, k SealedKey, remoteAddr uint64) {
-	rk, err := op.conn.ep.UnpackRemoteKey(k.UCXKey)
+	rk, err := op.conn.ep.unpackChecked(k.UCXKey) // ParseRegionKey walked it already
 	if err != nil {
 		op.settle(err)
 		op.tryFinish(e)

@@ -219,6 +219,19 @@ func TestGetRefusals(t *testing.T) {
 	if err := ab.Get(ctx, ok, reg.Addr(), key); err != nil || !bytes.Equal(ok, src.Bytes()[:100]) {
 		t.Fatalf("genuine key before revocation: %v", err)
 	}
+	// The same read through a key parsed once: an offset in the region, and the range checked
+	// before anything is posted.
+	rk, err := ParseRegionKey(key)
+	if err != nil || rk.Base() != reg.Addr() || rk.Len() != uint64(reg.Len()) {
+		t.Fatalf("ParseRegionKey: %v (base %#x len %d)", err, rk.Base(), rk.Len())
+	}
+	clear(ok)
+	if err := ab.GetKey(ctx, ok, rk, 7); err != nil || !bytes.Equal(ok, src.Bytes()[7:107]) {
+		t.Fatalf("GetKey at offset 7: %v", err)
+	}
+	check("GetKey past the region", ab.GetKey(ctx, ok, rk, uint64(reg.Len())-99), ErrOutOfRange)
+	check("GetKey with no key", ab.GetKey(ctx, ok, nil, 0), ErrInvalidRemoteKey)
+	check("GetKey with a zero key", ab.GetKey(ctx, ok, &RegionKey{}, 0), ErrInvalidRemoteKey)
 
 	if err := reg.Unregister(ctx); err != nil {
 		t.Fatal(err)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math/bits"
+
+	"github.com/velo-go/velo/ucx/internal/capi"
 )
 
 // Remote keys cross the network as opaque bytes, and ucp_ep_rkey_unpack takes a pointer
@@ -157,3 +159,42 @@ func (k SealedKey) Covers(addr uint64, n uint64) bool {
 }
 
 func crc32Castagnoli(b []byte) uint32 { return crc32.Checksum(b, crc32c) }
+
+// RegionKey is a sealed key that passed every check a consumer can make: its framing and
+// checksum, the region's bounds, and the UCX key's structure against the memory types the
+// linked UCX knows. It is what a GET carries from the moment the key bytes arrive until UCX
+// unpacks them, so one GET checks the key once (ParseRegionKey) and its range once
+// (Conn.GetKeyAsync). The zero value is no key.
+type RegionKey struct {
+	k   SealedKey
+	raw []byte // a private copy of the wire bytes; k.UCXKey aliases it
+}
+
+// ParseRegionKey validates b, the bytes a peer's Registration.RemoteKey produced, and keeps a
+// copy (the caller may reuse b). Every failure wraps ErrInvalidRemoteKey.
+func ParseRegionKey(b []byte) (*RegionKey, error) {
+	limit := maxKnownMemTypes
+	if capi.Compiled {
+		limit = capi.MemoryTypeLimit
+	}
+	raw := append([]byte(nil), b...)
+	k, err := parseSealedKey(raw, limit)
+	if err != nil {
+		return nil, err
+	}
+	return &RegionKey{k: k, raw: raw}, nil
+}
+
+// Base is the address of the region's first byte in the owner's memory.
+func (k *RegionKey) Base() uint64 { return k.k.Base }
+
+// Len is the region's length in bytes.
+func (k *RegionKey) Len() uint64 { return k.k.Length }
+
+// rangeErr refuses [offset, offset+n) unless it lies inside the region.
+func (k *RegionKey) rangeErr(offset, n uint64) error {
+	if n > k.k.Length || offset > k.k.Length-n {
+		return fmt.Errorf("%w: [%d, +%d) is outside the key's %d-byte region at %#x", ErrOutOfRange, offset, n, k.k.Length, k.k.Base)
+	}
+	return nil
+}

@@ -253,7 +253,7 @@ func TestRDMARevokedOnEveryLeaseEnding(t *testing.T) {
 			last := cons.rt.LastGet()
 			if end != "peer down" && end != "shutdown" {
 				dst := make([]byte, last.Len)
-				if err := cons.rt.Get(ctx, last.Peer, last.RemoteAddr, last.RKey, dst); !errors.Is(err, rdmatest.ErrRevoked) {
+				if err := cons.rt.Get(ctx, last.Peer, last.Key, last.Offset, dst); !errors.Is(err, rdmatest.ErrRevoked) {
 					t.Fatalf("a revoked descriptor: %v", err)
 				}
 				if !bytes.Equal(dst, make([]byte, len(dst))) {
@@ -405,7 +405,7 @@ func TestRDMAManyConsumersEachGetTheirOwnKey(t *testing.T) {
 		if err != nil || l.Path != metrics.PathRDMA || !bytes.Equal(l.Bytes(), data) {
 			t.Fatalf("consumer %d: %v", i, err)
 		}
-		keys[string(c.rt.LastGet().RKey)] = true
+		keys[string(c.rt.LastGet().Key)] = true
 		leases = append(leases, l)
 	}
 	if len(keys) != n || owner.RDMAStats().LeaseRegistrations != n {

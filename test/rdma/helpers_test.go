@@ -66,10 +66,10 @@ type spy struct {
 }
 
 type getArgs struct {
-	peer transport.InstanceID
-	addr uint64
-	rkey []byte
-	n    int
+	peer   transport.InstanceID
+	key    []byte
+	offset uint64
+	n      int
 }
 
 func (s *spy) RMABackend() string                 { return s.rma.RMABackend() }
@@ -80,9 +80,9 @@ func (s *spy) ForceClosePeer(p transport.InstanceID) error {
 func (s *spy) RegisterMemory(m []byte) (transport.Registration, error) {
 	return s.rma.RegisterMemory(m)
 }
-func (s *spy) Get(ctx context.Context, peer transport.InstanceID, addr uint64, rkey, dst []byte) error {
+func (s *spy) Get(ctx context.Context, peer transport.InstanceID, key []byte, offset uint64, dst []byte) error {
 	s.mu.Lock()
-	s.last = &getArgs{peer: peer, addr: addr, rkey: append([]byte(nil), rkey...), n: len(dst)}
+	s.last = &getArgs{peer: peer, offset: offset, key: append([]byte(nil), key...), n: len(dst)}
 	before, forge := s.before, s.forge
 	s.before, s.forge = nil, false
 	s.mu.Unlock()
@@ -90,12 +90,12 @@ func (s *spy) Get(ctx context.Context, peer transport.InstanceID, addr uint64, r
 		before()
 	}
 	if forge {
-		rkey = append([]byte(nil), rkey...)
-		for i := range rkey {
-			rkey[i] ^= byte(rand.Uint32()) | 1 // every byte different: nothing of the real key is left
+		key = append([]byte(nil), key...)
+		for i := range key {
+			key[i] ^= byte(rand.Uint32()) | 1 // every byte different: nothing of the real key is left
 		}
 	}
-	return s.rma.Get(ctx, peer, addr, rkey, dst)
+	return s.rma.Get(ctx, peer, key, offset, dst)
 }
 
 func (s *spy) lastGet() *getArgs {

@@ -78,7 +78,7 @@ func TestKeyRevokedOnEveryLeaseEnding(t *testing.T) {
 			}
 			last := cons.ucx.lastGet()
 			dst := make([]byte, last.n)
-			if err := cons.ucx.rma.Get(ctx, last.peer, last.addr, last.rkey, dst); err == nil {
+			if err := cons.ucx.rma.Get(ctx, last.peer, last.key, last.offset, dst); err == nil {
 				t.Fatal("a revoked descriptor read again")
 			} else {
 				t.Logf("replayed descriptor: %v", err)

@@ -215,10 +215,12 @@ type RMA interface {
 	// be Go heap memory: it is mmap'd, page-aligned memory that outlives the registration.
 	// Each call is a separate registration with its own remote key.
 	RegisterMemory(mem []byte) (Registration, error)
-	// Get reads len(dst) bytes at remoteAddr in peer's memory, using the packed remote key,
-	// into dst. It returns when the bytes are in dst or with an error. If ctx ends first the
-	// read still owns dst until it completes; Get returns only after that.
-	Get(ctx context.Context, peer InstanceID, remoteAddr uint64, rkey []byte, dst []byte) error
+	// Get reads len(dst) bytes at offset of the region that key names in peer's memory into
+	// dst. key is what one of peer's Registrations returned from Key, opaque to everyone but
+	// the backend: Get checks it and the range once, before anything is posted. It returns
+	// when the bytes are in dst or with an error. If ctx ends first the read still owns dst
+	// until it completes; Get returns only after that.
+	Get(ctx context.Context, peer InstanceID, key []byte, offset uint64, dst []byte) error
 	// CanGet reports whether a Get to peer can be attempted: the peer is registered on this
 	// transport with an RMA-capable address.
 	CanGet(peer InstanceID) bool
@@ -235,12 +237,11 @@ type RMA interface {
 // Dead is closed once no read of the region is in flight and the region is no longer registered.
 // Only then may the memory be reused or unmapped.
 type Registration interface {
-	// Addr is the address a remote Get names.
-	Addr() uint64
 	// Len is the registered length in bytes.
 	Len() int
-	// RKey is the packed remote key that a peer needs to read the region.
-	RKey() []byte
+	// Key is everything a peer needs to read the region (for UCX: the sealed remote key,
+	// which names the region's address and length too). It is opaque outside the backend.
+	Key() []byte
 	// Revoke makes the key refuse every read that has not started; it is idempotent and returns
 	// without waiting for reads already under way. An error means the revocation could not be
 	// handed to the transport (ctx ended first); the key is then still live and Revoke may be

@@ -201,3 +201,51 @@ func FuzzDecodeOffer(f *testing.F) {
 	f.Add([]byte{0, 0, 0})
 	f.Fuzz(fuzzFixed(DecodeOffer, func(o Offer) ([]byte, error) { return AppendOffer(nil, o) }))
 }
+
+func FuzzDecodeRDMADescriptor(f *testing.F) {
+	b, _ := AppendRDMADescriptor(nil, RDMADescriptor{Key: bytes.Repeat([]byte{7}, 64)})
+	f.Add(b)
+	f.Add([]byte{RDMADescriptorVersion, 0, 0})
+	f.Add([]byte{1, 0, 1, 9})
+	f.Fuzz(fuzzFixed(DecodeRDMADescriptor, func(d RDMADescriptor) ([]byte, error) { return AppendRDMADescriptor(nil, d) }))
+}
+
+func FuzzCheckRDMAOffer(f *testing.F) {
+	f.Add(AppendRDMAOffer(nil))
+	f.Add([]byte{1})
+	f.Add([]byte{1, 1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		err := CheckRDMAOffer(b)
+		checkErr(t, err)
+		if err == nil && !bytes.Equal(b, AppendRDMAOffer(nil)) {
+			t.Fatalf("accepted offer %x", b)
+		}
+	})
+}
+
+func TestRDMADescriptorRefusesWhatItCannotAccountFor(t *testing.T) {
+	good, err := AppendRDMADescriptor(nil, RDMADescriptor{Key: []byte{1, 2, 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, in := range map[string][]byte{
+		"empty":       nil,
+		"version":     append([]byte{1}, good[1:]...),
+		"trailing":    append(append([]byte(nil), good...), 0),
+		"truncated":   good[:len(good)-1],
+		"no key":      {RDMADescriptorVersion, 0, 0},
+		"key too big": append([]byte{RDMADescriptorVersion, 0x10, 0x01}, make([]byte, MaxRDMAKeyLen+1)...),
+	} {
+		if _, err := DecodeRDMADescriptor(in); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := DecodeRDMADescriptor(append([]byte{9}, good[1:]...)); !errors.Is(err, ErrVersion) {
+		t.Errorf("another version is not ErrVersion: %v", err)
+	}
+	for _, key := range [][]byte{nil, make([]byte, MaxRDMAKeyLen+1)} {
+		if _, err := AppendRDMADescriptor(nil, RDMADescriptor{Key: key}); !errors.Is(err, ErrMalformed) {
+			t.Errorf("encoded a %d-byte key", len(key))
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/velo-go/velo/velo/internal/wire"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/rendezvous"
 	"github.com/velo-go/velo/velo/transport"
@@ -191,8 +192,8 @@ func (r *Registry) AllocBuffer(n int) (*Buffer, error) {
 // Serve implements rendezvous.RDMAServer: it registers exactly the slot's pages for one lease and
 // returns the descriptor and the hook that revokes the registration when the lease ends.
 func (r *Registry) Serve(ctx context.Context, sl rendezvous.Slot, offer []byte) ([]byte, func(), metrics.Reason, error) {
-	if err := checkOffer(offer); err != nil {
-		return nil, nil, metrics.ReasonDecodeError, err
+	if err := wire.CheckRDMAOffer(offer); err != nil {
+		return nil, nil, metrics.ReasonDecodeError, fmt.Errorf("rdma: %w: %w", ErrDescriptor, err)
 	}
 	s, ok := sl.Opts.Token.(*Slot)
 	if !ok || s == nil || s.p != r.pool {
@@ -212,11 +213,11 @@ func (r *Registry) Serve(ctx context.Context, sl rendezvous.Slot, offer []byte) 
 		r.pool.regDead(s)
 		return nil, nil, metrics.ReasonBudget, fmt.Errorf("rdma: registering %s for lease %d: %w", verbs.FormatBytes(uint64(len(region))), sl.Lease.ID, err)
 	}
-	desc, err := AppendDescriptor(nil, Descriptor{Addr: reg.Addr(), Length: uint64(len(sl.Data)), RKey: reg.RKey()})
+	desc, err := wire.AppendRDMADescriptor(nil, wire.RDMADescriptor{Key: reg.Key()})
 	lr := &leaseReg{reg: reg, slot: s, bytes: len(region), peer: sl.Lease.Consumer, lease: sl.Lease.ID}
 	if err != nil {
 		r.revoke(lr)
-		return nil, nil, metrics.ReasonDecodeError, err
+		return nil, nil, metrics.ReasonDecodeError, fmt.Errorf("rdma: %w: %w", ErrDescriptor, err)
 	}
 	r.mu.Lock()
 	if r.closed {
@@ -340,18 +341,16 @@ func (r *Registry) released(lr *leaseReg, quarantined bool) {
 func (r *Registry) CanGet(owner transport.InstanceID) bool { return r.rma.CanGet(owner) }
 
 // Offer returns the backend-specific part of an offer.
-func (r *Registry) Offer(transport.InstanceID) ([]byte, error) { return offerBlob(), nil }
+func (r *Registry) Offer(transport.InstanceID) ([]byte, error) { return wire.AppendRDMAOffer(nil), nil }
 
-// Get reads the bytes the descriptor names into dst with one GET.
+// Get reads the lease's first len(dst) bytes into dst with one GET. The key inside the
+// descriptor is the backend's; it is checked, with the range, by the backend alone.
 func (r *Registry) Get(ctx context.Context, owner transport.InstanceID, descriptor []byte, dst []byte) error {
-	d, err := DecodeDescriptor(descriptor)
+	d, err := wire.DecodeRDMADescriptor(descriptor)
 	if err != nil {
-		return err
+		return fmt.Errorf("rdma: %w: %w", ErrDescriptor, err)
 	}
-	if d.Length != uint64(len(dst)) {
-		return fmt.Errorf("rdma: %w: descriptor names %d bytes for a %d-byte payload", ErrDescriptor, d.Length, len(dst))
-	}
-	return r.rma.Get(ctx, owner, d.Addr, d.RKey, dst)
+	return r.rma.Get(ctx, owner, d.Key, 0, dst)
 }
 
 // ---------------------------------------------------------------------------- state

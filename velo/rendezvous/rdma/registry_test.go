@@ -69,12 +69,8 @@ func TestServeRegistersExactlyTheSlot(t *testing.T) {
 	if err != nil || reason != metrics.ReasonOK {
 		t.Fatalf("Serve: %v %s", err, reason)
 	}
-	d, err := rdma.DecodeDescriptor(desc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d.Length != 10_000 || rt.LiveRegistrations() != 1 {
-		t.Fatalf("descriptor %+v, %d registrations", d, rt.LiveRegistrations())
+	if len(desc) == 0 || rt.LiveRegistrations() != 1 {
+		t.Fatalf("descriptor %x, %d registrations", desc, rt.LiveRegistrations())
 	}
 	st := r.Stats()
 	if st.LeaseRegistrations != 1 || st.LeaseBytes != int64(region) || st.PinnedBytes != st.ArenaBytes+st.LeaseBytes {
@@ -96,8 +92,11 @@ func TestServeRegistersExactlyTheSlot(t *testing.T) {
 func TestServeRefusals(t *testing.T) {
 	r, _ := newRegistry(t, rdma.Config{})
 	sl := pinnedSlot(t, r, 100)
-	if _, _, reason, err := r.Serve(context.Background(), sl, []byte{9}); reason != metrics.ReasonDecodeError || !errors.Is(err, rdma.ErrDescriptor) {
-		t.Fatalf("bad offer: %s %v", reason, err)
+	// {1} is what a consumer of the release before the opaque key offers: answered by chunks.
+	for _, bad := range [][]byte{{9}, {1}, nil} {
+		if _, _, reason, err := r.Serve(context.Background(), sl, bad); reason != metrics.ReasonDecodeError || !errors.Is(err, rdma.ErrDescriptor) {
+			t.Fatalf("offer %x: %s %v", bad, reason, err)
+		}
 	}
 	offer, _ := r.Offer(0)
 	other, _ := newRegistry(t, rdma.Config{})

@@ -204,6 +204,6 @@ func deregister(t testing.TB, reg transport.Registration) {
 	select {
 	case <-reg.Dead():
 	case <-time.After(30 * time.Second):
-		t.Fatalf("the registration of %d bytes at %#x was not dead 30 s after Revoke", reg.Len(), reg.Addr())
+		t.Fatalf("the registration of %d bytes was not dead 30 s after Revoke", reg.Len())
 	}
 }

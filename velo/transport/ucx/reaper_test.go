@@ -168,7 +168,7 @@ func TestReaperSparesBusyEndpoints(t *testing.T) {
 	defer deregister(t, reg)
 	dst := make([]byte, len(mem))
 	for i := 0; i < 3; i++ {
-		if err := consumer.Get(testCtx(t), owner.h.id, reg.Addr(), reg.RKey(), dst); err != nil {
+		if err := consumer.Get(testCtx(t), owner.h.id, reg.Key(), 0, dst); err != nil {
 			t.Fatalf("GET %d: %v", i, err)
 		}
 		if !bytes.Equal(dst, mem) {

@@ -46,9 +46,8 @@ type registration struct {
 	r *ucp.Registration
 }
 
-func (g *registration) Addr() uint64          { return g.r.Addr() }
 func (g *registration) Len() int              { return g.r.Len() }
-func (g *registration) RKey() []byte          { return g.r.RemoteKey() }
+func (g *registration) Key() []byte           { return g.r.RemoteKey() }
 func (g *registration) Dead() <-chan struct{} { return g.r.Done() }
 
 // Revoke implements transport.Registration: later guarded GETs with the key are refused. A
@@ -118,21 +117,18 @@ func (t *Transport) ForceClosePeer(id transport.InstanceID) error {
 	return nil
 }
 
-// Get implements transport.RMA: one GET of len(dst) bytes at remoteAddr of peer, with the sealed
-// key a registration of the peer's handed out. The key's framing, checksum and range are checked
-// before any of it reaches UCX (ucp_ep_rkey_unpack trusts its input to describe its own length).
-// Where UCX does not check remote keys itself (tcp and other software-emulated RMA), the engine
-// uses its guarded GET: the owner checks the registration is live and covers the range before it
-// sends a byte, so a stale or forged key reads nothing. Get returns when the bytes are in dst or
-// with an error; if ctx ends first it still returns only once dst is out of UCX's hands.
-func (t *Transport) Get(ctx context.Context, id transport.InstanceID, remoteAddr uint64, rkey []byte, dst []byte) error {
-	k, err := ucp.ParseSealedKey(rkey)
+// Get implements transport.RMA: one GET of len(dst) bytes at offset of the region that the
+// sealed key (a registration of the peer's) names. The key's framing, checksum and UCX part are
+// checked here, once, before any of it reaches UCX (ucp_ep_rkey_unpack trusts its input to
+// describe its own length), and the engine checks the range once more than never: before it
+// posts. Where UCX does not check remote keys itself (tcp and other software-emulated RMA), the
+// engine uses its guarded GET: the owner checks the registration is live and covers the range
+// before it sends a byte, so a stale or forged key reads nothing. Get returns when the bytes are
+// in dst or with an error; if ctx ends first it still returns only once dst is out of UCX's hands.
+func (t *Transport) Get(ctx context.Context, id transport.InstanceID, key []byte, offset uint64, dst []byte) error {
+	k, err := ucp.ParseRegionKey(key)
 	if err != nil {
 		return fmt.Errorf("ucx: GET from %016x: %w", uint64(id), err)
-	}
-	if !k.Covers(remoteAddr, uint64(len(dst))) {
-		return fmt.Errorf("ucx: GET from %016x: %w: [%#x, +%d) is outside the key's region [%#x, +%d)",
-			uint64(id), ucp.ErrOutOfRange, remoteAddr, len(dst), k.Base, k.Length)
 	}
 	p, _, err := t.lookup(id)
 	if err != nil {
@@ -150,7 +146,7 @@ func (t *Transport) Get(ctx context.Context, id transport.InstanceID, remoteAddr
 	oc.beginGet()
 	p.sendMu.Unlock()
 	p.touch()
-	err = oc.c.Get(ctx, dst, remoteAddr, rkey)
+	err = oc.c.GetKey(ctx, dst, k, offset)
 	p.touch()
 	t.opDone(oc, true)
 	if err != nil {

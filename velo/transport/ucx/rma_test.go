@@ -51,11 +51,11 @@ func TestRMARegisterGetDeregister(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if reg.Len() != n || reg.Addr() == 0 || len(reg.RKey()) == 0 {
-			t.Fatalf("registration of %d bytes: len %d addr %#x key %d bytes", n, reg.Len(), reg.Addr(), len(reg.RKey()))
+		if reg.Len() != n || len(reg.Key()) == 0 {
+			t.Fatalf("registration of %d bytes: len %d key %d bytes", n, reg.Len(), len(reg.Key()))
 		}
 		dst := make([]byte, n)
-		if err := consumer.Get(testCtx(t), owner.h.id, reg.Addr(), reg.RKey(), dst); err != nil {
+		if err := consumer.Get(testCtx(t), owner.h.id, reg.Key(), 0, dst); err != nil {
 			t.Fatalf("GET %d bytes: %v", n, err)
 		}
 		if sha256.Sum256(dst) != sha256.Sum256(mem) {
@@ -63,14 +63,14 @@ func TestRMARegisterGetDeregister(t *testing.T) {
 		}
 		if n > 2 {
 			part := make([]byte, n/2)
-			if err := consumer.Get(testCtx(t), owner.h.id, reg.Addr()+1, reg.RKey(), part); err != nil {
+			if err := consumer.Get(testCtx(t), owner.h.id, reg.Key(), 1, part); err != nil {
 				t.Fatalf("GET inside the region: %v", err)
 			}
 			if !bytes.Equal(part, mem[1:1+n/2]) {
 				t.Fatal("GET inside the region returned other bytes")
 			}
 		}
-		if err := consumer.Get(testCtx(t), owner.h.id, reg.Addr(), reg.RKey(), make([]byte, n+1)); !errors.Is(err, ucp.ErrOutOfRange) {
+		if err := consumer.Get(testCtx(t), owner.h.id, reg.Key(), 0, make([]byte, n+1)); !errors.Is(err, ucp.ErrOutOfRange) {
 			t.Fatalf("GET past the region: %v", err)
 		}
 		deregister(t, reg)
@@ -86,12 +86,12 @@ func TestRMARegisterGetDeregister(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bytes.Equal(r1.RKey(), r2.RKey()) {
+	if bytes.Equal(r1.Key(), r2.Key()) {
 		t.Fatal("two registrations share a key")
 	}
 	deregister(t, r1)
 	dst := make([]byte, 4096)
-	if err := consumer.Get(testCtx(t), owner.h.id, r2.Addr(), r2.RKey(), dst); err != nil || !bytes.Equal(dst, mem) {
+	if err := consumer.Get(testCtx(t), owner.h.id, r2.Key(), 0, dst); err != nil || !bytes.Equal(dst, mem) {
 		t.Fatalf("the second registration died with the first: %v", err)
 	}
 	deregister(t, r2)
@@ -100,7 +100,7 @@ func TestRMARegisterGetDeregister(t *testing.T) {
 	if stranger.CanGet(owner.h.id) {
 		t.Fatal("CanGet true for an owner never registered")
 	}
-	if err := stranger.Get(testCtx(t), owner.h.id, r2.Addr(), r2.RKey(), dst); !errors.Is(err, transport.ErrUnknownPeer) {
+	if err := stranger.Get(testCtx(t), owner.h.id, r2.Key(), 0, dst); !errors.Is(err, transport.ErrUnknownPeer) {
 		t.Fatalf("GET from an unregistered owner: %v", err)
 	}
 }
@@ -121,13 +121,13 @@ func TestUnusableRkeyIsRefusedOverTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := make([]byte, 4096)
-	if err := consumer.Get(testCtx(t), owner.h.id, reg.Addr(), reg.RKey(), dst); err != nil {
+	if err := consumer.Get(testCtx(t), owner.h.id, reg.Key(), 0, dst); err != nil {
 		t.Fatal(err)
 	}
 	if mode := consumer.rmaMode(t, owner.h.id); mode != ucp.RMAGuarded {
 		t.Skipf("the endpoint's RMA lanes are hardware-keyed (%v): this test is for software RMA (UCX_TLS=tcp) only", mode)
 	}
-	key, addr := reg.RKey(), reg.Addr()
+	key := reg.Key()
 	deregister(t, reg)
 	// Poison: the owner writes new bytes where the old registration was, then unmaps it.
 	copy(mem, bytes.Repeat([]byte("owner-secret"), len(mem)/12))
@@ -145,11 +145,11 @@ func TestUnusableRkeyIsRefusedOverTCP(t *testing.T) {
 		}
 	}
 	copy(dst, sentinel)
-	check("stale key", consumer.Get(testCtx(t), owner.h.id, addr, key, dst), ucp.ErrRemoteKeyRevoked)
+	check("stale key", consumer.Get(testCtx(t), owner.h.id, key, 0, dst), ucp.ErrRemoteKeyRevoked)
 	if err := unix.Munmap(mem); err != nil {
 		t.Fatal(err)
 	}
-	check("stale key of unmapped memory", consumer.Get(testCtx(t), owner.h.id, addr, key, dst), ucp.ErrRemoteKeyRevoked)
+	check("stale key of unmapped memory", consumer.Get(testCtx(t), owner.h.id, key, 0, dst), ucp.ErrRemoteKeyRevoked)
 
 	live := mapped(t, 8192)
 	lreg, err := owner.RegisterMemory(live)
@@ -157,7 +157,7 @@ func TestUnusableRkeyIsRefusedOverTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer deregister(t, lreg)
-	good := lreg.RKey()
+	good := lreg.Key()
 	k, err := ucp.ParseSealedKey(good)
 	if err != nil {
 		t.Fatal(err)
@@ -184,14 +184,14 @@ func TestUnusableRkeyIsRefusedOverTCP(t *testing.T) {
 		{"forged wider region", ucp.AppendSealedKey(nil, wider), ucp.ErrOutOfRange},
 	} {
 		copy(dst, sentinel)
-		addr := lreg.Addr()
+		offset := uint64(0)
 		if c.name == "forged wider region" {
-			addr += 8192 // inside the forged region, past the real one
+			offset = 8192 // inside the forged region, past the real one
 		}
-		check(c.name, consumer.Get(testCtx(t), owner.h.id, addr, c.key, dst), c.want)
+		check(c.name, consumer.Get(testCtx(t), owner.h.id, c.key, offset, dst), c.want)
 	}
 	// The owner is alive and serves its live registration.
-	if err := consumer.Get(testCtx(t), owner.h.id, lreg.Addr(), good, dst); err != nil || !bytes.Equal(dst, live[:len(dst)]) {
+	if err := consumer.Get(testCtx(t), owner.h.id, good, 0, dst); err != nil || !bytes.Equal(dst, live[:len(dst)]) {
 		t.Fatalf("owner after the refusals: %v", err)
 	}
 }

@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/velo-go/velo/velo/transport"
 	"github.com/velo-go/velo/velo/transport/tcp"
@@ -168,7 +167,6 @@ type registration struct {
 	id    uint64
 	token uint64
 	mem   []byte
-	addr  uint64
 	dead  chan struct{}
 
 	// Guarded by t.mu.
@@ -182,10 +180,11 @@ type inflightGet struct {
 	cancel   context.CancelFunc
 }
 
-func (r *registration) Addr() uint64          { return r.addr }
 func (r *registration) Len() int              { return len(r.mem) }
 func (r *registration) Dead() <-chan struct{} { return r.dead }
-func (r *registration) RKey() []byte {
+
+// Key is this fabric's key: the registration's id and its random token.
+func (r *registration) Key() []byte {
 	k := binary.LittleEndian.AppendUint64(nil, r.id)
 	return binary.LittleEndian.AppendUint64(k, r.token)
 }
@@ -252,7 +251,7 @@ func (t *Transport) RegisterMemory(mem []byte) (transport.Registration, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.nextID++
-	r := &registration{t: t, id: t.nextID, token: binary.LittleEndian.Uint64(tok[:]) | 1, mem: mem, addr: uint64(uintptr(unsafe.Pointer(&mem[0]))),
+	r := &registration{t: t, id: t.nextID, token: binary.LittleEndian.Uint64(tok[:]) | 1, mem: mem,
 		dead: make(chan struct{}), inflight: map[*inflightGet]struct{}{}}
 	t.regs[r.id] = r
 	t.all[r] = struct{}{}
@@ -262,18 +261,18 @@ func (t *Transport) RegisterMemory(mem []byte) (transport.Registration, error) {
 
 // GetArgs are the arguments of a GET, kept so a test can replay a descriptor after its lease ended.
 type GetArgs struct {
-	Peer       transport.InstanceID
-	RemoteAddr uint64
-	RKey       []byte
-	Len        int
+	Peer   transport.InstanceID
+	Key    []byte
+	Offset uint64
+	Len    int
 }
 
 // LastGet returns the arguments of the last GET attempted (nil before the first).
 func (t *Transport) LastGet() *GetArgs { return t.last.Load() }
 
-// Get reads from peer's registration named by rkey.
-func (t *Transport) Get(ctx context.Context, peer transport.InstanceID, remoteAddr uint64, rkey []byte, dst []byte) error {
-	t.last.Store(&GetArgs{Peer: peer, RemoteAddr: remoteAddr, RKey: append([]byte(nil), rkey...), Len: len(dst)})
+// Get reads from peer's registration named by key.
+func (t *Transport) Get(ctx context.Context, peer transport.InstanceID, key []byte, offset uint64, dst []byte) error {
+	t.last.Store(&GetArgs{Peer: peer, Key: append([]byte(nil), key...), Offset: offset, Len: len(dst)})
 	if hook := t.BeforeGet; hook != nil {
 		hook(ctx)
 	}
@@ -288,22 +287,22 @@ func (t *Transport) Get(ctx context.Context, peer transport.InstanceID, remoteAd
 			return ErrInjected
 		}
 	}
-	if len(rkey) != 16 {
-		return fmt.Errorf("%w: key of %d bytes", ErrRevoked, len(rkey))
+	if len(key) != 16 {
+		return fmt.Errorf("%w: key of %d bytes", ErrRevoked, len(key))
 	}
 	owner := t.f.node(peer)
 	if owner == nil {
 		return fmt.Errorf("rdmatest: %w", transport.ErrPeerUnreachable)
 	}
 	owner.mu.Lock()
-	r := owner.regs[binary.LittleEndian.Uint64(rkey)]
-	if r == nil || r.token != binary.LittleEndian.Uint64(rkey[8:]) {
+	r := owner.regs[binary.LittleEndian.Uint64(key)]
+	if r == nil || r.token != binary.LittleEndian.Uint64(key[8:]) {
 		owner.mu.Unlock()
 		return ErrRevoked
 	}
-	if remoteAddr < r.addr || remoteAddr-r.addr > uint64(len(r.mem)) || uint64(len(dst)) > uint64(len(r.mem))-(remoteAddr-r.addr) {
+	if uint64(len(dst)) > uint64(len(r.mem)) || offset > uint64(len(r.mem))-uint64(len(dst)) {
 		owner.mu.Unlock()
-		return fmt.Errorf("%w: [%#x, +%d) against [%#x, +%d)", ErrOutOfRange, remoteAddr, len(dst), r.addr, len(r.mem))
+		return fmt.Errorf("%w: [%d, +%d) of a %d-byte region", ErrOutOfRange, offset, len(dst), len(r.mem))
 	}
 	gctx, cancel := context.WithCancel(ctx)
 	g := &inflightGet{consumer: t.self, cancel: cancel}
@@ -323,8 +322,7 @@ func (t *Transport) Get(ctx context.Context, peer transport.InstanceID, remoteAd
 	if err := gctx.Err(); err != nil {
 		return fmt.Errorf("rdmatest: GET cancelled: %w", err)
 	}
-	off := remoteAddr - r.addr
-	copy(dst, r.mem[off:off+uint64(len(dst))])
+	copy(dst, r.mem[offset:offset+uint64(len(dst))])
 	t.Gets.Add(1)
 	return nil
 }
