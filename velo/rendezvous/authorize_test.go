@@ -42,7 +42,7 @@ func TestAcquireNeedsAnAuthorizedPeer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	h, err := owner.rv.Stage([]byte("pinned bytes"), rendezvous.StageOptions{Pinned: true})
+	h, err := owner.rv.Stage([]byte("pinned bytes"), rendezvous.StageOptions{Pinned: pinnedIf(true)})
 	require.NoError(t, err)
 	_, err = stranger.rv.Get(ctx, h)
 	require.ErrorIs(t, err, rendezvous.ErrUnauthenticated)

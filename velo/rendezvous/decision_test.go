@@ -204,7 +204,7 @@ func TestPathDecision(t *testing.T) {
 			if c.s.tweak != nil {
 				c.s.tweak(f, owner.rv)
 			}
-			h, err := owner.rv.Stage(data, rendezvous.StageOptions{Pinned: c.s.pinned})
+			h, err := owner.rv.Stage(data, rendezvous.StageOptions{Pinned: pinnedIf(c.s.pinned)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -255,7 +255,7 @@ func TestLeaseHookRunsOnEveryEnding(t *testing.T) {
 			cons := newNode(t, nil, client{f})
 			cons.register(t, owner)
 			before := f.revoked.Load()
-			h, _ := owner.rv.Stage([]byte("pinned bytes"), rendezvous.StageOptions{Pinned: true})
+			h, _ := owner.rv.Stage([]byte("pinned bytes"), rendezvous.StageOptions{Pinned: pinnedIf(true)})
 			l, err := cons.rv.Get(ctx, h)
 			if err != nil || l.Path != metrics.PathRDMA {
 				t.Fatalf("get: %v, path %v", err, l)
@@ -273,4 +273,16 @@ func TestLeaseHookRunsOnEveryEnding(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fakePinned stands for memory a pool pinned; fakeRMA serves Slot.Data and never asks for the region.
+type fakePinned struct{}
+
+func (fakePinned) PinnedRegion() []byte { return nil }
+
+func pinnedIf(pinned bool) rendezvous.PinnedMemory {
+	if pinned {
+		return fakePinned{}
+	}
+	return nil
 }

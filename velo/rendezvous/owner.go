@@ -123,7 +123,7 @@ func (r *Rendezvous) decide(ctx context.Context, sl Slot, offer []byte, resp *wi
 	if o.Backend != srv.Backend() {
 		return metrics.PathChunked, metrics.ReasonNoOffer
 	}
-	if !sl.Opts.Pinned {
+	if sl.Opts.Pinned == nil {
 		return metrics.PathChunked, sl.Opts.Reason
 	}
 	desc, onEnd, reason, err := srv.Serve(ctx, sl, o.Blob)

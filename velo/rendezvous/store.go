@@ -14,16 +14,15 @@ import (
 // StageOptions describe the memory a slot holds. The zero value is plain Go memory staged with
 // RegisterData: the chunked path serves it and an RDMA offer is answered not_pinned.
 type StageOptions struct {
-	// Pinned marks memory that an RDMAServer can register (a pinned arena slot).
-	Pinned bool
+	// Pinned is set for memory a PinnedPool handed out, which the same pool's RDMAServer can
+	// register for a lease; nil for plain memory (the chunked path serves it).
+	Pinned PinnedMemory
 	// Reason is recorded for unpinned memory and answered to RDMA offers (default not_pinned;
 	// pool_exhausted or budget when a pinned staging fell back to plain memory).
 	Reason metrics.Reason
 	// OnFree runs once when the slot is freed (last reference and last lease gone, nothing reading
 	// it): the memory's owner gets it back there. Memory the store does not own must have one.
 	OnFree func()
-	// Token is opaque to the store and handed back to the RDMAServer (for example the arena slot).
-	Token any
 	// For and TTL mark a transient slot (transparent staging of a message for peer For): it is
 	// freed once TTL has passed and no lease is open on it, or when For goes down.
 	For transport.InstanceID
@@ -198,7 +197,7 @@ func (s *store) metadata(h Handle) (slotInfo, error) {
 	if err != nil {
 		return slotInfo{}, err
 	}
-	return slotInfo{size: uint64(len(sl.data)), refs: sl.refs, leases: sl.leases, pinned: sl.opts.Pinned, stagingReason: sl.opts.Reason}, nil
+	return slotInfo{size: uint64(len(sl.data)), refs: sl.refs, leases: sl.leases, pinned: sl.opts.Pinned != nil, stagingReason: sl.opts.Reason}, nil
 }
 
 // newLease grants consumer a lease on h's slot and returns a view for the path decision.

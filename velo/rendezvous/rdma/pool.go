@@ -67,8 +67,9 @@ func (s *Slot) Bytes() []byte {
 	return s.a.mem[off : off+s.n : off+s.n]
 }
 
-// region is the slot's whole pages: what a per-lease registration covers.
-func (s *Slot) region() []byte {
+// PinnedRegion is the slot's whole pages: what a per-lease registration covers (it implements
+// rendezvous.PinnedMemory).
+func (s *Slot) PinnedRegion() []byte {
 	off := s.start * pageSize
 	end := off + s.pages*pageSize
 	return s.a.mem[off:end:end]
@@ -190,7 +191,7 @@ func (p *pool) carveLocked(a *arena, pages, n int) *Slot {
 		a.usedPages += pages
 		p.outs++
 		s := &Slot{p: p, a: a, start: r.start, pages: pages, n: n}
-		clear(s.region()[n:]) // the tail of the last page may hold an earlier payload's bytes
+		clear(s.PinnedRegion()[n:]) // the tail of the last page may hold an earlier payload's bytes
 		return s
 	}
 	return nil

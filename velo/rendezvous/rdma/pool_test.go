@@ -47,7 +47,7 @@ func TestSlotsArePageAlignedAndOwnTheirPages(t *testing.T) {
 	a := mustAlloc(t, p, 100, true)
 	b := mustAlloc(t, p, pageSize+1, true)
 	for _, s := range []*Slot{a, b} {
-		r := s.region()
+		r := s.PinnedRegion()
 		if addr := uintptrOf(r); addr%uintptr(pageSize) != 0 || len(r)%pageSize != 0 {
 			t.Fatalf("slot region at %#x, %d bytes: not whole pages", addr, len(r))
 		}
@@ -55,17 +55,17 @@ func TestSlotsArePageAlignedAndOwnTheirPages(t *testing.T) {
 			t.Fatalf("Bytes is %d/%d bytes for a %d-byte slot", len(s.Bytes()), cap(s.Bytes()), s.n)
 		}
 	}
-	if uintptrOf(a.region())+uintptr(len(a.region())) > uintptrOf(b.region()) {
+	if uintptrOf(a.PinnedRegion())+uintptr(len(a.PinnedRegion())) > uintptrOf(b.PinnedRegion()) {
 		t.Fatal("slots overlap")
 	}
 	// A freed slot's bytes never show through the padding of the next one in the same pages.
-	copy(a.region(), bytes.Repeat([]byte{0xAB}, len(a.region())))
+	copy(a.PinnedRegion(), bytes.Repeat([]byte{0xAB}, len(a.PinnedRegion())))
 	p.free(a)
 	c := mustAlloc(t, p, 10, false)
 	if c.start != a.start {
 		t.Fatalf("the freed pages were not reused first (start %d, freed %d)", c.start, a.start)
 	}
-	if !bytes.Equal(c.region()[10:], make([]byte, len(c.region())-10)) {
+	if !bytes.Equal(c.PinnedRegion()[10:], make([]byte, len(c.PinnedRegion())-10)) {
 		t.Fatal("the padding after a reused slot still holds the previous payload's bytes")
 	}
 	p.free(b)

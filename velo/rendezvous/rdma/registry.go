@@ -161,7 +161,7 @@ func (r *Registry) Pin(n int, mayMap bool) ([]byte, rendezvous.StageOptions) {
 		}
 		return nil, rendezvous.StageOptions{Reason: reason}
 	}
-	return s.Bytes(), rendezvous.StageOptions{Pinned: true, Token: s, OnFree: func() { r.pool.free(s) }}
+	return s.Bytes(), rendezvous.StageOptions{Pinned: s, OnFree: func() { r.pool.free(s) }}
 }
 
 // Buffer is pinned memory a consumer fetched a payload into (velo's GetPinned). Free gives it
@@ -195,11 +195,11 @@ func (r *Registry) Serve(ctx context.Context, sl rendezvous.Slot, offer []byte) 
 	if err := wire.CheckRDMAOffer(offer); err != nil {
 		return nil, nil, metrics.ReasonDecodeError, fmt.Errorf("rdma: %w: %w", ErrDescriptor, err)
 	}
-	s, ok := sl.Opts.Token.(*Slot)
+	s, ok := sl.Opts.Pinned.(*Slot)
 	if !ok || s == nil || s.p != r.pool {
 		return nil, nil, metrics.ReasonNotPinned, fmt.Errorf("rdma: slot %d is not in this registry's pinned memory", sl.ID)
 	}
-	region := s.region()
+	region := s.PinnedRegion()
 	if err := r.pool.reserve(len(region)); err != nil {
 		return nil, nil, metrics.ReasonBudget, err
 	}

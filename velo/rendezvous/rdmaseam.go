@@ -7,10 +7,12 @@ import (
 	"github.com/velo-go/velo/velo/transport"
 )
 
-// The RDMA path plugs in through two small interfaces, one per side, both nil until an RDMA
-// registry exists (velo.WithUCXTransport). With them nil the decision below still runs and
-// reports not_configured, so the wire format, the metric series and the lease hooks that the RDMA
-// path needs are already exercised by the chunked path.
+// The RDMA path plugs in through the interfaces of this file: a server and a client, one per
+// side, and the pool of pinned memory whose slots the server registers (PinnedMemory is the one
+// typed value that travels from the pool through the store back to the server). All are nil
+// until an RDMA registry exists (velo.WithUCXTransport). With them nil the acquire decision
+// still runs and reports not_configured, so the wire format, the metric series and the lease
+// hooks that the RDMA path needs are already exercised by the chunked path.
 
 // RDMAServer is the owner side of the RDMA path.
 type RDMAServer interface {
@@ -40,12 +42,20 @@ type RDMAClient interface {
 	Get(ctx context.Context, owner transport.InstanceID, descriptor []byte, dst []byte) error
 }
 
+// PinnedMemory is memory a PinnedPool handed out, as the store carries it back to the pool's
+// RDMAServer in Slot.Opts.Pinned.
+type PinnedMemory interface {
+	// PinnedRegion is the page-aligned memory around the payload: what one registration for a
+	// lease covers.
+	PinnedRegion() []byte
+}
+
 // PinnedPool hands out pinned memory to stage payloads in; the RDMA registry implements it. The
 // owner stages a copy there (RegisterDataPinned, and transparent staging of large messages) so
 // that RDMAServer.Serve can register exactly the slot for one lease.
 type PinnedPool interface {
-	// Pin returns memory for an n-byte payload and the options to stage it with (Pinned, OnFree,
-	// Token). mayMap allows mapping a new arena; the transparent stager passes false, so a message
+	// Pin returns memory for an n-byte payload and the options to stage it with (Pinned,
+	// OnFree). mayMap allows mapping a new arena; the transparent stager passes false, so a message
 	// send never waits for a large pin. When there is no memory to give, mem is nil and
 	// opts.Reason says why (kill_switch, pool_exhausted, budget); the payload is then staged in
 	// plain memory and that reason is what an RDMA offer for it is answered with.
