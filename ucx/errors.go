@@ -129,10 +129,11 @@ func (s Status) peerFailure() bool {
 // Sentinel errors. Errors returned by this package wrap one of these or a Status.
 var (
 	// ErrNotCompiled: the binary was built without cgo, so there is no UCX in it.
-	// Rebuild with CGO_ENABLED=1 and libucx-dev installed.
-	ErrNotCompiled = errors.New("ucx: not compiled in (built with CGO_ENABLED=0); rebuild with cgo and libucx-dev")
-	// ErrUnsupported: this platform has no UCX binding (only Linux is supported).
-	ErrUnsupported = errors.New("ucx: unsupported on this platform (Linux only)")
+	// Rebuild with CGO_ENABLED=1 and libucx-dev installed. It also matches errors.ErrUnsupported.
+	ErrNotCompiled error = &unsupported{"ucx: not compiled in (built with CGO_ENABLED=0); rebuild with cgo and libucx-dev"}
+	// ErrUnsupported: this platform has no UCX binding (only Linux is supported). It also
+	// matches errors.ErrUnsupported.
+	ErrUnsupported error = &unsupported{"ucx: unsupported on this platform (Linux only)"}
 	// ErrClosed: the object, or the engine that owns it, was closed.
 	ErrClosed = errors.New("ucx: closed")
 	// ErrPeerFailure matches every Status that means the peer is gone (UCS_ERR_UNREACHABLE,
@@ -155,6 +156,13 @@ var (
 	// ErrEndpointFailed: an operation on an endpoint whose error handler already ran.
 	ErrEndpointFailed = errors.New("ucx: endpoint failed")
 )
+
+// unsupported is a sentinel of this package that also answers errors.Is(err,
+// errors.ErrUnsupported), the standard library's word for the same meaning.
+type unsupported struct{ msg string }
+
+func (e *unsupported) Error() string { return e.msg }
+func (e *unsupported) Unwrap() error { return errors.ErrUnsupported }
 
 // errNoUCX is what a binary without UCX reports from its first call into it: on Linux the
 // binding was built without cgo (rebuild with it); elsewhere there is no binding at all.

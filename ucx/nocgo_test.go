@@ -4,6 +4,7 @@ package ucx
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -15,6 +16,7 @@ import (
 func TestWithoutCgoEveryEntryPointSaysNotCompiled(t *testing.T) {
 	_, err := NewContext(ContextConfig{})
 	require.ErrorIs(t, err, ErrNotCompiled)
+	require.ErrorIs(t, err, errors.ErrUnsupported, "the standard library's sentinel for the same meaning")
 	require.Contains(t, err.Error(), "rebuild with cgo")
 
 	_, err = NewEngine(context.Background(), EngineConfig{})

@@ -24,8 +24,9 @@ var (
 	ErrPeerUnreachable = transport.ErrPeerUnreachable
 	// ErrFrameTooLarge: a frame above a transport's limit.
 	ErrFrameTooLarge = transport.ErrFrameTooLarge
-	// ErrClosed: the instance was closed.
-	ErrClosed = messenger.ErrClosed
+	// ErrClosed: the instance, or the transport or registry a call needed, was closed. Every
+	// closed error of velo's packages matches it (it is transport.ErrClosed, their root).
+	ErrClosed = transport.ErrClosed
 
 	// ErrUnknownHandler: the peer has no handler of that name.
 	ErrUnknownHandler = messenger.ErrUnknownHandler
@@ -53,8 +54,9 @@ var (
 	ErrBadLease = rendezvous.ErrBadLease
 	// ErrBufferSize: GetInto's buffer is not exactly the handle's size.
 	ErrBufferSize = rendezvous.ErrBufferSize
-	// ErrProtocol: a peer sent something a correct peer never sends.
-	ErrProtocol = rendezvous.ErrProtocol
+	// ErrProtocol: a peer sent something a correct peer never sends (messenger.ErrProtocol, which
+	// the rendezvous service's protocol errors match too).
+	ErrProtocol = messenger.ErrProtocol
 	// ErrTooLarge: a payload above what this instance stages, or a handle that claims more than
 	// WithMaxGetSize lets Get, GetPinned or a staged message allocate.
 	ErrTooLarge = rendezvous.ErrTooLarge

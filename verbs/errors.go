@@ -18,7 +18,8 @@ func (s *sentinel) Unwrap() error { return s.parent }
 var (
 	// ErrNotSupported means a probe's answer is "definitely not available". Errors that wrap it
 	// are findings about the node, not failures of the probe.
-	ErrNotSupported error = &sentinel{msg: "not supported"}
+	// It also matches the standard library's errors.ErrUnsupported.
+	ErrNotSupported error = &sentinel{msg: "not supported", parent: errors.ErrUnsupported}
 
 	// ErrNoDevice: no RDMA device, or not the one named. Belongs to ErrNotSupported.
 	ErrNoDevice error = &sentinel{msg: "no RDMA device", parent: ErrNotSupported}

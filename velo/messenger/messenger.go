@@ -40,6 +40,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/velo-go/velo/velo/internal/errfam"
 	"github.com/velo-go/velo/velo/internal/wire"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport"
@@ -66,8 +67,8 @@ var (
 	ErrDraining error = &drainingError{}
 	// ErrNoRoute: no transport reaches the peer, or none carries a frame that large.
 	ErrNoRoute = errors.New("no transport reaches the peer")
-	// ErrClosed: the messenger was closed.
-	ErrClosed = errors.New("velo instance closed")
+	// ErrClosed: the messenger was closed. It also matches transport.ErrClosed (velo.ErrClosed).
+	ErrClosed = errfam.New("velo instance closed", transport.ErrClosed)
 	// ErrInvalidName: a handler name that is empty, too long, or in the reserved "velo." space.
 	ErrInvalidName = errors.New("invalid handler name")
 	// ErrProtocol: the peer answered with something this side cannot accept (a response of the

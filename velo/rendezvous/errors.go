@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/velo-go/velo/velo/internal/errfam"
 	"github.com/velo-go/velo/velo/messenger"
 )
 
@@ -22,8 +23,9 @@ var (
 	ErrBadLease = errors.New("rendezvous lease is not valid")
 	// ErrBufferSize: GetInto was given a buffer whose length is not the handle's size.
 	ErrBufferSize = errors.New("destination buffer does not match the payload size")
-	// ErrProtocol: the owner answered something a correct owner never sends.
-	ErrProtocol = errors.New("rendezvous protocol violation")
+	// ErrProtocol: the owner answered something a correct owner never sends. It also matches
+	// messenger.ErrProtocol (velo.ErrProtocol).
+	ErrProtocol = errfam.New("rendezvous protocol violation", messenger.ErrProtocol)
 	// ErrClosed: the rendezvous service was shut down.
 	ErrClosed = messenger.ErrClosed
 	// ErrTooLarge: the payload is larger than this build can stage or move, or a handle claims

@@ -40,7 +40,8 @@ var (
 	ErrPeerUnreachable = errors.New("peer unreachable")
 	// ErrFrameTooLarge: a frame above MaxFrameSize, on send or on receive.
 	ErrFrameTooLarge = errors.New("frame too large")
-	// ErrClosed: the transport was closed.
+	// ErrClosed: the transport was closed. It is the root of velo's closed family (velo.ErrClosed):
+	// the messenger's, the rendezvous service's and the RDMA registry's closed errors match it.
 	ErrClosed = errors.New("transport closed")
 )
 

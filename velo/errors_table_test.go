@@ -1,0 +1,116 @@
+package velo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	ucp "github.com/velo-go/velo/ucx"
+	"github.com/velo-go/velo/velo/messenger"
+	"github.com/velo-go/velo/velo/rendezvous"
+	"github.com/velo-go/velo/velo/rendezvous/rdma"
+	"github.com/velo-go/velo/velo/transport"
+	"github.com/velo-go/velo/verbs"
+)
+
+// TestPublicErrorsMatchTheirSentinels drives the public API into each failure a user can cause
+// and checks that the error matches the velo sentinel the docs promise (errors.Is), whichever
+// layer produced it: the transport, the messenger, the rendezvous service or the registry.
+func TestPublicErrorsMatchTheirSentinels(t *testing.T) {
+	ctx := tctx(t)
+	a, b := pair(t)
+	require.NoError(t, b.RegisterHandler("echo", func(_ context.Context, m *Message) ([]byte, error) { return nil, nil }))
+	h, err := b.RegisterData(ctx, []byte("sixteen bytes!!!"))
+	require.NoError(t, err)
+	released, err := b.RegisterData(ctx, []byte("gone"))
+	require.NoError(t, err)
+	require.NoError(t, b.Unref(ctx, released))
+	forged := h
+	forged.Nonce ^= 1
+	closed := newInstance(t)
+	require.NoError(t, closed.Close())
+
+	cases := []struct {
+		name string
+		want error
+		call func() error
+	}{
+		{"request to a handler the peer lacks", ErrUnknownHandler, func() error {
+			_, err := a.Request(ctx, b.ID(), "no-such-handler", nil)
+			return err
+		}},
+		{"handler name in the reserved space", ErrInvalidName, func() error {
+			return a.RegisterHandler("velo.mine", func(context.Context, *Message) ([]byte, error) { return nil, nil })
+		}},
+		{"send to a peer never registered", ErrUnknownPeer, func() error {
+			return a.Send(ctx, closed.ID()+12345, "echo", nil)
+		}},
+		{"peer info that is not one", ErrInvalidEndpoint, func() error {
+			return a.RegisterPeer(ctx, PeerInfo{ID: 7})
+		}},
+		{"get of a forged handle", ErrBadHandle, func() error {
+			_, err := a.Get(ctx, forged)
+			return err
+		}},
+		{"get of a released handle", ErrReleased, func() error {
+			_, err := a.Get(ctx, released)
+			return err
+		}},
+		{"get into a buffer of another size", ErrBufferSize, func() error {
+			_, err := a.GetInto(ctx, h, make([]byte, 3))
+			return err
+		}},
+		{"pinned get without an RDMA registry", ErrNoPinnedMemory, func() error {
+			_, err := a.GetPinned(ctx, h)
+			return err
+		}},
+		{"send from a closed instance", ErrClosed, func() error {
+			return closed.Send(ctx, a.ID(), "echo", nil)
+		}},
+		{"stage on a closed instance", ErrClosed, func() error {
+			_, err := closed.RegisterData(ctx, []byte("x"))
+			return err
+		}},
+		{"register a peer on a closed instance", ErrClosed, func() error {
+			return closed.RegisterPeer(ctx, a.PeerInfo())
+		}},
+		{"register this instance as its own peer", ErrInvalidEndpoint, func() error {
+			return a.RegisterPeer(ctx, a.PeerInfo())
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.call()
+			require.Error(t, err)
+			require.ErrorIs(t, err, c.want, "error text: %v", err)
+			t.Logf("%v", err)
+		})
+	}
+}
+
+// The families: every closed error of velo's packages is velo.ErrClosed, every protocol error
+// is velo.ErrProtocol, and each "not on this build or platform" error answers the standard
+// library's errors.ErrUnsupported.
+func TestErrorFamiliesHaveOneRoot(t *testing.T) {
+	for name, err := range map[string]error{
+		"transport": transport.ErrClosed, "messenger": messenger.ErrClosed,
+		"rendezvous": rendezvous.ErrClosed, "rdma registry": rdma.ErrClosed,
+	} {
+		require.ErrorIs(t, fmt.Errorf("wrapped: %w", err), ErrClosed, "%s's ErrClosed", name)
+	}
+	for name, err := range map[string]error{"messenger": messenger.ErrProtocol, "rendezvous": rendezvous.ErrProtocol} {
+		require.ErrorIs(t, err, ErrProtocol, "%s's ErrProtocol", name)
+	}
+	for name, err := range map[string]error{
+		"ucx not compiled": ucp.ErrNotCompiled, "ucx platform": ucp.ErrUnsupported,
+		"pinned arenas": rdma.ErrUnsupported, "verbs": verbs.ErrNotSupported, "verbs memlock": verbs.ErrMemlock,
+	} {
+		require.ErrorIs(t, err, errors.ErrUnsupported, name)
+	}
+	require.ErrorIs(t, rdma.ErrMemlock, verbs.ErrMemlock)
+	require.ErrorIs(t, rdma.ErrMemlock, rdma.ErrArenaMap)
+	require.NotErrorIs(t, rdma.ErrClosed, messenger.ErrClosed, "siblings stay apart: only the root is shared")
+}
