@@ -86,3 +86,9 @@ func (m *engineMetrics) unregister() {
 	}
 	m.reg = nil
 }
+
+// Collectors returns the engine's metric families, for a program that registers them itself
+// (velo registers them on the instance's Registerer when EngineConfig.Metrics was not set).
+func (e *Engine) Collectors() []prometheus.Collector {
+	return append([]prometheus.Collector(nil), e.metrics.collectors...)
+}

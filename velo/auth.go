@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/velo-go/velo/velo/auth"
+	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport"
 )
 
@@ -99,20 +100,22 @@ func (v *Velo) authorize(peer transport.InstanceID) error {
 	return nil
 }
 
-// registerTransportMetrics registers the metric families of transports that have their own
-// (the TCP transport's handshake failures) on the instance's Registerer.
+// registerTransportMetrics registers the metric families of the instance's transports on its
+// Registerer: those a transport asks velo to register (the UCX transport's and its engine's,
+// unless its Config.Metrics named another Registerer) as they are, and per-transport families
+// (the TCP transport's handshake failures) under a transport label, because an instance may run
+// two transports of one kind.
 func registerTransportMetrics(reg prometheus.Registerer, ts []transport.Transport) error {
 	for _, t := range ts {
-		c, ok := t.(interface{ TransportCollectors() []prometheus.Collector })
-		if !ok {
-			continue
+		if c, ok := t.(interface{ Collectors() []prometheus.Collector }); ok {
+			if err := metrics.Register(reg, c.Collectors()...); err != nil {
+				return fmt.Errorf("velo: the %s transport's metrics: %w", t.Name(), err)
+			}
 		}
-		// Each under its transport's name: an instance may run two transports of one kind (a
-		// second TCP transport under another name).
-		treg := prometheus.WrapRegistererWith(prometheus.Labels{"transport": t.Name()}, reg)
-		for _, col := range c.TransportCollectors() {
-			if err := treg.Register(col); err != nil {
-				return fmt.Errorf("velo: registering the %s transport's metrics: %w (instances that share a registry each need prometheus.WrapRegistererWith with their own label value)", t.Name(), err)
+		if c, ok := t.(interface{ TransportCollectors() []prometheus.Collector }); ok {
+			treg := prometheus.WrapRegistererWith(prometheus.Labels{"transport": t.Name()}, reg)
+			if err := metrics.Register(treg, c.TransportCollectors()...); err != nil {
+				return fmt.Errorf("velo: the %s transport's metrics: %w", t.Name(), err)
 			}
 		}
 	}

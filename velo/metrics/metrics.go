@@ -189,6 +189,22 @@ func (c *discoveryCollector) Collect(ch chan<- prometheus.Metric) {
 // Registerer: give each its own prometheus.WrapRegistererWith(prometheus.Labels{"instance": ...}, reg).
 var ErrRegister = errors.New("metrics: cannot register velo series")
 
+// Register registers every collector on reg, or none of them: on the first failure it
+// unregisters the ones it did register (so the caller may try again with another Registerer) and
+// returns an error wrapping ErrRegister that says what went wrong and the fix. Every component of
+// velo registers its families through it.
+func Register(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	for i, c := range cs {
+		if err := reg.Register(c); err != nil {
+			for _, done := range cs[:i] {
+				reg.Unregister(done)
+			}
+			return fmt.Errorf("%w: %v (instances that share a registry each need prometheus.WrapRegistererWith with their own label value)", ErrRegister, err)
+		}
+	}
+	return nil
+}
+
 // New creates the series, every label combination at zero, and registers them on reg.
 func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
@@ -258,12 +274,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.staged.WithLabelValues("sent")
 	m.staged.WithLabelValues("received")
 	m.staged.WithLabelValues("unstaged")
-	for _, c := range []prometheus.Collector{m.rdmaPath, m.bytes, m.ActiveSlots, m.StagedBytes, m.ActiveLeases,
+	if err := Register(reg, m.rdmaPath, m.bytes, m.ActiveSlots, m.StagedBytes, m.ActiveLeases,
 		m.leasesReaped, m.sent, m.received, m.errs, m.staged, m.handlerRequests, m.handlerSeconds, m.handlerBytes,
-		m.InboxMessages, m.InboxBytes, m.peers, m.discoveryEvents, m.registrationTime, m.discovery, m.authRefusals} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("%w: %v (instances that share a registry each need prometheus.WrapRegistererWith with their own label value)", ErrRegister, err)
-		}
+		m.InboxMessages, m.InboxBytes, m.peers, m.discoveryEvents, m.registrationTime, m.discovery, m.authRefusals); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -103,3 +103,19 @@ func TestValueRefusesAMissingSeries(t *testing.T) {
 	_, err = Value(reg, RDMAPathTotal, map[string]string{"path": "rmda"})
 	assert.Contains(t, err.Error(), "path in [chunked rdma]", "the error lists the label values that exist")
 }
+
+// Register registers all or nothing: a clash on the third collector leaves the first two
+// unregistered, so the caller can retry elsewhere, and the error names ErrRegister.
+func TestRegisterRollsBackAPartialRegistration(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	clash := prometheus.NewCounter(prometheus.CounterOpts{Name: "clash_total", Help: "x"})
+	require.NoError(t, reg.Register(clash))
+	a := prometheus.NewCounter(prometheus.CounterOpts{Name: "a_total", Help: "x"})
+	b := prometheus.NewCounter(prometheus.CounterOpts{Name: "b_total", Help: "x"})
+	again := prometheus.NewCounter(prometheus.CounterOpts{Name: "clash_total", Help: "x"})
+	err := Register(reg, a, b, again)
+	require.ErrorIs(t, err, ErrRegister)
+	require.Contains(t, err.Error(), "WrapRegistererWith")
+	require.NoError(t, reg.Register(a), "a was rolled back")
+	require.NoError(t, reg.Register(b), "b was rolled back")
+}

@@ -485,10 +485,8 @@ func newGauges(reg prometheus.Registerer) (*gauges, error) {
 			Help: "Times a consumer held a revoked key's read past ForceCloseAfter and had its endpoints closed with force."}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{g.arenas, g.arenaBytes, g.leaseRegs, g.leaseBytes, g.arenaFailures, g.quarantined, g.quarantinedBytes, g.forced} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("%w: %v", metrics.ErrRegister, err)
-			}
+		if err := metrics.Register(reg, g.arenas, g.arenaBytes, g.leaseRegs, g.leaseBytes, g.arenaFailures, g.quarantined, g.quarantinedBytes, g.forced); err != nil {
+			return nil, fmt.Errorf("rdma: %w", err)
 		}
 	}
 	return g, nil

@@ -1,10 +1,11 @@
 package ucx
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	velometrics "github.com/velo-go/velo/velo/metrics"
 )
 
 // metrics are the transport's collectors. They exist whether or not a Registerer was given, so
@@ -77,17 +78,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for i, c := range m.collectors {
-		if err := reg.Register(c); err != nil {
-			for _, done := range m.collectors[:i] {
-				reg.Unregister(done)
-			}
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(err, &are) {
-				return nil, fmt.Errorf("ucx: metrics: %w (one UCX transport per Registerer)", err)
-			}
-			return nil, fmt.Errorf("ucx: metrics: %w", err)
-		}
+	if err := velometrics.Register(reg, m.collectors...); err != nil {
+		return nil, fmt.Errorf("ucx: %w", err)
 	}
 	return m, nil
 }
@@ -99,4 +91,14 @@ func (m *metrics) unregister() {
 	for _, c := range m.collectors {
 		m.reg.Unregister(c)
 	}
+}
+
+// Collectors returns the transport's and its UCX engine's metric families when Config.Metrics
+// was not set, and nil when it was (they are registered there already). velo registers them on
+// the instance's Registerer, so velo.WithRegisterer reaches this transport and its engine too.
+func (t *Transport) Collectors() []prometheus.Collector {
+	if t.cfg.Metrics != nil {
+		return nil
+	}
+	return append(append([]prometheus.Collector(nil), t.m.collectors...), t.eng.Collectors()...)
 }
