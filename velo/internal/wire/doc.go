@@ -1,6 +1,8 @@
 // Package wire holds every binary layout velo puts on a connection or in a peer-info file: the
-// transport hello and address blob, the messenger frame, handles, peer info and the rendezvous
-// protocol messages.
+// TCP transport's hello and address, the UCX transport's address blob, frame header and hello
+// body, the messenger frame, handles, peer info, the rendezvous protocol messages and the RDMA
+// offer and descriptor. (The one layout outside it is UCX's sealed remote key, which module ucx
+// owns and which travels inside the descriptor as opaque bytes.)
 //
 // Why one package: every decoder here reads bytes that a remote process (or a file) chose, so each
 // one is written the same defensive way — a bounds-checked cursor that never panics, reports the

@@ -249,3 +249,47 @@ func TestRDMADescriptorRefusesWhatItCannotAccountFor(t *testing.T) {
 		}
 	}
 }
+
+func FuzzDecodeUCXBlob(f *testing.F) {
+	f.Add(AppendUCXBlob(nil, UCXBlob{RMA: true, MaxFrame: 1 << 20, Incarnation: 7, Worker: []byte("addr")}))
+	f.Add([]byte{1})
+	f.Add([]byte{3, 1, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0, 1, 255, 255, 255, 255})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := DecodeUCXBlob(b)
+		checkErr(t, err)
+		if err != nil {
+			return
+		}
+		again := AppendUCXBlob(nil, p)
+		again[1] = b[1] // flag bits other than RMA are ignored, not kept
+		if !bytes.Equal(again, b) {
+			t.Fatalf("%x decoded to %+v, which encodes as %x", b, p, again)
+		}
+	})
+}
+
+func FuzzDecodeUCXHeader(f *testing.F) {
+	f.Add(AppendUCXHeader(nil, UCXHeader{Incarnation: 1, Sender: 2, Kind: UCXData, Epoch: 3, Seq: 4}))
+	f.Add(AppendUCXHeader(nil, UCXHeader{Incarnation: 1, Sender: 2, Kind: UCXFin, Flags: UCXFinAsk | UCXFinBye, Epoch: 3}))
+	f.Add(make([]byte, UCXHeaderLen))
+	f.Fuzz(fuzzFixed(DecodeUCXHeader, func(h UCXHeader) ([]byte, error) { return AppendUCXHeader(nil, h), nil }))
+}
+
+func FuzzDecodeUCXHelloBody(f *testing.F) {
+	blob := AppendUCXBlob(nil, UCXBlob{MaxFrame: 1024, Incarnation: 3, Worker: []byte{9}})
+	f.Add(AppendUCXHelloBody(nil, 5, blob))
+	f.Add(InsertUCXHelloProof(AppendUCXHelloBody(nil, 5, blob), make([]byte, UCXHelloProofLen)))
+	f.Add([]byte{0, 0, 0, 1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		prev, p, err := DecodeUCXHelloBody(b)
+		checkErr(t, err)
+		if err == nil && !bytes.Equal(AppendUCXHelloBody(nil, prev, b[4:]), b) {
+			t.Fatalf("%x decoded to %d, %+v", b, prev, p)
+		}
+		body, proof, err := SplitUCXHelloProof(b)
+		checkErr(t, err)
+		if err == nil && !bytes.Equal(InsertUCXHelloProof(body, proof), b) {
+			t.Fatalf("proof split of %x does not put back together", b)
+		}
+	})
+}

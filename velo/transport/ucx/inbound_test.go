@@ -224,40 +224,8 @@ func FuzzInboundOrder(f *testing.F) {
 	})
 }
 
-// FuzzDecodeBlob: arbitrary bytes never panic, and whatever decodes re-encodes to the same bytes
-// (no two encodings of one blob, no ignored trailing bytes).
-func FuzzDecodeBlob(f *testing.F) {
-	f.Add(appendBlob(nil, peerBlob{RMA: true, MaxFrame: 1 << 20, Incarnation: 7, Worker: []byte("addr")}))
-	f.Add([]byte{1})
-	f.Add([]byte{2, 1, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0, 1, 255, 255, 255, 255})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		p, err := decodeBlob(b)
-		if err != nil {
-			return
-		}
-		again := appendBlob(nil, p)
-		again[1] = b[1] // ignored flag bits are not kept
-		if string(again) != string(b) {
-			t.Fatalf("%x decoded to %+v, which encodes as %x", b, p, again)
-		}
-	})
-}
-
-// FuzzDecodeHeader: arbitrary headers never panic; accepted ones round-trip.
-func FuzzDecodeHeader(f *testing.F) {
-	f.Add(appendHeader(nil, frameHeader{Incarnation: 1, Sender: 2, Kind: kindData, Epoch: 3, Seq: 4}))
-	f.Add(appendHeader(nil, frameHeader{Incarnation: 1, Sender: 2, Kind: kindFin, Epoch: 3}))
-	f.Add(make([]byte, frameHeaderLen))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		h, err := decodeHeader(b)
-		if err != nil {
-			return
-		}
-		if got := appendHeader(nil, h); string(got) != string(b) {
-			t.Fatalf("%x decoded to %+v, which encodes as %x", b, h, got)
-		}
-	})
-}
+// The layouts themselves are fuzzed where they live (velo/internal/wire: FuzzDecodeUCXBlob,
+// FuzzDecodeUCXHeader, FuzzDecodeUCXHelloBody); this one runs the transport's view of a hello.
 
 // FuzzDecodeHelloBody: arbitrary hello payloads never panic.
 func FuzzDecodeHelloBody(f *testing.F) {

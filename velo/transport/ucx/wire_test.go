@@ -10,6 +10,15 @@ import (
 	"github.com/velo-go/velo/velo/transport"
 )
 
+// Where the blob layout (velo/internal/wire/ucx.go) puts what these tests damage on purpose.
+const (
+	blobFixedLen = 20
+	blobCRCLen   = 4
+	blobFlagRMA  = 1 << 0
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
 func TestBlobRoundTrip(t *testing.T) {
 	in := peerBlob{RMA: true, MaxFrame: 1 << 20, Incarnation: 0x0102030405060708, Worker: []byte("worker-address")}
 	b := appendBlob(nil, in)

@@ -1,0 +1,245 @@
+package wire
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+)
+
+// The UCX transport's layouts: the address blob a peer publishes (in its PeerInfo), the header
+// of every active message, and the body of the hello that opens an endpoint.
+
+// UCXBlobVersion is the UCX wire version: the first byte of the address blob. It also fixes the
+// frame header layout (since version 2 every header starts with the sender's incarnation), so
+// peers on different versions refuse each other's addresses rather than misread every frame.
+// Version 3 added the checksum.
+const UCXBlobVersion = 3
+
+// Address blob, version 3:
+//
+//	0     version (3)
+//	1     flags: bit 0 = serves one-sided reads (RMA); other bits are ignored
+//	2     reserved (2 bytes, zero)
+//	4     largest frame the instance reads over UCX (uint32)
+//	8     incarnation (uint64)
+//	16    worker address length n (uint32)
+//	20    the UCX worker address (n bytes)
+//	20+n  CRC-32C (Castagnoli) of bytes [0, 20+n) (uint32)
+const (
+	ucxBlobFixedLen = 20
+	ucxBlobCRCLen   = 4
+	ucxBlobFlagRMA  = 1 << 0
+	// MaxUCXWorkerAddr bounds the worker address; real ones are a few hundred bytes at most.
+	MaxUCXWorkerAddr = 64 << 10
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// UCXBlob is a decoded address blob.
+type UCXBlob struct {
+	Version     byte
+	RMA         bool
+	MaxFrame    int
+	Incarnation uint64
+	Worker      []byte // aliases the input
+}
+
+// AppendUCXBlob appends b's encoding (version UCXBlobVersion) to dst.
+func AppendUCXBlob(dst []byte, b UCXBlob) []byte {
+	var flags byte
+	if b.RMA {
+		flags |= ucxBlobFlagRMA
+	}
+	start := len(dst)
+	dst = append(dst, UCXBlobVersion, flags, 0, 0)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(b.MaxFrame))
+	dst = binary.BigEndian.AppendUint64(dst, b.Incarnation)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(b.Worker)))
+	dst = append(dst, b.Worker...)
+	return binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
+}
+
+// DecodeUCXBlob checks and decodes an address blob. Every error wraps ErrMalformed; a blob of
+// another version also wraps ErrVersion, and the returned blob then carries that version.
+func DecodeUCXBlob(b []byte) (UCXBlob, error) {
+	bad := func(format string, args ...any) (UCXBlob, error) {
+		return UCXBlob{}, fmt.Errorf("%w: ucx address blob: %s", ErrMalformed, fmt.Sprintf(format, args...))
+	}
+	if len(b) == 0 {
+		return bad("empty (the peer published no UCX address)")
+	}
+	if b[0] != UCXBlobVersion {
+		return UCXBlob{Version: b[0]}, fmt.Errorf("%w: %w: ucx blob version %d (expected %d): upgrade all UCX peers together",
+			ErrMalformed, ErrVersion, b[0], UCXBlobVersion)
+	}
+	if len(b) < ucxBlobFixedLen+ucxBlobCRCLen {
+		return bad("%d bytes is shorter than the %d-byte fixed part and checksum", len(b), ucxBlobFixedLen+ucxBlobCRCLen)
+	}
+	n := binary.BigEndian.Uint32(b[16:])
+	if n == 0 || n > MaxUCXWorkerAddr {
+		return bad("worker address length %d is outside 1..%d", n, MaxUCXWorkerAddr)
+	}
+	if uint64(len(b)-ucxBlobFixedLen-ucxBlobCRCLen) != uint64(n) {
+		return bad("worker address length %d, but %d bytes follow (truncated, or extended on its way)", n, len(b)-ucxBlobFixedLen-ucxBlobCRCLen)
+	}
+	body, sum := b[:len(b)-ucxBlobCRCLen], binary.BigEndian.Uint32(b[len(b)-ucxBlobCRCLen:])
+	if crc32.Checksum(body, castagnoli) != sum {
+		return bad("checksum mismatch: the address was damaged on its way (fetch the peer's PeerInfo again)")
+	}
+	if b[2] != 0 || b[3] != 0 {
+		return bad("reserved bytes are set")
+	}
+	return UCXBlob{
+		Version:     b[0],
+		RMA:         b[1]&ucxBlobFlagRMA != 0,
+		MaxFrame:    int(binary.BigEndian.Uint32(b[4:])),
+		Incarnation: binary.BigEndian.Uint64(b[8:]),
+		Worker:      body[ucxBlobFixedLen:],
+	}, nil
+}
+
+// UCX frame header (wire version 2 and later), the header of every active message the UCX
+// transport sends; the runtime's frame is the message's payload, untouched.
+//
+//	0  sender's incarnation (uint64): first, so a receiver (and its idle reaper) can tell
+//	   which incarnation of a peer sent the frame before it reads anything else
+//	8  sender's instance ID (uint64)
+//	16 kind: 0 data, 1 hello, 2 fin
+//	17 flags: on a fin, UCXFinAsk and UCXFinBye; zero otherwise
+//	18 reserved (2 bytes, zero)
+//	20 epoch (uint32): the sender's endpoint the frame travels on, unique per sender
+//	24 seq (uint64): data frames count 1, 2, 3 … per epoch; a fin carries the last data seq
+//	   of its epoch; a hello carries the last data seq of the previous epoch
+const UCXHeaderLen = 32
+
+// Fin flags. UCXFinAsk marks a retirement the sender started itself (idle reaper, RemovePeer),
+// which the receiver answers with its own fin; an answer does not carry it, so two busy peers do
+// not retire each other's fresh endpoints back and forth. UCXFinBye marks the fin a closing
+// transport sends to each peer: the end of its endpoints is a departure, not a failure.
+const (
+	UCXFinAsk = 1 << 0
+	UCXFinBye = 1 << 1
+)
+
+// UCXKind is a frame's kind.
+type UCXKind uint8
+
+// The frame kinds.
+const (
+	UCXData  UCXKind = 0
+	UCXHello UCXKind = 1
+	UCXFin   UCXKind = 2
+)
+
+func (k UCXKind) String() string {
+	switch k {
+	case UCXData:
+		return "data"
+	case UCXHello:
+		return "hello"
+	case UCXFin:
+		return "fin"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// UCXHeader is a decoded frame header.
+type UCXHeader struct {
+	Incarnation uint64
+	Sender      uint64
+	Kind        UCXKind
+	Flags       byte
+	Epoch       uint32
+	Seq         uint64
+}
+
+// AppendUCXHeader appends h's encoding to dst.
+func AppendUCXHeader(dst []byte, h UCXHeader) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, h.Incarnation)
+	dst = binary.BigEndian.AppendUint64(dst, h.Sender)
+	dst = append(dst, byte(h.Kind), h.Flags, 0, 0)
+	dst = binary.BigEndian.AppendUint32(dst, h.Epoch)
+	return binary.BigEndian.AppendUint64(dst, h.Seq)
+}
+
+// DecodeUCXHeader checks and decodes a frame header; every error wraps ErrMalformed.
+func DecodeUCXHeader(b []byte) (UCXHeader, error) {
+	if len(b) != UCXHeaderLen {
+		return UCXHeader{}, fmt.Errorf("%w: ucx header of %d bytes, want %d (a peer on another wire version?)", ErrMalformed, len(b), UCXHeaderLen)
+	}
+	h := UCXHeader{
+		Incarnation: binary.BigEndian.Uint64(b),
+		Sender:      binary.BigEndian.Uint64(b[8:]),
+		Kind:        UCXKind(b[16]),
+		Flags:       b[17],
+		Epoch:       binary.BigEndian.Uint32(b[20:]),
+		Seq:         binary.BigEndian.Uint64(b[24:]),
+	}
+	bad := func(format string, args ...any) (UCXHeader, error) {
+		return UCXHeader{}, fmt.Errorf("%w: ucx header: %s", ErrMalformed, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case h.Kind > UCXFin:
+		return bad("unknown kind %d", b[16])
+	case b[18] != 0 || b[19] != 0:
+		return bad("reserved header bytes are set")
+	case h.Flags&^(UCXFinAsk|UCXFinBye) != 0 || (h.Flags != 0 && h.Kind != UCXFin):
+		return bad("flags %#x on a %s frame", h.Flags, h.Kind)
+	case h.Sender == 0:
+		return bad("sender instance ID 0")
+	case h.Epoch == 0:
+		return bad("epoch 0")
+	case h.Kind == UCXData && h.Seq == 0:
+		return bad("data frame with seq 0")
+	}
+	return h, nil
+}
+
+// A hello is the first message on every endpoint. Its body is the previous epoch (uint32, 0 for
+// none) and then the sender's address blob, so a receiver learns the sender's limits and how to
+// answer it, and which epoch must finish before this one may be delivered. On a transport whose
+// runtime authenticates its peers, a proof of UCXHelloProofLen bytes sits between the two: an
+// HMAC under the session key of the control plane's handshake with the receiver, over
+// UCXHelloProofMsg, so a hello cannot be sent in another peer's name nor replayed to another
+// receiver or another incarnation of this one.
+const UCXHelloProofLen = 32
+
+// AppendUCXHelloBody appends a hello body without proof.
+func AppendUCXHelloBody(dst []byte, prevEpoch uint32, blob []byte) []byte {
+	dst = binary.BigEndian.AppendUint32(dst, prevEpoch)
+	return append(dst, blob...)
+}
+
+// DecodeUCXHelloBody decodes a hello body without proof; errors wrap ErrMalformed (and
+// ErrVersion for a blob of another version).
+func DecodeUCXHelloBody(b []byte) (prevEpoch uint32, blob UCXBlob, err error) {
+	if len(b) < 4 {
+		return 0, UCXBlob{}, fmt.Errorf("%w: ucx hello of %d bytes", ErrMalformed, len(b))
+	}
+	blob, err = DecodeUCXBlob(b[4:])
+	return binary.BigEndian.Uint32(b), blob, err
+}
+
+// UCXHelloProofMsg is what a hello's proof signs: the frame header, the body without the proof,
+// and the receiver's instance ID and incarnation.
+func UCXHelloProofMsg(hdr, body []byte, receiver, receiverInc uint64) []byte {
+	msg := make([]byte, 0, len(hdr)+len(body)+16)
+	msg = append(append(msg, hdr...), body...)
+	msg = binary.BigEndian.AppendUint64(msg, receiver)
+	return binary.BigEndian.AppendUint64(msg, receiverInc)
+}
+
+// InsertUCXHelloProof puts proof after the body's previous epoch.
+func InsertUCXHelloProof(body, proof []byte) []byte {
+	out := make([]byte, 0, len(body)+len(proof))
+	return append(append(append(out, body[:4]...), proof...), body[4:]...)
+}
+
+// SplitUCXHelloProof takes the proof out of a hello body; the body returned is a copy.
+func SplitUCXHelloProof(b []byte) (body, proof []byte, err error) {
+	if len(b) < 4+UCXHelloProofLen {
+		return nil, nil, fmt.Errorf("%w: ucx hello of %d bytes has no room for its proof", ErrMalformed, len(b))
+	}
+	body = append(append(make([]byte, 0, len(b)-UCXHelloProofLen), b[:4]...), b[4+UCXHelloProofLen:]...)
+	return body, b[4 : 4+UCXHelloProofLen], nil
+}
