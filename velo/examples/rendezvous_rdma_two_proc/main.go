@@ -26,9 +26,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -178,11 +175,10 @@ func start(ctx context.Context, log *slog.Logger, listen, advertise string, opts
 
 func runOwner(ctx context.Context, n node, joins *twoproc.Joins, size int) error {
 	v, addr := n.v, n.addr
-	payload := make([]byte, size)
-	if _, err := rand.Read(payload); err != nil {
+	payload, sum, err := twoproc.RandomPayload(size)
+	if err != nil {
 		return err
 	}
-	sum := sha256.Sum256(payload)
 	type verified struct {
 		r      report
 		counts string
@@ -215,10 +211,10 @@ func runOwner(ctx context.Context, n node, joins *twoproc.Joins, size int) error
 	if md, err := v.Metadata(ctx, h); err == nil && !md.Pinned {
 		where = fmt.Sprintf("plain memory (reason %s: it will move by chunks)", md.Staging)
 	}
-	if err := joins.Offer(offer{TCP: addr.String(), Handle: h, Size: size, SHA256: hex.EncodeToString(sum[:])}); err != nil {
+	if err := joins.Offer(offer{TCP: addr.String(), Handle: h, Size: size, SHA256: sum}); err != nil {
 		return err
 	}
-	fmt.Printf("owner: staged %d bytes in %s, SHA-256 %x; control plane %s; waiting for the consumer\n", size, where, sum, addr)
+	fmt.Printf("owner: staged %d bytes in %s, SHA-256 %s; control plane %s; waiting for the consumer\n", size, where, sum, addr)
 	if _, err := joins.Wait(ctx); err != nil {
 		return err
 	}
@@ -228,10 +224,10 @@ func runOwner(ctx context.Context, n node, joins *twoproc.Joins, size int) error
 	case <-ctx.Done():
 		return fmt.Errorf("the consumer never reported: %w", ctx.Err())
 	}
-	if got.r.SHA256 != hex.EncodeToString(sum[:]) {
-		return fmt.Errorf("the consumer reports SHA-256 %s, the owner staged %x", got.r.SHA256, sum)
+	if got.r.SHA256 != sum {
+		return fmt.Errorf("the consumer reports SHA-256 %s, the owner staged %s", got.r.SHA256, sum)
 	}
-	fmt.Printf("owner: the consumer verified SHA-256 %x on path %s/%s\n", sum, got.r.Path, got.r.Reason)
+	fmt.Printf("owner: the consumer verified SHA-256 %s on path %s/%s\n", sum, got.r.Path, got.r.Reason)
 	fmt.Print(got.counts)
 	twoproc.PrintPathLines("owner", v)
 	return nil
@@ -247,21 +243,11 @@ func runConsumer(ctx context.Context, n node) error {
 	if err != nil {
 		return err
 	}
-	start := time.Now()
-	l, err := v.Get(ctx, o.Handle)
+	l, err := twoproc.FetchVerified(ctx, v, o.Handle, o.SHA256)
 	if err != nil {
 		return err
 	}
-	took := time.Since(start)
-	sum := sha256.Sum256(l.Bytes())
-	got := hex.EncodeToString(sum[:])
-	if err := l.Release(ctx); err != nil {
-		return err
-	}
-	if got != o.SHA256 {
-		return fmt.Errorf("SHA-256 mismatch: got %s, the owner staged %s", got, o.SHA256)
-	}
-	fmt.Printf("consumer: fetched %d bytes in %v on path %s/%s; SHA-256 %s verified\n", len(l.Bytes()), took.Round(time.Microsecond), l.Path, l.Reason, got)
+	got := o.SHA256
 	// Read the kernel's counts before the report: the owner waits for it, so its connection is
 	// still up; once it has answered it may exit.
 	counts := kernelCounts("consumer", n, owner, o.TCP)

@@ -18,9 +18,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -114,16 +111,15 @@ func start(ctx context.Context, log *slog.Logger, listen, advertise string, opts
 }
 
 func runOwner(ctx context.Context, v *velo.Velo, joins *twoproc.Joins, size int) error {
-	payload := make([]byte, size)
-	if _, err := rand.Read(payload); err != nil {
+	payload, sum, err := twoproc.RandomPayload(size)
+	if err != nil {
 		return err
 	}
-	sum := sha256.Sum256(payload)
 	done := make(chan error, 1)
 	if err := v.RegisterHandler("demo.verified", func(ctx context.Context, m *velo.Message) ([]byte, error) {
 		var err error
-		if string(m.Payload) != hex.EncodeToString(sum[:]) {
-			err = fmt.Errorf("consumer reports SHA-256 %s, owner staged %x", m.Payload, sum)
+		if string(m.Payload) != sum {
+			err = fmt.Errorf("consumer reports SHA-256 %s, owner staged %s", m.Payload, sum)
 		}
 		select {
 		case done <- err:
@@ -137,10 +133,10 @@ func runOwner(ctx context.Context, v *velo.Velo, joins *twoproc.Joins, size int)
 	if err != nil {
 		return err
 	}
-	if err := joins.Offer(offer{Handle: h, Size: size, SHA256: hex.EncodeToString(sum[:])}); err != nil {
+	if err := joins.Offer(offer{Handle: h, Size: size, SHA256: sum}); err != nil {
 		return err
 	}
-	fmt.Printf("owner: staged %d bytes, SHA-256 %x; waiting for the consumer\n", size, sum)
+	fmt.Printf("owner: staged %d bytes, SHA-256 %s; waiting for the consumer\n", size, sum)
 	if _, err := joins.Wait(ctx); err != nil {
 		return err
 	}
@@ -152,7 +148,7 @@ func runOwner(ctx context.Context, v *velo.Velo, joins *twoproc.Joins, size int)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("owner: consumer verified SHA-256 %x\n", sum)
+	fmt.Printf("owner: consumer verified SHA-256 %s\n", sum)
 	twoproc.PrintPathLines("owner", v)
 	return nil
 }
@@ -163,22 +159,10 @@ func runConsumer(ctx context.Context, v *velo.Velo) error {
 	if err != nil {
 		return err
 	}
-	start := time.Now()
-	l, err := v.Get(ctx, o.Handle)
-	if err != nil {
+	if _, err := twoproc.FetchVerified(ctx, v, o.Handle, o.SHA256); err != nil {
 		return err
 	}
-	took := time.Since(start)
-	sum := sha256.Sum256(l.Bytes())
-	got := hex.EncodeToString(sum[:])
-	if err := l.Release(ctx); err != nil {
-		return err
-	}
-	if got != o.SHA256 {
-		return fmt.Errorf("SHA-256 mismatch: got %s, owner staged %s", got, o.SHA256)
-	}
-	fmt.Printf("consumer: fetched %d bytes in %v on path %s/%s; SHA-256 %s verified\n", len(l.Bytes()), took.Round(time.Microsecond), l.Path, l.Reason, got)
-	if _, err := v.Request(ctx, owner, "demo.verified", []byte(got)); err != nil {
+	if _, err := v.Request(ctx, owner, "demo.verified", []byte(o.SHA256)); err != nil {
 		return fmt.Errorf("reporting to the owner: %w", err)
 	}
 	twoproc.PrintPathLines("consumer", v)

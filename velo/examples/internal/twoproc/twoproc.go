@@ -14,6 +14,9 @@ package twoproc
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -254,4 +257,38 @@ func RoutableHost() string {
 		}
 	}
 	return "127.0.0.1"
+}
+
+// RandomPayload returns size random bytes and their SHA-256 in hex, what an owner stages and
+// announces.
+func RandomPayload(size int) (payload []byte, sum string, err error) {
+	payload = make([]byte, size)
+	if _, err := rand.Read(payload); err != nil {
+		return nil, "", err
+	}
+	s := sha256.Sum256(payload)
+	return payload, hex.EncodeToString(s[:]), nil
+}
+
+// FetchVerified gets h, releases the lease and checks the bytes' SHA-256 against want (hex). It
+// prints the consumer's line (size, time, path) and returns the lease, whose Path and Reason say
+// which lane moved the bytes.
+func FetchVerified(ctx context.Context, v *velo.Velo, h velo.Handle, want string) (*velo.Lease, error) {
+	start := time.Now()
+	l, err := v.Get(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	took := time.Since(start)
+	s := sha256.Sum256(l.Bytes())
+	got := hex.EncodeToString(s[:])
+	n := len(l.Bytes())
+	if err := l.Release(ctx); err != nil {
+		return nil, err
+	}
+	if got != want {
+		return nil, fmt.Errorf("SHA-256 mismatch: got %s, the owner staged %s", got, want)
+	}
+	fmt.Printf("consumer: fetched %d bytes in %v on path %s/%s; SHA-256 %s verified\n", n, took.Round(time.Microsecond), l.Path, l.Reason, got)
+	return l, nil
 }
