@@ -313,7 +313,7 @@ func New(ctx context.Context, opts ...Option) (*Velo, error) {
 	rc := rendezvous.Config{Self: v.id, Messenger: v.msgr, Metrics: m, Logger: v.log,
 		ChunkSize: o.chunk, LeaseTTL: o.leaseTTL, StageTTL: o.stageTTL, PullWindow: o.window, MaxGetSize: o.maxGet}
 	if v.rdma != nil {
-		rc.Server, rc.Client, rc.Pool = v.rdma, v.rdma, v.rdma
+		rc.Server, rc.Client, rc.Pool = v.rdma.Owner(), v.rdma.Consumer(), v.rdma
 	}
 	if v.authMode != auth.ModeNone {
 		rc.Authorize = v.authorize

@@ -65,8 +65,8 @@ type leaseReg struct {
 }
 
 var (
-	_ rendezvous.RDMAServer = (*Registry)(nil)
-	_ rendezvous.RDMAClient = (*Registry)(nil)
+	_ rendezvous.RDMAServer = (*Owner)(nil)
+	_ rendezvous.RDMAClient = (*Consumer)(nil)
 	_ rendezvous.PinnedPool = (*Registry)(nil)
 )
 
@@ -142,6 +142,36 @@ func (r *Registry) Backend() string { return r.backend }
 // KillSwitch reports whether the RDMA path is switched off here.
 func (r *Registry) KillSwitch() bool { return r.disabled }
 
+// The registry plays three parts in the rendezvous protocol. It is itself the pool that stages
+// payloads in pinned memory (rendezvous.PinnedPool); the owner that registers a slot for one lease
+// and the consumer that reads a lease with one GET are views of it, so that each interface has
+// one implementation a reader can find. The views share the registry's state (pool, budget,
+// leases).
+
+// Owner is the registry's owner side, as rendezvous.RDMAServer.
+func (r *Registry) Owner() *Owner { return &Owner{r} }
+
+// Consumer is the registry's consumer side, as rendezvous.RDMAClient.
+func (r *Registry) Consumer() *Consumer { return &Consumer{r} }
+
+// Owner serves leases: it registers exactly a slot's pages for one consumer.
+type Owner struct{ r *Registry }
+
+// Backend names the RMA backend whose offers it answers.
+func (o *Owner) Backend() string { return o.r.backend }
+
+// KillSwitch reports whether the RDMA path is switched off on this owner.
+func (o *Owner) KillSwitch() bool { return o.r.disabled }
+
+// Consumer reads leases by one GET each.
+type Consumer struct{ r *Registry }
+
+// Backend names the RMA backend it reads with.
+func (c *Consumer) Backend() string { return c.r.backend }
+
+// KillSwitch reports whether the RDMA path is switched off on this consumer.
+func (c *Consumer) KillSwitch() bool { return c.r.disabled }
+
 // ---------------------------------------------------------------------------- pinned staging
 
 // Pin implements rendezvous.PinnedPool.
@@ -191,7 +221,8 @@ func (r *Registry) AllocBuffer(n int) (*Buffer, error) {
 
 // Serve implements rendezvous.RDMAServer: it registers exactly the slot's pages for one lease and
 // returns the descriptor and the hook that revokes the registration when the lease ends.
-func (r *Registry) Serve(ctx context.Context, sl rendezvous.Slot, offer []byte) ([]byte, func(), metrics.Reason, error) {
+func (o *Owner) Serve(ctx context.Context, sl rendezvous.Slot, offer []byte) ([]byte, func(), metrics.Reason, error) {
+	r := o.r
 	if err := wire.CheckRDMAOffer(offer); err != nil {
 		return nil, nil, metrics.ReasonDecodeError, fmt.Errorf("rdma: %w: %w", ErrDescriptor, err)
 	}
@@ -338,14 +369,15 @@ func (r *Registry) released(lr *leaseReg, quarantined bool) {
 // ---------------------------------------------------------------------------- consumer side
 
 // CanGet reports whether owner is registered on the RMA transport.
-func (r *Registry) CanGet(owner transport.InstanceID) bool { return r.rma.CanGet(owner) }
+func (c *Consumer) CanGet(owner transport.InstanceID) bool { return c.r.rma.CanGet(owner) }
 
 // Offer returns the backend-specific part of an offer.
-func (r *Registry) Offer(transport.InstanceID) ([]byte, error) { return wire.AppendRDMAOffer(nil), nil }
+func (c *Consumer) Offer(transport.InstanceID) ([]byte, error) { return wire.AppendRDMAOffer(nil), nil }
 
 // Get reads the lease's first len(dst) bytes into dst with one GET. The key inside the
 // descriptor is the backend's; it is checked, with the range, by the backend alone.
-func (r *Registry) Get(ctx context.Context, owner transport.InstanceID, descriptor []byte, dst []byte) error {
+func (c *Consumer) Get(ctx context.Context, owner transport.InstanceID, descriptor []byte, dst []byte) error {
+	r := c.r
 	d, err := wire.DecodeRDMADescriptor(descriptor)
 	if err != nil {
 		return fmt.Errorf("rdma: %w: %w", ErrDescriptor, err)

@@ -64,8 +64,8 @@ func TestServeRegistersExactlyTheSlot(t *testing.T) {
 	sl := pinnedSlot(t, r, 10_000)
 	page := os.Getpagesize()
 	region := (10_000 + page - 1) / page * page
-	offer, _ := r.Offer(0)
-	desc, end, reason, err := r.Serve(context.Background(), sl, offer)
+	offer, _ := r.Consumer().Offer(0)
+	desc, end, reason, err := r.Owner().Serve(context.Background(), sl, offer)
 	if err != nil || reason != metrics.ReasonOK {
 		t.Fatalf("Serve: %v %s", err, reason)
 	}
@@ -94,14 +94,14 @@ func TestServeRefusals(t *testing.T) {
 	sl := pinnedSlot(t, r, 100)
 	// {1} is what a consumer of the release before the opaque key offers: answered by chunks.
 	for _, bad := range [][]byte{{9}, {1}, nil} {
-		if _, _, reason, err := r.Serve(context.Background(), sl, bad); reason != metrics.ReasonDecodeError || !errors.Is(err, rdma.ErrDescriptor) {
+		if _, _, reason, err := r.Owner().Serve(context.Background(), sl, bad); reason != metrics.ReasonDecodeError || !errors.Is(err, rdma.ErrDescriptor) {
 			t.Fatalf("offer %x: %s %v", bad, reason, err)
 		}
 	}
-	offer, _ := r.Offer(0)
+	offer, _ := r.Consumer().Offer(0)
 	other, _ := newRegistry(t, rdma.Config{})
 	foreign := pinnedSlot(t, other, 100)
-	if _, _, reason, err := r.Serve(context.Background(), foreign, offer); reason != metrics.ReasonNotPinned || err == nil {
+	if _, _, reason, err := r.Owner().Serve(context.Background(), foreign, offer); reason != metrics.ReasonNotPinned || err == nil {
 		t.Fatalf("another registry's slot: %s %v", reason, err)
 	}
 }
@@ -109,15 +109,15 @@ func TestServeRefusals(t *testing.T) {
 func TestCloseRevokesLiveRegistrations(t *testing.T) {
 	r, rt := newRegistry(t, rdma.Config{})
 	sl := pinnedSlot(t, r, 100)
-	offer, _ := r.Offer(0)
-	if _, _, _, err := r.Serve(context.Background(), sl, offer); err != nil {
+	offer, _ := r.Consumer().Offer(0)
+	if _, _, _, err := r.Owner().Serve(context.Background(), sl, offer); err != nil {
 		t.Fatal(err)
 	}
 	r.Close()
 	if rt.LiveRegistrations() != 0 {
 		t.Fatal("Close left a registration")
 	}
-	if _, _, reason, err := r.Serve(context.Background(), sl, offer); err == nil || reason == metrics.ReasonOK {
+	if _, _, reason, err := r.Owner().Serve(context.Background(), sl, offer); err == nil || reason == metrics.ReasonOK {
 		t.Fatal("Serve after Close")
 	}
 }
