@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ucx"
+	ucxperf "github.com/velo-go/velo/ucx/perftest"
 )
 
 // echoAMID is the active-message id of the latency benchmark's ping and pong.
@@ -150,14 +151,14 @@ func latency(quick bool) error {
 	}
 	fmt.Printf("Active-message round trip (µs, median of %d rounds of %d; baseline: ucx_perftest -t ucp_am_lat, UCX_TLS=%s, same run; SpinFor %s)\n", rounds, iters, os.Getenv("UCX_TLS"), spin)
 	fmt.Printf("%-8s %14s %14s %14s %8s\n", "size", "ucx_perftest", "engine p50", "engine p90", "ratio")
-	for i, size := range latSizes {
+	for _, size := range latSizes {
 		if _, err := pingPong(size, iters/10); err != nil { // warm-up: wireup, buffers
 			return err
 		}
 		var base, p50, p90 []float64
 		var perr error
 		for r := 0; r < rounds; r++ {
-			b, err := perftestLatency(size, iters*5, 14500+i*rounds+r)
+			b, err := perftestLatency(size, iters*5)
 			if err != nil {
 				perr = err
 				break
@@ -185,12 +186,10 @@ func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond)
 
 // perftestLatency runs ucx_perftest's AM latency test on loopback and returns its median
 // round trip in µs (perftest prints half the round trip for latency tests).
-func perftestLatency(size, iters, port int) (float64, error) {
-	f, err := runPerftest(port, "-t", "ucp_am_lat", "-s", strconv.Itoa(size), "-n", strconv.Itoa(iters))
-	if err != nil {
-		return 0, err
+func perftestLatency(size, iters int) (float64, error) {
+	if perftestErr != nil {
+		return 0, perftestErr
 	}
-	// iterations, lat 50%, lat avg, lat overall, bw avg, bw overall, rate avg, rate overall
-	v, err := strconv.ParseFloat(f[1], 64)
-	return 2 * v, err
+	r, err := ucxperf.Run(context.Background(), perftestTool, "-t", "ucp_am_lat", "-s", strconv.Itoa(size), "-n", strconv.Itoa(iters))
+	return 2 * r.LatencyP50, err
 }

@@ -24,7 +24,6 @@ import (
 	"math"
 	"os"
 	"os/exec"
-	"regexp"
 	"runtime"
 	"sort"
 	"strconv"
@@ -34,6 +33,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/velo-go/velo/ucx"
+	ucxperf "github.com/velo-go/velo/ucx/perftest"
 )
 
 const roleEnv = "UCX_BENCH_RMA_ROLE"
@@ -85,7 +85,7 @@ func main() {
 	probe.Close(context.Background())
 	v := ucx.Version()
 	fmt.Printf("UCX %s (linked), UCX_TLS=%s, %d CPUs, %s\n", v.String, os.Getenv("UCX_TLS"), runtime.NumCPU(), runtime.Version())
-	if perftestTool, perftestErr = ucx.FindTool("ucx_perftest"); perftestErr == nil {
+	if perftestTool, perftestErr = ucxperf.Find(); perftestErr == nil {
 		fmt.Printf("baseline: %s (UCX %s, the linked release)\n", perftestTool.Path, perftestTool.Version)
 	} else {
 		fmt.Printf("baseline: none: %v\n", perftestErr)
@@ -308,12 +308,12 @@ func bandwidth(quick bool) error {
 
 	fmt.Printf("GET bandwidth (MiB/s, median of %d alternating rounds; baseline: ucx_perftest -t ucp_get, UCX_TLS=%s, same run)\n", rounds, os.Getenv("UCX_TLS"))
 	fmt.Printf("%-8s %12s %12s %8s %12s %8s\n", "size", "ucx_perftest", "direct", "ratio", "guarded", "ratio")
-	for i, n := range bwSizes {
+	for _, n := range bwSizes {
 		it := iterationsFor(n, quick)
 		var base, direct, guarded []float64
 		var perr error
 		for r := 0; r < rounds; r++ {
-			b, err := perftest(n, it, 13500+i*rounds+r)
+			b, err := perftest(n, it)
 			if err != nil {
 				perr = err
 				break
@@ -350,54 +350,12 @@ var (
 	perftestErr  error
 )
 
-var finalLine = regexp.MustCompile(`(?m)^Final:\s+(.*)$`)
-
 // perftest runs ucx_perftest's GET bandwidth test on loopback and returns the client's
-// overall bandwidth in MiB/s (perftest's "MB" are 2^20 bytes).
-func perftest(size, iters, port int) (float64, error) {
-	f, err := runPerftest(port, "-t", "ucp_get", "-s", strconv.Itoa(size), "-n", strconv.Itoa(iters))
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseFloat(f[5], 64)
-}
-
-// runPerftest runs ucx_perftest as server and client on loopback with the client
-// arguments args and returns the fields of the client's Final line: iterations, latency
-// 50%, average and overall, bandwidth average and overall, message rate average and
-// overall.
-func runPerftest(port int, args ...string) ([]string, error) {
+// overall bandwidth in MiB/s.
+func perftest(size, iters int) (float64, error) {
 	if perftestErr != nil {
-		return nil, perftestErr
+		return 0, perftestErr
 	}
-	bin := perftestTool.Path
-	srv := exec.Command(bin, "-p", strconv.Itoa(port))
-	srv.Env = os.Environ()
-	if err := srv.Start(); err != nil {
-		return nil, err
-	}
-	defer func() { srv.Process.Kill(); srv.Wait() }()
-	var out []byte
-	var err error
-	for attempt := 0; attempt < 50; attempt++ {
-		cli := exec.Command(bin, append([]string{"127.0.0.1", "-p", strconv.Itoa(port)}, args...)...)
-		cli.Env = os.Environ()
-		out, err = cli.CombinedOutput()
-		if err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond) // the server may not listen yet: retry the connect
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
-	}
-	m := finalLine.FindSubmatch(out)
-	if m == nil {
-		return nil, fmt.Errorf("no Final line in:\n%s", out)
-	}
-	f := strings.Fields(string(m[1]))
-	if len(f) < 8 {
-		return nil, fmt.Errorf("short Final line %q", m[1])
-	}
-	return f, nil
+	r, err := ucxperf.Run(context.Background(), perftestTool, "-t", "ucp_get", "-s", strconv.Itoa(size), "-n", strconv.Itoa(iters))
+	return r.BandwidthOverall, err
 }

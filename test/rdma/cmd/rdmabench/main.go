@@ -26,16 +26,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -43,6 +40,7 @@ import (
 	"time"
 
 	ucp "github.com/velo-go/velo/ucx"
+	ucxperf "github.com/velo-go/velo/ucx/perftest"
 	"github.com/velo-go/velo/velo"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport/tcp"
@@ -256,7 +254,7 @@ func runBench(quick bool, rssMiB int) error {
 	}
 
 	fmt.Printf("rendezvous RDMA path, UCX %s (linked), UCX_TLS=%s, %d alternating rounds\n", ucp.Version().String, os.Getenv("UCX_TLS"), nrounds)
-	if perftestTool, perftestErr = ucp.FindTool("ucx_perftest"); perftestErr == nil {
+	if perftestTool, perftestErr = ucxperf.Find(); perftestErr == nil {
 		fmt.Printf("baseline: %s (UCX %s, the linked release)\n", perftestTool.Path, perftestTool.Version)
 	} else {
 		fmt.Printf("baseline: none: %v\n", perftestErr)
@@ -369,51 +367,17 @@ var (
 	perftestErr  error
 )
 
-var finalLine = regexp.MustCompile(`^Final:\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)`)
-
 // perftest runs ucx_perftest -t ucp_get between a server and a client on loopback and returns the
-// client's overall bandwidth in MiB/s (perftest's "MB" are 2^20 bytes). Both inherit this
-// process's environment, the engine's UCX defaults included.
+// client's overall bandwidth in MiB/s. Both inherit this process's environment, the engine's UCX
+// defaults included. No -w: perftest's default warm-up, as ucx/internal/benchrma runs it.
 func perftest(size, iters int) (float64, error) {
 	if perftestErr != nil {
 		return 0, perftestErr
 	}
-	bin := perftestTool.Path
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	srv := exec.CommandContext(ctx, bin, "-p", port)
-	var srvOut strings.Builder
-	srv.Stdout, srv.Stderr = &srvOut, &srvOut
-	if err := srv.Start(); err != nil {
-		return 0, fmt.Errorf("%s: %w", bin, err)
-	}
-	defer srv.Wait()
-	defer srv.Process.Kill()
-	// No -w: perftest's default warm-up, as ucx/internal/benchrma runs it.
-	args := []string{"127.0.0.1", "-p", port, "-t", "ucp_get", "-s", strconv.Itoa(size), "-n", strconv.Itoa(iters)}
-	var out []byte
-	for attempt := 0; ; attempt++ {
-		out, err = exec.CommandContext(ctx, bin, args...).CombinedOutput()
-		if err == nil || attempt == 50 || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond) // the server may not listen yet
-	}
-	if err != nil {
-		return 0, fmt.Errorf("ucx_perftest client: %v\n%s\nserver:\n%s", err, out, srvOut.String())
-	}
-	for _, l := range strings.Split(string(out), "\n") {
-		if m := finalLine.FindStringSubmatch(strings.TrimSpace(l)); m != nil {
-			return strconv.ParseFloat(m[6], 64)
-		}
-	}
-	return 0, errors.New("ucx_perftest printed no Final line:\n" + string(out))
+	r, err := ucxperf.Run(ctx, perftestTool, "-t", "ucp_get", "-s", strconv.Itoa(size), "-n", strconv.Itoa(iters))
+	return r.BandwidthOverall, err
 }
 
 func median(v []float64) float64 {

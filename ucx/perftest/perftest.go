@@ -1,0 +1,103 @@
+// Package perftest runs ucx_perftest, UCX's own benchmark, from the UCX release this binary
+// links (ucx.FindTool), as the baseline every velo benchmark prints its ratios against: one
+// server and one client process on loopback, both with this process's environment (UCX_TLS and
+// the binding's UCX defaults included), so the baseline and the measurement see the same UCX.
+//
+// It is a package of module ucx, not of a harness's internal/, because the three harnesses
+// (ucx/internal/benchrma, velo/internal/bench and test/rdma/cmd/rdmabench) live in three modules
+// and all read the same Final line.
+package perftest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/velo-go/velo/ucx"
+)
+
+// Result is the client's Final line.
+type Result struct {
+	Iterations int
+	// Latency in µs as perftest prints it: half a round trip for the latency tests
+	// (ucp_am_lat), the time per operation for the others.
+	LatencyP50, LatencyAvg, LatencyOverall float64
+	// Bandwidth in MiB/s (perftest's "MB" is 2^20 bytes).
+	BandwidthAvg, BandwidthOverall float64
+	// Message rate in operations per second.
+	RateAvg, RateOverall float64
+}
+
+// Find locates the ucx_perftest of the linked UCX release.
+func Find() (ucx.Tool, error) { return ucx.FindTool("ucx_perftest") }
+
+var finalLine = regexp.MustCompile(`(?m)^\s*Final:\s+(.*)$`)
+
+// ParseFinal reads the Final line of ucx_perftest's output.
+func ParseFinal(out []byte) (Result, error) {
+	m := finalLine.FindSubmatch(out)
+	if m == nil {
+		return Result{}, fmt.Errorf("perftest: no Final line in its output:\n%s", out)
+	}
+	f := strings.Fields(string(m[1]))
+	if len(f) < 8 {
+		return Result{}, fmt.Errorf("perftest: Final line %q has %d fields, want 8", m[1], len(f))
+	}
+	var v [8]float64
+	for i := range v {
+		x, err := strconv.ParseFloat(f[i], 64)
+		if err != nil {
+			return Result{}, fmt.Errorf("perftest: field %d of Final line %q: %w", i+1, m[1], err)
+		}
+		v[i] = x
+	}
+	return Result{
+		Iterations: int(v[0]), LatencyP50: v[1], LatencyAvg: v[2], LatencyOverall: v[3],
+		BandwidthAvg: v[4], BandwidthOverall: v[5], RateAvg: v[6], RateOverall: v[7],
+	}, nil
+}
+
+// Run runs tool as a server and a client on a free loopback port, the client with args (for
+// example "-t", "ucp_get", "-s", "1048576", "-n", "100"), and returns the client's Final line.
+// The client retries its connect while the server starts.
+func Run(ctx context.Context, tool ucx.Tool, args ...string) (Result, error) {
+	if tool.Path == "" {
+		return Result{}, errors.New("perftest: no ucx_perftest (use Find)")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return Result{}, err
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	srv := exec.CommandContext(ctx, tool.Path, "-p", port)
+	srv.Env = os.Environ()
+	var srvOut strings.Builder
+	srv.Stdout, srv.Stderr = &srvOut, &srvOut
+	if err := srv.Start(); err != nil {
+		return Result{}, fmt.Errorf("perftest: %s: %w", tool.Path, err)
+	}
+	defer srv.Wait()
+	defer srv.Process.Kill()
+	var out []byte
+	for attempt := 0; ; attempt++ {
+		cli := exec.CommandContext(ctx, tool.Path, append([]string{"127.0.0.1", "-p", port}, args...)...)
+		cli.Env = os.Environ()
+		out, err = cli.CombinedOutput()
+		if err == nil || attempt == 50 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // the server may not listen yet
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("perftest: client %v: %w\n%s\nserver:\n%s", args, err, out, srvOut.String())
+	}
+	return ParseFinal(out)
+}
