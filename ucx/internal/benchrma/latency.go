@@ -7,14 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/velo-go/velo/ucx"
-	ucxperf "github.com/velo-go/velo/ucx/perftest"
+	"github.com/velo-go/velo/ucx/benchkit"
 )
 
 // echoAMID is the active-message id of the latency benchmark's ping and pong.
@@ -78,30 +77,13 @@ var latSizes = []int{64, 1 << 10}
 // rounds so load on the machine falls on both.
 func latency(quick bool) error {
 	ctx := context.Background()
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), roleEnv+"=echo", spinEnv+"="+spinFor.String())
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	defer func() { stdin.Close(); cmd.Wait() }()
-	out := bufio.NewReader(stdout)
-	line, err := out.ReadString('\n')
+	var addr []byte
+	child, err := benchkit.StartChild(append(os.Environ(), roleEnv+"=echo", spinEnv+"="+spinFor.String()), &addr)
 	if err != nil {
 		return fmt.Errorf("echo process: %w", err)
 	}
-	var addr []byte
-	if err := json.Unmarshal([]byte(line), &addr); err != nil {
-		return err
-	}
+	defer child.Stop()
+	stdin, out := child.In, child.Out
 	e, err := ucx.NewEngine(ctx, ucx.EngineConfig{Name: "ping", SpinFor: spinFor})
 	if err != nil {
 		return err
@@ -190,6 +172,6 @@ func perftestLatency(size, iters int) (float64, error) {
 	if perftestErr != nil {
 		return 0, perftestErr
 	}
-	r, err := ucxperf.Run(context.Background(), perftestTool, "-t", "ucp_am_lat", "-s", strconv.Itoa(size), "-n", strconv.Itoa(iters))
+	r, err := benchkit.Run(context.Background(), perftestTool, "-t", "ucp_am_lat", "-s", strconv.Itoa(size), "-n", strconv.Itoa(iters))
 	return 2 * r.LatencyP50, err
 }

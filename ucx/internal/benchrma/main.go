@@ -15,15 +15,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"math"
 	"os"
-	"os/exec"
 	"runtime"
 	"sort"
 	"strconv"
@@ -33,7 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/velo-go/velo/ucx"
-	ucxperf "github.com/velo-go/velo/ucx/perftest"
+	"github.com/velo-go/velo/ucx/benchkit"
 )
 
 const roleEnv = "UCX_BENCH_RMA_ROLE"
@@ -85,7 +81,7 @@ func main() {
 	probe.Close(context.Background())
 	v := ucx.Version()
 	fmt.Printf("UCX %s (linked), UCX_TLS=%s, %d CPUs, %s\n", v.String, os.Getenv("UCX_TLS"), runtime.NumCPU(), runtime.Version())
-	if perftestTool, perftestErr = ucxperf.Find(); perftestErr == nil {
+	if perftestTool, perftestErr = benchkit.Find(); perftestErr == nil {
 		fmt.Printf("baseline: %s (UCX %s, the linked release)\n", perftestTool.Path, perftestTool.Version)
 	} else {
 		fmt.Printf("baseline: none: %v\n", perftestErr)
@@ -236,9 +232,10 @@ func owner() error {
 	if err != nil {
 		return err
 	}
-	b, _ := json.Marshal(ownerInfo{Address: e.Address(), Key: r.RemoteKey(), Base: r.Addr()})
-	fmt.Printf("%s\n", b)
-	_, _ = io.Copy(io.Discard, os.Stdin)
+	if err := benchkit.Announce(ownerInfo{Address: e.Address(), Key: r.RemoteKey(), Base: r.Addr()}); err != nil {
+		return err
+	}
+	benchkit.UntilStdinCloses()
 	return nil
 }
 
@@ -257,23 +254,12 @@ const rounds = 3
 // paths, so load on the machine falls on all three; the table shows medians.
 func bandwidth(quick bool) error {
 	ctx := context.Background()
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), roleEnv+"=owner")
-	cmd.Stderr = os.Stderr
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	defer func() { stdin.Close(); cmd.Wait() }()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
+	var info ownerInfo
+	child, err := benchkit.StartChild(append(os.Environ(), roleEnv+"=owner"), &info)
 	if err != nil {
 		return fmt.Errorf("owner process: %w", err)
 	}
-	var info ownerInfo
-	if err := json.Unmarshal([]byte(line), &info); err != nil {
-		return err
-	}
+	defer child.Stop()
 	dst, err := ucx.AllocMemory(bwSizes[len(bwSizes)-1], ucx.MemoryOptions{})
 	if err != nil {
 		return err
@@ -356,6 +342,6 @@ func perftest(size, iters int) (float64, error) {
 	if perftestErr != nil {
 		return 0, perftestErr
 	}
-	r, err := ucxperf.Run(context.Background(), perftestTool, "-t", "ucp_get", "-s", strconv.Itoa(size), "-n", strconv.Itoa(iters))
+	r, err := benchkit.Run(context.Background(), perftestTool, "-t", "ucp_get", "-s", strconv.Itoa(size), "-n", strconv.Itoa(iters))
 	return r.BandwidthOverall, err
 }

@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"log"
 	"os"
-	"os/exec"
 	"strings"
 	"time"
 
+	"github.com/velo-go/velo/ucx/benchkit"
 	"github.com/velo-go/velo/velo"
 	"github.com/velo-go/velo/velo/auth"
 	"github.com/velo-go/velo/velo/auth/authtest"
@@ -93,8 +90,7 @@ func authTable(ctx context.Context, iters func(int) int) {
 // modeRun is one mode's owner process and consumer, and what was measured.
 type modeRun struct {
 	name     string
-	srv      *exec.Cmd
-	stdin    io.Closer
+	srv      *benchkit.Child
 	consumer *velo.Velo
 	info     serverInfo
 	dst      []byte
@@ -107,18 +103,9 @@ type modeRun struct {
 // request (the connection's set-up).
 func startMode(ctx context.Context, name string, serverEnv, consumerEnv []string) *modeRun {
 	r := &modeRun{name: name}
-	r.srv = exec.Command(os.Args[0], "-serve")
-	r.srv.Env = append(withoutAuthEnv(os.Environ()), serverEnv...)
-	r.srv.Stderr = os.Stderr
-	stdin, err := r.srv.StdinPipe()
+	srv, err := benchkit.StartChild(append(withoutAuthEnv(os.Environ()), serverEnv...), &r.info, "-serve")
 	check(err)
-	r.stdin = stdin
-	stdout, err := r.srv.StdoutPipe()
-	check(err)
-	check(r.srv.Start())
-	line, err := bufio.NewReader(stdout).ReadBytes('\n')
-	check(err)
-	check(json.Unmarshal(line, &r.info))
+	r.srv = srv
 
 	// The consumer reads its credentials from the environment when it starts.
 	for _, name := range authEnvNames {
@@ -163,8 +150,7 @@ func (r *modeRun) measure(ctx context.Context, iters func(int) int) {
 
 func (r *modeRun) close() {
 	r.consumer.Close()
-	r.stdin.Close()
-	r.srv.Wait()
+	r.srv.Stop()
 }
 
 func withoutAuthEnv(env []string) []string {

@@ -28,7 +28,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"runtime"
 	"runtime/pprof"
 	"sort"
@@ -36,6 +35,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/velo-go/velo/ucx/benchkit"
 	"github.com/velo-go/velo/velo"
 )
 
@@ -102,19 +102,11 @@ func main() {
 	if *memprofile != "" {
 		srvArgs = append(srvArgs, "-memprofile="+*memprofile+".server")
 	}
-	srv := exec.Command(os.Args[0], srvArgs...)
-	srv.Stderr = os.Stderr
-	stdin, err := srv.StdinPipe()
-	check(err)
-	stdout, err := srv.StdoutPipe()
-	check(err)
-	check(srv.Start())
-	defer func() { stdin.Close(); srv.Wait() }()
-	server := &serverProc{in: stdin, out: bufio.NewReader(stdout)}
-	line, err := server.out.ReadBytes('\n')
-	check(err)
 	var info serverInfo
-	check(json.Unmarshal(line, &info))
+	srv, err := benchkit.StartChild(nil, &info, srvArgs...)
+	check(err)
+	defer srv.Stop()
+	server := &serverProc{in: srv.In, out: srv.Out}
 
 	copts := []velo.Option{velo.WithLogger(quiet)}
 	if *window > 0 {

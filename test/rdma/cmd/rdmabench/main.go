@@ -40,7 +40,7 @@ import (
 	"time"
 
 	ucp "github.com/velo-go/velo/ucx"
-	ucxperf "github.com/velo-go/velo/ucx/perftest"
+	"github.com/velo-go/velo/ucx/benchkit"
 	"github.com/velo-go/velo/velo"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport/tcp"
@@ -215,25 +215,13 @@ func runBench(quick bool, rssMiB int) error {
 	if quick {
 		nrounds = 1
 	}
-	owner := exec.Command(os.Args[0], "-role", "owner", "-rss", strconv.Itoa(rssMiB))
-	owner.Stderr = os.Stderr
-	stdin, err := owner.StdinPipe()
-	if err != nil {
-		return err
-	}
-	stdout, err := owner.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	if err := owner.Start(); err != nil {
-		return err
-	}
-	defer func() { stdin.Close(); owner.Wait() }()
-	dec := json.NewDecoder(stdout)
 	var info ownerInfo
-	if err := dec.Decode(&info); err != nil {
+	owner, err := benchkit.StartChild(nil, &info, "-role", "owner", "-rss", strconv.Itoa(rssMiB))
+	if err != nil {
 		return fmt.Errorf("reading the owner: %w", err)
 	}
+	defer owner.Stop()
+	stdin, dec := owner.In, json.NewDecoder(owner.Out)
 	v, u, err := start(ctx)
 	if err != nil {
 		return err
@@ -254,7 +242,7 @@ func runBench(quick bool, rssMiB int) error {
 	}
 
 	fmt.Printf("rendezvous RDMA path, UCX %s (linked), UCX_TLS=%s, %d alternating rounds\n", ucp.Version().String, os.Getenv("UCX_TLS"), nrounds)
-	if perftestTool, perftestErr = ucxperf.Find(); perftestErr == nil {
+	if perftestTool, perftestErr = benchkit.Find(); perftestErr == nil {
 		fmt.Printf("baseline: %s (UCX %s, the linked release)\n", perftestTool.Path, perftestTool.Version)
 	} else {
 		fmt.Printf("baseline: none: %v\n", perftestErr)
@@ -376,7 +364,7 @@ func perftest(size, iters int) (float64, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	r, err := ucxperf.Run(ctx, perftestTool, "-t", "ucp_get", "-s", strconv.Itoa(size), "-n", strconv.Itoa(iters))
+	r, err := benchkit.Run(ctx, perftestTool, "-t", "ucp_get", "-s", strconv.Itoa(size), "-n", strconv.Itoa(iters))
 	return r.BandwidthOverall, err
 }
 

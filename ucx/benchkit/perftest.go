@@ -1,12 +1,12 @@
-// Package perftest runs ucx_perftest, UCX's own benchmark, from the UCX release this binary
-// links (ucx.FindTool), as the baseline every velo benchmark prints its ratios against: one
-// server and one client process on loopback, both with this process's environment (UCX_TLS and
-// the binding's UCX defaults included), so the baseline and the measurement see the same UCX.
-//
-// It is a package of module ucx, not of a harness's internal/, because the three harnesses
-// (ucx/internal/benchrma, velo/internal/bench and test/rdma/cmd/rdmabench) live in three modules
-// and all read the same Final line.
-package perftest
+// Package benchkit is what velo's three benchmark harnesses (ucx/internal/benchrma,
+// velo/internal/bench and test/rdma/cmd/rdmabench, in three modules) share: the baseline, UCX's
+// own ucx_perftest from the release this binary links (ucx.FindTool), run as one server and one
+// client process on loopback with this process's environment (UCX_TLS and the binding's UCX
+// defaults included), so the baseline and the measurement see the same UCX; and the second
+// process of a two-process measurement, which is the harness itself started again in another
+// role. It lives in module ucx, the one module all three import, and not under a harness's
+// internal/.
+package benchkit
 
 import (
 	"context"
@@ -69,7 +69,7 @@ func ParseFinal(out []byte) (Result, error) {
 // The client retries its connect while the server starts.
 func Run(ctx context.Context, tool ucx.Tool, args ...string) (Result, error) {
 	if tool.Path == "" {
-		return Result{}, errors.New("perftest: no ucx_perftest (use Find)")
+		return Result{}, errors.New("benchkit: no ucx_perftest (use Find)")
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

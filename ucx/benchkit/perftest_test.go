@@ -1,6 +1,6 @@
 //go:build cgo && linux
 
-package perftest
+package benchkit
 
 import (
 	"context"
