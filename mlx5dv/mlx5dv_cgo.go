@@ -13,55 +13,39 @@ import "C"
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"syscall"
 	"unsafe"
 
 	"github.com/velo-go/velo/verbs"
+	"github.com/velo-go/velo/verbs/ibv"
 )
 
 // requestedMask is every optional part of struct mlx5dv_context that Caps carries.
 const requestedMask = MaskCQECompression | MaskSWParsing | MaskStridingRQ | MaskTunnelOffloads | MaskDynamicBFRegs |
 	MaskClockInfoUpdate | MaskFlowActionFlags | MaskDCODPCaps | MaskNumLAGPorts
 
-// withDevice finds name in ibv_get_device_list and runs fn while the list is valid. Its errors
-// say whether libibverbs has no devices at all, lacks this one, or lacks the mlx5 provider.
+// withDevice runs fn on the device called name, found by verbs/ibv (ibv.WithDevice). When the
+// device is not listed, its error says whether libibverbs has no devices at all or lacks this
+// one; a device sysfs shows as mlx5 that libibverbs does not list means the mlx5 provider is
+// missing, which is a DEVXError naming rdma-core.
 func withDevice(op, name string, fn func(d *C.struct_ibv_device) error) error {
 	if name == "" {
 		return fmt.Errorf("mlx5dv: %s: %w: empty device name (want e.g. mlx5_0)", op, verbs.ErrInvalid)
 	}
-	var n C.int
-	list, err := C.ibv_get_device_list(&n)
-	if list == nil {
-		var en syscall.Errno
-		if !errors.As(err, &en) {
-			en = syscall.EIO
-		}
-		if en == syscall.ENOSYS {
-			return fmt.Errorf("mlx5dv: %s on %s: %w: %w: the kernel exposes no RDMA verbs: load ib_uverbs and mlx5_ib", op, name, verbs.ErrNoDevice, en)
-		}
-		return fmt.Errorf("mlx5dv: %s on %s: ibv_get_device_list: %w", op, name, en)
+	found := false
+	err := ibv.WithDevice(op, name, func(dev unsafe.Pointer) error {
+		found = true
+		return fn((*C.struct_ibv_device)(dev))
+	})
+	if found || err == nil {
+		return err
 	}
-	defer C.ibv_free_device_list(list)
-	var have []string
-	for _, d := range unsafe.Slice(list, int(n)) {
-		dn := C.GoString(C.ibv_get_device_name(d))
-		if dn == name {
-			return fn(d)
-		}
-		have = append(have, dn)
-	}
-	// Not listed. If sysfs knows the device, the provider library is what is missing.
-	if mlx, err := IsMLX5(verbs.Paths{}, name); err == nil {
-		if mlx {
+	if errors.Is(err, verbs.ErrNoDevice) {
+		if mlx, serr := IsMLX5(verbs.Paths{}, name); serr == nil && mlx {
 			return &DEVXError{Device: name, Missing: ComponentRDMACore, Detail: "sysfs shows the device but libibverbs does not list it: libmlx5, the provider from rdma-core's ibverbs-providers, is missing or too old"}
 		}
-		return fmt.Errorf("mlx5dv: %s on %s: %w: sysfs shows the device but libibverbs does not list it (its provider library is missing)", op, name, verbs.ErrNoDevice)
 	}
-	if len(have) == 0 {
-		return fmt.Errorf("mlx5dv: %s: %w: no device %q: libibverbs found no RDMA devices", op, verbs.ErrNoDevice, name)
-	}
-	return fmt.Errorf("mlx5dv: %s: %w: no device %q; libibverbs has %s", op, verbs.ErrNoDevice, name, strings.Join(have, ", "))
+	return fmt.Errorf("mlx5dv: %s on %s: %w", op, name, err)
 }
 
 // Supported asks libmlx5 whether it drives the device (mlx5dv_is_supported): nil when it does, an
@@ -118,7 +102,7 @@ func QueryDevice(name string) (Caps, error) {
 		}
 		ctx, err := C.ibv_open_device(d)
 		if ctx == nil {
-			return fmt.Errorf("mlx5dv: ibv_open_device on %s: %w", name, errnoOf(err))
+			return fmt.Errorf("mlx5dv: %w", ibv.ErrnoError("ibv_open_device", name, err))
 		}
 		defer C.ibv_close_device(ctx)
 		// C memory: the provider may store pointers (the core clock page) into this struct.
@@ -156,14 +140,6 @@ func QueryDevice(name string) (Caps, error) {
 		return nil
 	})
 	return caps, err
-}
-
-func errnoOf(err error) syscall.Errno {
-	var en syscall.Errno
-	if errors.As(err, &en) && en != 0 {
-		return en
-	}
-	return syscall.EIO
 }
 
 // cConstants returns the C values this package mirrors, for a test (test files cannot use cgo).

@@ -121,14 +121,17 @@ type Context struct {
 	pds  int // live protection domains
 }
 
-// Open opens the device called name (ibv_get_device_list, then ibv_open_device).
-func Open(name string) (*Context, error) {
+// WithDevice finds the device called name in libibverbs' list and runs fn with its
+// struct ibv_device*, which is valid only while fn runs (the list is freed after it). The pointer
+// is C memory, handed over as unsafe.Pointer so that another cgo package (mlx5dv) can convert it
+// to its own C type; nothing in Go keeps it. A device that is not listed gives the error Open
+// gives, wrapping verbs.ErrNoDevice and saying what is missing; fn's own error is returned as is.
+func WithDevice(op, name string, fn func(dev unsafe.Pointer) error) error {
 	if name == "" {
-		return nil, &Error{Op: "ibv_open_device", Kind: verbs.ErrInvalid, Detail: "empty device name (want e.g. mlx5_0)"}
+		return &Error{Op: op, Kind: verbs.ErrInvalid, Detail: "empty device name (want e.g. mlx5_0)"}
 	}
 	var (
-		ctx      *C.struct_ibv_context
-		openErr  error
+		fnErr    error
 		found    bool
 		haveList []string
 	)
@@ -139,28 +142,45 @@ func Open(name string) (*Context, error) {
 			return
 		}
 		found = true
-		c, err := C.ibv_open_device(d)
-		if c == nil {
-			var en syscall.Errno
-			if !errors.As(err, &en) {
-				en = syscall.EIO
-			}
-			openErr = errnoError("ibv_open_device", name, en, 0)
-			return
-		}
-		ctx = c
+		fnErr = fn(unsafe.Pointer(d))
 	})
 	switch {
 	case err != nil:
+		return err
+	case found:
+		return fnErr
+	case len(haveList) == 0:
+		return noDevicesError(op, name)
+	}
+	return &Error{Op: op, Kind: verbs.ErrNoDevice, Detail: fmt.Sprintf("no device %q; libibverbs has %s", name, strings.Join(haveList, ", "))}
+}
+
+// Open opens the device called name (ibv_get_device_list, then ibv_open_device).
+func Open(name string) (*Context, error) {
+	var ctx *C.struct_ibv_context
+	err := WithDevice("ibv_open_device", name, func(dev unsafe.Pointer) error {
+		c, err := C.ibv_open_device((*C.struct_ibv_device)(dev))
+		if c == nil {
+			return ErrnoError("ibv_open_device", name, err)
+		}
+		ctx = c
+		return nil
+	})
+	if err != nil {
 		return nil, err
-	case openErr != nil:
-		return nil, openErr
-	case !found && len(haveList) == 0:
-		return nil, noDevicesError("ibv_open_device", name)
-	case !found:
-		return nil, &Error{Op: "ibv_open_device", Kind: verbs.ErrNoDevice, Detail: fmt.Sprintf("no device %q; libibverbs has %s", name, strings.Join(haveList, ", "))}
 	}
 	return &Context{ptr: ctx, name: name}, nil
+}
+
+// ErrnoError is this package's error for a failed verbs call: err's errno (EIO when it carries
+// none) mapped to a verbs sentinel, with the cause and the fix in words. mlx5dv uses it for the
+// calls it makes on verbs objects.
+func ErrnoError(op, device string, err error) error {
+	var en syscall.Errno
+	if !errors.As(err, &en) || en == 0 {
+		en = syscall.EIO
+	}
+	return errnoError(op, device, en, 0)
 }
 
 // Name returns the device's name.

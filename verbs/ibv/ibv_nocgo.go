@@ -4,6 +4,7 @@ package ibv
 
 import (
 	"runtime"
+	"unsafe"
 
 	"github.com/velo-go/velo/verbs"
 )
@@ -27,6 +28,12 @@ type Context struct{}
 
 // Open returns an error wrapping verbs.ErrNotCompiled or verbs.ErrUnsupported.
 func Open(name string) (*Context, error) { return nil, unavailable("ibv_open_device") }
+
+// WithDevice fails: this build has no libibverbs.
+func WithDevice(op, name string, fn func(dev unsafe.Pointer) error) error { return unavailable(op) }
+
+// ErrnoError is the not-compiled error: no verbs call is made in this build.
+func ErrnoError(op, device string, err error) error { return unavailable(op) }
 
 // Name returns "".
 func (c *Context) Name() string { return "" }
