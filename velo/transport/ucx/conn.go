@@ -32,7 +32,9 @@ import (
 // slot (its fin arrived, or a later slot of it superseded this one) — so neither side ever closes
 // a connection the other still sends on — or, if the peer never answers, after finWait. A fin is
 // held back while a GET is in flight on the endpoint, because the owner closing its side would
-// cut the GET's reply.
+// cut the GET's reply, and until the frames sent before it completed, because UCX may deliver a
+// short message ahead of a longer one submitted before it on the same endpoint; the receiver's
+// order (type inbound) also waits for frames a fin counts that have not arrived.
 
 // outConn is this side's endpoint of one slot to one peer.
 type outConn struct {
@@ -51,7 +53,7 @@ type outConn struct {
 	state      connState
 	finAsk     bool // the fin to send asks the peer to retire the slot too
 	finBye     bool // the fin to send says this transport is closing
-	finPending bool // retired, fin not sent yet (waiting for GETs)
+	finPending bool // retired, fin not sent yet (see finHeldLocked)
 	finSent    bool
 }
 
@@ -244,18 +246,17 @@ func (oc *outConn) beginGet() {
 	oc.mu.Unlock()
 }
 
-// opDone ends one in-flight operation. The last GET of a retired endpoint sends its held fin;
-// the last operation of one may let it close.
+// opDone ends one in-flight operation. The last one a retired endpoint's fin waited for sends
+// the fin; the last operation of one whose fin went out may let it close.
 func (t *Transport) opDone(oc *outConn, get bool) {
 	oc.mu.Lock()
 	oc.inflight--
-	sendFin := false
 	if get {
 		oc.gets--
-		if oc.gets == 0 && oc.finPending {
-			oc.finPending = false
-			sendFin = true
-		}
+	}
+	sendFin := oc.finPending && !oc.finHeldLocked()
+	if sendFin {
+		oc.finPending = false
 	}
 	idle := oc.inflight == 0 && oc.state == connRetired && oc.finSent
 	oc.mu.Unlock()
@@ -268,6 +269,17 @@ func (t *Transport) opDone(oc *outConn, get bool) {
 	}
 }
 
+// finHeldLocked reports whether oc's fin must wait. It waits for the endpoint's GETs, because
+// the owner closing its side would cut a GET's reply; and for the frames sent before it, because
+// the fin tells the peer how many frames the endpoint carried, and UCX may put a short message
+// on the wire ahead of a multi-fragment one submitted before it (while a fresh endpoint's wireup
+// is pending); a completed send is on the wire, in order, ahead of anything sent after it. A
+// goodbye (Close) does not wait for frames: the engine closes right behind it, and the peer's
+// receive order tolerates the reordering. The caller holds oc.mu.
+func (oc *outConn) finHeldLocked() bool {
+	return oc.gets > 0 || (!oc.finBye && oc.inflight > 0)
+}
+
 func (oc *outConn) busy() bool {
 	oc.mu.Lock()
 	defer oc.mu.Unlock()
@@ -275,7 +287,8 @@ func (oc *outConn) busy() bool {
 }
 
 // retireLocked takes oc out of use: the next frame to the peer opens (or joins) a newer slot. Its
-// fin — after every frame already submitted on it — goes out now, or when its last GET finished.
+// fin — after every frame already submitted on it — goes out now, or when what it waits for
+// finished (finHeldLocked).
 // ask sets finAsk (this side started the retirement). The caller holds p.sendMu and oc is p.conn.
 func (t *Transport) retireLocked(p *peer, oc *outConn, event string, ask bool) {
 	oc.retiredAt = time.Now()
@@ -287,7 +300,7 @@ func (t *Transport) retireLocked(p *peer, oc *outConn, event string, ask bool) {
 		oc.state = connRetired
 	}
 	oc.finAsk = ask
-	now := oc.gets == 0
+	now := !oc.finHeldLocked()
 	oc.finPending = !now
 	oc.mu.Unlock()
 	if now {

@@ -47,14 +47,16 @@
 // nothing either way for that long. Retiring is an exchange of fins: the reaper's fin, the last
 // message on its endpoint, asks the peer to follow; the peer retires its endpoint of the slot
 // with a fin after everything it sent there (held back while a GET is in flight, so that no GET
-// loses its reply). An endpoint closes only when its own fin went out, nothing of its own is in
+// loses its reply, and until its frames' sends completed, because UCX may put a short message on
+// the wire ahead of a longer one submitted before it). An endpoint closes only when its own fin went out, nothing of its own is in
 // flight, and the peer has finished the slot — so neither side closes a connection the other still
 // sends on. The next frame either way opens the next slot. Frames on a new slot can overtake the
 // tail of the old one (they are different connections), so every frame carries its slot and a
 // sequence number, each hello names the sender's previous slot and its last sequence number, and
-// the receiver holds a newer slot's frames until the older one is complete (type inbound). Gaps —
-// frames lost with an endpoint that failed — are counted in velo_ucx_transport_frames_lost_total,
-// never skipped silently.
+// the receiver holds a newer slot's frames until the older one is complete (type inbound), and a
+// slot's own frames that arrive ahead of an earlier one until that one comes. A gap — frames lost
+// with an endpoint that failed — is given up on after a hold timeout and counted in
+// velo_ucx_transport_frames_lost_total, never skipped silently.
 //
 // One-sided reads. RegisterMemory maps memory with ucp_mem_map; each call is its own registration
 // with its own remote key, sealed by the engine in an envelope that names the region and the

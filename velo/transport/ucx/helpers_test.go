@@ -174,6 +174,10 @@ func newNode(t testing.TB, mod func(*Config)) node {
 		if err := tr.Close(); err != nil {
 			t.Errorf("Close: %v", err)
 		}
+		// A failed protocol test is read from both sides' debug logs.
+		if t.Failed() {
+			t.Logf("log of node %016x:\n%s", uint64(h.id), h.logBuf.String())
+		}
 	})
 	return node{tr, h}
 }

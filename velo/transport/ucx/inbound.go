@@ -2,17 +2,21 @@ package ucx
 
 import "time"
 
-// inbound keeps one sender's frames in the order it sent them, across its endpoints.
+// inbound keeps one sender's frames in the order it sent them, across its endpoints and within
+// each.
 //
-// UCX keeps order on one endpoint only. A sender replaces its endpoint to us whenever one is
-// retired (its idle reaper, or our fin) or fails, and a frame on the new endpoint can overtake
-// the tail of the old one: they are different connections. So every frame names its epoch (the
-// endpoint) and its seq within it, and the hello that opens an endpoint names the epoch before
-// it and that epoch's last seq. inbound delivers an epoch's frames in seq order and holds frames
-// of a newer epoch until the epoch before it is complete — its fin has arrived, or the hello of
-// its successor told us its last seq and we delivered that far. If the old epoch's missing frames
-// never come (its endpoint died with them), the held frames go out after holdTimeout and the gap
-// is counted as lost.
+// A sender replaces its endpoint to us whenever one is retired (its idle reaper, or our fin) or
+// fails, and a frame on the new endpoint can overtake the tail of the old one: they are different
+// connections. Nor does one endpoint keep order on every release: while a fresh endpoint waits for
+// its wireup, UCX 1.22 sends short messages ahead of a multi-fragment one submitted before them
+// (TestReaperWithALaggingPeer caught a fin arriving before the frame it counted). So every frame
+// names its epoch (the endpoint) and its seq within it, and the hello that opens an endpoint names
+// the epoch before it and that epoch's last seq. inbound delivers an epoch's frames in seq order,
+// holding any that arrive ahead of a missing one, and holds frames of a newer epoch until the
+// epoch before it is complete — its fin has arrived and every frame the fin counts, or the hello
+// of its successor told us its last seq and we delivered that far. A gap is given up on, and
+// counted as lost, only when it has stood for holdTimeout: frames behind it waited that long, or
+// the epoch's fin did (its endpoint died with the missing frames).
 //
 // It is pure bookkeeping with no locks and no clock of its own, so it is tested exhaustively
 // without UCX; the transport calls it under its receive lock.
@@ -24,9 +28,11 @@ type inbound struct {
 	endKnown  bool
 	next      uint32 // the epoch that follows cur, when nextKnown
 	nextKnown bool
-	open      bool // cur's endpoint is open at the sender as far as we know (no fin yet)
+	open      bool      // cur's endpoint is open at the sender as far as we know (no fin yet)
+	finned    bool      // cur's fin arrived
+	finGapAt  time.Time // when cur's fin arrived with frames it counts still missing (zero: none)
 
-	held []inFrame // frames of newer epochs, in arrival order
+	held []inFrame // frames not deliverable yet: cur's beyond a gap, and newer epochs'
 }
 
 // inFrame is one received frame as inbound sees it.
@@ -50,6 +56,7 @@ type inResult struct {
 // accept takes one frame and returns what may be delivered now.
 func (in *inbound) accept(f inFrame, now time.Time) inResult {
 	var r inResult
+	f.at = now
 	if !in.started {
 		in.started = true
 		in.cur = f.epoch
@@ -71,36 +78,65 @@ func (in *inbound) accept(f inFrame, now time.Time) inResult {
 		return r
 	default:
 		in.noteHello(f, in.cur)
-		f.at = now
 		in.held = append(in.held, f)
 	}
 	in.advance(&r)
 	return r
 }
 
+// apply takes one frame of the current epoch.
 func (in *inbound) apply(f inFrame, r *inResult) {
 	switch f.kind {
 	case kindData:
-		if f.seq <= in.delivered {
-			r.stale++
-			return
+		switch {
+		case f.seq <= in.delivered || in.holds(f.epoch, f.seq):
+			r.stale++ // a duplicate
+		case f.seq > in.delivered+1:
+			in.held = append(in.held, f) // ahead of a missing frame
+		default:
+			in.deliverNext(f, r)
 		}
-		r.lost += f.seq - in.delivered - 1
-		in.delivered = f.seq
-		in.open = true
-		r.deliver = append(r.deliver, f.payload)
+		in.open = !in.finned
 	case kindHello:
-		in.open = true
+		in.open = !in.finned
 	case kindFin:
-		in.open = false
-		// The fin follows every frame of its endpoint, so anything still missing is gone.
-		if f.seq > in.delivered {
-			r.lost += f.seq - in.delivered
-			in.delivered = f.seq
-		}
+		in.open, in.finned = false, true
 		in.end, in.endKnown = f.seq, true
+		if in.delivered < in.end {
+			in.finGapAt = f.at // the fin overtook frames it counts: they get holdTimeout to arrive
+		}
 	}
 }
+
+// deliverNext hands on f, the frame after the last delivered one, and every held frame of the
+// current epoch that follows it without a gap.
+func (in *inbound) deliverNext(f inFrame, r *inResult) {
+	for {
+		in.delivered = f.seq
+		r.deliver = append(r.deliver, f.payload)
+		i := in.heldIndex(in.cur, in.delivered+1)
+		if i < 0 {
+			break
+		}
+		f = in.held[i]
+		in.held = append(in.held[:i], in.held[i+1:]...)
+	}
+	if in.endKnown && in.delivered >= in.end {
+		in.finGapAt = time.Time{}
+	}
+}
+
+// heldIndex is the position of the held data frame (epoch, seq), or -1.
+func (in *inbound) heldIndex(epoch uint32, seq uint64) int {
+	for i, f := range in.held {
+		if f.kind == kindData && f.epoch == epoch && f.seq == seq {
+			return i
+		}
+	}
+	return -1
+}
+
+func (in *inbound) holds(epoch uint32, seq uint64) bool { return in.heldIndex(epoch, seq) >= 0 }
 
 // noteHello learns from a held hello what follows the current epoch. A hello naming the current
 // epoch as its predecessor also says where that epoch ends. A hello naming no predecessor comes
@@ -128,14 +164,16 @@ func (in *inbound) advance(r *inResult) {
 	}
 }
 
-// switchTo makes epoch the current one and applies its held frames.
+// switchTo makes epoch the current one and applies its held frames, in the order they arrived.
 func (in *inbound) switchTo(epoch uint32, r *inResult) {
 	in.cur, in.delivered, in.end, in.endKnown, in.next, in.nextKnown, in.open = epoch, 0, 0, false, 0, false, false
+	in.finned, in.finGapAt = false, time.Time{}
+	var mine []inFrame
 	keep := in.held[:0]
 	for _, f := range in.held {
 		switch {
 		case f.epoch == epoch:
-			in.apply(f, r)
+			mine = append(mine, f)
 		case f.epoch < epoch:
 			if f.kind == kindData {
 				r.stale++
@@ -147,16 +185,39 @@ func (in *inbound) switchTo(epoch uint32, r *inResult) {
 	}
 	clear(in.held[len(keep):])
 	in.held = keep
+	for _, f := range mine {
+		in.apply(f, r)
+	}
 }
 
-// expire gives up on the current epoch when a frame of a newer one has waited holdTimeout since
-// it arrived: the missing frames are counted lost and delivery moves on, as far as the held
-// frames' own waits allow. No frame waits much longer than holdTimeout.
+// expire gives up on the current epoch's gap once it has stood for holdTimeout — a frame behind
+// it waited that long, or the fin that counts the missing frames did: the missing frames are
+// counted lost and delivery moves on, to the current epoch's next held frame or to the next
+// epoch, as far as the other frames' own waits allow. No frame waits much longer than
+// holdTimeout.
 func (in *inbound) expire(now time.Time, holdTimeout time.Duration) inResult {
 	var r inResult
-	for len(in.held) > 0 && now.Sub(in.held[0].at) >= holdTimeout {
+	for {
+		since, ok := in.gapSince()
+		if !ok || now.Sub(since) < holdTimeout {
+			return r
+		}
+		if next, ok := in.nextHeldSeq(); ok {
+			// Skip to the current epoch's first held frame; what is before it is gone.
+			r.lost += next.seq - in.delivered - 1
+			i := in.heldIndex(next.epoch, next.seq)
+			in.held = append(in.held[:i], in.held[i+1:]...)
+			in.deliverNext(next, &r)
+			in.advance(&r)
+			continue
+		}
 		if in.endKnown && in.end > in.delivered {
 			r.lost += in.end - in.delivered
+			in.delivered = in.end
+			in.finGapAt = time.Time{}
+		}
+		if len(in.held) == 0 {
+			return r // the epoch is complete now; nothing newer is waiting
 		}
 		next := in.next
 		if !in.nextKnown {
@@ -168,13 +229,36 @@ func (in *inbound) expire(now time.Time, holdTimeout time.Duration) inResult {
 		in.switchTo(next, &r)
 		in.advance(&r)
 	}
-	return r
+}
+
+// gapSince is when the oldest wait behind a gap began: the earliest held frame's arrival, or the
+// arrival of a fin that came before frames it counts.
+func (in *inbound) gapSince() (time.Time, bool) {
+	since := in.finGapAt
+	for _, f := range in.held {
+		if since.IsZero() || f.at.Before(since) {
+			since = f.at
+		}
+	}
+	return since, !since.IsZero()
+}
+
+// nextHeldSeq is the current epoch's held data frame with the lowest seq.
+func (in *inbound) nextHeldSeq() (inFrame, bool) {
+	var best inFrame
+	found := false
+	for _, f := range in.held {
+		if f.kind == kindData && f.epoch == in.cur && (!found || f.seq < best.seq) {
+			best, found = f, true
+		}
+	}
+	return best, found
 }
 
 // view is a snapshot of what we know of the sender's endpoints, for decisions taken outside the
 // receive lock.
 func (in *inbound) view() peerView {
-	v := peerView{started: in.started, cur: in.cur, open: in.open, latest: in.cur}
+	v := peerView{started: in.started, cur: in.cur, open: in.open, latest: in.cur, missing: in.endKnown && in.delivered < in.end}
 	for _, f := range in.held {
 		if v.minHeld == 0 || f.epoch < v.minHeld {
 			v.minHeld = f.epoch
@@ -191,6 +275,7 @@ type peerView struct {
 	open    bool
 	latest  uint32 // the newest epoch of the sender seen (0: none)
 	minHeld uint32 // the oldest epoch with frames held (0: none)
+	missing bool   // cur's last seq is known and frames up to it have not all arrived
 }
 
 // finishedThrough reports whether every endpoint of the sender up to epoch e is finished: its fin
@@ -204,7 +289,7 @@ func (v peerView) finishedThrough(e uint32) bool {
 	case v.cur > e:
 		return true
 	case v.cur == e:
-		return !v.open
+		return !v.open && !v.missing
 	}
 	return false
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // simEpoch describes one endpoint of a simulated sender.
@@ -42,9 +44,12 @@ func simSender(epochs []simEpoch) (lanes [][]inFrame, want []string, lost uint64
 	return lanes, want, lost
 }
 
-// run feeds the lanes' frames to an inbound, each lane in order, lanes interleaved as pick says
-// (after the first frame of the first lane), then expires whatever is still held. It returns the delivered payloads and the counts.
-func run(t testing.TB, lanes [][]inFrame, pick func(n int) int) (got []string, lost, stale uint64) {
+// run feeds the lanes' frames to an inbound, lanes interleaved as pick says, then expires
+// whatever is still held. Within a lane frames go in the order sent, or, when within is not nil,
+// in the order it picks among the lane's frames not yet fed (UCX may deliver a short message
+// ahead of a long one sent before it on the same endpoint). The first frame is always the first
+// lane's hello. It returns the delivered payloads and the counts.
+func run(t testing.TB, lanes [][]inFrame, pick, within func(n int) int) (got []string, lost, stale uint64) {
 	var in inbound
 	now := time.Unix(1000, 0)
 	collect := func(r inResult) {
@@ -54,25 +59,31 @@ func run(t testing.TB, lanes [][]inFrame, pick func(n int) int) (got []string, l
 		lost += r.lost
 		stale += r.stale
 	}
-	pos := make([]int, len(lanes))
+	left := make([][]inFrame, len(lanes))
+	for i, l := range lanes {
+		left[i] = append([]inFrame(nil), l...)
+	}
+	first := true
 	for {
 		var live []int
-		for i, l := range lanes {
-			if pos[i] < len(l) {
+		for i, l := range left {
+			if len(l) > 0 {
 				live = append(live, i)
 			}
 		}
 		if len(live) == 0 {
 			break
 		}
-		i := live[pick(len(live))]
-		if pos[0] == 0 {
+		i, j := live[pick(len(live))], 0
+		if first {
 			// The receiver hears the sender's first endpoint first: a later one opens only after
 			// it was retired (idle for the reaper's timeout) or failed (its frames lost).
-			i = 0
+			i, first = 0, false
+		} else if within != nil {
+			j = within(len(left[i]))
 		}
-		collect(in.accept(lanes[i][pos[i]], now))
-		pos[i]++
+		collect(in.accept(left[i][j], now))
+		left[i] = append(left[i][:j], left[i][j+1:]...)
 		now = now.Add(time.Millisecond)
 	}
 	collect(in.expire(now.Add(time.Hour), time.Minute))
@@ -105,15 +116,18 @@ func TestInboundKeepsOrderAcrossEndpoints(t *testing.T) {
 		"new endpoint overtakes old":    {{frames: 6, fin: true}, {frames: 6, fin: true}, {frames: 6}},
 		"fin only, then another sender": {{frames: 0, fin: true}, {frames: 2}},
 	}
-	orders := map[string]func(n int) int{
-		"in order":     func(n int) int { return 0 },
-		"newest first": func(n int) int { return n - 1 },
+	first, last := func(n int) int { return 0 }, func(n int) int { return n - 1 }
+	orders := map[string]struct{ pick, within func(n int) int }{
+		"in order":                        {first, nil},
+		"newest first":                    {last, nil},
+		"each endpoint's frames reversed": {first, last},
+		"newest first, reversed":          {last, last},
 	}
 	for name, epochs := range cases {
-		for oname, pick := range orders {
+		for oname, o := range orders {
 			t.Run(name+"/"+oname, func(t *testing.T) {
 				lanes, want, _ := simSender(epochs)
-				got, lost, stale := run(t, lanes, pick)
+				got, lost, stale := run(t, lanes, o.pick, o.within)
 				sameOrder(t, got, want)
 				if lost != 0 || stale != 0 {
 					t.Fatalf("lost %d stale %d", lost, stale)
@@ -127,7 +141,7 @@ func TestInboundKeepsOrderAcrossEndpoints(t *testing.T) {
 // frames are delivered after the hold (not before the old endpoint's surviving frames).
 func TestInboundCountsLoss(t *testing.T) {
 	lanes, want, wantLost := simSender([]simEpoch{{frames: 5, drop: 2}, {frames: 3, fin: true}, {frames: 2}})
-	got, lost, _ := run(t, lanes, func(n int) int { return n - 1 })
+	got, lost, _ := run(t, lanes, func(n int) int { return n - 1 }, nil)
 	sameOrder(t, got, want)
 	if lost != wantLost || lost != 2 {
 		t.Fatalf("lost %d, want %d", lost, wantLost)
@@ -166,6 +180,54 @@ func TestInboundHoldsUntilExpiry(t *testing.T) {
 	if r := in.accept(inFrame{kind: kindData, epoch: 1, seq: 3, payload: []byte("c")}, t0); len(r.deliver) != 0 || r.stale != 1 {
 		t.Fatalf("stale frame: %+v", r)
 	}
+}
+
+// TestInboundFinBeforeItsFrames: a fin that overtook frames of its own endpoint (UCX sent it
+// while a longer frame before it waited for the endpoint's wireup) does not make them lost: they
+// are delivered when they come, and the endpoint counts as finished only then. If they never
+// come, they are counted lost once the fin has waited the hold timeout.
+func TestInboundFinBeforeItsFrames(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	t.Run("late frames delivered", func(t *testing.T) {
+		var in inbound
+		in.accept(inFrame{kind: kindHello, epoch: 3}, t0)
+		r := in.accept(inFrame{kind: kindFin, epoch: 3, seq: 2}, t0)
+		require.Zero(t, r.lost)
+		require.False(t, in.view().finishedThrough(3), "finished with two frames its fin counts missing")
+		r = in.accept(inFrame{kind: kindData, epoch: 3, seq: 2, payload: []byte("b")}, t0)
+		require.Empty(t, r.deliver, "frame 2 overtook frame 1")
+		require.Empty(t, in.expire(t0.Add(time.Second), 2*time.Second).deliver, "released before the hold timeout")
+		r = in.accept(inFrame{kind: kindData, epoch: 3, seq: 1, payload: []byte("a")}, t0.Add(time.Second))
+		require.Equal(t, [][]byte{[]byte("a"), []byte("b")}, r.deliver)
+		require.Zero(t, r.lost+r.stale)
+		require.True(t, in.view().finishedThrough(3))
+		require.Equal(t, inResult{}, in.expire(t0.Add(time.Hour), 2*time.Second), "nothing left to give up on")
+	})
+	t.Run("frames that never come", func(t *testing.T) {
+		var in inbound
+		in.accept(inFrame{kind: kindHello, epoch: 3}, t0)
+		in.accept(inFrame{kind: kindData, epoch: 3, seq: 1, payload: []byte("a")}, t0)
+		in.accept(inFrame{kind: kindFin, epoch: 3, seq: 3}, t0)
+		require.Equal(t, inResult{}, in.expire(t0.Add(time.Second), 2*time.Second))
+		r := in.expire(t0.Add(2*time.Second), 2*time.Second)
+		require.Equal(t, uint64(2), r.lost)
+		require.True(t, in.view().finishedThrough(3))
+		r = in.accept(inFrame{kind: kindData, epoch: 3, seq: 2, payload: []byte("b")}, t0)
+		require.Equal(t, uint64(1), r.stale, "a frame given up on is stale when it turns up")
+		require.Empty(t, r.deliver)
+	})
+	t.Run("a gap inside an endpoint", func(t *testing.T) {
+		var in inbound
+		in.accept(inFrame{kind: kindHello, epoch: 3}, t0)
+		in.accept(inFrame{kind: kindData, epoch: 3, seq: 3, payload: []byte("c")}, t0)
+		in.accept(inFrame{kind: kindData, epoch: 3, seq: 1, payload: []byte("a")}, t0)
+		r := in.accept(inFrame{kind: kindData, epoch: 3, seq: 3, payload: []byte("c")}, t0)
+		require.Equal(t, uint64(1), r.stale, "a duplicate of a held frame")
+		r = in.expire(t0.Add(2*time.Second), 2*time.Second)
+		require.Equal(t, [][]byte{[]byte("c")}, r.deliver)
+		require.Equal(t, uint64(1), r.lost)
+		require.False(t, in.view().finishedThrough(3), "the endpoint is still open")
+	})
 }
 
 // TestInboundFreshState: state that starts mid-stream (the receiver forgot the sender) takes the
@@ -216,7 +278,11 @@ func FuzzInboundOrder(f *testing.F) {
 			}
 		}
 		lanes, want, wantLost := simSender(epochs)
-		got, lost, stale := run(t, lanes, func(n int) int { return next() % n })
+		var within func(n int) int
+		if next()%2 == 1 {
+			within = func(n int) int { return next() % n }
+		}
+		got, lost, stale := run(t, lanes, func(n int) int { return next() % n }, within)
 		sameOrder(t, got, want)
 		if lost != wantLost || stale != 0 {
 			t.Fatalf("lost %d (want %d), stale %d", lost, wantLost, stale)
