@@ -308,6 +308,10 @@ func TestSendAfterClose(t *testing.T) {
 	if err := a.Send(testCtx(t), b.h.id, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
+	// b joins a's slot on its hello; close a only once b's endpoint is up (its hello arrived),
+	// because UCX 1.13 aborts when one engine of a process connects to another that is closing
+	// (docs/ucx.md, "UCX 1.13 faults").
+	eventually(t, "b's hello at a", func() bool { return a.peerView(b.h.id).started })
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
