@@ -41,41 +41,43 @@ func engineSettings(user map[string]string, v VersionInfo) map[string]string {
 	return out
 }
 
-// parkTimeout bounds one sleep of the progress thread. UCX runs keepalive and other
-// timers from ucp_worker_progress, so an idle engine still wakes a few times a second;
-// the cost is measured in docs/ucx.md (an idle engine uses well under 0.1% of a core).
+// parkTimeout bounds one sleep of the progressor. UCX runs keepalive and other timers
+// from ucp_worker_progress, so an idle engine still wakes a few times a second; the cost
+// is measured in docs/ucx.md (an idle engine uses well under 0.1% of a core).
 const parkTimeout = 250 * time.Millisecond
 
 // closingParkTimeout bounds a sleep while Close waits for endpoints to finish.
 const closingParkTimeout = 10 * time.Millisecond
 
-// Engine owns one UCX context and worker on one locked OS thread and offers
-// goroutine-safe asynchronous operations on it. See the package documentation.
+// stallAfter is how long the progressor may spend in one active-message handler before a
+// fresh goroutine takes over progress (see runDeliveries). A handler that blocks — on a
+// full channel, on a lock, on an engine operation of its own — then delays only its own
+// and later messages, never the completions and keepalives of everyone else.
+const stallAfter = 200 * time.Microsecond
+
+// Engine owns one UCX context and worker and offers goroutine-safe operations on them.
+// See the package documentation for the design.
 type Engine struct {
 	cfg     EngineConfig
 	log     *slog.Logger
 	metrics *engineMetrics
 
-	// Set once by the progress thread before NewEngine returns.
+	// Set once by NewEngine.
 	ctx         *Context
 	w           *Worker
 	addr        []byte
 	maxAMHeader int
 	park        *parker
+	loopEnd     chan struct{} // closed when the last progressor returned
+	endOnce     sync.Once
+	stall       *time.Timer // the progressor's handler watchdog (runDeliveries)
 
-	mu      sync.Mutex // guards queue, state, handlers
-	queue   []func()
-	state   int // stateRunning, stateClosing, stateClosed
-	loopEnd chan struct{}
-
-	handlers map[uint16]AMHandler
-
-	deliverMu   sync.Mutex
-	deliverQ    []func()
-	deliverWake chan struct{}
-	deliverEnd  chan struct{}
-
-	// Progress-thread state.
+	// wmu serialises every call into UCX (the worker runs in UCX's serialized thread mode)
+	// and guards everything below it up to the delivery queue.
+	wmu       sync.Mutex
+	state     int    // stateRunning, stateClosing, stateClosed
+	gen       uint64 // generation of the goroutine that is the progressor now
+	handlers  map[uint16]AMHandler
 	conns     map[uint64]*Conn
 	gets      map[uint64]*engineOp // guarded GETs waiting for their reply, by request id
 	nextGetID uint64
@@ -83,10 +85,29 @@ type Engine struct {
 	unmapping []*Registration
 	inflight  int // operations started and not finished
 	closing   *closeState
-	spinning  bool          // holds one of the process's spin slots (spinSlots)
-	parkFor   time.Duration // bound of one sleep: parkTimeout, shorter while closing
 
 	guardServed, guardRefused uint64 // last values folded into the metrics
+
+	// genNow mirrors gen for the watchdog and for waiters, which read it without wmu.
+	genNow atomic.Uint64
+	// handlerSince is when the progressor entered the handler it is running (sinceEpoch),
+	// 0 outside handlers. No one sleeps on the event fd meanwhile, so blocking callers
+	// progress the worker themselves (await), and the watchdog (onStall) looks at it.
+	handlerSince atomic.Int64
+	// stallArmed says the watchdog timer is pending: a handler re-arms it only when it is
+	// not, so a stream of short handlers costs a timer operation per stallAfter, not one
+	// per message (re-arming a timer can wake Go's network poller: a system call).
+	stallArmed atomic.Bool
+	// parkFor bounds one sleep: parkTimeout, shorter while closing. Atomic because the
+	// progressor reads it before it takes wmu to arm.
+	parkFor atomic.Int64
+
+	// The delivery queue: handlers and error callbacks, run in order, one at a time, by
+	// whichever goroutine holds the delivery token (delivering), outside wmu.
+	dmu        sync.Mutex
+	dq         []func()
+	delivering bool
+	dIdle      *sync.Cond // signalled when the token is put down with the queue empty
 }
 
 const (
@@ -97,11 +118,11 @@ const (
 
 type closeState struct {
 	forceAt time.Time
-	done    chan error
+	done    *Op
 }
 
-// NewEngine creates the context and worker on a new locked OS thread and starts the
-// progress loop. ctx bounds only the start-up.
+// NewEngine creates the context and worker and starts the progressor. ctx bounds only the
+// start-up.
 func NewEngine(ctx context.Context, cfg EngineConfig) (*Engine, error) {
 	if !capi.Compiled {
 		return nil, errNoUCX
@@ -123,43 +144,34 @@ func NewEngine(ctx context.Context, cfg EngineConfig) (*Engine, error) {
 	}
 	cfg.Context.Features |= FeatureAM | FeatureRMA | FeatureWakeup
 	cfg.Context.Settings = engineSettings(cfg.Context.Settings, Version())
-	e := &Engine{
-		cfg:         cfg,
-		log:         logger(cfg.Logger).With("engine", cfg.Name),
-		loopEnd:     make(chan struct{}),
-		handlers:    map[uint16]AMHandler{},
-		deliverWake: make(chan struct{}, 1),
-		deliverEnd:  make(chan struct{}),
-		parkFor:     parkTimeout,
-		conns:       map[uint64]*Conn{},
-		gets:        map[uint64]*engineOp{},
-		regs:        map[*Registration]struct{}{},
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
+	e := &Engine{
+		cfg:      cfg,
+		log:      logger(cfg.Logger).With("engine", cfg.Name),
+		loopEnd:  make(chan struct{}),
+		handlers: map[uint16]AMHandler{},
+		conns:    map[uint64]*Conn{},
+		gets:     map[uint64]*engineOp{},
+		regs:     map[*Registration]struct{}{},
+	}
+	e.dIdle = sync.NewCond(&e.dmu)
+	e.parkFor.Store(int64(parkTimeout))
 	m, err := newEngineMetrics(cfg.Name, cfg.Metrics)
 	if err != nil {
 		return nil, err
 	}
 	e.metrics = m
-	ready := make(chan error, 1)
-	go e.loop(ready)
-	select {
-	case err := <-ready:
-		if err != nil {
-			<-e.loopEnd
-			e.metrics.unregister()
-			return nil, err
-		}
-	case <-ctx.Done():
-		// The start-up is cheap and cannot be interrupted safely; finish it, then close.
-		if err := <-ready; err == nil {
-			_ = e.Close(context.Background())
-		} else {
-			<-e.loopEnd
-			e.metrics.unregister()
-		}
-		return nil, ctx.Err()
+	if err := e.start(); err != nil {
+		e.metrics.unregister()
+		return nil, err
 	}
-	go e.deliverLoop()
+	e.stall = time.AfterFunc(time.Hour, e.onStall)
+	e.stall.Stop()
+	e.gen = 1
+	e.genNow.Store(1)
+	go e.progress(1)
 	return e, nil
 }
 
@@ -176,29 +188,27 @@ func (e *Engine) MaxAMHeader() int { return e.maxAMHeader }
 // Settings returns the engine context's effective UCX settings and their sources.
 func (e *Engine) Settings() []Setting { return e.ctx.Settings() }
 
-// loop is the progress thread: it owns the worker from creation to destruction.
-func (e *Engine) loop(ready chan<- error) {
-	runtime.LockOSThread()
-	// The thread stays locked and exits with the goroutine: UCX may have left
-	// thread-local state on it.
-	defer close(e.loopEnd)
-	if err := e.start(); err != nil {
-		ready <- err
-		return
-	}
-	ready <- nil
-
+// progress is the progressor: the goroutine that keeps calling ucp_worker_progress and
+// sleeps on the worker's event fd when there is nothing to do. It is an ordinary goroutine,
+// not locked to a thread: the worker runs in UCX's serialized mode and every call into it
+// holds wmu, so any goroutine may make one. Events found by a progress call are handled
+// under wmu (completions finish their operations there); handlers and error callbacks run
+// after wmu is released, in order, on this goroutine (runDeliveries).
+//
+// gen is this goroutine's generation. The handler watchdog may hand progress to a new
+// goroutine while this one is stuck in a handler; this one then returns as soon as it is
+// back (it never sleeps on the event fd again).
+func (e *Engine) progress(gen uint64) {
+	var spin spinSlot
+	defer spin.release()
 	lastBusy := time.Now()
-	var batch []func()
 	for {
-		batch = e.takeQueue(batch[:0])
-		for _, fn := range batch {
-			fn()
+		e.wmu.Lock()
+		if e.gen != gen {
+			e.wmu.Unlock()
+			return
 		}
-		busy := len(batch) > 0
-		if e.w.Progress() > 0 {
-			busy = true
-		}
+		busy := e.w.Progress() > 0
 		if e.w.Poll(e.onEvent) > 0 {
 			busy = true
 		}
@@ -207,18 +217,25 @@ func (e *Engine) loop(ready chan<- error) {
 		}
 		e.foldGuardStats()
 		if e.closing != nil && e.closeStep() {
-			e.stopSpinning()
+			e.wmu.Unlock()
+			spin.release()
+			e.runDeliveries(gen)
+			e.endOnce.Do(func() { close(e.loopEnd) })
 			return
+		}
+		e.wmu.Unlock()
+		if e.runDeliveries(gen) {
+			busy = true
 		}
 		if busy {
 			lastBusy = time.Now()
 			continue
 		}
-		if e.cfg.SpinFor > 0 && time.Since(lastBusy) < e.cfg.SpinFor && e.startSpinning() {
+		if e.cfg.SpinFor > 0 && time.Since(lastBusy) < e.cfg.SpinFor && spin.take() {
 			continue
 		}
-		e.stopSpinning()
-		e.sleep()
+		spin.release()
+		e.sleep(gen)
 	}
 }
 
@@ -239,9 +256,12 @@ var (
 	sharedProcessWarnOnce sync.Once
 )
 
-// startSpinning takes a spin slot unless the engine holds one; false means sleep.
-func (e *Engine) startSpinning() bool {
-	if e.spinning {
+// spinSlot is a progressor's claim on one of spinSlots.
+type spinSlot struct{ held bool }
+
+// take claims a slot unless this progressor holds one; false means sleep.
+func (s *spinSlot) take() bool {
+	if s.held {
 		return true
 	}
 	limit := int32(runtime.GOMAXPROCS(0) - 1)
@@ -251,15 +271,15 @@ func (e *Engine) startSpinning() bool {
 			return false
 		}
 		if spinSlots.CompareAndSwap(n, n+1) {
-			e.spinning = true
+			s.held = true
 			return true
 		}
 	}
 }
 
-func (e *Engine) stopSpinning() {
-	if e.spinning {
-		e.spinning = false
+func (s *spinSlot) release() {
+	if s.held {
+		s.held = false
 		spinSlots.Add(-1)
 	}
 }
@@ -269,7 +289,7 @@ func (e *Engine) start() error {
 	if err != nil {
 		return err
 	}
-	w, err := ctx.NewWorker()
+	w, err := ctx.newWorker(capi.ThreadModeSerialized)
 	if err != nil {
 		ctx.Close()
 		return err
@@ -333,144 +353,218 @@ func (e *Engine) foldGuardStats() {
 	}
 }
 
-// sleep waits for the worker's next event with UCX's arm protocol: announce the intent
-// to sleep, look at the submission queue a last time (a submitter that queued after that
-// look also saw the announcement and wakes the waiter), arm the event fd (UCS_ERR_BUSY
-// means events are pending: progress instead), then wait for the fd, a wake or the
-// timeout. See parker for how the wait works and why.
-func (e *Engine) sleep() {
-	e.park.prepare(e.parkFor)
+// sleep waits for the worker's next event with UCX's arm protocol: announce the intent to
+// sleep (after which a kick is never lost), arm the event fd under wmu (UCS_ERR_BUSY means
+// events are pending: progress instead), then wait for the fd, a kick or the timeout. An
+// operation posted after the arm kicks the sleeper under wmu; one posted before it is
+// part of the state UCX armed for. See parker for how the wait works and why.
+func (e *Engine) sleep(gen uint64) {
+	e.park.prepare(time.Duration(e.parkFor.Load()))
 	defer e.park.done()
-	e.mu.Lock()
-	pending := len(e.queue) > 0
-	e.mu.Unlock()
-	if pending {
+	e.wmu.Lock()
+	if e.gen != gen || e.closing != nil && e.closeDue() {
+		e.wmu.Unlock()
 		return
 	}
-	if err := e.w.Arm(); err != nil {
+	err := e.w.Arm()
+	e.wmu.Unlock()
+	if err != nil {
 		if !errors.Is(err, StatusBusy) {
 			e.log.Error("ucx: ucp_worker_arm failed; polling instead of parking", "err", err)
 		}
 		return
 	}
+	if e.deliveriesWaiting() {
+		return // queued by a caller that progressed the worker meanwhile
+	}
 	e.metrics.parks.Inc()
-	err := e.park.wait()
-	if err != nil {
+	if err := e.park.wait(); err != nil {
 		e.log.Error("ucx: waiting on the worker event fd failed", "err", err)
 	}
 }
 
-func (e *Engine) takeQueue(dst []func()) []func() {
-	e.mu.Lock()
-	dst = append(dst, e.queue...)
-	clear(e.queue)
-	e.queue = e.queue[:0]
-	e.mu.Unlock()
-	return dst
-}
+// awaitDone waits for an operation that watches its own context.
+func (e *Engine) awaitDone(o *Op) { _ = e.await(context.Background(), o.done) }
 
-// submit runs fn on the progress thread. It fails with ErrClosed once Close started.
-func (e *Engine) submit(fn func()) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+// kick makes a sleeping progressor look at the worker again. The caller holds wmu.
+func (e *Engine) kick() { e.park.wake() }
+
+// lockRunning takes wmu for an operation; it fails with ErrClosed once Close started.
+func (e *Engine) lockRunning() error {
+	e.wmu.Lock()
 	if e.state != stateRunning {
+		e.wmu.Unlock()
 		return ErrClosed
 	}
-	e.queue = append(e.queue, fn)
-	// Under e.mu: the progress thread's last look at the queue before it sleeps is too,
-	// and Close cannot close the parker meanwhile (the progress thread does that only
-	// after it saw stateClosing under e.mu).
-	e.park.wake()
 	return nil
 }
 
-// submitInternal queues follow-up work from the engine itself (cancellations), which must
-// run even while closing.
-func (e *Engine) submitInternal(fn func()) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.state == stateClosed {
-		return
-	}
-	e.queue = append(e.queue, fn)
-	e.park.wake()
-}
-
-// deliver hands fn to the delivery goroutine (handlers and error callbacks run there,
-// in order, never on the progress thread).
+// deliver queues fn for the delivery token's holder (handlers and error callbacks run
+// there, in order, never under wmu). The caller holds wmu; a sleeping progressor is
+// kicked so that it runs what a helping caller queued.
 func (e *Engine) deliver(fn func()) {
-	e.deliverMu.Lock()
-	e.deliverQ = append(e.deliverQ, fn)
-	e.deliverMu.Unlock()
-	select {
-	case e.deliverWake <- struct{}{}:
-	default:
-	}
+	e.dmu.Lock()
+	e.dq = append(e.dq, fn)
+	e.dmu.Unlock()
+	e.kick()
 }
 
-func (e *Engine) deliverLoop() {
-	defer close(e.deliverEnd)
+func (e *Engine) deliveriesWaiting() bool {
+	e.dmu.Lock()
+	defer e.dmu.Unlock()
+	return len(e.dq) > 0 && !e.delivering
+}
+
+// runDeliveries runs queued handlers until the queue is empty, unless another goroutine
+// holds the delivery token (it then runs them: it drains the queue before it lets go).
+// gen is the caller's progressor generation (0 for a caller that is not the progressor).
+// While the progressor runs a handler the watchdog watches it: if one handler takes longer
+// than stallAfter, onStall starts a new progressor, so that completions, keepalives and
+// other callers' operations go on while the handler blocks. It reports whether it ran any.
+//
+// Running handlers on the progressor itself, rather than handing each message to a
+// delivery goroutine, is what makes a round trip cheap: docs/ucx.md ("Where a round trip
+// went") measured the hand-off at most of the engine's latency.
+func (e *Engine) runDeliveries(gen uint64) bool {
+	e.dmu.Lock()
+	if e.delivering || len(e.dq) == 0 {
+		e.dmu.Unlock()
+		return false
+	}
+	e.delivering = true
 	var batch []func()
-	for {
-		e.deliverMu.Lock()
-		batch = append(batch[:0], e.deliverQ...)
-		clear(e.deliverQ)
-		e.deliverQ = e.deliverQ[:0]
-		e.deliverMu.Unlock()
+	for len(e.dq) > 0 {
+		batch, e.dq = e.dq, batch[:0]
+		e.dmu.Unlock()
 		for i, fn := range batch {
+			watched := gen != 0 && e.genNow.Load() == gen
+			if watched {
+				e.handlerSince.Store(sinceEpoch())
+				if !e.stallArmed.Load() {
+					e.stallArmed.Store(true)
+					e.stall.Reset(stallAfter)
+				}
+			}
 			fn()
+			if watched && e.genNow.Load() == gen {
+				e.handlerSince.Store(0)
+			}
 			batch[i] = nil
 		}
-		if len(batch) > 0 {
-			continue
+		e.dmu.Lock()
+	}
+	e.delivering = false
+	e.dIdle.Broadcast()
+	e.dmu.Unlock()
+	return true
+}
+
+// epoch is the origin of sinceEpoch.
+var epoch = time.Now()
+
+// sinceEpoch is a monotonic clock reading in nanoseconds, never 0.
+func sinceEpoch() int64 { return int64(time.Since(epoch)) + 1 }
+
+// onStall is the handler watchdog. If the progressor has been inside one handler for
+// stallAfter, a new goroutine becomes the progressor; the old one finishes its handlers (it
+// holds the delivery token, so order is kept) and then returns. If it is in a younger
+// handler the timer waits for the rest of that one's allowance; outside handlers it stops.
+func (e *Engine) onStall() {
+	since := e.handlerSince.Load()
+	if since == 0 {
+		e.stallArmed.Store(false)
+		// A handler that began after the load saw the timer still armed: watch it.
+		if e.handlerSince.Load() != 0 && e.stallArmed.CompareAndSwap(false, true) {
+			e.stall.Reset(stallAfter)
 		}
+		return
+	}
+	if ran := time.Duration(sinceEpoch() - since); ran < stallAfter {
+		e.stall.Reset(stallAfter - ran)
+		return
+	}
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	e.stallArmed.Store(false)
+	if e.state == stateClosed || e.handlerSince.Load() != since {
+		if e.state != stateClosed && e.stallArmed.CompareAndSwap(false, true) {
+			e.stall.Reset(stallAfter)
+		}
+		return
+	}
+	e.gen++
+	e.genNow.Store(e.gen)
+	e.handlerSince.Store(0)
+	e.metrics.handoffs.Inc()
+	go e.progress(e.gen)
+}
+
+// await blocks until done is closed or ctx ends. While the progressor is inside a handler
+// nobody sleeps on the event fd, so the caller — which may be that very handler, waiting
+// for an operation of its own — progresses the worker itself until the operation is done or
+// the watchdog has handed progress to a new goroutine.
+func (e *Engine) await(ctx context.Context, done <-chan struct{}) error {
+	for e.handlerSince.Load() != 0 {
 		select {
-		case <-e.deliverWake:
-		case <-e.loopEnd:
-			e.deliverMu.Lock()
-			empty := len(e.deliverQ) == 0
-			e.deliverMu.Unlock()
-			if empty {
-				return
-			}
+		case <-done:
+			return nil
+		default:
 		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		e.wmu.Lock()
+		n := 0
+		if e.state != stateClosed {
+			n = int(e.w.Progress())
+			n += e.w.Poll(e.onEvent)
+		}
+		e.wmu.Unlock()
+		if n == 0 {
+			runtime.Gosched()
+		}
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		select {
+		case <-done:
+			return nil
+		default:
+		}
+		return ctx.Err()
 	}
 }
 
 // HandleAM installs handler for active messages with id (below ReservedAMIDs). A nil
-// handler removes it. Handlers run one at a time on the engine's delivery goroutine;
-// messages queue (without bound) while a handler blocks, so a handler that cannot keep up
-// should hand work off rather than stall.
+// handler removes it. Handlers run one at a time, in arrival order, outside the engine's
+// lock; they may call the engine. A handler that blocks delays later messages (they queue
+// without bound) but not the engine: after stallAfter another goroutine takes over
+// progress. A handler that cannot keep up should hand work off rather than stall.
 func (e *Engine) HandleAM(id uint16, handler AMHandler) error {
 	if id >= ReservedAMIDs {
 		return fmt.Errorf("ucx: AM id %#x is reserved for the engine; use ids below %#x", id, ReservedAMIDs)
 	}
-	done := make(chan error, 1)
-	err := e.submit(func() {
-		var err error
-		if handler == nil {
-			err = e.w.RemoveAMHandler(id)
-		} else {
-			err = e.w.SetAMHandler(id)
-		}
-		if err == nil {
-			e.mu.Lock()
-			if handler == nil {
-				delete(e.handlers, id)
-			} else {
-				e.handlers[id] = handler
-			}
-			e.mu.Unlock()
-		}
-		done <- err
-	})
-	if err != nil {
+	if err := e.lockRunning(); err != nil {
 		return err
 	}
-	return <-done
+	defer e.wmu.Unlock()
+	if handler == nil {
+		if err := e.w.RemoveAMHandler(id); err != nil {
+			return err
+		}
+		delete(e.handlers, id)
+		return nil
+	}
+	if err := e.w.SetAMHandler(id); err != nil {
+		return err
+	}
+	e.handlers[id] = handler
+	return nil
 }
 
-// onEvent runs on the progress thread for each event of the worker's ring.
+// onEvent runs under wmu for each event of the worker's ring.
 func (e *Engine) onEvent(ev *Event) {
 	switch ev.Kind {
 	case EventCompleted:
@@ -495,9 +589,7 @@ func (e *Engine) onEvent(ev *Event) {
 }
 
 func (e *Engine) onUserAM(am *AMEvent) {
-	e.mu.Lock()
 	h := e.handlers[am.ID]
-	e.mu.Unlock()
 	if h == nil {
 		e.metrics.amDropped.WithLabelValues("no_handler").Inc()
 		return
@@ -531,15 +623,15 @@ func (e *Engine) onUserAM(am *AMEvent) {
 // for replies fail; registrations are revoked; every endpoint is closed (flush, then
 // force when ctx ends or after a grace period of 2 s); operations still in flight then
 // complete with UCS_ERR_CANCELED when the worker is destroyed. Close returns when the
-// progress thread and the delivery goroutine have exited, so no buffer of any operation
-// is still in UCX's hands. It is idempotent.
+// progressor has exited and every queued handler has run, so no buffer of any operation
+// is still in UCX's hands. It is idempotent. Do not call it from a handler: it waits for
+// the handlers.
 func (e *Engine) Close(ctx context.Context) error {
-	done := make(chan error, 1)
-	e.mu.Lock()
+	e.wmu.Lock()
 	if e.state != stateRunning {
-		e.mu.Unlock()
+		e.wmu.Unlock()
 		<-e.loopEnd
-		<-e.deliverEnd
+		e.waitDeliveries()
 		return nil
 	}
 	e.state = stateClosing
@@ -547,28 +639,44 @@ func (e *Engine) Close(ctx context.Context) error {
 	if d, ok := ctx.Deadline(); ok && time.Until(d) < grace {
 		grace = max(time.Until(d), 0)
 	}
-	forceAt := time.Now().Add(grace)
-	e.queue = append(e.queue, func() { e.beginClose(forceAt, done) })
-	e.park.wake()
-	e.mu.Unlock()
+	done := newOp()
+	e.beginClose(time.Now().Add(grace), done)
+	e.kick()
+	e.wmu.Unlock()
 	stop := context.AfterFunc(ctx, func() {
-		e.submitInternal(func() {
-			if e.closing != nil {
-				e.closing.forceAt = time.Now()
-			}
-		})
+		e.wmu.Lock()
+		if e.closing != nil {
+			e.closing.forceAt = time.Now()
+			e.kick()
+		}
+		e.wmu.Unlock()
 	})
 	defer stop()
-	err := <-done
+	<-done.Done()
 	<-e.loopEnd
-	<-e.deliverEnd
+	e.waitDeliveries()
 	e.metrics.unregister()
-	return err
+	return done.err
 }
 
-func (e *Engine) beginClose(forceAt time.Time, done chan error) {
+// waitDeliveries returns when no handler runs and none is queued.
+func (e *Engine) waitDeliveries() {
+	e.dmu.Lock()
+	for e.delivering {
+		e.dIdle.Wait()
+	}
+	e.dmu.Unlock()
+	e.runDeliveries(0)
+	e.dmu.Lock()
+	for e.delivering {
+		e.dIdle.Wait()
+	}
+	e.dmu.Unlock()
+}
+
+func (e *Engine) beginClose(forceAt time.Time, done *Op) {
 	e.closing = &closeState{forceAt: forceAt, done: done}
-	e.parkFor = closingParkTimeout
+	e.parkFor.Store(int64(closingParkTimeout))
 	for _, op := range e.gets {
 		op.abandon(e, fmt.Errorf("ucx: engine closing: %w", ErrClosed))
 	}
@@ -580,28 +688,28 @@ func (e *Engine) beginClose(forceAt time.Time, done chan error) {
 	}
 }
 
-// closeStep runs once per loop turn while closing; it returns true when the loop may exit.
-func (e *Engine) closeStep() bool {
+// closeDue reports whether the close may finish now: nothing is left in flight, or the
+// grace period is over.
+func (e *Engine) closeDue() bool {
 	graceful := e.inflight == 0 && len(e.conns) == 0 && len(e.unmapping) == 0 && e.w.Pending() == 0
-	if !graceful && time.Now().Before(e.closing.forceAt) {
+	return graceful || !time.Now().Before(e.closing.forceAt)
+}
+
+// closeStep runs under wmu once per progress turn while closing; it returns true when the
+// worker is gone and the progressor may exit.
+func (e *Engine) closeStep() bool {
+	if !e.closeDue() {
 		return false
 	}
+	graceful := e.inflight == 0 && len(e.conns) == 0 && len(e.unmapping) == 0 && e.w.Pending() == 0
 	if !graceful {
 		e.log.Debug("ucx: closing with operations in flight; destroying the worker cancels them",
 			"inflight", e.inflight, "endpoints", len(e.conns))
 	}
-	e.mu.Lock()
 	e.state = stateClosed
-	rest := e.queue
-	e.queue = nil
-	e.mu.Unlock()
-	// Submissions that raced with Close: they never reached UCX.
-	for range rest {
-		e.metrics.opsRejected.Inc()
-	}
 	e.destroy()
 	e.log.Debug("ucx: engine closed", "engine", e.cfg.Name, "graceful", graceful)
-	e.closing.done <- nil
+	e.closing.done.finish(nil, 0)
 	return true
 }
 
@@ -629,6 +737,7 @@ func (e *Engine) destroy() {
 	}
 	e.unmapping = nil
 	w.freeRing()
+	e.stall.Stop()
 	e.park.close()
 	e.ctx.Close()
 	liveEngines.Add(-1)

@@ -23,13 +23,13 @@ type Conn struct {
 	errMu sync.Mutex
 	err   error
 
-	// Progress-thread state.
+	// Guarded by the engine's wmu.
 	ep        *Endpoint
 	id        uint64
 	rmaMode   RMAMode // resolved on first use; RMAAuto until then
 	gets      map[uint64]*engineOp
 	closing   bool
-	waiters   []chan error
+	waiters   []*Op
 	closedErr error
 	isClosed  bool
 }
@@ -39,36 +39,23 @@ type Conn struct {
 // waits for it. A peer that cannot be reached surfaces as the first operation's error and
 // through OnError.
 func (e *Engine) Connect(ctx context.Context, addr []byte, opts ConnectOptions) (*Conn, error) {
-	c := &Conn{e: e, opts: opts, done: make(chan struct{}), gets: map[uint64]*engineOp{}}
-	res := make(chan error, 1)
-	addr = append([]byte(nil), addr...)
-	if err := e.submit(func() {
-		ep, err := e.w.Connect(addr, EndpointOptions{ErrorMode: opts.ErrorMode})
-		if err != nil {
-			res <- err
-			return
-		}
-		c.ep, c.id = ep, ep.ID()
-		e.conns[c.id] = c
-		res <- nil
-	}); err != nil {
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	select {
-	case err := <-res:
-		if err != nil {
-			return nil, err
-		}
-		return c, nil
-	case <-ctx.Done():
-		// The endpoint may exist by now; close it once it does.
-		go func() {
-			if err := <-res; err == nil {
-				_ = c.Close(context.Background(), CloseForce)
-			}
-		}()
-		return nil, ctx.Err()
+	c := &Conn{e: e, opts: opts, done: make(chan struct{}), gets: map[uint64]*engineOp{}}
+	if err := e.lockRunning(); err != nil {
+		return nil, err
 	}
+	defer e.wmu.Unlock()
+	ep, err := e.w.Connect(addr, EndpointOptions{ErrorMode: opts.ErrorMode})
+	if err != nil {
+		return nil, err
+	}
+	c.ep, c.id = ep, ep.ID()
+	e.conns[c.id] = c
+	// Wireup messages are queued on the new endpoint: have the progressor send them.
+	e.kick()
+	return c, nil
 }
 
 // Done is closed when the endpoint failed or was closed.
@@ -92,7 +79,7 @@ func (c *Conn) setErr(err error) bool {
 	return true
 }
 
-// usable is checked on the progress thread before an operation starts.
+// usable is checked under wmu before an operation starts.
 func (c *Conn) usable() error {
 	if c.isClosed || c.closing {
 		if err := c.Err(); err != nil && !errors.Is(err, ErrClosed) {
@@ -115,10 +102,10 @@ func (c *Conn) fail(e *Engine, err error) {
 	c.startClose(e, CloseForce, nil)
 }
 
-func (c *Conn) startClose(e *Engine, mode CloseMode, waiter chan error) {
+func (c *Conn) startClose(e *Engine, mode CloseMode, waiter *Op) {
 	if c.isClosed {
 		if waiter != nil {
-			waiter <- c.closedErr
+			waiter.finish(c.closedErr, 0)
 		}
 		return
 	}
@@ -158,7 +145,7 @@ func (c *Conn) closed(e *Engine, err error) {
 	c.setErr(fmt.Errorf("ucx: connection closed: %w", ErrClosed))
 	delete(e.conns, c.id)
 	for _, w := range c.waiters {
-		w <- err
+		w.finish(err, 0)
 	}
 	c.waiters = nil
 }
@@ -167,8 +154,8 @@ func (c *Conn) closed(e *Engine, err error) {
 // peer; CloseForce cancels them. Close returns when UCX released the endpoint or when
 // ctx ends (the close then still completes in the background).
 func (c *Conn) Close(ctx context.Context, mode CloseMode) error {
-	res := make(chan error, 1)
-	if err := c.e.submit(func() { c.startClose(c.e, mode, res) }); err != nil {
+	e := c.e
+	if err := e.lockRunning(); err != nil {
 		// The engine is closing and closes this endpoint itself.
 		select {
 		case <-c.done:
@@ -177,47 +164,41 @@ func (c *Conn) Close(ctx context.Context, mode CloseMode) error {
 		}
 		return nil
 	}
-	select {
-	case err := <-res:
+	res := newOp()
+	c.startClose(e, mode, res)
+	e.wmu.Unlock()
+	if err := e.await(ctx, res.done); err != nil {
 		return err
-	case <-ctx.Done():
-		return ctx.Err()
 	}
+	return res.err
 }
 
 // Info returns ucp_ep_print_info for the endpoint (lanes, transports, thresholds).
 func (c *Conn) Info(ctx context.Context) (string, error) {
-	res := make(chan string, 1)
-	if err := c.e.submit(func() {
-		if c.usable() != nil {
-			res <- ""
-			return
-		}
-		res <- c.ep.Info()
-	}); err != nil {
+	if err := ctx.Err(); err != nil {
 		return "", err
 	}
-	select {
-	case s := <-res:
-		return s, nil
-	case <-ctx.Done():
-		return "", ctx.Err()
+	if err := c.e.lockRunning(); err != nil {
+		return "", err
 	}
+	defer c.e.wmu.Unlock()
+	if c.usable() != nil {
+		return "", nil
+	}
+	return c.ep.Info(), nil
 }
 
 // RMAMode reports which GET path this connection uses (RMAGuarded or RMADirect), resolving
 // RMAAuto from the endpoint's lanes.
 func (c *Conn) RMAMode(ctx context.Context) (RMAMode, error) {
-	res := make(chan RMAMode, 1)
-	if err := c.e.submit(func() { res <- c.resolveRMA(c.e) }); err != nil {
+	if err := ctx.Err(); err != nil {
 		return RMAAuto, err
 	}
-	select {
-	case m := <-res:
-		return m, nil
-	case <-ctx.Done():
-		return RMAAuto, ctx.Err()
+	if err := c.e.lockRunning(); err != nil {
+		return RMAAuto, err
 	}
+	defer c.e.wmu.Unlock()
+	return c.resolveRMA(c.e), nil
 }
 
 func (c *Conn) resolveRMA(e *Engine) RMAMode {
@@ -296,7 +277,7 @@ const (
 
 var opNames = [...]string{"send_am", "get_guarded", "get_direct", "put", "flush", "recv_am", "close"}
 
-// engineOp is one operation on the progress thread. It may own several UCX requests (a
+// engineOp is one operation of the engine, its state guarded by wmu. It may own several UCX requests (a
 // guarded GET owns its request message and the receive of the reply); it settles on the
 // first result and finishes — unpinning its buffers and completing its Op — only when
 // no UCX request of it is outstanding.
@@ -328,7 +309,7 @@ type engineOp struct {
 	handler AMHandler
 }
 
-// track counts op as in flight on the progress thread until it finishes.
+// track counts op as in flight until it finishes.
 func (e *Engine) track(op *engineOp) {
 	if !op.counted {
 		op.counted = true
@@ -348,6 +329,9 @@ func (e *Engine) started(op *engineOp, req *Request, err error) {
 	default:
 		op.live = append(op.live, req)
 		req.UserData = op
+		// A request UCX could not finish inside the call needs progress: if the progressor
+		// armed the event fd before this was posted, the fd may not fire for it.
+		e.kick()
 	}
 	op.tryFinish(e)
 }
@@ -486,39 +470,50 @@ func (op *engineOp) deliverRecv(e *Engine) {
 	e.deliver(func() { h(msg) })
 }
 
-// watch arranges for ctx's end to abandon op on the progress thread.
+// watch arranges for ctx's end to abandon op. The caller holds wmu, and op is started and
+// not finished (tryFinish stops the watch).
 func (e *Engine) watch(ctx context.Context, op *engineOp) {
 	if ctx.Done() == nil {
 		return
 	}
 	op.stop = context.AfterFunc(ctx, func() {
-		e.submitInternal(func() { op.abandon(e, ctx.Err()) })
+		e.wmu.Lock()
+		op.abandon(e, ctx.Err())
+		e.wmu.Unlock()
 	})
 }
 
-// run submits an operation and returns its Op; a refused submission completes the Op
-// with the error at once.
+// run posts an operation from the calling goroutine: start runs under wmu and posts to UCX
+// directly, so an operation UCX finishes inside the call (a short eager send, say) costs no
+// hand-off at all. A refused operation completes the Op with the error at once.
 func (e *Engine) run(ctx context.Context, op *engineOp, start func()) *Op {
 	o := op.op
-	e.watch(ctx, op)
-	if err := e.submit(func() {
-		e.track(op)
-		if op.settled {
-			op.tryFinish(e) // cancelled before it started
-			return
-		}
-		start()
-	}); err != nil {
-		if op.stop != nil {
-			op.stop()
-		}
-		op.pin.Unpin()
-		if op.cbuf != nil {
-			capi.Free(op.cbuf)
-		}
+	o.e = e
+	if err := ctx.Err(); err != nil {
+		op.release()
 		return completedOp(err)
 	}
+	if err := e.lockRunning(); err != nil {
+		e.metrics.opsRejected.Inc()
+		op.release()
+		return completedOp(err)
+	}
+	e.track(op)
+	start()
+	if op.op != nil {
+		e.watch(ctx, op)
+	}
+	e.wmu.Unlock()
 	return o
+}
+
+// release gives back what an operation that never reached UCX holds.
+func (op *engineOp) release() {
+	op.pin.Unpin()
+	if op.cbuf != nil {
+		capi.Free(op.cbuf)
+		op.cbuf = nil
+	}
 }
 
 // SendAM sends one active message and returns when UCX no longer needs header and
@@ -527,7 +522,7 @@ func (e *Engine) run(ctx context.Context, op *engineOp, start func()) *Op {
 // them together.
 func (c *Conn) SendAM(ctx context.Context, id uint16, header []byte, parts ...[]byte) error {
 	o := c.SendAMAsync(ctx, id, header, parts, SendOptions{})
-	<-o.Done()
+	c.e.awaitDone(o)
 	return o.Err()
 }
 
@@ -593,7 +588,7 @@ func (c *Conn) SendAMAsync(ctx context.Context, id uint16, header []byte, parts 
 // registration the owner revoked all fail without reading any owner byte.
 func (c *Conn) Get(ctx context.Context, dst []byte, remoteAddr uint64, key []byte) error {
 	o := c.GetAsync(ctx, dst, remoteAddr, key)
-	<-o.Done()
+	c.e.awaitDone(o)
 	return o.Err()
 }
 
@@ -613,7 +608,7 @@ func (c *Conn) GetAsync(ctx context.Context, dst []byte, remoteAddr uint64, key 
 // that was parsed already. It returns when the bytes are in dst or with an error.
 func (c *Conn) GetKey(ctx context.Context, dst []byte, k *RegionKey, offset uint64) error {
 	o := c.GetKeyAsync(ctx, dst, k, offset)
-	<-o.Done()
+	c.e.awaitDone(o)
 	return o.Err()
 }
 
@@ -766,7 +761,7 @@ func (c *Conn) Put(ctx context.Context, src []byte, remoteAddr uint64, key []byt
 		rk.Destroy() // UCX copies what it needs from the key when it posts the put
 		e.started(op, req, err)
 	})
-	<-o.Done()
+	e.awaitDone(o)
 	return o.Err()
 }
 
@@ -783,7 +778,7 @@ func (c *Conn) Flush(ctx context.Context) error {
 		req, err := c.ep.Flush()
 		e.started(op, req, err)
 	})
-	<-o.Done()
+	e.awaitDone(o)
 	return o.Err()
 }
 
@@ -799,11 +794,11 @@ type Registration struct {
 	done   chan struct{}
 	pin    runtime.Pinner
 
-	// Progress-thread state.
+	// Guarded by the engine's wmu.
 	memh    *MemHandle
 	slot    uint32
 	revoked bool
-	waiters []chan error
+	waiters []*Op
 	err     error
 }
 
@@ -819,50 +814,36 @@ func (e *Engine) Register(ctx context.Context, mem []byte) (*Registration, error
 	}
 	r := &Registration{e: e, addr: uint64(uintptr(unsafe.Pointer(&mem[0]))), length: len(mem), done: make(chan struct{})}
 	r.pin.Pin(&mem[0])
-	res := make(chan error, 1)
-	if err := e.submit(func() {
-		memh, err := e.ctx.MapMemory(mem)
-		if err != nil {
-			res <- err
-			return
-		}
-		packed, err := memh.PackRemoteKey()
-		if err != nil {
-			memh.Unmap()
-			res <- err
-			return
-		}
-		slot, err := e.w.guardAdd(binary.LittleEndian.Uint64(token[:]), r.addr, uint64(r.length))
-		if err != nil {
-			memh.Unmap()
-			res <- err
-			return
-		}
-		r.memh, r.slot = memh, slot
-		r.key = AppendSealedKey(nil, SealedKey{Slot: slot, Token: binary.LittleEndian.Uint64(token[:]), Base: r.addr, Length: uint64(r.length), UCXKey: packed})
-		e.regs[r] = struct{}{}
-		res <- nil
-	}); err != nil {
+	if err := ctx.Err(); err != nil {
 		r.pin.Unpin()
 		return nil, err
 	}
-	select {
-	case err := <-res:
-		if err != nil {
-			r.pin.Unpin()
-			return nil, err
-		}
-		return r, nil
-	case <-ctx.Done():
-		go func() {
-			if err := <-res; err == nil {
-				_ = r.Unregister(context.Background())
-			} else {
-				r.pin.Unpin()
-			}
-		}()
-		return nil, ctx.Err()
+	if err := e.lockRunning(); err != nil {
+		r.pin.Unpin()
+		return nil, err
 	}
+	defer e.wmu.Unlock()
+	memh, err := e.ctx.MapMemory(mem)
+	if err != nil {
+		r.pin.Unpin()
+		return nil, err
+	}
+	packed, err := memh.PackRemoteKey()
+	if err != nil {
+		memh.Unmap()
+		r.pin.Unpin()
+		return nil, err
+	}
+	slot, err := e.w.guardAdd(binary.LittleEndian.Uint64(token[:]), r.addr, uint64(r.length))
+	if err != nil {
+		memh.Unmap()
+		r.pin.Unpin()
+		return nil, err
+	}
+	r.memh, r.slot = memh, slot
+	r.key = AppendSealedKey(nil, SealedKey{Slot: slot, Token: binary.LittleEndian.Uint64(token[:]), Base: r.addr, Length: uint64(r.length), UCXKey: packed})
+	e.regs[r] = struct{}{}
+	return r, nil
 }
 
 // Addr is the registered region's address, the base a remote Get names.
@@ -883,53 +864,40 @@ func (r *Registration) Done() <-chan struct{} { return r.done }
 // (ucp_mem_unmap). If ctx ends first it returns ctx.Err() and the unmap still happens;
 // wait for Done before freeing the memory.
 func (r *Registration) Unregister(ctx context.Context) error {
-	res := make(chan error, 1)
-	if err := r.e.submit(func() { r.e.revoke(r, res) }); err != nil {
-		// The engine is closing; it unmaps every registration itself.
-		select {
-		case <-r.done:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	e := r.e
+	e.wmu.Lock()
+	if e.state == stateClosed {
+		e.wmu.Unlock()
+		<-r.done // the engine unmapped every registration as it closed
+		return nil
 	}
-	select {
-	case err := <-res:
+	res := newOp()
+	e.revoke(r, res)
+	e.wmu.Unlock()
+	if err := e.await(ctx, res.done); err != nil {
 		return err
-	case <-ctx.Done():
-		return ctx.Err()
 	}
+	return res.err
 }
 
-// Revoke revokes the key at once, like Unregister, but returns as soon as the progress thread
-// has done so, without waiting for replies that are already reading the region: later guarded
-// GETs with the key are refused from then on. Done says when the memory may be freed. If ctx
-// ends before the progress thread took the revocation, it returns ctx.Err() and the key may
-// still be live.
+// Revoke revokes the key at once, like Unregister, but returns without waiting for replies
+// that are already reading the region: later guarded GETs with the key are refused from the
+// moment it returns. Done says when the memory may be freed.
 func (r *Registration) Revoke(ctx context.Context) error {
-	taken := make(chan struct{})
-	if err := r.e.submit(func() {
-		r.e.revoke(r, nil)
-		close(taken)
-	}); err != nil {
-		// The engine is closing: it revokes and unmaps every registration itself.
-		return nil
+	e := r.e
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	if e.state != stateClosed {
+		e.revoke(r, nil)
 	}
-	select {
-	case <-taken:
-		return nil
-	case <-r.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return nil
 }
 
-func (e *Engine) revoke(r *Registration, waiter chan error) {
+func (e *Engine) revoke(r *Registration, waiter *Op) {
 	if waiter != nil {
 		select {
 		case <-r.done:
-			waiter <- r.err
+			waiter.finish(r.err, 0)
 			return
 		default:
 		}
@@ -966,7 +934,7 @@ func (r *Registration) finish(err error) {
 	r.pin.Unpin()
 	close(r.done)
 	for _, w := range r.waiters {
-		w <- err
+		w.finish(err, 0)
 	}
 	r.waiters = nil
 }

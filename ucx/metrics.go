@@ -17,6 +17,7 @@ type engineMetrics struct {
 	opsRejected  prometheus.Counter
 	inflight     prometheus.Gauge
 	parks        prometheus.Counter
+	handoffs     prometheus.Counter
 	amReceived   prometheus.Counter
 	amDropped    *prometheus.CounterVec
 	guardReplies *prometheus.CounterVec
@@ -40,7 +41,11 @@ func newEngineMetrics(name string, reg prometheus.Registerer) (*engineMetrics, e
 		}),
 		parks: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "ucx", Subsystem: "engine", Name: "parks_total", ConstLabels: labels,
-			Help: "Times the progress thread slept on the worker event fd.",
+			Help: "Times the progressor slept on the worker event fd.",
+		}),
+		handoffs: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "ucx", Subsystem: "engine", Name: "progress_handoffs_total", ConstLabels: labels,
+			Help: "Times an active-message handler ran so long that another goroutine took over progress.",
 		}),
 		amReceived: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "ucx", Subsystem: "engine", Name: "am_received_total", ConstLabels: labels,
@@ -63,7 +68,7 @@ func newEngineMetrics(name string, reg prometheus.Registerer) (*engineMetrics, e
 	for _, r := range []string{"no_handler", "too_large", "bad_guard_reply"} {
 		m.amDropped.WithLabelValues(r)
 	}
-	m.collectors = []prometheus.Collector{m.ops, m.opsRejected, m.inflight, m.parks, m.amReceived, m.amDropped, m.guardReplies}
+	m.collectors = []prometheus.Collector{m.ops, m.opsRejected, m.inflight, m.parks, m.handoffs, m.amReceived, m.amDropped, m.guardReplies}
 	if reg != nil {
 		for i, c := range m.collectors {
 			if err := reg.Register(c); err != nil {

@@ -35,10 +35,11 @@ import (
 // goroutine directly.
 //
 // Go's poller is edge-triggered and UCX's fd is level-triggered (it stays readable while
-// any of its sources has events). wait therefore checks the level itself each time Go
-// calls it back, before it would block: an edge that came before the check was consumed
-// by the check, and one that comes after it wakes the poller. A stale edge only costs a
-// spurious return. TestParkerNoLostWakeups and TestEngineWakeStress check both paths.
+// any of its sources has events), and every wait begins by forgetting the edges the poller
+// latched. wait therefore looks at the level itself before it first blocks: readiness that
+// came before the look is seen by it, readiness after it is an edge that wakes the poller
+// (or that it latched, which ends the block at once). A stale edge only costs a spurious
+// return. TestParkerNoLostWakeups and TestEngineWakeStress check both paths.
 type parker struct {
 	fd    int // the worker's event fd; UCX owns it
 	file  *os.File
@@ -92,20 +93,35 @@ func (p *parker) prepare(timeout time.Duration) {
 
 // wait blocks until the fd is readable, the deadline passes or wake is called. The
 // caller armed the fd (ucp_worker_arm) after prepare.
+//
+// The level is checked once, before the first block: each wait starts by resetting what
+// Go's poller latched (internal/poll's prepareRead), so readiness that came before the wait
+// is seen only by looking. Go calls back again only after the poller saw an edge, a deadline
+// or a wake; the caller progresses the worker and arms it again after any return, so a
+// second look would only cost a system call per wake-up.
 func (p *parker) wait() error {
+	first := true
 	err := p.conn.Read(func(uintptr) bool {
-		for {
-			n, err := unix.Poll(p.poll, 0)
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			return n > 0 || err != nil
+		if !first {
+			return true
 		}
+		first = false
+		return p.readable()
 	})
 	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 		return err
 	}
 	return nil
+}
+
+func (p *parker) readable() bool {
+	for {
+		n, err := unix.Poll(p.poll, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		return n > 0 || err != nil
+	}
 }
 
 // done ends a prepare, whether or not the caller waited.

@@ -118,8 +118,8 @@ func (m RMAMode) String() string {
 type EngineConfig struct {
 	// Context configures the engine's UCX context (TLS, devices, settings).
 	Context ContextConfig
-	// SpinFor is how long the progress thread keeps polling after the last event before
-	// it sleeps until the worker's event fd fires. Default 50µs; negative sleeps at once.
+	// SpinFor is how long the progressor keeps polling after the last event before it
+	// sleeps until the worker's event fd fires. Default 50µs; negative sleeps at once.
 	// A spinning thread holds one of GOMAXPROCS Ps, so at most GOMAXPROCS-1 engines of a
 	// process spin at a time (none with GOMAXPROCS=1); the others sleep at once.
 	SpinFor time.Duration
@@ -142,9 +142,11 @@ const (
 	defaultMaxEagerSize = 1 << 20
 )
 
-// AMHandler receives active messages of one id. It runs on the engine's delivery
-// goroutine, never on the progress thread, so it may block; messages of all ids are
-// delivered one at a time in arrival order.
+// AMHandler receives active messages of one id. Handlers run one at a time, in arrival
+// order across all ids, outside the engine's lock, usually on the goroutine that found the
+// message (the progressor). A handler may call the engine and may block; while it blocks,
+// later messages wait for it and, after a short while, another goroutine carries on with
+// progress (Engine.HandleAM).
 type AMHandler func(msg AMMessage)
 
 // AMMessage is one received active message. Header and Payload are Go copies the handler
@@ -165,6 +167,7 @@ type Op struct {
 	done chan struct{}
 	err  error
 	n    int
+	e    *Engine // the engine that runs it (nil for an Op that was done at birth)
 }
 
 func newOp() *Op { return &Op{done: make(chan struct{})} }
@@ -198,6 +201,12 @@ func (o *Op) Err() error {
 // Wait returns the operation's result, or ctx.Err() when ctx ends first. After an early
 // return the operation still owns its buffers: do not reuse or free them until Done.
 func (o *Op) Wait(ctx context.Context) error {
+	if o.e != nil {
+		if err := o.e.await(ctx, o.done); err != nil {
+			return err
+		}
+		return o.err
+	}
 	select {
 	case <-o.done:
 		return o.err

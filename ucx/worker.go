@@ -35,10 +35,16 @@ type Worker struct {
 
 // NewWorker creates a worker in single-thread mode (ucp_worker_create).
 func (c *Context) NewWorker() (*Worker, error) {
+	return c.newWorker(capi.ThreadModeSingle)
+}
+
+// newWorker creates a worker in the given UCS_THREAD_MODE_*. The engine's is serialized:
+// any thread may call it, one at a time, which lets every goroutine post its own operations.
+func (c *Context) newWorker(mode int) (*Worker, error) {
 	if c.isClosed() {
 		return nil, ErrClosed
 	}
-	w, s := capi.UcpWorkerCreate(c.c, capi.ThreadModeSingle)
+	w, s := capi.UcpWorkerCreate(c.c, mode)
 	if s != capi.OK {
 		return nil, statusErr("ucp_worker_create", Status(s))
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -55,6 +56,11 @@ func echo() error {
 	}); err != nil {
 		return err
 	}
+	stop, err := startProfile("echo")
+	if err != nil {
+		return err
+	}
+	defer stop()
 	fmt.Println("ready")
 	_, _ = in.ReadString('\n') // until stdin closes
 	return nil
@@ -78,7 +84,7 @@ var latSizes = []int{64, 1 << 10}
 func latency(quick bool) error {
 	ctx := context.Background()
 	var addr []byte
-	child, err := benchkit.StartChild(append(os.Environ(), roleEnv+"=echo", spinEnv+"="+spinFor.String()), &addr)
+	child, err := benchkit.StartChild(append(os.Environ(), roleEnv+"=echo", spinEnv+"="+spinFor.String(), profileEnv+"="+profilePrefix), &addr)
 	if err != nil {
 		return fmt.Errorf("echo process: %w", err)
 	}
@@ -89,8 +95,44 @@ func latency(quick bool) error {
 		return err
 	}
 	defer e.Close(ctx)
+	// Two ways to wait for the pong. "caller": the benchmark's goroutine sends the ping and
+	// waits on a channel the handler fills, so every round trip includes one goroutine
+	// hand-off on this side (what a request/response caller pays). "handler": the pong's
+	// handler sends the next ping itself and notes the time, so the round trip is the
+	// engine's alone, as in ucx_perftest's single-thread loop.
 	pong := make(chan int, 1)
-	if err := e.HandleAM(echoAMID, func(m ucx.AMMessage) { pong <- len(m.Payload) }); err != nil {
+	var chain struct {
+		c     *ucx.Conn
+		buf   []byte
+		left  int
+		last  time.Time
+		d     []time.Duration
+		done  chan error
+		ended bool
+	}
+	if err := e.HandleAM(echoAMID, func(m ucx.AMMessage) {
+		if chain.done == nil || chain.ended {
+			pong <- len(m.Payload)
+			return
+		}
+		now := time.Now()
+		chain.d = append(chain.d, now.Sub(chain.last))
+		if len(m.Payload) != len(chain.buf) {
+			chain.ended = true
+			chain.done <- fmt.Errorf("pong of %d bytes, sent %d", len(m.Payload), len(chain.buf))
+			return
+		}
+		if chain.left--; chain.left == 0 {
+			chain.ended = true
+			chain.done <- nil
+			return
+		}
+		chain.last = time.Now()
+		if err := chain.c.SendAMAsync(ctx, echoAMID, nil, [][]byte{chain.buf}, ucx.SendOptions{}).Err(); err != nil && !errors.Is(err, ucx.StatusInProgress) {
+			chain.ended = true
+			chain.done <- err
+		}
+	}); err != nil {
 		return err
 	}
 	if err := writeAddress(stdin, e.Address()); err != nil {
@@ -107,6 +149,11 @@ func latency(quick bool) error {
 	if quick {
 		iters, rounds = 200, 1
 	}
+	stop, err := startProfile("ping")
+	if err != nil {
+		return err
+	}
+	defer stop()
 	pingPong := func(size, n int) ([]time.Duration, error) {
 		buf := make([]byte, size)
 		d := make([]time.Duration, 0, n)
@@ -127,17 +174,34 @@ func latency(quick bool) error {
 		}
 		return d, nil
 	}
+	// inHandler runs n round trips driven by the pong handler (see chain above). The chain's
+	// fields belong to the handler while it runs; done hands them back.
+	inHandler := func(size, n int) ([]time.Duration, error) {
+		chain.c, chain.buf, chain.left, chain.d, chain.ended = c, make([]byte, size), n, make([]time.Duration, 0, n), false
+		chain.done = make(chan error, 1)
+		chain.last = time.Now()
+		if err := c.SendAM(ctx, echoAMID, nil, chain.buf); err != nil {
+			return nil, err
+		}
+		select {
+		case err := <-chain.done:
+			chain.done = nil
+			return chain.d, err
+		case <-time.After(30 * time.Second):
+			return nil, fmt.Errorf("the handler-driven round trips did not finish within 30 s")
+		}
+	}
 	spin := "engine default"
 	if spinFor != 0 {
 		spin = spinFor.String()
 	}
 	fmt.Printf("Active-message round trip (µs, median of %d rounds of %d; baseline: ucx_perftest -t ucp_am_lat, UCX_TLS=%s, same run; SpinFor %s)\n", rounds, iters, os.Getenv("UCX_TLS"), spin)
-	fmt.Printf("%-8s %14s %14s %14s %8s\n", "size", "ucx_perftest", "engine p50", "engine p90", "ratio")
+	fmt.Printf("%-8s %-8s %14s %14s %14s %8s\n", "size", "waiter", "ucx_perftest", "engine p50", "engine p90", "ratio")
 	for _, size := range latSizes {
 		if _, err := pingPong(size, iters/10); err != nil { // warm-up: wireup, buffers
 			return err
 		}
-		var base, p50, p90 []float64
+		var base, p50, p90, hp50, hp90 []float64
 		var perr error
 		for r := 0; r < rounds; r++ {
 			b, err := perftestLatency(size, iters*5)
@@ -145,21 +209,27 @@ func latency(quick bool) error {
 				perr = err
 				break
 			}
-			d, err := pingPong(size, iters)
-			if err != nil {
-				return err
-			}
-			sort.Slice(d, func(a, b int) bool { return d[a] < d[b] })
 			base = append(base, b)
-			p50 = append(p50, us(d[len(d)/2]))
-			p90 = append(p90, us(d[len(d)*9/10]))
+			for _, m := range []struct {
+				run      func(int, int) ([]time.Duration, error)
+				p50, p90 *[]float64
+			}{{pingPong, &p50, &p90}, {inHandler, &hp50, &hp90}} {
+				d, err := m.run(size, iters)
+				if err != nil {
+					return err
+				}
+				sort.Slice(d, func(a, b int) bool { return d[a] < d[b] })
+				*m.p50 = append(*m.p50, us(d[len(d)/2]))
+				*m.p90 = append(*m.p90, us(d[len(d)*9/10]))
+			}
 		}
 		if perr != nil {
 			fmt.Printf("%-8s %14s (ucx_perftest failed: %v)\n", human(size), "-", perr)
 			continue
 		}
-		b, m, n := med(base), med(p50), med(p90)
-		fmt.Printf("%-8s %14.1f %14.1f %14.1f %7.2fx\n", human(size), b, m, n, m/b)
+		b := med(base)
+		fmt.Printf("%-8s %-8s %14.1f %14.1f %14.1f %7.2fx\n", human(size), "caller", b, med(p50), med(p90), med(p50)/b)
+		fmt.Printf("%-8s %-8s %14.1f %14.1f %14.1f %7.2fx\n", human(size), "handler", b, med(hp50), med(hp90), med(hp50)/b)
 	}
 	return nil
 }

@@ -38,6 +38,7 @@ func main() {
 	quick := flag.Bool("quick", false, "fewer iterations (a smoke run)")
 	only := flag.String("only", "", "run one part: latency, registration or bandwidth")
 	flag.DurationVar(&spinFor, "spin", 0, "EngineConfig.SpinFor of both latency engines (0: the engine's default; negative: no spinning)")
+	flag.StringVar(&profilePrefix, "profile", "", "latency: write a CPU profile and an execution trace of both processes to PREFIX.{ping,echo}.{cpu.pprof,trace}")
 	flag.Parse()
 	if os.Getenv("UCX_TLS") == "" {
 		os.Setenv("UCX_TLS", "tcp")
@@ -58,6 +59,7 @@ func main() {
 			}
 			spinFor = d
 		}
+		profilePrefix = os.Getenv(profileEnv)
 		if err := echo(); err != nil {
 			fmt.Fprintln(os.Stderr, "echo:", err)
 			os.Exit(1)
