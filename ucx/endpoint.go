@@ -247,12 +247,16 @@ func (k *RemoteKey) usableOn(e *Endpoint) error {
 }
 
 // Destroy releases the unpacked key (ucp_rkey_destroy). Destroy keys before closing
-// their endpoint.
+// their endpoint. A key whose worker is already destroyed went with it: Destroy then only
+// marks it.
 func (k *RemoteKey) Destroy() {
 	if k == nil || k.destroyed {
 		return
 	}
 	k.destroyed = true
+	if k.ep != nil && k.ep.w != nil && k.ep.w.closed {
+		return
+	}
 	capi.UcpRkeyDestroy(k.rk)
 }
 

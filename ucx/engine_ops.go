@@ -293,6 +293,10 @@ type engineOp struct {
 	result  error
 	n       int
 	stop    func() bool // stops the context watcher
+	// onFinish, when set, runs under wmu once the op finished (GetMany's refill).
+	onFinish func(op *engineOp)
+	batchIdx int
+	sharedRK bool // rk belongs to the batch, which destroys it
 
 	// GET
 	dst     []byte
@@ -342,7 +346,7 @@ func (op *engineOp) immediate(e *Engine) {
 	case opGetGuarded:
 		// The request message went out; the reply is still to come.
 	case opGetDirect:
-		op.rk.Destroy()
+		op.dropRK()
 		op.n = len(op.dst)
 		op.settle(nil)
 	case opClose:
@@ -383,7 +387,7 @@ func (op *engineOp) completed(e *Engine, req *Request) {
 		op.n = req.Length()
 		op.settle(err)
 	case opGetDirect:
-		op.rk.Destroy()
+		op.dropRK()
 		op.n = len(op.dst)
 		op.settle(err)
 	case opClose:
@@ -461,6 +465,17 @@ func (op *engineOp) tryFinish(e *Engine) {
 	o := op.op
 	op.op = nil
 	o.finish(op.result, op.n)
+	if op.onFinish != nil {
+		op.onFinish(op)
+	}
+}
+
+// dropRK destroys the op's unpacked remote key unless a batch shares it.
+func (op *engineOp) dropRK() {
+	if op.rk != nil && !op.sharedRK {
+		op.rk.Destroy()
+	}
+	op.rk = nil
 }
 
 func (op *engineOp) deliverRecv(e *Engine) {
@@ -643,16 +658,18 @@ func (c *Conn) GetKeyAsync(ctx context.Context, dst []byte, k *RegionKey, offset
 }
 
 func (e *Engine) getDirect(op *engineOp, k SealedKey, remoteAddr uint64) {
-	rk, err := op.conn.ep.unpackChecked(k.UCXKey) // ParseRegionKey walked it already
-	if err != nil {
-		op.settle(err)
-		op.tryFinish(e)
-		return
+	if op.rk == nil {
+		rk, err := op.conn.ep.unpackChecked(k.UCXKey) // ParseRegionKey walked it already
+		if err != nil {
+			op.settle(err)
+			op.tryFinish(e)
+			return
+		}
+		op.rk = rk
 	}
-	op.rk = rk
-	req, err := op.conn.ep.Get(op.dst, remoteAddr, rk)
+	req, err := op.conn.ep.Get(op.dst, remoteAddr, op.rk)
 	if err != nil {
-		rk.Destroy()
+		op.dropRK()
 	}
 	e.started(op, req, err)
 }
@@ -937,4 +954,189 @@ func (r *Registration) finish(err error) {
 		w.finish(err, 0)
 	}
 	r.waiters = nil
+}
+
+// ---------------------------------------------------------------- many reads
+
+// KeyRead is one read of GetMany: len(Dst) bytes at Offset of the region Key names.
+type KeyRead struct {
+	Key    *RegionKey
+	Offset uint64
+	Dst    []byte
+}
+
+// GetMany reads every entry of reads from the peer, with up to window GETs in flight (at least
+// one). The reads do not wait for each other: the first window are posted by the caller, and
+// each completion posts the next one from the goroutine that saw it complete, so a stream of
+// small reads costs no hand-off per read. done(i, err) is called once for every read, on the
+// calling goroutine, as reads complete (several completions are reported in one wake-up when
+// they come close together); a read whose range lies outside its key's region fails there
+// without being posted, and one read's failure fails only that read. GetMany returns once
+// every read has completed, so nothing writes any Dst afterwards. When ctx ends, reads not
+// yet posted fail with ctx.Err() and guarded reads waiting for their reply are abandoned
+// (the reply, if it comes, is dropped).
+func (c *Conn) GetMany(ctx context.Context, reads []KeyRead, window int, done func(i int, err error)) {
+	if len(reads) == 0 {
+		return
+	}
+	b := &getBatch{c: c, reads: reads, window: max(window, 1), inflight: map[*engineOp]struct{}{},
+		wake: make(chan struct{}, 1), left: len(reads), rks: map[*RegionKey]*RemoteKey{}}
+	e := c.e
+	if err := ctx.Err(); err != nil {
+		b.failRest(err)
+	} else if err := e.lockRunning(); err != nil {
+		b.failRest(err)
+	} else {
+		b.pump()
+		if b.left > b.reported() && ctx.Done() != nil {
+			b.stop = context.AfterFunc(ctx, func() {
+				e.wmu.Lock()
+				b.cancel(ctx.Err())
+				e.wmu.Unlock()
+			})
+		}
+		e.wmu.Unlock()
+	}
+	var out []batchResult
+	for {
+		b.mu.Lock()
+		out = append(out[:0], b.results...)
+		b.results = b.results[:0]
+		b.mu.Unlock()
+		for _, r := range out {
+			b.left--
+			if done != nil {
+				done(r.i, r.err)
+			}
+		}
+		if b.left == 0 {
+			break
+		}
+		_ = e.await(context.Background(), b.wake)
+	}
+	if b.stop != nil {
+		b.stop()
+	}
+	if len(b.rks) > 0 {
+		e.wmu.Lock()
+		for _, rk := range b.rks {
+			rk.Destroy()
+		}
+		e.wmu.Unlock()
+	}
+}
+
+// getBatch is one GetMany. Its fields up to mu are guarded by the engine's wmu.
+type getBatch struct {
+	c        *Conn
+	reads    []KeyRead
+	window   int
+	next     int                    // the next read to post
+	inflight map[*engineOp]struct{} // posted, not finished
+	pumping  bool
+	canceled error
+	rks      map[*RegionKey]*RemoteKey // direct path: one unpacked key per region
+	stop     func() bool
+	left     int // reads not yet reported to done; the caller's
+
+	mu      sync.Mutex
+	results []batchResult
+	posted  int // results recorded (under mu)
+	wake    chan struct{}
+}
+
+type batchResult struct {
+	i   int
+	err error
+}
+
+func (b *getBatch) reported() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.posted
+}
+
+func (b *getBatch) record(i int, err error) {
+	b.mu.Lock()
+	b.results = append(b.results, batchResult{i, err})
+	b.posted++
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// failRest fails every read not yet posted.
+func (b *getBatch) failRest(err error) {
+	for ; b.next < len(b.reads); b.next++ {
+		b.record(b.next, err)
+	}
+}
+
+// cancel runs under wmu when the caller's context ends.
+func (b *getBatch) cancel(err error) {
+	if b.canceled != nil {
+		return
+	}
+	b.canceled = err
+	b.failRest(err)
+	for op := range b.inflight {
+		op.abandon(b.c.e, err)
+	}
+}
+
+// pump posts reads until the window is full. It runs under wmu; a post that completes inside
+// the call re-enters through finished, which leaves the posting to the loop here.
+func (b *getBatch) pump() {
+	if b.pumping {
+		return
+	}
+	b.pumping = true
+	defer func() { b.pumping = false }()
+	c, e := b.c, b.c.e
+	for len(b.inflight) < b.window && b.next < len(b.reads) && b.canceled == nil {
+		i := b.next
+		b.next++
+		rd := b.reads[i]
+		if rd.Key == nil || rd.Key.raw == nil {
+			b.record(i, fmt.Errorf("%w: no key (use ParseRegionKey)", ErrInvalidRemoteKey))
+			continue
+		}
+		if err := rd.Key.rangeErr(rd.Offset, uint64(len(rd.Dst))); err != nil {
+			b.record(i, err)
+			continue
+		}
+		if err := c.usable(); err != nil {
+			b.record(i, err)
+			b.failRest(err)
+			return
+		}
+		op := &engineOp{kind: opGetGuarded, op: newOp(), conn: c, dst: rd.Dst, batchIdx: i, onFinish: b.finished}
+		if len(rd.Dst) > 0 {
+			op.pin.Pin(&rd.Dst[0])
+		}
+		b.inflight[op] = struct{}{}
+		e.track(op)
+		addr := rd.Key.Base() + rd.Offset
+		if c.resolveRMA(e) == RMADirect {
+			op.kind = opGetDirect
+			if rk := b.rks[rd.Key]; rk != nil {
+				op.rk, op.sharedRK = rk, true
+			} else if rk, err := c.ep.unpackChecked(rd.Key.k.UCXKey); err == nil {
+				b.rks[rd.Key] = rk
+				op.rk, op.sharedRK = rk, true
+			}
+			e.getDirect(op, rd.Key.k, addr)
+			continue
+		}
+		e.getGuarded(op, rd.Key.k, addr)
+	}
+}
+
+// finished runs under wmu when one posted read finished: it reports it and refills the window.
+func (b *getBatch) finished(op *engineOp) {
+	delete(b.inflight, op)
+	b.record(op.batchIdx, op.result)
+	b.pump()
 }

@@ -3,6 +3,7 @@ package velo
 import (
 	"github.com/velo-go/velo/velo/messenger"
 	"github.com/velo-go/velo/velo/rendezvous"
+	"github.com/velo-go/velo/velo/rendezvous/rdma"
 	"github.com/velo-go/velo/velo/transport"
 )
 
@@ -52,8 +53,15 @@ var (
 	ErrForeignHandle = rendezvous.ErrForeignHandle
 	// ErrBadLease: a lease that is unknown, already ended, or another consumer's.
 	ErrBadLease = rendezvous.ErrBadLease
-	// ErrBufferSize: GetInto's buffer is not exactly the handle's size.
+	// ErrBufferSize: GetInto's buffer (or a GetRequest's Into) is not exactly the handle's size, or
+	// a Range's Dst is shorter than its Length.
 	ErrBufferSize = rendezvous.ErrBufferSize
+	// ErrDuplicateHandle: a GetBatch named the same handle twice; the later entry is refused.
+	ErrDuplicateHandle = rendezvous.ErrDuplicateHandle
+	// ErrRange: a Range that is empty or reaches past the payload (refused before anything moves).
+	ErrRange = rendezvous.ErrRange
+	// ErrRegionFreed: StageRegion of a region after its Free.
+	ErrRegionFreed = rdma.ErrRegionFreed
 	// ErrProtocol: a peer sent something a correct peer never sends (messenger.ErrProtocol, which
 	// the rendezvous service's protocol errors match too).
 	ErrProtocol = messenger.ErrProtocol

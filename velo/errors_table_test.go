@@ -80,6 +80,31 @@ func TestPublicErrorsMatchTheirSentinels(t *testing.T) {
 		{"register this instance as its own peer", ErrInvalidEndpoint, func() error {
 			return a.RegisterPeer(ctx, a.PeerInfo())
 		}},
+		{"a batch that names one handle twice", ErrDuplicateHandle, func() error {
+			res := a.GetBatch(ctx, []GetRequest{{Handle: h}, {Handle: h}}, nil)
+			if res[0].Err == nil {
+				_ = res[0].Lease.Detach(ctx)
+			}
+			return res[1].Err
+		}},
+		{"a batch entry of a released handle", ErrReleased, func() error {
+			return a.GetBatch(ctx, []GetRequest{{Handle: released}}, nil)[0].Err
+		}},
+		{"a range past the payload", ErrRange, func() error {
+			return a.ReadRanges(ctx, h, []Range{{Offset: 10, Length: 10, Dst: make([]byte, 10)}})
+		}},
+		{"a range into a short buffer", ErrBufferSize, func() error {
+			return a.ReadRanges(ctx, h, []Range{{Offset: 0, Length: 10, Dst: make([]byte, 3)}})
+		}},
+		{"staging a freed region", ErrRegionFreed, func() error {
+			g, err := a.NewRegion(100)
+			if err != nil {
+				return err
+			}
+			g.Free()
+			_, err = a.StageRegion(ctx, g)
+			return err
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

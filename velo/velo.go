@@ -54,17 +54,18 @@ const DefaultShutdownGrace = 5 * time.Second
 const quarantineCloseWait = 2 * time.Second
 
 type options struct {
-	transports []transport.Transport
-	reg        prometheus.Registerer
-	log        *slog.Logger
-	threshold  int
-	chunk      int
-	leaseTTL   time.Duration
-	stageTTL   time.Duration
-	window     int
-	grace      time.Duration
-	maxGet     uint64
-	inboxLimit int
+	transports  []transport.Transport
+	reg         prometheus.Registerer
+	log         *slog.Logger
+	threshold   int
+	chunk       int
+	leaseTTL    time.Duration
+	stageTTL    time.Duration
+	window      int
+	batchWindow int
+	grace       time.Duration
+	maxGet      uint64
+	inboxLimit  int
 
 	rmaTransport transport.Transport // WithUCXTransport: the transport the RDMA registry reads with
 	rdma         RDMAConfig
@@ -180,6 +181,18 @@ func WithInboxLimit(n int) Option {
 			return fmt.Errorf("velo: inbox limit %d is below 64 KiB", n)
 		}
 		o.inboxLimit = n
+		return nil
+	}
+}
+
+// WithBatchWindow sets how many reads (RDMA path) or pulls (chunked path) GetBatch and ReadRanges
+// keep in flight per owner (default 64).
+func WithBatchWindow(n int) Option {
+	return func(o *options) error {
+		if n < 1 {
+			return fmt.Errorf("velo: batch window %d must be at least 1", n)
+		}
+		o.batchWindow = n
 		return nil
 	}
 }
@@ -311,7 +324,7 @@ func New(ctx context.Context, opts ...Option) (*Velo, error) {
 	}
 	v.msgr = messenger.New(messenger.Config{Metrics: m, Logger: v.log, StageThreshold: o.threshold, InboxLimit: o.inboxLimit})
 	rc := rendezvous.Config{Self: v.id, Messenger: v.msgr, Metrics: m, Logger: v.log,
-		ChunkSize: o.chunk, LeaseTTL: o.leaseTTL, StageTTL: o.stageTTL, PullWindow: o.window, MaxGetSize: o.maxGet}
+		ChunkSize: o.chunk, LeaseTTL: o.leaseTTL, StageTTL: o.stageTTL, PullWindow: o.window, BatchWindow: o.batchWindow, MaxGetSize: o.maxGet}
 	if v.rdma != nil {
 		rc.Server, rc.Client, rc.Pool = v.rdma.Owner(), v.rdma.Consumer(), v.rdma
 	}

@@ -196,7 +196,20 @@ func (r *Rendezvous) acquire(ctx context.Context, h Handle, offer []byte) (*Leas
 		return nil, wire.AcquireResponse{}, remoteErr("acquire", err)
 	}
 	resp, err := wire.DecodeAcquireResponse(b)
-	if err == nil && !metrics.Valid(metrics.Path(resp.Path), metrics.Reason(resp.Reason)) {
+	if err != nil {
+		r.m.CountPath(metrics.PathChunked, metrics.ReasonDecodeError)
+		return nil, wire.AcquireResponse{}, fmt.Errorf("rendezvous: acquire from %016x: %w: %v", uint64(h.Owner), ErrProtocol, err)
+	}
+	l, err := r.checkGrant(h, offer, resp)
+	return l, resp, err
+}
+
+// checkGrant checks an owner's answer to an acquire of h (single or in a batch) against what a
+// correct owner sends, and returns the lease. A wrong answer counts as decode_error and its lease,
+// if it names one, is given back in the background.
+func (r *Rendezvous) checkGrant(h Handle, offer []byte, resp wire.AcquireResponse) (*Lease, error) {
+	var err error
+	if !metrics.Valid(metrics.Path(resp.Path), metrics.Reason(resp.Reason)) {
 		err = fmt.Errorf("path %q with reason %q", resp.Path, resp.Reason)
 	}
 	if err == nil && resp.Size != h.Size {
@@ -213,9 +226,9 @@ func (r *Rendezvous) acquire(ctx context.Context, h Handle, offer []byte) (*Leas
 		if resp.Lease != 0 {
 			r.abandon(h.Owner, resp.Lease)
 		}
-		return nil, wire.AcquireResponse{}, fmt.Errorf("rendezvous: acquire from %016x: %w: %v", uint64(h.Owner), ErrProtocol, err)
+		return nil, fmt.Errorf("rendezvous: acquire from %016x: %w: %v", uint64(h.Owner), ErrProtocol, err)
 	}
-	return &Lease{r: r, h: h, id: resp.Lease}, resp, nil
+	return &Lease{r: r, h: h, id: resp.Lease}, nil
 }
 
 // abandon detaches a lease in the background after a failed get, so the owner does not wait for

@@ -154,6 +154,28 @@ func (c client) Get(ctx context.Context, owner transport.InstanceID, desc, dst [
 	return nil
 }
 
+func (c client) GetMany(ctx context.Context, owner transport.InstanceID, reads []rendezvous.RemoteRead, window int, done func(int, error)) {
+	for i, rd := range reads {
+		if c.f.failGets.Load() > 0 {
+			c.f.failGets.Add(-1)
+			done(i, errors.New("simulated GET failure"))
+			continue
+		}
+		c.f.mu.Lock()
+		src, ok := c.f.regs[binary.BigEndian.Uint64(rd.Descriptor)]
+		c.f.mu.Unlock()
+		switch {
+		case !ok:
+			done(i, errors.New("stale descriptor"))
+		case rd.Offset+uint64(len(rd.Dst)) > uint64(len(src)):
+			done(i, errors.New("read past the registration"))
+		default:
+			copy(rd.Dst, src[rd.Offset:])
+			done(i, nil)
+		}
+	}
+}
+
 func TestPathDecision(t *testing.T) {
 	data := bytes.Repeat([]byte("velo"), 300_000)
 	type setup struct {

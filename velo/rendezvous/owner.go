@@ -2,6 +2,7 @@ package rendezvous
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -14,6 +15,7 @@ func (r *Rendezvous) registerHandlers() {
 	g := r.msgr
 	g.HandleInternal(opMetadata, r.onMetadata)
 	g.HandleInternal(opAcquire, r.onAcquire)
+	g.HandleInternal(opAcquireBatch, r.onAcquireBatch)
 	g.HandleInternal(opPull, r.onPull)
 	g.HandleInternal(opDetach, func(ctx context.Context, from transport.InstanceID, p []byte) ([][]byte, func(), error) {
 		return r.onEndLease(from, p, false)
@@ -67,28 +69,92 @@ func (r *Rendezvous) onAcquire(ctx context.Context, from transport.InstanceID, p
 	if err != nil {
 		return nil, nil, ownerErr(fmt.Errorf("%w: %w", ErrProtocol, err))
 	}
-	h := fromWire(req.Handle)
-	if r.cfg.Authorize != nil {
-		if err := r.cfg.Authorize(from); err != nil {
-			r.m.CountAuthRefusal()
-			return nil, nil, ownerErr(fmt.Errorf("%w: %v", ErrUnauthenticated, err))
-		}
+	if err := r.authorize(from); err != nil {
+		return nil, nil, err
 	}
-	sl, err := r.store.newLease(h, from)
+	resp, err := r.acquireOne(ctx, from, fromWire(req.Handle), req.Offer)
 	if err != nil {
 		return nil, nil, ownerErr(err)
 	}
-	resp := wire.AcquireResponse{Lease: sl.Lease.ID, TTLMillis: uint64(r.cfg.LeaseTTL / time.Millisecond),
-		Size: uint64(len(sl.Data)), ChunkSize: uint32(r.maxChunk(from))}
-	path, reason := r.decide(ctx, sl, req.Offer, &resp)
-	r.m.CountPath(path, reason)
-	resp.Path, resp.Reason = string(path), string(reason)
 	b, err := wire.AppendAcquireResponse(nil, resp)
 	if err != nil {
-		r.store.endLease(from, sl.Lease.ID, false)
+		r.store.endLease(from, resp.Lease, false)
 		return nil, nil, err
 	}
 	return [][]byte{b}, nil, nil
+}
+
+// authorize refuses a peer that may not hold leases (Config.Authorize), before any lease exists.
+func (r *Rendezvous) authorize(from transport.InstanceID) error {
+	if r.cfg.Authorize == nil {
+		return nil
+	}
+	if err := r.cfg.Authorize(from); err != nil {
+		r.m.CountAuthRefusal()
+		return ownerErr(fmt.Errorf("%w: %v", ErrUnauthenticated, err))
+	}
+	return nil
+}
+
+// acquireOne grants one lease on h to from and decides its path; both acquire messages use it.
+func (r *Rendezvous) acquireOne(ctx context.Context, from transport.InstanceID, h Handle, offer []byte) (wire.AcquireResponse, error) {
+	sl, err := r.store.newLease(h, from)
+	if err != nil {
+		return wire.AcquireResponse{}, err
+	}
+	resp := wire.AcquireResponse{Lease: sl.Lease.ID, TTLMillis: uint64(r.cfg.LeaseTTL / time.Millisecond),
+		Size: uint64(len(sl.Data)), ChunkSize: uint32(r.maxChunk(from))}
+	path, reason := r.decide(ctx, sl, offer, &resp)
+	r.m.CountPath(path, reason)
+	resp.Path, resp.Reason = string(path), string(reason)
+	return resp, nil
+}
+
+// onAcquireBatch grants a lease on each handle of the request (one offer for all), entry by entry:
+// a handle that cannot be leased answers its own error and the others are served.
+func (r *Rendezvous) onAcquireBatch(ctx context.Context, from transport.InstanceID, p []byte) ([][]byte, func(), error) {
+	req, err := wire.DecodeAcquireBatchRequest(p)
+	if err != nil {
+		return nil, nil, ownerErr(fmt.Errorf("%w: %w", ErrProtocol, err))
+	}
+	if err := r.authorize(from); err != nil {
+		return nil, nil, err
+	}
+	entries := make([]wire.AcquireBatchEntry, len(req.Handles))
+	for i, wh := range req.Handles {
+		resp, err := r.acquireOne(ctx, from, fromWire(wh), req.Offer)
+		if err != nil {
+			entries[i] = batchEntryError(err)
+			continue
+		}
+		entries[i].Response = resp
+	}
+	b, err := wire.AppendAcquireBatchResponse(nil, entries)
+	if err != nil {
+		for _, e := range entries {
+			if !e.Failed() {
+				r.store.endLease(from, e.Response.Lease, false)
+			}
+		}
+		return nil, nil, err
+	}
+	return [][]byte{b}, nil, nil
+}
+
+// batchEntryError is err as one entry of a batch answer: its sentinel's kind and the owner's text
+// (bounded, so that a long text never makes the answer unencodable).
+func batchEntryError(err error) wire.AcquireBatchEntry {
+	e := wire.AcquireBatchEntry{ErrKind: "rendezvous.error", ErrText: err.Error()}
+	for k, s := range kindSentinels {
+		if errors.Is(err, s) {
+			e.ErrKind = k
+			break
+		}
+	}
+	if len(e.ErrText) > 1024 {
+		e.ErrText = e.ErrText[:1024]
+	}
+	return e
 }
 
 // maxChunk is the largest pull this owner serves to peer: ChunkSize, capped so a chunk and its

@@ -40,6 +40,19 @@ type RDMAClient interface {
 	// Get reads the bytes the descriptor names into dst (len(dst) == the payload size). It
 	// returns only once nothing writes dst any more.
 	Get(ctx context.Context, owner transport.InstanceID, descriptor []byte, dst []byte) error
+	// GetMany reads every entry (any mix of descriptors of one owner) with up to window reads in
+	// flight, none waiting for another before it is posted. done(i, err) runs once per read as
+	// it completes, one call at a time; one read's failure fails only that read. GetMany returns
+	// once nothing writes any Dst.
+	GetMany(ctx context.Context, owner transport.InstanceID, reads []RemoteRead, window int, done func(i int, err error))
+}
+
+// RemoteRead is one read of RDMAClient.GetMany: len(Dst) bytes at Offset of the payload a
+// lease's descriptor names.
+type RemoteRead struct {
+	Descriptor []byte
+	Offset     uint64
+	Dst        []byte
 }
 
 // PinnedMemory is memory a PinnedPool handed out, as the store carries it back to the pool's

@@ -57,11 +57,13 @@ const (
 const (
 	opMetadata = messenger.InternalPrefix + "rv.metadata"
 	opAcquire  = messenger.InternalPrefix + "rv.acquire"
-	opPull     = messenger.InternalPrefix + "rv.pull"
-	opDetach   = messenger.InternalPrefix + "rv.detach"
-	opRelease  = messenger.InternalPrefix + "rv.release"
-	opRef      = messenger.InternalPrefix + "rv.ref"
-	opDrop     = messenger.InternalPrefix + "rv.drop"
+	// opAcquireBatch takes leases on many handles of one owner in one round trip (GetBatch).
+	opAcquireBatch = messenger.InternalPrefix + "rv.acquire_batch"
+	opPull         = messenger.InternalPrefix + "rv.pull"
+	opDetach       = messenger.InternalPrefix + "rv.detach"
+	opRelease      = messenger.InternalPrefix + "rv.release"
+	opRef          = messenger.InternalPrefix + "rv.ref"
+	opDrop         = messenger.InternalPrefix + "rv.drop"
 )
 
 // MaxPayload is the largest payload this build stages or fetches (1 TiB).
@@ -80,8 +82,11 @@ type Config struct {
 	// StageTTL is how long a transparently staged message payload waits for its receiver
 	// (default 5 min).
 	StageTTL time.Duration
-	// PullWindow is how many pulls a consumer keeps in flight (default 8).
+	// PullWindow is how many pulls a consumer keeps in flight for one Get (default 8).
 	PullWindow int
+	// BatchWindow is how many reads or pulls GetBatch and ReadRanges keep in flight per owner
+	// (default DefaultBatchWindow).
+	BatchWindow int
 	// MaxGetSize is the largest payload Get and GetAlloc allocate a buffer for, and so the largest
 	// staged message payload this instance fetches (default DefaultMaxGetSize). A handle's size is
 	// a claim of whoever sent it; without a bound one message could make this instance allocate
@@ -124,6 +129,9 @@ func New(cfg Config) *Rendezvous {
 	}
 	if cfg.PullWindow <= 0 {
 		cfg.PullWindow = DefaultPullWindow
+	}
+	if cfg.BatchWindow <= 0 {
+		cfg.BatchWindow = DefaultBatchWindow
 	}
 	if cfg.MaxGetSize == 0 {
 		cfg.MaxGetSize = DefaultMaxGetSize

@@ -233,6 +233,25 @@ type RMA interface {
 	ForceClosePeer(peer InstanceID) error
 }
 
+// Read is one read of ManyReader.ReadMany: len(Dst) bytes at Offset of the region Key names.
+type Read struct {
+	Key    []byte
+	Offset uint64
+	Dst    []byte
+}
+
+// ManyReader is an RMA that posts many reads in one call. The rendezvous registry reads batches
+// (GetBatch) and ranges (ReadRanges) through it when the transport has it, and with one Get per
+// read, several at a time, when it does not.
+type ManyReader interface {
+	// ReadMany reads every entry of reads from peer with up to window reads in flight, none
+	// waiting for another before it is posted. done(i, err) runs once per read, as it completes,
+	// on the calling goroutine; one read's failure (a key or range the backend refuses, a revoked
+	// registration) fails only that read. ReadMany returns once nothing writes any Dst; if ctx ends
+	// first, the reads not yet done fail with its error.
+	ReadMany(ctx context.Context, peer InstanceID, reads []Read, window int, done func(i int, err error))
+}
+
 // Registration is one registered memory region. Its life has two steps, because a remote read
 // may be under way when the owner ends it: Revoke stops the key from starting new reads, and
 // Dead is closed once no read of the region is in flight and the region is no longer registered.

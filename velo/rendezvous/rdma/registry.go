@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -57,7 +58,7 @@ type Registry struct {
 // leaseReg is one lease's registration of one slot.
 type leaseReg struct {
 	reg   transport.Registration
-	slot  *Slot
+	slot  registrable
 	bytes int
 	peer  transport.InstanceID // the consumer the key was sent to
 	lease uint64
@@ -226,22 +227,22 @@ func (o *Owner) Serve(ctx context.Context, sl rendezvous.Slot, offer []byte) ([]
 	if err := wire.CheckRDMAOffer(offer); err != nil {
 		return nil, nil, metrics.ReasonDecodeError, fmt.Errorf("rdma: %w: %w", ErrDescriptor, err)
 	}
-	s, ok := sl.Opts.Pinned.(*Slot)
-	if !ok || s == nil || s.p != r.pool {
+	s, ok := sl.Opts.Pinned.(registrable)
+	if !ok || s == nil || !s.of(r) {
 		return nil, nil, metrics.ReasonNotPinned, fmt.Errorf("rdma: slot %d is not in this registry's pinned memory", sl.ID)
 	}
 	region := s.PinnedRegion()
 	if err := r.pool.reserve(len(region)); err != nil {
 		return nil, nil, metrics.ReasonBudget, err
 	}
-	if err := r.pool.addReg(s); err != nil {
+	if err := s.holdReg(); err != nil {
 		r.pool.unreserve(len(region))
 		return nil, nil, metrics.ReasonPoolExhausted, err
 	}
 	reg, err := r.rma.RegisterMemory(region)
 	if err != nil {
 		r.pool.unreserve(len(region))
-		r.pool.regDead(s)
+		s.dropReg()
 		return nil, nil, metrics.ReasonBudget, fmt.Errorf("rdma: registering %s for lease %d: %w", verbs.FormatBytes(uint64(len(region))), sl.Lease.ID, err)
 	}
 	desc, err := wire.AppendRDMADescriptor(nil, wire.RDMADescriptor{Key: reg.Key()})
@@ -363,7 +364,7 @@ func (r *Registry) released(lr *leaseReg, quarantined bool) {
 		r.log.Info("rdma: a quarantined registration is dead; its memory is back in use", "lease", lr.lease, "bytes", lr.bytes)
 	}
 	r.pool.unreserve(lr.bytes)
-	r.pool.regDead(lr.slot)
+	lr.slot.dropReg()
 }
 
 // ---------------------------------------------------------------------------- consumer side
@@ -383,6 +384,71 @@ func (c *Consumer) Get(ctx context.Context, owner transport.InstanceID, descript
 		return fmt.Errorf("rdma: %w: %w", ErrDescriptor, err)
 	}
 	return r.rma.Get(ctx, owner, d.Key, 0, dst)
+}
+
+// GetMany reads many ranges of many leases of one owner. Each distinct descriptor is decoded
+// once; a transport that posts many reads in one call (transport.ManyReader: the UCX transport)
+// gets them all, and any other gets one Get per read, window at a time.
+func (c *Consumer) GetMany(ctx context.Context, owner transport.InstanceID, reads []rendezvous.RemoteRead, window int, done func(i int, err error)) {
+	window = max(window, 1)
+	var mu sync.Mutex
+	report := func(i int, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if done != nil {
+			done(i, err)
+		}
+	}
+	keys := map[string][]byte{}
+	tr := make([]transport.Read, 0, len(reads))
+	index := make([]int, 0, len(reads))
+	for i, rd := range reads {
+		key, ok := keys[string(rd.Descriptor)]
+		if !ok {
+			d, err := wire.DecodeRDMADescriptor(rd.Descriptor)
+			if err == nil {
+				key = d.Key
+			}
+			keys[string(rd.Descriptor)] = key
+			if err != nil {
+				report(i, fmt.Errorf("rdma: %w: %w", ErrDescriptor, err))
+				continue
+			}
+		}
+		if key == nil {
+			report(i, fmt.Errorf("rdma: %w: the descriptor failed to decode", ErrDescriptor))
+			continue
+		}
+		tr = append(tr, transport.Read{Key: key, Offset: rd.Offset, Dst: rd.Dst})
+		index = append(index, i)
+	}
+	if len(tr) == 0 {
+		return
+	}
+	if mr, ok := c.r.rma.(transport.ManyReader); ok {
+		mr.ReadMany(ctx, owner, tr, window, func(j int, err error) { report(index[j], err) })
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < min(window, len(tr)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				j := int(next.Add(1) - 1)
+				if j >= len(tr) {
+					return
+				}
+				err := ctx.Err()
+				if err == nil {
+					err = c.r.rma.Get(ctx, owner, tr[j].Key, tr[j].Offset, tr[j].Dst)
+				}
+				report(index[j], err)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // ---------------------------------------------------------------------------- state

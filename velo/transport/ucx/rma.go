@@ -154,3 +154,83 @@ func (t *Transport) Get(ctx context.Context, id transport.InstanceID, key []byte
 	}
 	return nil
 }
+
+// ReadMany implements transport.ManyReader: every read goes through the engine's GetMany on the
+// peer's endpoint, up to window at a time, each completion posting the next from the goroutine
+// that saw it complete. Each distinct key is parsed and checked once for all the reads that name
+// it; a read with a key the check refuses fails alone, before anything is posted. The endpoint
+// counts the batch as one GET in flight (a fin waits for it, as for Get).
+func (t *Transport) ReadMany(ctx context.Context, id transport.InstanceID, reads []transport.Read, window int, done func(i int, err error)) {
+	if len(reads) == 0 {
+		return
+	}
+	report := func(i int, err error) {
+		if err != nil {
+			err = fmt.Errorf("ucx: GET of %d bytes from %016x: %w", len(reads[i].Dst), uint64(id), err)
+		}
+		if done != nil {
+			done(i, err)
+		}
+	}
+	failAll := func(err error) {
+		for i := range reads {
+			if done != nil {
+				done(i, err)
+			}
+		}
+	}
+	p, _, err := t.lookup(id)
+	if err != nil {
+		failAll(err)
+		return
+	}
+	if !t.CanGet(id) {
+		failAll(fmt.Errorf("ucx: GET from %016x: %w: the peer is not registered for one-sided reads (RegisterPeer with its UCX address)", uint64(id), transport.ErrUnknownPeer))
+		return
+	}
+	keys := map[string]*ucp.RegionKey{}
+	var bad []int
+	var badErr []error
+	kr := make([]ucp.KeyRead, 0, len(reads))
+	index := make([]int, 0, len(reads)) // kr[j] is reads[index[j]]
+	for i, r := range reads {
+		k, ok := keys[string(r.Key)]
+		if !ok {
+			var err error
+			if k, err = ucp.ParseRegionKey(r.Key); err != nil {
+				k = nil
+				bad, badErr = append(bad, i), append(badErr, err)
+				keys[string(r.Key)] = nil
+				continue
+			}
+			keys[string(r.Key)] = k
+		}
+		if k == nil {
+			bad, badErr = append(bad, i), append(badErr, fmt.Errorf("%w: the key failed its check", ucp.ErrInvalidRemoteKey))
+			continue
+		}
+		kr = append(kr, ucp.KeyRead{Key: k, Offset: r.Offset, Dst: r.Dst})
+		index = append(index, i)
+	}
+	for j, i := range bad {
+		report(i, badErr[j])
+	}
+	if len(kr) == 0 {
+		return
+	}
+	p.sendMu.Lock()
+	oc, err := t.connLocked(ctx, p)
+	if err != nil {
+		p.sendMu.Unlock()
+		for _, i := range index {
+			report(i, err)
+		}
+		return
+	}
+	oc.beginGet()
+	p.sendMu.Unlock()
+	p.touch()
+	oc.c.GetMany(ctx, kr, window, func(j int, err error) { report(index[j], err) })
+	p.touch()
+	t.opDone(oc, true)
+}

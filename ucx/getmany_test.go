@@ -1,0 +1,179 @@
+//go:build cgo && linux
+
+package ucx
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestGetManyBlocks: 2,048 reads of 4 KiB and 1,024 of 64 KiB from two registrations, on both
+// GET paths, with a window smaller than the batch. Every read reports once, every byte matches.
+func TestGetManyBlocks(t *testing.T) {
+	for _, mode := range []RMAMode{RMAGuarded, RMADirect} {
+		t.Run(mode.String(), func(t *testing.T) {
+			ctx := testContext(t)
+			a, b, ab := enginePair(t, func(c *EngineConfig) { c.RMA = mode })
+			if mode == RMAGuarded {
+				skipIfReplyBroken(t, a)
+			}
+			src1, src2 := allocFilled(t, 8<<20, 21), allocFilled(t, 64<<20, 22)
+			reg1, err := b.Register(ctx, src1.Bytes())
+			require.NoError(t, err)
+			reg2, err := b.Register(ctx, src2.Bytes())
+			require.NoError(t, err)
+			k1, err := ParseRegionKey(reg1.RemoteKey())
+			require.NoError(t, err)
+			k2, err := ParseRegionKey(reg2.RemoteKey())
+			require.NoError(t, err)
+			var reads []KeyRead
+			var want [][]byte
+			for i := 0; i < 2048; i++ {
+				off := uint64(i) * 4096
+				reads = append(reads, KeyRead{Key: k1, Offset: off, Dst: make([]byte, 4096)})
+				want = append(want, src1.Bytes()[off:off+4096])
+			}
+			for i := 0; i < 1024; i++ {
+				off := uint64(i) * 64 << 10
+				reads = append(reads, KeyRead{Key: k2, Offset: off, Dst: make([]byte, 64<<10)})
+				want = append(want, src2.Bytes()[off:off+64<<10])
+			}
+			seen := make([]int, len(reads))
+			ab.GetMany(ctx, reads, 16, func(i int, err error) {
+				seen[i]++
+				assert.NoError(t, err, "read %d", i)
+			})
+			for i, r := range reads {
+				require.Equal(t, 1, seen[i], "read %d reported %d times", i, seen[i])
+				require.True(t, bytes.Equal(r.Dst, want[i]), "read %d: bytes differ", i)
+			}
+			require.NoError(t, reg1.Unregister(ctx))
+			require.NoError(t, reg2.Unregister(ctx))
+		})
+	}
+}
+
+// TestGetManyEachEntryFailsAlone: a range past the region, a read without a key and a read
+// with a revoked key each fail with their own error; the reads around them complete.
+func TestGetManyEachEntryFailsAlone(t *testing.T) {
+	ctx := testContext(t)
+	a, b, ab := enginePair(t, nil)
+	skipIfReplyBroken(t, a)
+	src := allocFilled(t, 1<<20, 31)
+	live, err := b.Register(ctx, src.Bytes())
+	require.NoError(t, err)
+	dead, err := b.Register(ctx, src.Bytes())
+	require.NoError(t, err)
+	kl, err := ParseRegionKey(live.RemoteKey())
+	require.NoError(t, err)
+	kd, err := ParseRegionKey(dead.RemoteKey())
+	require.NoError(t, err)
+	require.NoError(t, dead.Unregister(ctx))
+	guarded := true
+	if m, _ := ab.RMAMode(ctx); m != RMAGuarded {
+		guarded = false // the NIC enforces keys there; a revoked key is not read either way
+	}
+	sentinel := bytes.Repeat([]byte{0xA5}, 100)
+	reads := []KeyRead{
+		{Key: kl, Offset: 0, Dst: make([]byte, 100)},
+		{Key: kl, Offset: 1<<20 - 50, Dst: append([]byte(nil), sentinel...)}, // past the end
+		{Key: nil, Offset: 0, Dst: make([]byte, 100)},
+		{Key: kl, Offset: 200, Dst: make([]byte, 100)},
+		{Key: kl, Offset: 4096, Dst: nil}, // zero bytes: nothing to read, nothing refused
+	}
+	if guarded {
+		reads = append(reads, KeyRead{Key: kd, Offset: 0, Dst: append([]byte(nil), sentinel...)})
+	}
+	errs := make([]error, len(reads))
+	var mu sync.Mutex
+	ab.GetMany(ctx, reads, 2, func(i int, err error) {
+		mu.Lock()
+		errs[i] = err
+		mu.Unlock()
+	})
+	assert.NoError(t, errs[0])
+	assert.Equal(t, src.Bytes()[:100], reads[0].Dst)
+	assert.ErrorIs(t, errs[1], ErrOutOfRange)
+	assert.Equal(t, sentinel, reads[1].Dst, "a refused read wrote into its destination")
+	assert.ErrorIs(t, errs[2], ErrInvalidRemoteKey)
+	assert.NoError(t, errs[3])
+	assert.Equal(t, src.Bytes()[200:300], reads[3].Dst)
+	assert.NoError(t, errs[4])
+	if guarded {
+		assert.ErrorIs(t, errs[5], ErrRemoteKeyRevoked)
+		assert.Equal(t, sentinel, reads[5].Dst)
+	}
+	require.NoError(t, live.Unregister(ctx))
+}
+
+// TestGetManyCanceled: a context that ends mid-batch fails the reads not yet done with its
+// error, and GetMany still returns only once nothing writes any destination.
+func TestGetManyCanceled(t *testing.T) {
+	ctx := testContext(t)
+	a, b, ab := enginePair(t, nil)
+	skipIfReplyBroken(t, a)
+	reg, k, reads := blockReads(t, b, 41)
+	cctx, cancel := context.WithCancel(ctx)
+	var ok, canceled, other int
+	ab.GetMany(cctx, reads, 4, func(i int, err error) {
+		switch {
+		case err == nil:
+			if ok++; ok == 100 {
+				cancel()
+			}
+		case errors.Is(err, context.Canceled):
+			canceled++
+		default:
+			other++
+			t.Errorf("read %d: %v", i, err)
+		}
+	})
+	cancel()
+	assert.GreaterOrEqual(t, ok, 100)
+	assert.Positive(t, canceled, "no read was canceled: the batch finished before the cancel")
+	assert.Equal(t, len(reads), ok+canceled+other)
+	// The connection still works afterwards.
+	dst := make([]byte, 10)
+	require.NoError(t, ab.GetKey(ctx, dst, k, 0))
+	require.NoError(t, reg.Unregister(ctx))
+}
+
+// TestGetManyEngineClosing: closing the engine under a running batch ends every read (with
+// an error for those it cut short) and GetMany returns.
+func TestGetManyEngineClosing(t *testing.T) {
+	a, b, ab := enginePair(t, nil)
+	skipIfReplyBroken(t, a)
+	_, _, reads := blockReads(t, b, 51)
+	var n, failed int
+	ab.GetMany(testContext(t), reads, 4, func(i int, err error) {
+		if n++; n == 50 {
+			go a.Close(context.Background())
+		}
+		if err != nil {
+			failed++
+		}
+	})
+	assert.Equal(t, len(reads), n)
+	assert.Positive(t, failed)
+}
+
+// blockReads registers 16 MiB on the owner engine and returns 4,096 reads of 4 KiB covering it.
+func blockReads(t *testing.T, owner *Engine, seed uint64) (*Registration, *RegionKey, []KeyRead) {
+	t.Helper()
+	src := allocFilled(t, 16<<20, seed)
+	reg, err := owner.Register(testContext(t), src.Bytes())
+	require.NoError(t, err)
+	k, err := ParseRegionKey(reg.RemoteKey())
+	require.NoError(t, err)
+	reads := make([]KeyRead, 4096)
+	for i := range reads {
+		reads[i] = KeyRead{Key: k, Offset: uint64(i) * 4096, Dst: make([]byte, 4096)}
+	}
+	return reg, k, reads
+}

@@ -1,0 +1,134 @@
+package velo
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/rendezvous"
+	"github.com/velo-go/velo/velo/rendezvous/rdma"
+)
+
+// GetRequest is one entry of GetBatch: a handle, and optionally the buffer its payload goes to
+// (Into, exactly Handle.Size bytes; nil for a new buffer).
+type GetRequest = rendezvous.GetRequest
+
+// GetResult is the outcome of one GetRequest: its lease, or the error of that entry alone.
+type GetResult = rendezvous.GetResult
+
+// RangeLease is a lease taken for ranged reads of one payload (Acquire).
+type RangeLease = rendezvous.RangeLease
+
+// Range is one read of ReadRanges: Length bytes at Offset into Dst; Err is its outcome.
+type Range = rendezvous.Range
+
+// Region is memory an owner writes in place and stages without a copy (NewRegion,
+// RegisterRegion, StageRegion).
+type Region = rdma.Region
+
+// GetBatch fetches many payloads at once and returns one result per request, in order. The
+// handles of one owner are leased together (a few hundred per round trip), their RDMA reads are
+// posted without waiting for each other and chunked payloads are pulled with many pulls in flight
+// across the batch: WithBatchWindow per owner. Each entry fails alone (a released, foreign or
+// repeated handle, a wrong-sized Into, a context that ended before it was done), and what a failed
+// entry took — its lease, and with it the owner's registration of its memory — is given back before
+// GetBatch returns. each, when not nil, is called once per entry as it completes, one call at a
+// time. The path metric counts every entry. End the leases of the successful results with Release
+// or Detach, as after Get.
+func (v *Velo) GetBatch(ctx context.Context, reqs []GetRequest, each func(GetResult)) []GetResult {
+	wrap := func(r GetResult) GetResult {
+		if r.Err != nil {
+			r.Err = v.ownerGone(reqs[r.Index].Handle, r.Err)
+		}
+		return r
+	}
+	var inner func(GetResult)
+	if each != nil {
+		inner = func(r GetResult) { each(wrap(r)) }
+	}
+	out := v.rv.GetBatch(ctx, reqs, inner)
+	for i := range out {
+		out[i] = wrap(out[i])
+	}
+	return out
+}
+
+// Acquire takes a lease on h for ranged reads without moving a byte: on the RDMA path the owner
+// registers the payload once for the lease, and each range is then one GET with that key. Read
+// with RangeLease.ReadRanges, as often as needed; end the lease with Release or Detach.
+func (v *Velo) Acquire(ctx context.Context, h Handle) (*RangeLease, error) {
+	l, err := v.rv.Acquire(ctx, h)
+	return l, v.ownerGone(h, err)
+}
+
+// ReadRanges reads many ranges of h's payload in one call, with one lease (one descriptor, one
+// remote key): Acquire, ReadRanges, Detach. Each range's outcome is in its Err; ranges outside the
+// payload, empty ones and ones whose Dst is too short fail before anything is posted. The handle's
+// reference is kept (the lease is detached), so the payload stays for later reads.
+func (v *Velo) ReadRanges(ctx context.Context, h Handle, ranges []Range) error {
+	l, err := v.Acquire(ctx, h)
+	if err != nil {
+		for i := range ranges {
+			ranges[i].Err = err
+		}
+		return err
+	}
+	rerr := l.ReadRanges(ctx, ranges)
+	if err := l.Detach(context.WithoutCancel(ctx)); err != nil && rerr == nil {
+		v.log.Debug("velo: detaching after ReadRanges failed; the owner's reaper ends the lease", "err", err)
+	}
+	return rerr
+}
+
+// NewRegion returns size bytes of this instance's pinned memory for the caller to write in place
+// and stage without a copy (StageRegion), as often and for as long as it likes. Staging 1 GiB this
+// way costs 1 GiB of memory, not the 2 GiB of a copy (RegisterDataPinned). When no pinned memory
+// can be had — no RDMA registry (WithUCXTransport), the kill switch, the budget, the memlock limit —
+// the region is plain memory, consumers read it by chunks, and Region.Reason says why; the error
+// is for a size below one byte. Free the region when done with it.
+func (v *Velo) NewRegion(size int) (*Region, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("velo: NewRegion(%d): a region holds at least one byte", size)
+	}
+	if v.rdma == nil {
+		return rdma.PlainRegion(make([]byte, size), metrics.ReasonNotConfigured), nil
+	}
+	return v.rdma.NewRegion(size)
+}
+
+// RegisterRegion makes memory the caller already has a region, without copying it: staged, it is
+// read by RDMA (each lease registers it once, with its own key) or, without an RDMA registry, by
+// chunks. mem must stay valid and unmoved until Region.Done is closed (after Free and the end of
+// every staging and of every read); memory outside the Go heap is the intended kind.
+func (v *Velo) RegisterRegion(mem []byte) (*Region, error) {
+	if len(mem) == 0 {
+		return nil, fmt.Errorf("velo: RegisterRegion: an empty region")
+	}
+	if v.rdma == nil {
+		return rdma.PlainRegion(mem, metrics.ReasonNotConfigured), nil
+	}
+	return v.rdma.RegisterRegion(mem)
+}
+
+// StageRegion stages the whole region, without a copy, and returns its handle (one reference, as
+// every staging). The owner keeps writing the region as it likes; a consumer sees what was written
+// before the handle (or a message naming a range of it) reached it. Stage the same region as often
+// as needed: each staging is its own handle on the same memory.
+func (v *Velo) StageRegion(ctx context.Context, g *Region) (Handle, error) {
+	if err := ctx.Err(); err != nil {
+		return Handle{}, err
+	}
+	if g == nil {
+		return Handle{}, fmt.Errorf("velo: StageRegion(nil)")
+	}
+	o, err := g.Stage()
+	if err != nil {
+		return Handle{}, fmt.Errorf("velo: StageRegion: %w", err)
+	}
+	h, err := v.rv.Stage(g.Bytes(), o)
+	if err != nil {
+		o.OnFree()
+		return Handle{}, err
+	}
+	return h, nil
+}

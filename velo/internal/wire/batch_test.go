@@ -1,0 +1,59 @@
+package wire
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func FuzzDecodeAcquireBatchRequest(f *testing.F) {
+	offer, _ := AppendOffer(nil, Offer{Backend: "ucx", Blob: []byte{2}})
+	for _, a := range []AcquireBatchRequest{
+		{Handles: []Handle{{Owner: 1, Slot: 2, Nonce: 3, Size: 4}}},
+		{Offer: offer, Handles: []Handle{{Owner: 1, Slot: 2, Nonce: 3, Size: 4}, {Owner: 1, Slot: 5, Nonce: 6, Size: 1 << 20}}},
+	} {
+		b, _ := AppendAcquireBatchRequest(nil, a)
+		f.Add(b)
+	}
+	f.Fuzz(fuzzFixed(DecodeAcquireBatchRequest, func(a AcquireBatchRequest) ([]byte, error) { return AppendAcquireBatchRequest(nil, a) }))
+}
+
+func FuzzDecodeAcquireBatchResponse(f *testing.F) {
+	for _, es := range [][]AcquireBatchEntry{
+		{{Response: AcquireResponse{Path: "chunked", Reason: "not_configured", Lease: 1, TTLMillis: 30000, Size: 10, ChunkSize: 1 << 20}}},
+		{
+			{Response: AcquireResponse{Path: "rdma", Reason: "ok", Lease: 2, TTLMillis: 1, Size: 4096, ChunkSize: 1, Descriptor: []byte("desc")}},
+			{ErrKind: "rendezvous.released", ErrText: "slot 7 released"},
+		},
+	} {
+		b, _ := AppendAcquireBatchResponse(nil, es)
+		f.Add(b)
+	}
+	f.Fuzz(fuzzFixed(DecodeAcquireBatchResponse, func(es []AcquireBatchEntry) ([]byte, error) { return AppendAcquireBatchResponse(nil, es) }))
+}
+
+func TestAcquireBatchLimits(t *testing.T) {
+	_, err := AppendAcquireBatchRequest(nil, AcquireBatchRequest{})
+	assert.ErrorIs(t, err, ErrMalformed, "an empty batch")
+	_, err = AppendAcquireBatchRequest(nil, AcquireBatchRequest{Handles: make([]Handle, MaxAcquireBatch+1)})
+	assert.ErrorIs(t, err, ErrMalformed, "a batch above the limit")
+
+	b, err := AppendAcquireBatchRequest(nil, AcquireBatchRequest{Handles: []Handle{{Owner: 1, Slot: 1, Nonce: 1, Size: 1}}})
+	require.NoError(t, err)
+	b[0] = AcquireBatchVersion + 1
+	_, err = DecodeAcquireBatchRequest(b)
+	assert.ErrorIs(t, err, ErrVersion)
+
+	// A count that claims more handles than the bytes hold is refused before anything is
+	// allocated for them.
+	huge := []byte{AcquireBatchVersion, 0, 0, 0x0f, 0xff}
+	_, err = DecodeAcquireBatchRequest(huge)
+	assert.ErrorIs(t, err, ErrMalformed)
+
+	// An answer entry that is neither a lease nor an error.
+	_, err = DecodeAcquireBatchResponse([]byte{AcquireBatchVersion, 0, 1, 1, 0, 0, 0})
+	assert.ErrorIs(t, err, ErrMalformed)
+	_, err = DecodeAcquireBatchResponse([]byte{AcquireBatchVersion, 0, 1, 7})
+	assert.ErrorIs(t, err, ErrMalformed)
+}

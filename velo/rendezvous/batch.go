@@ -1,0 +1,456 @@
+package rendezvous
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/velo-go/velo/velo/internal/wire"
+	"github.com/velo-go/velo/velo/messenger"
+	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/transport"
+)
+
+// GetRequest is one entry of GetBatch.
+type GetRequest struct {
+	Handle Handle
+	// Into receives the payload and must be exactly Handle.Size bytes; nil fetches into a new
+	// buffer, allocated once the owner confirmed the size (and bounded by MaxGetSize, like Get).
+	Into []byte
+}
+
+// GetResult is the outcome of one GetRequest: a lease (the caller ends it, as after Get) or the
+// error of that entry alone.
+type GetResult struct {
+	Index int
+	Lease *Lease
+	Err   error
+}
+
+// ErrDuplicateHandle: a batch named the same handle twice. The later entry is refused; the first
+// is fetched.
+var ErrDuplicateHandle = errors.New("handle repeated in one batch")
+
+// DefaultBatchWindow is Config.BatchWindow's default.
+const DefaultBatchWindow = 64
+
+// maxBatchPart bounds the handles of one acquire batch message; with a few hundred bytes per
+// granted entry the answer stays well inside one frame of either transport.
+const maxBatchPart = 256
+
+// GetBatch fetches every request's payload and returns one result per request, in request order.
+// It is Get for many handles at once, built for many small payloads (cache blocks of 4 KiB to a
+// few MiB): the handles of one owner are leased together, a few hundred per round trip; their
+// RDMA reads are posted without waiting for each other, up to Config.BatchWindow in flight; and
+// payloads on the chunked path are pulled with that many pulls in flight across the batch, not
+// one payload at a time. Owners are served in parallel.
+//
+// One entry's failure fails that entry alone: a released, foreign, forged or repeated handle, a
+// buffer of the wrong size, an owner that refuses or goes away. each, when not nil, is called once
+// per entry as it completes, one call at a time. When ctx ends, entries not yet done fail with its
+// error. Every entry that fails gives back what it took before GetBatch returns: its lease is
+// ended (and with it the owner's registration of its memory), so only the leases of the results
+// without error remain, for the caller to Release or Detach.
+func (r *Rendezvous) GetBatch(ctx context.Context, reqs []GetRequest, each func(GetResult)) []GetResult {
+	b := &batch{r: r, ctx: ctx, reqs: reqs, results: make([]GetResult, len(reqs)), each: each}
+	seen := make(map[Handle]int, len(reqs))
+	byOwner := map[transport.InstanceID][]int{}
+	var owners []transport.InstanceID
+	for i, q := range reqs {
+		h := q.Handle
+		switch {
+		case h.Owner == 0 || h.Nonce == 0:
+			b.done(i, nil, fmt.Errorf("rendezvous: get: %w: %v is not a handle an owner issued", ErrBadHandle, h))
+			continue
+		case q.Into != nil && uint64(len(q.Into)) != h.Size:
+			b.done(i, nil, fmt.Errorf("rendezvous: get: %w: buffer of %d bytes for a %d-byte payload: pass a buffer of exactly Handle.Size bytes",
+				ErrBufferSize, len(q.Into), h.Size))
+			continue
+		case q.Into == nil && h.Size > r.cfg.MaxGetSize:
+			b.done(i, nil, fmt.Errorf("rendezvous: get: %w: the handle claims %d bytes, above this instance's limit of %d: raise it with velo.WithMaxGetSize, or fetch into a buffer of your own (Into)",
+				ErrTooLarge, h.Size, r.cfg.MaxGetSize))
+			continue
+		}
+		if j, dup := seen[h]; dup {
+			b.done(i, nil, fmt.Errorf("rendezvous: get: %w: entry %d repeats the handle of entry %d: fetch it once, or Ref it and Get it again after this batch", ErrDuplicateHandle, i, j))
+			continue
+		}
+		seen[h] = i
+		if h.Owner == r.cfg.Self {
+			l, err := r.getLocal(h, b.alloc(i))
+			b.done(i, l, err)
+			continue
+		}
+		if byOwner[h.Owner] == nil {
+			owners = append(owners, h.Owner)
+		}
+		byOwner[h.Owner] = append(byOwner[h.Owner], i)
+	}
+	var wg sync.WaitGroup
+	for _, o := range owners {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b.fromOwner(o, byOwner[o])
+		}()
+	}
+	wg.Wait()
+	return b.results
+}
+
+// batch is one GetBatch call.
+type batch struct {
+	r    *Rendezvous
+	ctx  context.Context
+	reqs []GetRequest
+
+	mu      sync.Mutex // results and the calls of each
+	results []GetResult
+	each    func(GetResult)
+}
+
+// grant is an entry the owner leased: its lease, the owner's answer and the path reason to count
+// if it goes chunked.
+type grant struct {
+	i      int
+	l      *Lease
+	resp   wire.AcquireResponse
+	reason metrics.Reason
+}
+
+func (b *batch) done(i int, l *Lease, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.results[i] = GetResult{Index: i, Lease: l, Err: err}
+	if b.each != nil {
+		b.each(b.results[i])
+	}
+}
+
+// alloc returns the destination of entry i: its Into, or a new buffer.
+func (b *batch) alloc(i int) func(n int) ([]byte, error) {
+	return func(n int) ([]byte, error) {
+		if into := b.reqs[i].Into; into != nil {
+			return into, nil
+		}
+		return make([]byte, n), nil
+	}
+}
+
+// fail ends g's lease before the entry reports err, so that nothing of it outlives the batch.
+func (b *batch) fail(owner transport.InstanceID, g grant, err error) {
+	b.r.detachNow(b.ctx, owner, g.l.id)
+	b.done(g.i, nil, err)
+}
+
+// fromOwner fetches the entries idx of one owner: acquire a part, start moving its bytes, acquire
+// the next part meanwhile (at most two parts move at once).
+func (b *batch) fromOwner(owner transport.InstanceID, idx []int) {
+	r := b.r
+	offer, reason, client := r.offer(owner)
+	per := maxBatchPart
+	if f := r.msgr.MaxFrame(owner) - wire.HeaderLen; f > 0 {
+		per = max(1, min(per, f/1024))
+	}
+	moving := make(chan struct{}, 2)
+	var wg sync.WaitGroup
+	for start := 0; start < len(idx); start += per {
+		part := idx[start:min(start+per, len(idx))]
+		if err := b.ctx.Err(); err != nil {
+			for _, i := range part {
+				b.done(i, nil, fmt.Errorf("rendezvous: get: %w", err))
+			}
+			continue
+		}
+		grants := b.acquire(owner, part, offer, reason)
+		if len(grants) == 0 {
+			continue
+		}
+		moving <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-moving }()
+			b.move(owner, grants, client)
+		}()
+	}
+	wg.Wait()
+}
+
+// acquire leases the entries part of owner in one batch message (one acquire per entry from an
+// owner that does not know the batch message yet) and allocates their destinations. Entries that
+// fail are reported here; the granted ones are returned.
+func (b *batch) acquire(owner transport.InstanceID, part []int, offer []byte, reason metrics.Reason) []grant {
+	r := b.r
+	hs := make([]wire.Handle, len(part))
+	for k, i := range part {
+		hs[k] = b.reqs[i].Handle.wire()
+	}
+	req, err := wire.AppendAcquireBatchRequest(nil, wire.AcquireBatchRequest{Offer: offer, Handles: hs})
+	var entries []wire.AcquireBatchEntry
+	if err == nil {
+		var resp []byte
+		resp, err = r.msgr.Request(b.ctx, owner, opAcquireBatch, req)
+		switch {
+		case errors.Is(err, messenger.ErrUnknownHandler):
+			return b.acquireEach(owner, part, offer, reason)
+		case err != nil:
+			err = remoteErr("get", err)
+		default:
+			if entries, err = wire.DecodeAcquireBatchResponse(resp); err == nil && len(entries) != len(part) {
+				for _, e := range entries {
+					if !e.Failed() {
+						r.abandon(owner, e.Response.Lease)
+					}
+				}
+				err = fmt.Errorf("%d answers to %d handles", len(entries), len(part))
+			}
+			if err != nil {
+				r.m.CountPath(metrics.PathChunked, metrics.ReasonDecodeError)
+				err = fmt.Errorf("rendezvous: acquire from %016x: %w: %v", uint64(owner), ErrProtocol, err)
+			}
+		}
+	}
+	if err != nil {
+		for _, i := range part {
+			b.done(i, nil, err)
+		}
+		return nil
+	}
+	grants := make([]grant, 0, len(part))
+	for k, e := range entries {
+		i := part[k]
+		if e.Failed() {
+			b.done(i, nil, batchEntryErr(e))
+			continue
+		}
+		l, err := r.checkGrant(b.reqs[i].Handle, offer, e.Response)
+		if err != nil {
+			b.done(i, nil, err)
+			continue
+		}
+		g := grant{i: i, l: l, resp: e.Response, reason: reason}
+		if offer != nil {
+			g.reason = metrics.Reason(e.Response.Reason) // we offered; the owner says why not
+		}
+		if g.l.data, err = b.alloc(i)(int(e.Response.Size)); err != nil {
+			b.fail(owner, g, err)
+			continue
+		}
+		grants = append(grants, g)
+	}
+	return grants
+}
+
+// acquireEach leases the entries one acquire message each, Config.BatchWindow at a time: the
+// batch's answer to an owner of an earlier release.
+func (b *batch) acquireEach(owner transport.InstanceID, part []int, offer []byte, reason metrics.Reason) []grant {
+	var mu sync.Mutex
+	var grants []grant
+	forEach(len(part), b.r.cfg.BatchWindow, func(k int) {
+		i := part[k]
+		l, resp, err := b.r.acquire(b.ctx, b.reqs[i].Handle, offer)
+		if err != nil {
+			b.done(i, nil, err)
+			return
+		}
+		g := grant{i: i, l: l, resp: resp, reason: reason}
+		if offer != nil {
+			g.reason = metrics.Reason(resp.Reason)
+		}
+		if g.l.data, err = b.alloc(i)(int(resp.Size)); err != nil {
+			b.fail(owner, g, err)
+			return
+		}
+		mu.Lock()
+		grants = append(grants, g)
+		mu.Unlock()
+	})
+	return grants
+}
+
+// move moves the bytes of granted entries: the RDMA ones with one GetMany, the chunked ones (and
+// those whose GET failed, after a fallback acquire without offer) by pipelined pulls.
+func (b *batch) move(owner transport.InstanceID, grants []grant, client RDMAClient) {
+	r := b.r
+	var rdma, chunked []grant
+	for _, g := range grants {
+		if g.resp.Path == string(metrics.PathRDMA) {
+			rdma = append(rdma, g)
+			continue
+		}
+		r.m.CountPath(metrics.PathChunked, g.reason)
+		g.l.Path, g.l.Reason = metrics.PathChunked, g.reason
+		chunked = append(chunked, g)
+	}
+	if len(rdma) > 0 {
+		reads := make([]RemoteRead, len(rdma))
+		for k, g := range rdma {
+			reads[k] = RemoteRead{Descriptor: g.resp.Descriptor, Dst: g.l.data}
+		}
+		failed := make([]error, len(rdma))
+		client.GetMany(b.ctx, owner, reads, r.cfg.BatchWindow, func(k int, err error) {
+			if err != nil {
+				failed[k] = err
+				return
+			}
+			g := rdma[k]
+			r.m.CountPath(metrics.PathRDMA, metrics.ReasonOK)
+			r.m.AddBytes("received", string(metrics.PathRDMA), len(g.l.data))
+			g.l.Path, g.l.Reason = metrics.PathRDMA, metrics.ReasonOK
+			b.done(g.i, g.l, nil)
+		})
+		for k, err := range failed {
+			if err == nil {
+				continue
+			}
+			if g, ok := b.fallback(owner, rdma[k], err); ok {
+				chunked = append(chunked, g)
+			}
+		}
+	}
+	if len(chunked) > 0 {
+		b.pull(owner, chunked)
+	}
+}
+
+// fallback handles an entry whose GET failed: like Get, it gives the lease up and acquires again
+// without an offer, for the chunked path. It reports the entry itself when that fails.
+func (b *batch) fallback(owner transport.InstanceID, g grant, getErr error) (grant, bool) {
+	r := b.r
+	if err := b.ctx.Err(); err != nil {
+		b.fail(owner, g, fmt.Errorf("rendezvous: get: %w", err))
+		return grant{}, false
+	}
+	r.log.Warn("rendezvous: RDMA get failed; fetching by chunks", "owner", fmt.Sprintf("%016x", uint64(owner)), "err", getErr)
+	r.m.CountPath(metrics.PathChunked, metrics.ReasonGetFailed)
+	r.abandon(owner, g.l.id)
+	l, resp, err := r.acquire(b.ctx, b.reqs[g.i].Handle, nil)
+	if err != nil {
+		b.done(g.i, nil, err)
+		return grant{}, false
+	}
+	l.data = g.l.data
+	ng := grant{i: g.i, l: l, resp: resp, reason: metrics.ReasonGetFailed}
+	if resp.Path != string(metrics.PathChunked) {
+		b.fail(owner, ng, fmt.Errorf("rendezvous: get: %w: owner %016x answered the fallback acquire (no offer) with path %q",
+			ErrProtocol, uint64(owner), resp.Path))
+		return grant{}, false
+	}
+	l.Path, l.Reason = metrics.PathChunked, metrics.ReasonGetFailed
+	return ng, true
+}
+
+// pull moves the chunked entries' bytes with Config.BatchWindow pulls in flight across all of
+// them, and reports each entry when its last chunk landed (or its first chunk failed).
+func (b *batch) pull(owner transport.InstanceID, gs []grant) {
+	r := b.r
+	spans := make([]pullSpan, len(gs))
+	for k, g := range gs {
+		spans[k] = pullSpan{lease: g.l.id, dst: g.l.data, chunk: int(g.resp.ChunkSize)}
+	}
+	r.pullSpans(b.ctx, owner, spans, func(k int, err error) {
+		g := gs[k]
+		if err != nil {
+			b.fail(owner, g, err)
+			return
+		}
+		r.m.AddBytes("received", string(metrics.PathChunked), len(g.l.data))
+		b.done(g.i, g.l, nil)
+	})
+}
+
+// pullSpan is a run of bytes to pull: len(dst) bytes at off of a lease's payload, in pulls of at
+// most chunk bytes.
+type pullSpan struct {
+	lease uint64
+	off   uint64
+	dst   []byte
+	chunk int
+}
+
+// pullSpans pulls every span with Config.BatchWindow pulls in flight across all of them, and
+// calls done(k, err) once per span, from the goroutine of its last pull, when every chunk of it
+// landed or after the first of its chunks failed. It returns once nothing writes any span's dst.
+func (r *Rendezvous) pullSpans(ctx context.Context, owner transport.InstanceID, spans []pullSpan, done func(k int, err error)) {
+	limit := r.msgr.MaxFrame(owner) - wire.HeaderLen
+	type task struct{ k, off, end int }
+	var tasks []task
+	left := make([]atomic.Int64, len(spans))
+	errs := make([]atomic.Pointer[error], len(spans))
+	for k, s := range spans {
+		chunk := s.chunk
+		if limit > 0 && (chunk <= 0 || chunk > limit) {
+			chunk = limit
+		}
+		chunk = max(chunk, 1)
+		n := 0
+		for off := 0; off < len(s.dst); off += chunk {
+			tasks = append(tasks, task{k, off, min(off+chunk, len(s.dst))})
+			n++
+		}
+		left[k].Store(int64(n))
+		if n == 0 {
+			done(k, nil)
+		}
+	}
+	finish := func(k int) {
+		var err error
+		if p := errs[k].Load(); p != nil {
+			err = *p
+		}
+		done(k, err)
+	}
+	forEach(len(tasks), r.cfg.BatchWindow, func(j int) {
+		t := tasks[j]
+		s := spans[t.k]
+		if errs[t.k].Load() == nil {
+			err := ctx.Err()
+			if err == nil {
+				req := wire.AppendPullRequest(make([]byte, 0, wire.PullRequestLen), wire.PullRequest{Lease: s.lease, Offset: s.off + uint64(t.off), Length: uint32(t.end - t.off)})
+				err = r.msgr.RequestInto(ctx, owner, opPull, req, s.dst[t.off:t.end])
+			}
+			if err != nil {
+				err = remoteErr(fmt.Sprintf("pull of %d bytes at %d", t.end-t.off, s.off+uint64(t.off)), err)
+				errs[t.k].CompareAndSwap(nil, &err)
+			}
+		}
+		if left[t.k].Add(-1) == 0 {
+			finish(t.k)
+		}
+	})
+}
+
+// forEach runs f(0..n-1) on up to window goroutines and returns when every call returned.
+func forEach(n, window int, f func(i int)) {
+	if n == 0 {
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < min(max(window, 1), n); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				f(i)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// batchEntryErr is the error of one entry of a batch answer, said as remoteErr says a single
+// acquire's: the owner's words, matching the sentinel its kind names.
+func batchEntryErr(e wire.AcquireBatchEntry) error {
+	if s, ok := kindSentinels[e.ErrKind]; ok {
+		return &opError{op: "get", detail: e.ErrText, sentinel: s, causes: []error{s}}
+	}
+	return fmt.Errorf("rendezvous: get: %s", e.ErrText)
+}
