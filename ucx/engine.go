@@ -2,9 +2,11 @@ package ucx
 
 import (
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -13,10 +15,12 @@ import (
 	"github.com/velo-go/velo/ucx/internal/capi"
 )
 
-// Active-message ids of the guarded GET (within the reserved range).
+// Active-message ids of the guarded GET and of its vectored form (within the reserved range).
 const (
-	guardReqID = 0xFFF0
-	guardRepID = 0xFFF1
+	guardReqID  = 0xFFF0
+	guardRepID  = 0xFFF1
+	guardVReqID = 0xFFF2
+	guardVRepID = 0xFFF3
 )
 
 // engineSettings adds the engine's own UCX defaults to the program's settings (the
@@ -87,6 +91,9 @@ type Engine struct {
 	closing   *closeState
 
 	guardServed, guardRefused uint64 // last values folded into the metrics
+	// tokens draws each registration's token: ChaCha8 seeded from crypto/rand, a stream as
+	// unpredictable as crypto/rand itself without a system call per registration.
+	tokens *mrand.ChaCha8
 
 	// genNow mirrors gen for the watchdog and for waiters, which read it without wmu.
 	genNow atomic.Uint64
@@ -101,6 +108,8 @@ type Engine struct {
 	// parkFor bounds one sleep: parkTimeout, shorter while closing. Atomic because the
 	// progressor reads it before it takes wmu to arm.
 	parkFor atomic.Int64
+	// lockWaiters counts goroutines waiting for wmu to post or revoke (lock).
+	lockWaiters atomic.Int32
 
 	// The delivery queue: handlers and error callbacks, run in order, one at a time, by
 	// whichever goroutine holds the delivery token (delivering), outside wmu.
@@ -157,6 +166,11 @@ func NewEngine(ctx context.Context, cfg EngineConfig) (*Engine, error) {
 		regs:     map[*Registration]struct{}{},
 	}
 	e.dIdle = sync.NewCond(&e.dmu)
+	var seed [32]byte
+	if _, err := crand.Read(seed[:]); err != nil {
+		return nil, fmt.Errorf("ucx: seeding registration tokens: %w", err)
+	}
+	e.tokens = mrand.NewChaCha8(seed)
 	e.parkFor.Store(int64(parkTimeout))
 	m, err := newEngineMetrics(cfg.Name, cfg.Metrics)
 	if err != nil {
@@ -203,6 +217,12 @@ func (e *Engine) progress(gen uint64) {
 	defer spin.release()
 	lastBusy := time.Now()
 	for {
+		if e.lockWaiters.Load() > 0 {
+			// Someone waits to post: let them have the worker first. Go's mutex lets the
+			// goroutine that unlocks take it again at once, and the progressor does so in a
+			// tight loop; without this, a post could wait for the mutex's starvation mode.
+			runtime.Gosched()
+		}
 		e.wmu.Lock()
 		if e.gen != gen {
 			e.wmu.Unlock()
@@ -226,12 +246,20 @@ func (e *Engine) progress(gen uint64) {
 		e.wmu.Unlock()
 		if e.runDeliveries(gen) {
 			busy = true
+			// A handler often readies a goroutine (a caller waiting for its answer). Yield, so
+			// that it runs on this thread now rather than on another one that must first be
+			// woken and find a free core (docs/ucx.md, "Where a round trip went").
+			runtime.Gosched()
 		}
 		if busy {
 			lastBusy = time.Now()
 			continue
 		}
 		if e.cfg.SpinFor > 0 && time.Since(lastBusy) < e.cfg.SpinFor && spin.take() {
+			// Between two looks, let this P run whatever is runnable (a handler's caller, a
+			// goroutine waiting for the engine's lock): a spin never keeps the process's own
+			// work from running.
+			runtime.Gosched()
 			continue
 		}
 		spin.release()
@@ -321,6 +349,9 @@ func (e *Engine) start() error {
 	if err := w.enableGuard(guardReqID, guardRepID); err != nil {
 		return fail(err)
 	}
+	if err := w.enableGuardV(guardVReqID, guardVRepID); err != nil {
+		return fail(err)
+	}
 	if ctx.replyBroken {
 		e.log.Warn("ucx: WARNING: protocol v2 is enabled on UCX 1.13, where it is experimental: AM sends with the reply " +
 			"flag abort the process (refused here, so guarded GETs fail with UCS_ERR_UNSUPPORTED), and an RMA " +
@@ -333,9 +364,11 @@ func (e *Engine) start() error {
 				"or link a newer UCX (make ucx-static)", n, Version().Major, Version().Minor))
 		})
 	}
-	if err := w.SetAMHandler(guardRepID); err != nil {
-		liveEngines.Add(-1)
-		return fail(err)
+	for _, id := range []uint16{guardRepID, guardVRepID} {
+		if err := w.SetAMHandler(id); err != nil {
+			liveEngines.Add(-1)
+			return fail(err)
+		}
 	}
 	e.ctx, e.w = ctx, w
 	return nil
@@ -389,9 +422,16 @@ func (e *Engine) awaitDone(o *Op) { _ = e.await(context.Background(), o.done) }
 // kick makes a sleeping progressor look at the worker again. The caller holds wmu.
 func (e *Engine) kick() { e.park.wake() }
 
+// lock takes wmu for a goroutine other than the progressor, which lets it go first.
+func (e *Engine) lock() {
+	e.lockWaiters.Add(1)
+	e.wmu.Lock()
+	e.lockWaiters.Add(-1)
+}
+
 // lockRunning takes wmu for an operation; it fails with ErrClosed once Close started.
 func (e *Engine) lockRunning() error {
-	e.wmu.Lock()
+	e.lock()
 	if e.state != stateRunning {
 		e.wmu.Unlock()
 		return ErrClosed
@@ -580,8 +620,12 @@ func (e *Engine) onEvent(ev *Event) {
 		}
 	case EventAM:
 		am := ev.AM
-		if am.ID == guardRepID {
+		switch am.ID {
+		case guardRepID:
 			e.onGuardReply(am)
+			return
+		case guardVRepID:
+			e.onGuardVReply(am)
 			return
 		}
 		e.onUserAM(am)

@@ -2,7 +2,6 @@ package ucx
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -268,6 +267,7 @@ type opKind int
 const (
 	opSend opKind = iota
 	opGetGuarded
+	opGetGuardedV
 	opGetDirect
 	opPut
 	opFlush
@@ -275,7 +275,7 @@ const (
 	opClose
 )
 
-var opNames = [...]string{"send_am", "get_guarded", "get_direct", "put", "flush", "recv_am", "close"}
+var opNames = [...]string{"send_am", "get_guarded", "get_guarded_vector", "get_direct", "put", "flush", "recv_am", "close"}
 
 // engineOp is one operation of the engine, its state guarded by wmu. It may own several UCX requests (a
 // guarded GET owns its request message and the receive of the reply); it settles on the
@@ -297,6 +297,11 @@ type engineOp struct {
 	onFinish func(op *engineOp)
 	batchIdx int
 	sharedRK bool // rk belongs to the batch, which destroys it
+	// vectored guarded GET: the batch indexes and destinations of its reads, and each read's
+	// own outcome
+	vidx  []int
+	vdst  [][]byte
+	verrs []error
 
 	// GET
 	dst     []byte
@@ -343,7 +348,7 @@ func (e *Engine) started(op *engineOp, req *Request, err error) {
 // immediate handles a request that completed inside the posting call.
 func (op *engineOp) immediate(e *Engine) {
 	switch op.kind {
-	case opGetGuarded:
+	case opGetGuarded, opGetGuardedV:
 		// The request message went out; the reply is still to come.
 	case opGetDirect:
 		op.dropRK()
@@ -370,7 +375,7 @@ func (op *engineOp) completed(e *Engine, req *Request) {
 	}
 	err := req.Err()
 	switch op.kind {
-	case opGetGuarded:
+	case opGetGuarded, opGetGuardedV:
 		if req == op.sendReq {
 			op.sendReq = nil
 			if err != nil {
@@ -381,6 +386,10 @@ func (op *engineOp) completed(e *Engine, req *Request) {
 			break
 		}
 		// The receive of the reply's data.
+		if op.kind == opGetGuardedV {
+			op.settle(err) // received in place (ReceiveAMDataIov)
+			break
+		}
 		if err == nil && req.Length() != len(op.dst) {
 			err = fmt.Errorf("ucx: guarded GET reply carried %d bytes, want %d: %w", req.Length(), len(op.dst), StatusMessageTruncated)
 		}
@@ -422,7 +431,7 @@ func (op *engineOp) abandon(e *Engine, err error) {
 	if op.settled {
 		return
 	}
-	if op.kind == opGetGuarded && op.waiting {
+	if (op.kind == opGetGuarded || op.kind == opGetGuardedV) && op.waiting {
 		op.unwait(e)
 		op.settle(err)
 	}
@@ -686,15 +695,113 @@ func (e *Engine) getGuarded(op *engineOp, k SealedKey, remoteAddr uint64) {
 	binary.LittleEndian.PutUint64(h[24:], uint64(len(op.dst)))
 	binary.LittleEndian.PutUint64(h[32:], op.getID)
 	op.pin.Pin(op.hdr)
+	e.sendGuardRequest(op, guardReqID, h)
+}
+
+// sendGuardRequest sends a guarded GET's request (hdr, pinned by op) and files op as waiting
+// for the owner's reply, which carries its getID.
+func (e *Engine) sendGuardRequest(op *engineOp, id uint16, hdr []byte) {
 	op.waiting = true
 	e.gets[op.getID] = op
 	op.conn.gets[op.getID] = op
-	req, err := op.conn.ep.SendAM(guardReqID, h, nil, AMEager|AMReply)
+	req, err := op.conn.ep.SendAM(id, hdr, nil, AMEager|AMReply)
 	if err != nil {
 		op.unwait(e)
 	}
 	op.sendReq = req
 	e.started(op, req, err)
+}
+
+// getGuardedV posts one vectored guarded GET for the reads of op (op.vdst, at remote addresses
+// addrs of keys ks): one request message naming every read's registration, range and token.
+func (e *Engine) getGuardedV(op *engineOp, ks []SealedKey, addrs []uint64) {
+	e.nextGetID++
+	op.getID = e.nextGetID
+	n := len(op.vdst)
+	h := make([]byte, capi.GuardVReqHdrLen+n*capi.GuardVEntryLen)
+	binary.LittleEndian.PutUint32(h[0:], capi.GuardVMagic)
+	binary.LittleEndian.PutUint32(h[4:], uint32(n))
+	binary.LittleEndian.PutUint64(h[8:], op.getID)
+	for j := range op.vdst {
+		ent := h[capi.GuardVReqHdrLen+j*capi.GuardVEntryLen:]
+		binary.LittleEndian.PutUint32(ent[0:], ks[j].Slot)
+		binary.LittleEndian.PutUint64(ent[8:], ks[j].Token)
+		binary.LittleEndian.PutUint64(ent[16:], addrs[j])
+		binary.LittleEndian.PutUint64(ent[24:], uint64(len(op.vdst[j])))
+	}
+	op.pin.Pin(&h[0])
+	e.sendGuardRequest(op, guardVReqID, h)
+}
+
+// onGuardVReply handles the owner's answer to a vectored guarded GET: a status per read, then the
+// bytes of the served reads back to back.
+func (e *Engine) onGuardVReply(am *AMEvent) {
+	hdr := am.Header
+	if len(hdr) < capi.GuardVRepHdrLen || binary.LittleEndian.Uint32(hdr[8:]) != capi.GuardVMagic {
+		e.metrics.amDropped.WithLabelValues("bad_guard_reply").Inc()
+		return
+	}
+	op := e.gets[binary.LittleEndian.Uint64(hdr[0:])]
+	if op == nil || op.kind != opGetGuardedV {
+		return // abandoned: the reply's data is released unread
+	}
+	op.unwait(e)
+	n := int(binary.LittleEndian.Uint32(hdr[12:]))
+	if n != len(op.vdst) || len(hdr) != capi.GuardVRepHdrLen+4*n {
+		e.metrics.amDropped.WithLabelValues("bad_guard_reply").Inc()
+		op.settle(fmt.Errorf("ucx: vectored guarded GET reply for %d reads, want %d: %w", n, len(op.vdst), StatusMessageTruncated))
+		op.tryFinish(e)
+		return
+	}
+	want := 0
+	for j := range op.vdst {
+		switch status := Status(int32(binary.LittleEndian.Uint32(hdr[capi.GuardVRepHdrLen+4*j:]))); {
+		case status == StatusOK:
+			want += len(op.vdst[j])
+		case status == StatusRejected:
+			op.verrs[j] = fmt.Errorf("%w: %w", ErrRemoteKeyRevoked, status)
+		case status == StatusInvalidAddr:
+			op.verrs[j] = fmt.Errorf("%w (checked by the owner): %w", ErrOutOfRange, status)
+		default:
+			op.verrs[j] = fmt.Errorf("ucx: guarded GET refused by the owner: %w", status)
+		}
+	}
+	switch {
+	case am.Length != want:
+		op.settle(fmt.Errorf("ucx: vectored guarded GET reply carried %d bytes, want %d: %w", am.Length, want, StatusMessageTruncated))
+	case am.Rendezvous:
+		// Straight into the served reads' destinations (pinned since the post).
+		var dsts [][]byte
+		for j, d := range op.vdst {
+			if op.verrs[j] == nil {
+				dsts = append(dsts, d)
+			}
+		}
+		req, err := e.w.ReceiveAMDataIov(am, dsts)
+		switch {
+		case err != nil:
+			op.settle(err)
+		case req == nil:
+			op.settle(nil)
+		default:
+			e.started(op, req, nil)
+			return
+		}
+	default:
+		op.scatter(am.Data)
+		op.settle(nil)
+	}
+	op.tryFinish(e)
+}
+
+// scatter copies a vectored reply's bytes to the destinations of the reads the owner served.
+func (op *engineOp) scatter(data []byte) {
+	off := 0
+	for j, dst := range op.vdst {
+		if op.verrs[j] == nil {
+			off += copy(dst, data[off:])
+		}
+	}
 }
 
 // onGuardReply handles the owner's answer to a guarded GET.
@@ -825,10 +932,6 @@ func (e *Engine) Register(ctx context.Context, mem []byte) (*Registration, error
 	if len(mem) == 0 {
 		return nil, fmt.Errorf("ucx: Register: %w: empty region", StatusInvalidParam)
 	}
-	var token [8]byte
-	if _, err := rand.Read(token[:]); err != nil {
-		return nil, fmt.Errorf("ucx: Register: token: %w", err)
-	}
 	r := &Registration{e: e, addr: uint64(uintptr(unsafe.Pointer(&mem[0]))), length: len(mem), done: make(chan struct{})}
 	r.pin.Pin(&mem[0])
 	if err := ctx.Err(); err != nil {
@@ -851,14 +954,15 @@ func (e *Engine) Register(ctx context.Context, mem []byte) (*Registration, error
 		r.pin.Unpin()
 		return nil, err
 	}
-	slot, err := e.w.guardAdd(binary.LittleEndian.Uint64(token[:]), r.addr, uint64(r.length))
+	token := e.tokens.Uint64()
+	slot, err := e.w.guardAdd(token, r.addr, uint64(r.length))
 	if err != nil {
 		memh.Unmap()
 		r.pin.Unpin()
 		return nil, err
 	}
 	r.memh, r.slot = memh, slot
-	r.key = AppendSealedKey(nil, SealedKey{Slot: slot, Token: binary.LittleEndian.Uint64(token[:]), Base: r.addr, Length: uint64(r.length), UCXKey: packed})
+	r.key = AppendSealedKey(nil, SealedKey{Slot: slot, Token: token, Base: r.addr, Length: uint64(r.length), UCXKey: packed})
 	e.regs[r] = struct{}{}
 	return r, nil
 }
@@ -882,7 +986,7 @@ func (r *Registration) Done() <-chan struct{} { return r.done }
 // wait for Done before freeing the memory.
 func (r *Registration) Unregister(ctx context.Context) error {
 	e := r.e
-	e.wmu.Lock()
+	e.lock()
 	if e.state == stateClosed {
 		e.wmu.Unlock()
 		<-r.done // the engine unmapped every registration as it closed
@@ -902,7 +1006,7 @@ func (r *Registration) Unregister(ctx context.Context) error {
 // moment it returns. Done says when the memory may be freed.
 func (r *Registration) Revoke(ctx context.Context) error {
 	e := r.e
-	e.wmu.Lock()
+	e.lock()
 	defer e.wmu.Unlock()
 	if e.state != stateClosed {
 		e.revoke(r, nil)
@@ -969,8 +1073,8 @@ type KeyRead struct {
 // one). The reads do not wait for each other: the first window are posted by the caller, and
 // each completion posts the next one from the goroutine that saw it complete, so a stream of
 // small reads costs no hand-off per read. done(i, err) is called once for every read, on the
-// calling goroutine, as reads complete (several completions are reported in one wake-up when
-// they come close together); a read whose range lies outside its key's region fails there
+// calling goroutine, as reads complete, in groups of up to a quarter of the window (one
+// wake-up of the caller per group, not per read); a read whose range lies outside its key's region fails there
 // without being posted, and one read's failure fails only that read. GetMany returns once
 // every read has completed, so nothing writes any Dst afterwards. When ctx ends, reads not
 // yet posted fail with ctx.Err() and guarded reads waiting for their reply are abandoned
@@ -1033,6 +1137,7 @@ type getBatch struct {
 	window   int
 	next     int                    // the next read to post
 	inflight map[*engineOp]struct{} // posted, not finished
+	reading  int                    // reads those requests carry
 	pumping  bool
 	canceled error
 	rks      map[*RegionKey]*RemoteKey // direct path: one unpacked key per region
@@ -1056,14 +1161,20 @@ func (b *getBatch) reported() int {
 	return b.posted
 }
 
+// record files one read's outcome for the caller. The caller is woken once a quarter of the
+// window has piled up, or by the last read: waking it for every completion would cost a
+// goroutine hand-off (and on a busy machine a thread wake-up) per read, more than a small read.
 func (b *getBatch) record(i int, err error) {
 	b.mu.Lock()
 	b.results = append(b.results, batchResult{i, err})
 	b.posted++
+	wake := len(b.results) >= max(b.window/4, 1) || b.posted == len(b.reads)
 	b.mu.Unlock()
-	select {
-	case b.wake <- struct{}{}:
-	default:
+	if wake {
+		select {
+		case b.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -1087,7 +1198,10 @@ func (b *getBatch) cancel(err error) {
 }
 
 // pump posts reads until the window is full. It runs under wmu; a post that completes inside
-// the call re-enters through finished, which leaves the posting to the loop here.
+// the call re-enters through finished, which leaves the posting to the loop here. Where GETs are
+// guarded, consecutive reads are posted together as one vectored request (a quarter of the
+// window at most, and no more than the owner answers in one reply): one message each way for
+// many reads, which is what makes small reads cheap over transports that emulate GET.
 func (b *getBatch) pump() {
 	if b.pumping {
 		return
@@ -1095,48 +1209,145 @@ func (b *getBatch) pump() {
 	b.pumping = true
 	defer func() { b.pumping = false }()
 	c, e := b.c, b.c.e
-	for len(b.inflight) < b.window && b.next < len(b.reads) && b.canceled == nil {
-		i := b.next
-		b.next++
-		rd := b.reads[i]
-		if rd.Key == nil || rd.Key.raw == nil {
-			b.record(i, fmt.Errorf("%w: no key (use ParseRegionKey)", ErrInvalidRemoteKey))
-			continue
-		}
-		if err := rd.Key.rangeErr(rd.Offset, uint64(len(rd.Dst))); err != nil {
-			b.record(i, err)
-			continue
-		}
+	for b.reading < b.window && b.next < len(b.reads) && b.canceled == nil {
 		if err := c.usable(); err != nil {
-			b.record(i, err)
 			b.failRest(err)
 			return
 		}
-		op := &engineOp{kind: opGetGuarded, op: newOp(), conn: c, dst: rd.Dst, batchIdx: i, onFinish: b.finished}
-		if len(rd.Dst) > 0 {
-			op.pin.Pin(&rd.Dst[0])
+		direct := c.resolveRMA(e) == RMADirect
+		var idx []int
+		room := b.window - b.reading
+		limit := 1
+		if !direct {
+			limit = min(room, b.vector(), len(b.reads)-b.next)
 		}
-		b.inflight[op] = struct{}{}
-		e.track(op)
-		addr := rd.Key.Base() + rd.Offset
-		if c.resolveRMA(e) == RMADirect {
-			op.kind = opGetDirect
-			if rk := b.rks[rd.Key]; rk != nil {
-				op.rk, op.sharedRK = rk, true
-			} else if rk, err := c.ep.unpackChecked(rd.Key.k.UCXKey); err == nil {
-				b.rks[rd.Key] = rk
-				op.rk, op.sharedRK = rk, true
+		bytes := 0
+		for len(idx) < limit && b.next < len(b.reads) {
+			i := b.next
+			rd := b.reads[i]
+			if rd.Key == nil || rd.Key.raw == nil {
+				b.next++
+				b.record(i, fmt.Errorf("%w: no key (use ParseRegionKey)", ErrInvalidRemoteKey))
+				continue
 			}
-			e.getDirect(op, rd.Key.k, addr)
-			continue
+			if err := rd.Key.rangeErr(rd.Offset, uint64(len(rd.Dst))); err != nil {
+				b.next++
+				b.record(i, err)
+				continue
+			}
+			if len(idx) > 0 && (len(rd.Dst) > vectorReadMax || bytes+len(rd.Dst) > vectorBytesMax) {
+				break // this one starts the next request
+			}
+			b.next++
+			idx = append(idx, i)
+			bytes += len(rd.Dst)
+			if len(rd.Dst) > vectorReadMax {
+				break // a large read goes alone
+			}
 		}
-		e.getGuarded(op, rd.Key.k, addr)
+		switch {
+		case len(idx) == 0:
+		case direct:
+			b.postDirect(idx[0])
+		case len(idx) == 1:
+			b.postGuarded(idx[0])
+		default:
+			b.postVector(idx)
+		}
 	}
 }
 
-// finished runs under wmu when one posted read finished: it reports it and refills the window.
+// Bounds of one vectored request: reads above vectorReadMax go alone (their own GET costs little
+// beside their bytes), and a request carries vectorBytesMax at most.
+const (
+	vectorReadMax  = 256 << 10
+	vectorBytesMax = 1 << 20
+)
+
+// vector is how many reads one vectored request may carry: a quarter of the window (so that
+// several requests are in flight), at most what the owner's reply handles and what fits the
+// worker's largest AM header.
+func (b *getBatch) vector() int {
+	v := min(max(b.window/4, 1), capi.GuardVMax)
+	if h := (b.c.e.maxAMHeader - capi.GuardVReqHdrLen) / capi.GuardVEntryLen; h < v {
+		v = max(h, 1)
+	}
+	return v
+}
+
+func (b *getBatch) newOp(kind opKind) *engineOp {
+	op := &engineOp{kind: kind, op: newOp(), conn: b.c, onFinish: b.finished}
+	b.inflight[op] = struct{}{}
+	return op
+}
+
+func (b *getBatch) postDirect(i int) {
+	c, e := b.c, b.c.e
+	rd := b.reads[i]
+	op := b.newOp(opGetDirect)
+	op.dst, op.batchIdx = rd.Dst, i
+	if len(rd.Dst) > 0 {
+		op.pin.Pin(&rd.Dst[0])
+	}
+	b.reading++
+	e.track(op)
+	if rk := b.rks[rd.Key]; rk != nil {
+		op.rk, op.sharedRK = rk, true
+	} else if rk, err := c.ep.unpackChecked(rd.Key.k.UCXKey); err == nil {
+		b.rks[rd.Key] = rk
+		op.rk, op.sharedRK = rk, true
+	}
+	e.getDirect(op, rd.Key.k, rd.Key.Base()+rd.Offset)
+}
+
+func (b *getBatch) postGuarded(i int) {
+	rd := b.reads[i]
+	op := b.newOp(opGetGuarded)
+	op.dst, op.batchIdx = rd.Dst, i
+	if len(rd.Dst) > 0 {
+		op.pin.Pin(&rd.Dst[0])
+	}
+	b.reading++
+	b.c.e.track(op)
+	b.c.e.getGuarded(op, rd.Key.k, rd.Key.Base()+rd.Offset)
+}
+
+func (b *getBatch) postVector(idx []int) {
+	op := b.newOp(opGetGuardedV)
+	op.vidx = idx
+	op.vdst = make([][]byte, len(idx))
+	op.verrs = make([]error, len(idx))
+	ks := make([]SealedKey, len(idx))
+	addrs := make([]uint64, len(idx))
+	for j, i := range idx {
+		rd := b.reads[i]
+		op.vdst[j] = rd.Dst
+		if len(rd.Dst) > 0 {
+			op.pin.Pin(&rd.Dst[0])
+		}
+		ks[j], addrs[j] = rd.Key.k, rd.Key.Base()+rd.Offset
+	}
+	b.reading += len(idx)
+	b.c.e.track(op)
+	b.c.e.getGuardedV(op, ks, addrs)
+}
+
+// finished runs under wmu when one posted request finished: it reports its reads and refills
+// the window.
 func (b *getBatch) finished(op *engineOp) {
 	delete(b.inflight, op)
-	b.record(op.batchIdx, op.result)
+	if op.kind == opGetGuardedV {
+		b.reading -= len(op.vidx)
+		for j, i := range op.vidx {
+			err := op.result
+			if err == nil {
+				err = op.verrs[j]
+			}
+			b.record(i, err)
+		}
+	} else {
+		b.reading--
+		b.record(op.batchIdx, op.result)
+	}
 	b.pump()
 }

@@ -65,16 +65,7 @@ func TestGetManyEachEntryFailsAlone(t *testing.T) {
 	ctx := testContext(t)
 	a, b, ab := enginePair(t, nil)
 	skipIfReplyBroken(t, a)
-	src := allocFilled(t, 1<<20, 31)
-	live, err := b.Register(ctx, src.Bytes())
-	require.NoError(t, err)
-	dead, err := b.Register(ctx, src.Bytes())
-	require.NoError(t, err)
-	kl, err := ParseRegionKey(live.RemoteKey())
-	require.NoError(t, err)
-	kd, err := ParseRegionKey(dead.RemoteKey())
-	require.NoError(t, err)
-	require.NoError(t, dead.Unregister(ctx))
+	src, live, kl, kd := liveAndRevoked(t, b, 1<<20, 31)
 	guarded := true
 	if m, _ := ab.RMAMode(ctx); m != RMAGuarded {
 		guarded = false // the NIC enforces keys there; a revoked key is not read either way
@@ -176,4 +167,83 @@ func blockReads(t *testing.T, owner *Engine, seed uint64) (*Registration, *Regio
 		reads[i] = KeyRead{Key: k, Offset: uint64(i) * 4096, Dst: make([]byte, 4096)}
 	}
 	return reg, k, reads
+}
+
+// TestGetManyVectorOutcomes: reads posted together in one vectored request each get their own
+// outcome from the owner (served, revoked key, range outside the registration the owner
+// checked), small and large replies (eager and rendezvous) land in place, and a read above the
+// vector bound goes alone.
+func TestGetManyVectorOutcomes(t *testing.T) {
+	ctx := testContext(t)
+	a, b, ab := enginePair(t, nil)
+	skipIfReplyBroken(t, a)
+	if m, _ := ab.RMAMode(ctx); m != RMAGuarded {
+		t.Skipf("this endpoint resolves to %v: vectored requests are the guarded path's", m)
+	}
+	src, live, kl, kd := liveAndRevoked(t, b, 4<<20, 61)
+	sk, err := ParseSealedKey(live.RemoteKey())
+	require.NoError(t, err)
+	sk.Length *= 2 // claims more than the owner registered: only the owner can tell
+	kw, err := ParseRegionKey(AppendSealedKey(nil, sk))
+	require.NoError(t, err)
+
+	sentinel := bytes.Repeat([]byte{0x5A}, 64<<10)
+	type want struct {
+		err error
+		off int
+	}
+	var reads []KeyRead
+	var wants []want
+	add := func(k *RegionKey, off, n int, w error) {
+		dst := append([]byte(nil), sentinel[:min(n, len(sentinel))]...)
+		if n > len(sentinel) {
+			dst = make([]byte, n)
+		}
+		reads = append(reads, KeyRead{Key: k, Offset: uint64(off), Dst: dst})
+		wants = append(wants, want{w, off})
+	}
+	for i := 0; i < 12; i++ {
+		switch i % 4 {
+		case 0, 1:
+			add(kl, i*4096, 4096, nil)
+		case 2:
+			add(kd, i*4096, 4096, ErrRemoteKeyRevoked)
+		case 3:
+			add(kw, 4<<20+i*4096, 4096, ErrOutOfRange)
+		}
+	}
+	for i := 0; i < 8; i++ {
+		add(kl, 1<<20+i*(64<<10), 64<<10, nil) // a vector whose reply arrives by rendezvous
+	}
+	add(kl, 2<<20, 1<<20, nil) // above the vector bound: alone
+	errs := make([]error, len(reads))
+	ab.GetMany(ctx, reads, 64, func(i int, err error) { errs[i] = err })
+	for i, w := range wants {
+		if w.err == nil {
+			require.NoError(t, errs[i], "read %d", i)
+			require.Equal(t, src.Bytes()[w.off:w.off+len(reads[i].Dst)], reads[i].Dst, "read %d", i)
+			continue
+		}
+		require.ErrorIs(t, errs[i], w.err, "read %d", i)
+		require.Equal(t, sentinel[:len(reads[i].Dst)], reads[i].Dst, "refused read %d wrote into its destination", i)
+	}
+	require.NoError(t, live.Unregister(ctx))
+}
+
+// liveAndRevoked registers n bytes twice on the owner engine and revokes the second
+// registration: the memory, the live registration and the keys of both.
+func liveAndRevoked(t *testing.T, owner *Engine, n int, seed uint64) (*Memory, *Registration, *RegionKey, *RegionKey) {
+	t.Helper()
+	ctx := testContext(t)
+	src := allocFilled(t, n, seed)
+	live, err := owner.Register(ctx, src.Bytes())
+	require.NoError(t, err)
+	dead, err := owner.Register(ctx, src.Bytes())
+	require.NoError(t, err)
+	kl, err := ParseRegionKey(live.RemoteKey())
+	require.NoError(t, err)
+	kd, err := ParseRegionKey(dead.RemoteKey())
+	require.NoError(t, err)
+	require.NoError(t, dead.Unregister(ctx))
+	return src, live, kl, kd
 }

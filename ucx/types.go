@@ -138,7 +138,7 @@ type EngineConfig struct {
 }
 
 const (
-	defaultSpinFor      = 50 * time.Microsecond
+	defaultSpinFor      = 200 * time.Microsecond
 	defaultMaxEagerSize = 1 << 20
 )
 

@@ -272,6 +272,32 @@ func (w *Worker) ReceiveAMData(ev *AMEvent, dst []byte) (*Request, error) {
 	return w.started(r, req, s, "ucp_am_recv_data_nbx", ev.Length)
 }
 
+// ReceiveAMDataIov is ReceiveAMData into several buffers: the message's bytes fill dsts in
+// order, and their lengths must add up to the message's. The buffers must stay valid and
+// unmoved until the request completes.
+func (w *Worker) ReceiveAMDataIov(ev *AMEvent, dsts [][]byte) (*Request, error) {
+	if !ev.Rendezvous || ev.consumed || ev.desc == nil {
+		return nil, fmt.Errorf("ucx: ReceiveAMDataIov: %w: not a pending rendezvous message", StatusInvalidParam)
+	}
+	bufs := make([]unsafe.Pointer, 0, len(dsts))
+	lens := make([]uintptr, 0, len(dsts))
+	total := 0
+	for _, d := range dsts {
+		if len(d) == 0 {
+			continue
+		}
+		bufs, lens = append(bufs, unsafe.Pointer(&d[0])), append(lens, uintptr(len(d)))
+		total += len(d)
+	}
+	if total != ev.Length {
+		return nil, fmt.Errorf("ucx: ReceiveAMDataIov: %w: buffers of %d bytes for a %d-byte message", StatusBufferTooSmall, total, ev.Length)
+	}
+	ev.consumed = true
+	r := w.newRequest()
+	req, s := capi.UcpAmRecvDataIovNbx(w.ring, ev.desc, bufs, lens, r.id)
+	return w.started(r, req, s, "ucp_am_recv_data_nbx", ev.Length)
+}
+
 // Flush starts a flush of every endpoint of the worker (ucp_worker_flush_nbx).
 func (w *Worker) Flush() (*Request, error) {
 	if w.closed {
@@ -404,6 +430,11 @@ func bufPtr(b []byte) unsafe.Pointer {
 // enableGuard makes the worker answer guarded GET requests (see capi.c).
 func (w *Worker) enableGuard(reqID, repID uint16) error {
 	return statusErr("guarded GET handler", Status(capi.GuardEnable(w.ring, reqID, repID)))
+}
+
+// enableGuardV makes the worker answer vectored guarded GET requests too.
+func (w *Worker) enableGuardV(reqID, repID uint16) error {
+	return statusErr("vectored guarded GET handler", Status(capi.GuardVEnable(w.ring, reqID, repID)))
 }
 
 func (w *Worker) guardAdd(token, base, length uint64) (uint32, error) {

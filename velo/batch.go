@@ -9,6 +9,10 @@ import (
 	"github.com/velo-go/velo/velo/rendezvous/rdma"
 )
 
+// DefaultBatchWindow is how many reads or pulls GetBatch and ReadRanges keep in flight per owner
+// unless WithBatchWindow says otherwise.
+const DefaultBatchWindow = rendezvous.DefaultBatchWindow
+
 // GetRequest is one entry of GetBatch: a handle, and optionally the buffer its payload goes to
 // (Into, exactly Handle.Size bytes; nil for a new buffer).
 type GetRequest = rendezvous.GetRequest

@@ -98,6 +98,11 @@ func (s *spy) Get(ctx context.Context, peer transport.InstanceID, key []byte, of
 	return s.rma.Get(ctx, peer, key, offset, dst)
 }
 
+// ReadMany passes many reads to the UCX transport's own (the engine's GetMany), unrecorded.
+func (s *spy) ReadMany(ctx context.Context, peer transport.InstanceID, reads []transport.Read, window int, done func(int, error)) {
+	s.rma.(transport.ManyReader).ReadMany(ctx, peer, reads, window, done)
+}
+
 func (s *spy) lastGet() *getArgs {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -69,3 +69,22 @@ func Announce(hello any) error {
 
 // UntilStdinCloses blocks until the parent closes the child's stdin (or exits).
 func UntilStdinCloses() { _, _ = io.Copy(io.Discard, os.Stdin) }
+
+// writeJSONLine writes v as one JSON line (the two sides' messages after the announcement).
+func writeJSONLine(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// readJSONLine reads one JSON line into v.
+func readJSONLine(r *bufio.Reader, v any) error {
+	line, err := r.ReadBytes('\n')
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(line, v)
+}

@@ -284,11 +284,17 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 
 // CountPath counts one transfer decision. A pair outside the closed set is a programming error;
 // it is counted as chunked/decode_error rather than inventing a series.
-func (m *Metrics) CountPath(p Path, r Reason) {
+func (m *Metrics) CountPath(p Path, r Reason) { m.CountPaths(p, r, 1) }
+
+// CountPaths counts n transfers that took one path for one reason (a batch's entries).
+func (m *Metrics) CountPaths(p Path, r Reason, n int) {
+	if n <= 0 {
+		return
+	}
 	if !Valid(p, r) {
 		p, r = PathChunked, ReasonDecodeError
 	}
-	m.rdmaPath.WithLabelValues(string(p), string(r)).Inc()
+	m.rdmaPath.WithLabelValues(string(p), string(r)).Add(float64(n))
 }
 
 // CountAuthRefusal counts an acquire refused to an unauthenticated peer.

@@ -145,8 +145,10 @@ func (b *batch) fail(owner transport.InstanceID, g grant, err error) {
 	b.done(g.i, nil, err)
 }
 
-// fromOwner fetches the entries idx of one owner: acquire a part, start moving its bytes, acquire
-// the next part meanwhile (at most two parts move at once).
+// fromOwner fetches the entries idx of one owner. Parts of the batch are leased in order, up to
+// acquiresInFlight at a time, and each part's bytes start moving as soon as it is leased (up to
+// movesInFlight parts at once): the round trips of later acquires hide behind the reads of
+// earlier parts. The first part is small, so that reads start after one short round trip.
 func (b *batch) fromOwner(owner transport.InstanceID, idx []int) {
 	r := b.r
 	offer, reason, client := r.offer(owner)
@@ -154,17 +156,35 @@ func (b *batch) fromOwner(owner transport.InstanceID, idx []int) {
 	if f := r.msgr.MaxFrame(owner) - wire.HeaderLen; f > 0 {
 		per = max(1, min(per, f/1024))
 	}
-	moving := make(chan struct{}, 2)
-	var wg sync.WaitGroup
-	for start := 0; start < len(idx); start += per {
-		part := idx[start:min(start+per, len(idx))]
-		if err := b.ctx.Err(); err != nil {
-			for _, i := range part {
-				b.done(i, nil, fmt.Errorf("rendezvous: get: %w", err))
-			}
-			continue
+	var parts [][]int
+	for start, size := 0, min(per, firstBatchPart); start < len(idx); start, size = start+size, per {
+		parts = append(parts, idx[start:min(start+size, len(idx))])
+	}
+	granted := make([]chan []grant, len(parts))
+	for k := range granted {
+		granted[k] = make(chan []grant, 1)
+	}
+	go func() {
+		acquiring := make(chan struct{}, acquiresInFlight)
+		for k, part := range parts {
+			acquiring <- struct{}{}
+			go func() {
+				defer func() { <-acquiring }()
+				if err := b.ctx.Err(); err != nil {
+					for _, i := range part {
+						b.done(i, nil, fmt.Errorf("rendezvous: get: %w", err))
+					}
+					granted[k] <- nil
+					return
+				}
+				granted[k] <- b.acquire(owner, part, offer, reason)
+			}()
 		}
-		grants := b.acquire(owner, part, offer, reason)
+	}()
+	moving := make(chan struct{}, movesInFlight)
+	var wg sync.WaitGroup
+	for k := range parts {
+		grants := <-granted[k]
 		if len(grants) == 0 {
 			continue
 		}
@@ -178,6 +198,13 @@ func (b *batch) fromOwner(owner transport.InstanceID, idx []int) {
 	}
 	wg.Wait()
 }
+
+// How a batch's parts overlap (fromOwner).
+const (
+	firstBatchPart   = 32
+	acquiresInFlight = 3
+	movesInFlight    = 2
+)
 
 // acquire leases the entries part of owner in one batch message (one acquire per entry from an
 // owner that does not know the batch message yet) and allocates their destinations. Entries that
@@ -276,14 +303,18 @@ func (b *batch) acquireEach(owner transport.InstanceID, part []int, offer []byte
 func (b *batch) move(owner transport.InstanceID, grants []grant, client RDMAClient) {
 	r := b.r
 	var rdma, chunked []grant
+	counts := map[metrics.Reason]int{}
 	for _, g := range grants {
 		if g.resp.Path == string(metrics.PathRDMA) {
 			rdma = append(rdma, g)
 			continue
 		}
-		r.m.CountPath(metrics.PathChunked, g.reason)
+		counts[g.reason]++
 		g.l.Path, g.l.Reason = metrics.PathChunked, g.reason
 		chunked = append(chunked, g)
+	}
+	for reason, n := range counts {
+		r.m.CountPaths(metrics.PathChunked, reason, n)
 	}
 	if len(rdma) > 0 {
 		reads := make([]RemoteRead, len(rdma))
@@ -291,17 +322,19 @@ func (b *batch) move(owner transport.InstanceID, grants []grant, client RDMAClie
 			reads[k] = RemoteRead{Descriptor: g.resp.Descriptor, Dst: g.l.data}
 		}
 		failed := make([]error, len(rdma))
+		ok, bytes := 0, 0
 		client.GetMany(b.ctx, owner, reads, r.cfg.BatchWindow, func(k int, err error) {
 			if err != nil {
 				failed[k] = err
 				return
 			}
 			g := rdma[k]
-			r.m.CountPath(metrics.PathRDMA, metrics.ReasonOK)
-			r.m.AddBytes("received", string(metrics.PathRDMA), len(g.l.data))
+			ok, bytes = ok+1, bytes+len(g.l.data)
 			g.l.Path, g.l.Reason = metrics.PathRDMA, metrics.ReasonOK
 			b.done(g.i, g.l, nil)
 		})
+		r.m.CountPaths(metrics.PathRDMA, metrics.ReasonOK, ok)
+		r.m.AddBytes("received", string(metrics.PathRDMA), bytes)
 		for k, err := range failed {
 			if err == nil {
 				continue

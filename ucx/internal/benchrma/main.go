@@ -36,7 +36,7 @@ const roleEnv = "UCX_BENCH_RMA_ROLE"
 
 func main() {
 	quick := flag.Bool("quick", false, "fewer iterations (a smoke run)")
-	only := flag.String("only", "", "run one part: latency, registration or bandwidth")
+	only := flag.String("only", "", "run one part: latency, registration, bandwidth or many")
 	flag.DurationVar(&spinFor, "spin", 0, "EngineConfig.SpinFor of both latency engines (0: the engine's default; negative: no spinning)")
 	flag.StringVar(&profilePrefix, "profile", "", "latency: write a CPU profile and an execution trace of both processes to PREFIX.{ping,echo}.{cpu.pprof,trace}")
 	flag.Parse()
@@ -94,7 +94,7 @@ func main() {
 	parts := []struct {
 		name string
 		run  func(quick bool) error
-	}{{"latency", latency}, {"registration", registration}, {"bandwidth", bandwidth}}
+	}{{"latency", latency}, {"registration", registration}, {"bandwidth", bandwidth}, {"many", many}}
 	for _, p := range parts {
 		if *only != "" && *only != p.name {
 			continue
@@ -256,30 +256,11 @@ const rounds = 3
 // paths, so load on the machine falls on all three; the table shows medians.
 func bandwidth(quick bool) error {
 	ctx := context.Background()
-	var info ownerInfo
-	child, err := benchkit.StartChild(append(os.Environ(), roleEnv+"=owner"), &info)
-	if err != nil {
-		return fmt.Errorf("owner process: %w", err)
-	}
-	defer child.Stop()
-	dst, err := ucx.AllocMemory(bwSizes[len(bwSizes)-1], ucx.MemoryOptions{})
+	info, conns, dst, stop, err := startGetters(ctx, "consumer", bwSizes[len(bwSizes)-1])
 	if err != nil {
 		return err
 	}
-	defer dst.Free()
-
-	modes := []ucx.RMAMode{ucx.RMADirect, ucx.RMAGuarded}
-	conns := map[ucx.RMAMode]*ucx.Conn{}
-	for _, mode := range modes {
-		e, err := ucx.NewEngine(ctx, ucx.EngineConfig{Name: "consumer-" + mode.String(), RMA: mode})
-		if err != nil {
-			return err
-		}
-		defer e.Close(ctx)
-		if conns[mode], err = e.Connect(ctx, info.Address, ucx.ConnectOptions{}); err != nil {
-			return err
-		}
-	}
+	defer stop()
 	get := func(mode ucx.RMAMode, n, it int) (float64, error) {
 		buf := dst.Bytes()[:n]
 		if err := conns[mode].Get(ctx, buf, info.Base, info.Key); err != nil { // warm-up
@@ -324,6 +305,42 @@ func bandwidth(quick bool) error {
 		fmt.Printf("%-8s %12.1f %12.1f %7.2fx %12.1f %7.2fx\n", human(n), b, d, d/b, g, g/b)
 	}
 	return nil
+}
+
+// startGetters starts the owner process and, in this one, an engine per GET path connected to
+// it, and maps n bytes of destination memory; stop ends them all.
+func startGetters(ctx context.Context, name string, n int) (ownerInfo, map[ucx.RMAMode]*ucx.Conn, *ucx.Memory, func(), error) {
+	var info ownerInfo
+	child, err := benchkit.StartChild(append(os.Environ(), roleEnv+"=owner"), &info)
+	if err != nil {
+		return info, nil, nil, nil, fmt.Errorf("owner process: %w", err)
+	}
+	var engines []*ucx.Engine
+	stop := func() {
+		for _, e := range engines {
+			e.Close(ctx)
+		}
+		child.Stop()
+	}
+	dst, err := ucx.AllocMemory(n, ucx.MemoryOptions{})
+	if err != nil {
+		stop()
+		return info, nil, nil, nil, err
+	}
+	conns := map[ucx.RMAMode]*ucx.Conn{}
+	for _, mode := range []ucx.RMAMode{ucx.RMADirect, ucx.RMAGuarded} {
+		e, err := ucx.NewEngine(ctx, ucx.EngineConfig{Name: name + "-" + mode.String(), RMA: mode})
+		if err == nil {
+			engines = append(engines, e)
+			conns[mode], err = e.Connect(ctx, info.Address, ucx.ConnectOptions{})
+		}
+		if err != nil {
+			dst.Free()
+			stop()
+			return info, nil, nil, nil, err
+		}
+	}
+	return info, conns, dst, func() { stop(); dst.Free() }, nil
 }
 
 func med(v []float64) float64 {

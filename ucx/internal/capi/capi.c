@@ -107,6 +107,7 @@ static int ring_copy(velo_ucx_ring_t *ring, const void *p, size_t n, size_t *off
 typedef struct {
 	velo_ucx_ring_t *ring;
 	uint64_t         user;
+	void            *extra; /* freed with the context (an iov the operation reads) */
 } op_ctx_t;
 
 static void push_done(velo_ucx_ring_t *ring, void *request, ucs_status_t status,
@@ -123,18 +124,24 @@ static void push_done(velo_ucx_ring_t *ring, void *request, ucs_status_t status,
 	ev->length = length;
 }
 
+static void ctx_free(op_ctx_t *ctx)
+{
+	free(ctx->extra);
+	free(ctx);
+}
+
 static void send_cb(void *request, ucs_status_t status, void *user_data)
 {
 	op_ctx_t *ctx = user_data;
 	push_done(ctx->ring, request, status, ctx->user, 0);
-	free(ctx);
+	ctx_free(ctx);
 }
 
 static void recv_data_cb(void *request, ucs_status_t status, size_t length, void *user_data)
 {
 	op_ctx_t *ctx = user_data;
 	push_done(ctx->ring, request, status, ctx->user, length);
-	free(ctx);
+	ctx_free(ctx);
 }
 
 static void err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
@@ -327,8 +334,9 @@ static op_ctx_t *op_param(velo_ucx_ring_t *ring, uint64_t user, ucp_request_para
 	if (ctx == NULL) {
 		return NULL;
 	}
-	ctx->ring = ring;
-	ctx->user = user;
+	ctx->ring  = ring;
+	ctx->user  = user;
+	ctx->extra = NULL;
 	memset(param, 0, sizeof(*param));
 	param->op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
 	param->cb.send      = send_cb;
@@ -339,7 +347,7 @@ static op_ctx_t *op_param(velo_ucx_ring_t *ring, uint64_t user, ucp_request_para
 static void *op_result(void *ptr, op_ctx_t *ctx)
 {
 	if (!UCS_PTR_IS_PTR(ptr)) {
-		free(ctx); /* completed at once or failed: the callback will not run */
+		ctx_free(ctx); /* completed at once or failed: the callback will not run */
 	}
 	return ptr;
 }
@@ -374,6 +382,33 @@ void *velo_ucx_am_recv_data(velo_ucx_ring_t *ring, void *desc, void *buffer, siz
 	}
 	param.cb.recv_am = recv_data_cb;
 	return op_result(ucp_am_recv_data_nbx(ring->worker, desc, buffer, length, &param), ctx);
+}
+
+void *velo_ucx_am_recv_data_iov(velo_ucx_ring_t *ring, void *desc, void **bufs, const size_t *lens,
+                                size_t count, uint64_t user)
+{
+	ucp_request_param_t param;
+	op_ctx_t *ctx = op_param(ring, user, &param);
+	ucp_dt_iov_t *iov;
+	size_t i;
+
+	if (ctx == NULL) {
+		return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
+	}
+	iov = calloc(count ? count : 1, sizeof(*iov));
+	if (iov == NULL) {
+		free(ctx);
+		return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
+	}
+	for (i = 0; i < count; i++) {
+		iov[i].buffer = bufs[i];
+		iov[i].length = lens[i];
+	}
+	ctx->extra          = iov;
+	param.cb.recv_am    = recv_data_cb;
+	param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+	param.datatype      = ucp_dt_make_iov();
+	return op_result(ucp_am_recv_data_nbx(ring->worker, desc, iov, count, &param), ctx);
 }
 
 void *velo_ucx_get(velo_ucx_ring_t *ring, ucp_ep_h ep, void *buffer, size_t length,
@@ -581,6 +616,137 @@ static ucs_status_t guard_req_cb(void *arg, const void *header, size_t header_le
 		guard_reply_finish(reply);
 	}
 	return UCS_OK;
+}
+
+/* The vectored request: each read is checked on its own, exactly as a single request is, and
+ * the served ones are sent back in one message from the registered memory itself (an iov, no
+ * copy). Every slot a read was served from counts the reply in flight until it completes. */
+typedef struct {
+	velo_ucx_ring_t *ring;
+	uint32_t         count;
+	uint32_t         nslots;
+	uint32_t        *slots;   /* slots with a reply in flight */
+	ucp_dt_iov_t    *iov;
+	uint8_t         *hdr;     /* velo_ucx_getv_rep_hdr_t + count statuses */
+	size_t           hdr_len;
+} guardv_reply_t;
+
+static void guardv_reply_finish(guardv_reply_t *reply)
+{
+	struct velo_ucx_guard *guard = reply->ring->guard;
+	uint32_t i;
+
+	for (i = 0; i < reply->nslots; i++) {
+		uint32_t s = reply->slots[i];
+		if (guard != NULL && s < guard->count && guard->slots[s].inflight > 0) {
+			guard->slots[s].inflight--;
+		}
+	}
+	free(reply);
+}
+
+static void guardv_reply_cb(void *request, ucs_status_t status, void *user_data)
+{
+	guardv_reply_finish(user_data);
+	ucp_request_free(request);
+}
+
+static ucs_status_t guardv_req_cb(void *arg, const void *header, size_t header_length,
+                                  void *data, size_t length, const ucp_am_recv_param_t *param)
+{
+	struct velo_ucx_am_slot *amslot = arg;
+	velo_ucx_ring_t *ring           = amslot->ring;
+	struct velo_ucx_guard *guard    = ring->guard;
+	velo_ucx_getv_req_hdr_t req;
+	velo_ucx_getv_rep_hdr_t rep;
+	velo_ucx_getv_entry_t e;
+	ucp_request_param_t rp;
+	guardv_reply_t *reply;
+	int32_t status;
+	size_t size, niov = 0;
+	uint32_t i;
+	void *ptr;
+
+	if (header_length < sizeof(req) || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
+		ring->guard_refused++;
+		return UCS_OK;
+	}
+	memcpy(&req, header, sizeof(req));
+	if (req.magic != VELO_UCX_GUARDV_MAGIC || req.count == 0 || req.count > VELO_UCX_GUARDV_MAX ||
+	    header_length != sizeof(req) + (size_t)req.count * sizeof(e)) {
+		ring->guard_refused++; /* a reply without a count the requester can match is useless */
+		return UCS_OK;
+	}
+	/* One allocation: the reply, the slots, the iov and the header with its statuses. */
+	size  = sizeof(*reply) + req.count * (sizeof(uint32_t) + sizeof(ucp_dt_iov_t)) +
+	        sizeof(rep) + req.count * sizeof(int32_t);
+	reply = calloc(1, size);
+	if (reply == NULL) {
+		ring->guard_refused += req.count;
+		return UCS_OK;
+	}
+	reply->ring    = ring;
+	reply->count   = req.count;
+	reply->iov     = (ucp_dt_iov_t*)(reply + 1);
+	reply->slots   = (uint32_t*)(reply->iov + req.count);
+	reply->hdr     = (uint8_t*)(reply->slots + req.count);
+	reply->hdr_len = sizeof(rep) + req.count * sizeof(int32_t);
+	rep.req_id = req.req_id;
+	rep.magic  = VELO_UCX_GUARDV_MAGIC;
+	rep.count  = req.count;
+	memcpy(reply->hdr, &rep, sizeof(rep));
+	for (i = 0; i < req.count; i++) {
+		guard_slot_t *slot;
+
+		memcpy(&e, (const uint8_t*)header + sizeof(req) + i * sizeof(e), sizeof(e));
+		status = UCS_ERR_REJECTED;
+		if (guard != NULL && e.slot < guard->count) {
+			slot = &guard->slots[e.slot];
+			if (slot->state == GUARD_LIVE && slot->token == e.token) {
+				if (e.address >= slot->base && e.length <= slot->length &&
+				    e.address - slot->base <= slot->length - e.length) {
+					status = UCS_OK;
+				} else {
+					status = UCS_ERR_INVALID_ADDR;
+				}
+			}
+		}
+		if (status == UCS_OK) {
+			guard->slots[e.slot].inflight++;
+			reply->slots[reply->nslots++] = e.slot;
+			if (e.length > 0) {
+				reply->iov[niov].buffer = (void*)(uintptr_t)e.address;
+				reply->iov[niov].length = e.length;
+				niov++;
+			}
+			ring->guard_served++;
+		} else {
+			ring->guard_refused++;
+		}
+		memcpy(reply->hdr + sizeof(rep) + i * sizeof(int32_t), &status, sizeof(status));
+	}
+
+	memset(&rp, 0, sizeof(rp));
+	rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+	                  UCP_OP_ATTR_FIELD_DATATYPE;
+	rp.cb.send      = guardv_reply_cb;
+	rp.user_data    = reply;
+	rp.datatype     = ucp_dt_make_iov();
+	ptr = ucp_am_send_nbx(param->reply_ep, ring->guardv_rep_id, reply->hdr, reply->hdr_len,
+	                      niov ? reply->iov : NULL, niov, &rp);
+	if (!UCS_PTR_IS_PTR(ptr)) {
+		guardv_reply_finish(reply);
+	}
+	return UCS_OK;
+}
+
+ucs_status_t velo_ucx_guardv_enable(velo_ucx_ring_t *ring, unsigned req_id, unsigned rep_id)
+{
+	if (ring->guard == NULL) {
+		return UCS_ERR_INVALID_PARAM; /* velo_ucx_guard_enable first */
+	}
+	ring->guardv_rep_id = rep_id;
+	return set_handler(ring, req_id, guardv_req_cb);
 }
 
 ucs_status_t velo_ucx_guard_enable(velo_ucx_ring_t *ring, unsigned req_id, unsigned rep_id)

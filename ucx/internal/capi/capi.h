@@ -52,6 +52,7 @@ typedef struct velo_ucx_ring {
 	struct velo_ucx_am_slot *slots;  // one per registered AM id (the callback arg)
 	struct velo_ucx_guard   *guard;  // guarded-GET registration table, or NULL
 	uint32_t                 guard_req_id, guard_rep_id;
+	uint32_t                 guardv_rep_id;
 	uint64_t                 guard_served, guard_refused;
 } velo_ucx_ring_t;
 
@@ -76,6 +77,8 @@ void *velo_ucx_am_send(velo_ucx_ring_t *ring, ucp_ep_h ep, unsigned id, const vo
                        uint32_t flags, uint64_t user);
 void *velo_ucx_am_recv_data(velo_ucx_ring_t *ring, void *desc, void *buffer, size_t length,
                             uint64_t user);
+void *velo_ucx_am_recv_data_iov(velo_ucx_ring_t *ring, void *desc, void **bufs, const size_t *lens,
+                                size_t count, uint64_t user);
 void *velo_ucx_get(velo_ucx_ring_t *ring, ucp_ep_h ep, void *buffer, size_t length,
                    uint64_t remote_addr, ucp_rkey_h rkey, uint64_t user);
 void *velo_ucx_put(velo_ucx_ring_t *ring, ucp_ep_h ep, const void *buffer, size_t length,
@@ -110,7 +113,33 @@ typedef struct velo_ucx_get_rep_hdr {
 
 #define VELO_UCX_GUARD_MAGIC 0x56474731u /* "VGG1" */
 
+// Vectored guarded GET: many reads, each with its own registration's slot and token, in one
+// request; one reply carries a status per read and the bytes of the served ones, back to back.
+typedef struct velo_ucx_getv_req_hdr {
+	uint32_t magic;
+	uint32_t count;
+	uint64_t req_id;
+} velo_ucx_getv_req_hdr_t; // followed by count velo_ucx_getv_entry_t
+
+typedef struct velo_ucx_getv_entry {
+	uint32_t slot;
+	uint32_t reserved;
+	uint64_t token;
+	uint64_t address;
+	uint64_t length;
+} velo_ucx_getv_entry_t;
+
+typedef struct velo_ucx_getv_rep_hdr {
+	uint64_t req_id;
+	uint32_t magic;
+	uint32_t count;
+} velo_ucx_getv_rep_hdr_t; // followed by count int32_t statuses
+
+#define VELO_UCX_GUARDV_MAGIC 0x56475631u /* "VGV1" */
+#define VELO_UCX_GUARDV_MAX   64          /* reads in one request */
+
 ucs_status_t velo_ucx_guard_enable(velo_ucx_ring_t *ring, unsigned req_id, unsigned rep_id);
+ucs_status_t velo_ucx_guardv_enable(velo_ucx_ring_t *ring, unsigned req_id, unsigned rep_id);
 int velo_ucx_guard_add(velo_ucx_ring_t *ring, uint64_t token, uint64_t base, uint64_t length,
                        uint32_t *slot_p);
 void velo_ucx_guard_revoke(velo_ucx_ring_t *ring, uint32_t slot);

@@ -67,6 +67,13 @@ const (
 	GuardMagic     = uint32(C.VELO_UCX_GUARD_MAGIC)
 	GuardReqHdrLen = int(C.sizeof_velo_ucx_get_req_hdr_t)
 	GuardRepHdrLen = int(C.sizeof_velo_ucx_get_rep_hdr_t)
+	// The vectored guarded GET: a request header, then GuardVMax entries at most; the reply
+	// header, then one int32 status per entry.
+	GuardVMagic     = uint32(C.VELO_UCX_GUARDV_MAGIC)
+	GuardVMax       = int(C.VELO_UCX_GUARDV_MAX)
+	GuardVReqHdrLen = int(C.sizeof_velo_ucx_getv_req_hdr_t)
+	GuardVEntryLen  = int(C.sizeof_velo_ucx_getv_entry_t)
+	GuardVRepHdrLen = int(C.sizeof_velo_ucx_getv_rep_hdr_t)
 )
 
 // Handles. Each wraps one C pointer; the zero value is NULL.
@@ -321,6 +328,19 @@ func UcpAmRecvDataNbx(r Ring, desc, buffer unsafe.Pointer, length uintptr, user 
 	return result(C.velo_ucx_am_recv_data(r.p, desc, buffer, C.size_t(length), C.uint64_t(user)))
 }
 
+// UcpAmRecvDataIovNbx wraps ucp_am_recv_data_nbx with an iov datatype (helper
+// velo_ucx_am_recv_data_iov): the message's bytes land in bufs[0], then bufs[1], ... The iov
+// is copied to C memory for the operation's life; the buffers must stay pinned until it
+// completes.
+func UcpAmRecvDataIovNbx(r Ring, desc unsafe.Pointer, bufs []unsafe.Pointer, lens []uintptr, user uint64) (Request, Status) {
+	var pb *unsafe.Pointer
+	var pl *C.size_t
+	if len(bufs) > 0 {
+		pb, pl = &bufs[0], (*C.size_t)(unsafe.Pointer(&lens[0]))
+	}
+	return result(C.velo_ucx_am_recv_data_iov(r.p, desc, pb, pl, C.size_t(len(bufs)), C.uint64_t(user)))
+}
+
 // UcpAmDataRelease wraps ucp_am_data_release.
 func UcpAmDataRelease(w Worker, data unsafe.Pointer) { C.ucp_am_data_release(w.p, data) }
 
@@ -400,6 +420,12 @@ func UcpRkeyDestroy(rk RKey) { C.ucp_rkey_destroy(rk.p) }
 // id reqID with replies on repID.
 func GuardEnable(r Ring, reqID, repID uint16) Status {
 	return Status(C.velo_ucx_guard_enable(r.p, C.uint(reqID), C.uint(repID)))
+}
+
+// GuardVEnable wraps velo_ucx_guardv_enable: this worker also answers vectored guarded GET
+// requests on reqID, with replies on repID (after GuardEnable).
+func GuardVEnable(r Ring, reqID, repID uint16) Status {
+	return Status(C.velo_ucx_guardv_enable(r.p, C.uint(reqID), C.uint(repID)))
 }
 
 // GuardAdd wraps velo_ucx_guard_add: a live registration [base, base+length) with token.

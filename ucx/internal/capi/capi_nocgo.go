@@ -67,6 +67,13 @@ const (
 	GuardMagic     = uint32(0x56474731)
 	GuardReqHdrLen = int(40)
 	GuardRepHdrLen = int(16)
+	// The vectored guarded GET: a request header, then GuardVMax entries at most; the reply
+	// header, then one int32 status per entry.
+	GuardVMagic     = uint32(0x56475631)
+	GuardVMax       = int(64)
+	GuardVReqHdrLen = int(16)
+	GuardVEntryLen  = int(32)
+	GuardVRepHdrLen = int(16)
 )
 
 // Handles: never anything but NULL in this build.
@@ -210,6 +217,11 @@ func UcpAmRecvDataNbx(r Ring, desc, buffer unsafe.Pointer, length uintptr, user 
 	return Request{}, NotCompiled
 }
 
+// UcpAmRecvDataIovNbx fails.
+func UcpAmRecvDataIovNbx(r Ring, desc unsafe.Pointer, bufs []unsafe.Pointer, lens []uintptr, user uint64) (Request, Status) {
+	return Request{}, NotCompiled
+}
+
 // UcpAmDataRelease does nothing.
 func UcpAmDataRelease(w Worker, data unsafe.Pointer) {}
 
@@ -262,6 +274,9 @@ func UcpRkeyDestroy(rk RKey) {}
 
 // GuardEnable fails.
 func GuardEnable(r Ring, reqID, repID uint16) Status { return NotCompiled }
+
+// GuardVEnable fails.
+func GuardVEnable(r Ring, reqID, repID uint16) Status { return NotCompiled }
 
 // GuardAdd fails.
 func GuardAdd(r Ring, token, base, length uint64) (uint32, Status) { return 0, NotCompiled }

@@ -42,8 +42,8 @@ const (
 	// maxTick is the longest interval between two maintenance passes (reaping, retired
 	// endpoints, held frames).
 	maxTick = 250 * time.Millisecond
-	// regTimeout bounds one registration or deregistration on the progress thread.
-	regTimeout = 60 * time.Second
+	// startTimeout bounds the engine's start-up.
+	startTimeout = 60 * time.Second
 )
 
 // RMAMode is how GETs read a peer's memory: the UCX binding's mode, named here so a program that

@@ -129,7 +129,7 @@ func New(cfg Config) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), regTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	eng, err := ucp.NewEngine(ctx, ucp.EngineConfig{
 		Context:      ucp.ContextConfig{TLS: cfg.TLS, NetDevices: cfg.NetDevices, Settings: settings, Logger: cfg.Logger},
@@ -400,23 +400,39 @@ func (t *Transport) Send(ctx context.Context, id transport.InstanceID, parts ...
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("ucx: send to %016x: %w", uint64(id), err) // before anything was taken
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, t.cfg.SendTimeout)
-		defer cancel()
+	// Without a deadline of the caller's the send is bounded by SendTimeout. The bound is made
+	// only where something may wait (opening an endpoint, a send UCX did not finish at once): a
+	// timer per frame would cost more than the frame on the common path.
+	bounded := func() (context.Context, context.CancelFunc) {
+		if _, ok := ctx.Deadline(); ok {
+			return ctx, func() {}
+		}
+		return context.WithTimeout(ctx, t.cfg.SendTimeout)
 	}
 	p.sendMu.Lock()
-	oc, err := t.connLocked(ctx, p)
-	if err != nil {
-		p.sendMu.Unlock()
-		return err
+	oc := p.conn
+	if oc == nil {
+		octx, cancel := bounded()
+		oc, err = t.connLocked(octx, p)
+		cancel()
+		if err != nil {
+			p.sendMu.Unlock()
+			return err
+		}
 	}
 	oc.seq++
 	hdr := appendHeader(make([]byte, 0, frameHeaderLen), frameHeader{Incarnation: t.inc, Sender: t.self, Kind: kindData, Epoch: oc.epoch, Seq: oc.seq})
 	op := t.submit(oc, hdr, parts)
 	p.sendMu.Unlock()
 	p.touch()
-	err = op.Wait(ctx)
+	select {
+	case <-op.Done():
+		err = op.Err()
+	default:
+		wctx, cancel := bounded()
+		err = op.Wait(wctx)
+		cancel()
+	}
 	t.settle(oc, op)
 	if err != nil {
 		return t.sendError(id, err)

@@ -1,0 +1,560 @@
+// Command smallbench prints what many small transfers cost, each figure beside a baseline
+// measured in the same run on the same machine, in two processes (`make bench-small`):
+//
+//   - the UCX engine's active-message round trip (64 B, 1 KiB) beside `ucx_perftest -t
+//     ucp_am_lat`: waited for by a caller (send, then wait on a channel the handler fills) and
+//     driven by the handler itself (the engine's own round trip, as perftest's loop);
+//   - a frame's round trip over velo's UCX transport beside velo's TCP transport;
+//   - a GetBatch of 4 KiB blocks and one of 64 KiB blocks, 64 MiB each, beside one 64 MiB get and
+//     beside `ucx_perftest -t ucp_get` at the same size with the same number of reads in flight
+//     (-O, the batch window): MiB/s, reads per second and CPU time per read on each side.
+//
+// The parent measures; its second process (this program again, -role peer) echoes frames and
+// owns the staged blocks, and a third (-role echo) echoes the engine's pings. Rounds alternate the
+// measured thing and its baseline, with a pause longer than the engines' SpinFor between them, so
+// neither runs while the other's progressor still spins. It asserts nothing, but it stops if a
+// get does not take the RDMA path.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	ucp "github.com/velo-go/velo/ucx"
+	"github.com/velo-go/velo/ucx/benchkit"
+	"github.com/velo-go/velo/velo"
+	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/transport"
+	"github.com/velo-go/velo/velo/transport/tcp"
+	"github.com/velo-go/velo/velo/transport/ucx"
+)
+
+const (
+	roleEnv  = "SMALLBENCH_ROLE"
+	total    = 64 << 20 // bytes of one batch
+	pause    = 3 * time.Millisecond
+	frameIts = 2000
+)
+
+var (
+	blockSizes = []int{4 << 10, 64 << 10}
+	quiet      = slog.New(slog.NewTextHandler(io.Discard, nil))
+)
+
+func main() {
+	quick := flag.Bool("quick", false, "one round, fewer iterations (a smoke run)")
+	window := flag.Int("window", velo.DefaultBatchWindow, "reads in flight per owner (WithBatchWindow; perftest -O)")
+	flag.StringVar(&profilePrefix, "profile", "", "write CPU profiles of the measuring and the peer process to PREFIX.{consumer,peer}.cpu.pprof")
+	flag.Parse()
+	if v := os.Getenv(profileEnv); v != "" {
+		profilePrefix = v
+	}
+	log.SetFlags(0)
+	if os.Getenv("UCX_TLS") == "" {
+		os.Setenv("UCX_TLS", "tcp")
+	}
+	var err error
+	switch os.Getenv(roleEnv) {
+	case "echo":
+		err = benchkit.ServeEcho(context.Background(), ucp.EngineConfig{Name: "echo"}, os.Stdin)
+	case "peer":
+		stop := startProfile("peer")
+		err = runPeer(*window)
+		stop()
+	default:
+		err = run(*quick, *window)
+	}
+	if err != nil {
+		log.Fatalf("smallbench: %v", err)
+	}
+}
+
+// ---------------------------------------------------------------- the second process
+
+// peerInfo is the peer's announcement: its echo transports' addresses and the owner's blocks.
+type peerInfo struct {
+	TCP, UCX transport.PeerAddress
+	Owner    velo.PeerInfo
+	Blocks   map[int][]velo.Handle // by block size
+	Whole    velo.Handle           // one payload of total bytes
+}
+
+// echoHost answers every frame with the same bytes over its transport, or hands it to back.
+type echoHost struct {
+	id   transport.InstanceID
+	inc  uint64
+	tr   transport.Transport
+	back chan []byte
+}
+
+func (h *echoHost) LocalID() transport.InstanceID        { return h.id }
+func (h *echoHost) Incarnation() uint64                  { return h.inc }
+func (h *echoHost) Logger() *slog.Logger                 { return quiet }
+func (h *echoHost) PeerDown(transport.InstanceID, error) {}
+func (h *echoHost) Deliver(from transport.InstanceID, frame []byte) {
+	if h.back != nil {
+		h.back <- frame
+		return
+	}
+	_ = h.tr.Send(context.Background(), from, frame)
+}
+
+// startHost starts tr under a new echoHost (back nil: it echoes).
+func startHost(tr transport.Transport, back chan []byte) (*echoHost, error) {
+	h := &echoHost{id: transport.InstanceID(rand.Uint64() | 1), inc: rand.Uint64(), tr: tr, back: back}
+	return h, tr.Start(h)
+}
+
+func (h *echoHost) address() transport.PeerAddress {
+	return transport.PeerAddress{ID: h.id, Incarnation: h.inc, Blob: h.tr.Address()}
+}
+
+// newVelo starts an instance with a TCP control plane and the UCX transport, room in the budget
+// for every block and its lease registration, and the batch window.
+func newVelo(ctx context.Context, window int) (*velo.Velo, *ucx.Transport, error) {
+	ctl, err := tcp.New(tcp.Config{})
+	if err != nil {
+		return nil, nil, err
+	}
+	u, err := ucx.New(ucx.Config{EagerEndpoints: true, Logger: quiet})
+	if err != nil {
+		ctl.Close()
+		return nil, nil, err
+	}
+	v, err := velo.New(ctx, velo.WithTransport(ctl), velo.WithUCXTransport(u), velo.WithLogger(quiet), velo.WithBatchWindow(window),
+		velo.WithRDMA(velo.RDMAConfig{Pool: velo.RDMAPoolConfig{RegisteredBytesBudget: 4 << 30}}))
+	return v, u, err
+}
+
+// echoPair starts a TCP and a UCX transport, each under an echoHost (echoing, or handing frames
+// to a channel of its own when collect is true); stop closes both.
+func echoPair(collect bool) (th, uh *echoHost, stop func(), err error) {
+	tt, err := tcp.New(tcp.Config{})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ut, err := ucx.New(ucx.Config{EagerEndpoints: true, Logger: quiet})
+	if err != nil {
+		tt.Close()
+		return nil, nil, nil, err
+	}
+	stop = func() { ut.Close(); tt.Close() }
+	var tb, ub chan []byte
+	if collect {
+		tb, ub = make(chan []byte, 1), make(chan []byte, 1)
+	}
+	if th, err = startHost(tt, tb); err == nil {
+		uh, err = startHost(ut, ub)
+	}
+	if err != nil {
+		stop()
+		return nil, nil, nil, err
+	}
+	return th, uh, stop, nil
+}
+
+func runPeer(window int) error {
+	ctx := context.Background()
+	th, uh, stop, err := echoPair(false)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	tt, ut := th.tr, uh.tr
+	v, _, err := newVelo(ctx, window)
+	if err != nil {
+		return err
+	}
+	defer v.Close()
+	info := peerInfo{TCP: th.address(), UCX: uh.address(), Owner: v.PeerInfo(), Blocks: map[int][]velo.Handle{}}
+	for _, size := range blockSizes {
+		b := make([]byte, size)
+		for i := 0; i < total/size; i++ {
+			b[0], b[1] = byte(i), byte(i>>8)
+			h, err := v.RegisterDataPinned(ctx, b)
+			if err != nil {
+				return err
+			}
+			info.Blocks[size] = append(info.Blocks[size], h)
+		}
+	}
+	if info.Whole, err = v.RegisterDataPinned(ctx, make([]byte, total)); err != nil {
+		return err
+	}
+	if err := benchkit.Announce(info); err != nil {
+		return err
+	}
+	// Peers learn each other from the parent: it sends its addresses, then asks for CPU time.
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 1<<20), 1<<20)
+	for in.Scan() {
+		line := in.Text()
+		switch {
+		case strings.HasPrefix(line, "peers "):
+			var pa [2]transport.PeerAddress
+			if err := json.Unmarshal([]byte(line[len("peers "):]), &pa); err != nil {
+				return err
+			}
+			if err := tt.AddPeer(ctx, pa[0]); err != nil {
+				return err
+			}
+			if err := ut.AddPeer(ctx, pa[1]); err != nil {
+				return err
+			}
+			fmt.Println(`"ok"`)
+		case line == "cpu":
+			fmt.Println(cpuTime().Nanoseconds())
+		}
+	}
+	return nil
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// ---------------------------------------------------------------- the measuring process
+
+func run(quick bool, window int) error {
+	ctx := context.Background()
+	rounds, amIts := 3, 2000
+	if quick {
+		rounds, amIts = 1, 200
+	}
+	tool, toolErr := benchkit.Find()
+	fmt.Printf("small transfers, UCX %s (linked), UCX_TLS=%s, %d CPUs, %d alternating rounds\n", ucp.Version().String, os.Getenv("UCX_TLS"), runtime.NumCPU(), rounds)
+	if toolErr != nil {
+		return fmt.Errorf("no ucx_perftest for the baselines: %w", toolErr)
+	}
+	fmt.Printf("baseline: %s (UCX %s, the linked release)\n", tool.Path, tool.Version)
+
+	// The engine's round trip.
+	p, err := benchkit.StartPinger(ctx, ucp.EngineConfig{Name: "ping"}, append(os.Environ(), roleEnv+"=echo"))
+	if err != nil {
+		return err
+	}
+	exportEngineDefaults(p.Engine().Settings())
+	fmt.Printf("\nengine active-message round trip (µs, p50; median of the rounds)\n")
+	fmt.Printf("%-7s %-8s %14s %12s %8s\n", "size", "waiter", "ucx_perftest", "engine", "ratio")
+	for _, size := range []int{64, 1 << 10} {
+		if _, err := p.CallerRoundTrips(size, amIts/10); err != nil {
+			return err
+		}
+		var base, caller, handler []float64
+		for r := 0; r < rounds; r++ {
+			b, err := benchkit.PerftestAMLatency(ctx, tool, size, amIts*5)
+			if err != nil {
+				return err
+			}
+			base = append(base, us(b))
+			time.Sleep(pause)
+			d, err := p.CallerRoundTrips(size, amIts)
+			if err != nil {
+				return err
+			}
+			caller = append(caller, us(p50(d)))
+			time.Sleep(pause)
+			if d, err = p.HandlerRoundTrips(size, amIts); err != nil {
+				return err
+			}
+			handler = append(handler, us(p50(d)))
+			time.Sleep(pause)
+		}
+		b := median(base)
+		fmt.Printf("%-7s %-8s %14.1f %12.1f %7.2fx\n", human(size), "caller", b, median(caller), median(caller)/b)
+		fmt.Printf("%-7s %-8s %14.1f %12.1f %7.2fx\n", human(size), "handler", b, median(handler), median(handler)/b)
+	}
+	p.Close()
+
+	// The peer: echo transports and the owner of the blocks.
+	var info peerInfo
+	peer, err := benchkit.StartChild(append(os.Environ(), roleEnv+"=peer", profileEnv+"="+profilePrefix), &info, "-window", strconv.Itoa(window))
+	if err != nil {
+		return fmt.Errorf("the peer process: %w", err)
+	}
+	defer peer.Stop()
+	if err := frames(ctx, peer, info, rounds); err != nil {
+		return err
+	}
+	stop := startProfile("consumer")
+	defer stop()
+	return batches(ctx, peer, info, tool, rounds, window, quick)
+}
+
+// profileEnv carries -profile to the peer process.
+const profileEnv = "SMALLBENCH_PROFILE"
+
+var profilePrefix string
+
+// startProfile starts a CPU profile of this process when -profile was given.
+func startProfile(role string) func() {
+	if profilePrefix == "" {
+		return func() {}
+	}
+	f, err := os.Create(profilePrefix + "." + role + ".cpu.pprof")
+	if err != nil {
+		log.Printf("smallbench: profile: %v", err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		log.Printf("smallbench: profile: %v", err)
+		return func() {}
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }
+}
+
+// frames times a frame's round trip over velo's UCX transport and over its TCP transport.
+func frames(ctx context.Context, peer *benchkit.Child, info peerInfo, rounds int) error {
+	th, uh, stop, err := echoPair(true)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	tt, ut := th.tr, uh.tr
+	b, _ := json.Marshal([2]transport.PeerAddress{th.address(), uh.address()})
+	if _, err := fmt.Fprintf(peer.In, "peers %s\n", b); err != nil {
+		return err
+	}
+	if line, err := peer.Out.ReadString('\n'); err != nil || strings.TrimSpace(line) != `"ok"` {
+		return fmt.Errorf("the peer did not take the addresses: %q %v", line, err)
+	}
+	if err := tt.AddPeer(ctx, info.TCP); err != nil {
+		return err
+	}
+	if err := ut.AddPeer(ctx, info.UCX); err != nil {
+		return err
+	}
+	rt := func(h *echoHost, to transport.InstanceID, frame []byte, n int) (time.Duration, error) {
+		d := make([]time.Duration, 0, n)
+		for i := 0; i < n; i++ {
+			t0 := time.Now()
+			if err := h.tr.Send(ctx, to, frame); err != nil {
+				return 0, err
+			}
+			select {
+			case <-h.back:
+			case <-time.After(10 * time.Second):
+				return 0, fmt.Errorf("no echo over %s within 10 s", h.tr.Name())
+			}
+			d = append(d, time.Since(t0))
+		}
+		return p50(d), nil
+	}
+	fmt.Printf("\nvelo transport frame round trip, two processes (µs, p50; median of the rounds)\n")
+	fmt.Printf("%-7s %14s %14s %8s\n", "size", "velo tcp", "velo ucx", "ucx/tcp")
+	for _, size := range []int{64, 1 << 10, 64 << 10} {
+		frame := make([]byte, size)
+		if _, err := rt(uh, info.UCX.ID, frame, 50); err != nil {
+			return err
+		}
+		if _, err := rt(th, info.TCP.ID, frame, 50); err != nil {
+			return err
+		}
+		var tcpD, ucxD []float64
+		for r := 0; r < rounds; r++ {
+			d, err := rt(th, info.TCP.ID, frame, frameIts)
+			if err != nil {
+				return err
+			}
+			tcpD = append(tcpD, us(d))
+			time.Sleep(pause)
+			if d, err = rt(uh, info.UCX.ID, frame, frameIts); err != nil {
+				return err
+			}
+			ucxD = append(ucxD, us(d))
+			time.Sleep(pause)
+		}
+		fmt.Printf("%-7s %14.1f %14.1f %7.2fx\n", human(size), median(tcpD), median(ucxD), median(ucxD)/median(tcpD))
+	}
+	return nil
+}
+
+// batches times GetBatch of the peer's blocks against one get of the whole and against
+// ucx_perftest's GETs of the same size with the same window.
+func batches(ctx context.Context, peer *benchkit.Child, info peerInfo, tool ucp.Tool, rounds, window int, quick bool) error {
+	v, _, err := newVelo(ctx, window)
+	if err != nil {
+		return err
+	}
+	defer v.Close()
+	if err := v.RegisterPeer(ctx, info.Owner); err != nil {
+		return err
+	}
+	dst := make([]byte, total)
+	whole := func() (time.Duration, error) {
+		t0 := time.Now()
+		l, err := v.GetInto(ctx, info.Whole, dst)
+		took := time.Since(t0)
+		if err != nil {
+			return 0, err
+		}
+		if l.Path != metrics.PathRDMA {
+			return 0, fmt.Errorf("the whole get took %s/%s", l.Path, l.Reason)
+		}
+		return took, l.Detach(ctx)
+	}
+	ownerCPU := func() (time.Duration, error) {
+		if _, err := io.WriteString(peer.In, "cpu\n"); err != nil {
+			return 0, err
+		}
+		line, err := peer.Out.ReadString('\n')
+		if err != nil {
+			return 0, err
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(line), 10, 64)
+		return time.Duration(n), err
+	}
+	batch := func(size int) (took, cpuCons, cpuOwner time.Duration, err error) {
+		hs := info.Blocks[size]
+		if quick {
+			hs = hs[:len(hs)/8]
+		}
+		reqs := make([]velo.GetRequest, len(hs))
+		for i, h := range hs {
+			reqs[i] = velo.GetRequest{Handle: h, Into: dst[i*size : (i+1)*size]}
+		}
+		oc0, err := ownerCPU()
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		c0, t0 := cpuTime(), time.Now()
+		res := v.GetBatch(ctx, reqs, nil)
+		took, cpuCons = time.Since(t0), cpuTime()-c0
+		oc1, err := ownerCPU()
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		for i, r := range res {
+			if r.Err != nil {
+				return 0, 0, 0, fmt.Errorf("block %d: %w", i, r.Err)
+			}
+			if r.Lease.Path != metrics.PathRDMA {
+				return 0, 0, 0, fmt.Errorf("block %d took %s/%s", i, r.Lease.Path, r.Lease.Reason)
+			}
+			if b := r.Lease.Bytes(); b[0] != byte(i) || b[1] != byte(i>>8) {
+				return 0, 0, 0, fmt.Errorf("block %d: wrong bytes", i)
+			}
+		}
+		// Not timed: end the leases (the blocks stay staged for the next round).
+		ls := make([]*velo.Lease, len(res))
+		for i, r := range res {
+			ls[i] = r.Lease
+		}
+		detachAll(ctx, ls, window)
+		return took, cpuCons, oc1 - oc0, nil
+	}
+	if _, err := whole(); err != nil { // warm up: endpoints, first registrations
+		return err
+	}
+	fmt.Printf("\nbatched gets of %d MiB, window %d (MiB/s, median of the rounds; CPU µs per read in the consumer and the owner process)\n", total>>20, window)
+	fmt.Printf("%-7s %6s %10s %10s %7s %14s %7s %10s %12s\n", "block", "reads", "one get", "GetBatch", "ratio", "ucx_perftest", "ratio", "reads/s", "CPU µs/read")
+	for _, size := range blockSizes {
+		if _, _, _, err := batch(size); err != nil { // warm up this size
+			return err
+		}
+		n := total / size
+		if quick {
+			n /= 8
+		}
+		var one, got, perf, rate, cpuC, cpuO []float64
+		for r := 0; r < rounds; r++ {
+			d, err := whole()
+			if err != nil {
+				return err
+			}
+			one = append(one, mibps(total, d))
+			time.Sleep(pause)
+			took, cc, co, err := batch(size)
+			if err != nil {
+				return err
+			}
+			got = append(got, mibps(n*size, took))
+			rate = append(rate, float64(n)/took.Seconds())
+			cpuC, cpuO = append(cpuC, us(cc)/float64(n)), append(cpuO, us(co)/float64(n))
+			time.Sleep(pause)
+			pr, err := benchkit.Run(ctx, tool, "-t", "ucp_get", "-s", strconv.Itoa(size), "-n", strconv.Itoa(n), "-O", strconv.Itoa(window))
+			if err != nil {
+				return err
+			}
+			perf = append(perf, pr.BandwidthOverall)
+			time.Sleep(pause)
+		}
+		fmt.Printf("%-7s %6d %10.0f %10.0f %6.2fx %14.0f %6.2fx %10.0f %5.1f + %4.1f\n", human(size), n, median(one), median(got),
+			median(got)/median(one), median(perf), median(got)/median(perf), median(rate), median(cpuC), median(cpuO))
+	}
+	return nil
+}
+
+// detachAll ends leases window at a time (untimed bookkeeping between rounds).
+func detachAll(ctx context.Context, ls []*velo.Lease, window int) {
+	sem := make(chan struct{}, window)
+	done := make(chan struct{})
+	for _, l := range ls {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; done <- struct{}{} }()
+			_ = l.Detach(ctx)
+		}()
+	}
+	for range ls {
+		<-done
+	}
+}
+
+// exportEngineDefaults gives ucx_perftest the UCX settings the engine applies on its own, so that
+// both run with the same configuration (the user's are in the environment already).
+func exportEngineDefaults(settings []ucp.Setting) {
+	var same []string
+	for _, st := range settings {
+		if st.Source == ucp.SourceProgram {
+			os.Setenv("UCX_"+st.Name, st.Value)
+			same = append(same, "UCX_"+st.Name+"="+st.Value)
+		}
+	}
+	if len(same) > 0 {
+		fmt.Printf("engine defaults, exported to ucx_perftest too: %s\n", strings.Join(same, " "))
+	}
+}
+
+func p50(d []time.Duration) time.Duration {
+	sort.Slice(d, func(a, b int) bool { return d[a] < d[b] })
+	return d[len(d)/2]
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+func mibps(n int, d time.Duration) float64 { return float64(n) / (1 << 20) / d.Seconds() }
+
+func human(n int) string {
+	if n >= 1<<10 {
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
+}
