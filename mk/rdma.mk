@@ -8,12 +8,17 @@
 #                         on both sides, revocation on every lease ending, memlock fallback, the
 #                         example in two network namespaces with kernel byte counts (about 2 min)
 #   bench-rendezvous-rdma RDMA-path Get of 1, 8, 64 MiB beside ucx_perftest -t ucp_get and the
-#                         chunked path; peak RSS of a 1 GiB get (prints ratios, asserts nothing)
+#                         chunked path; peak RSS of a 1 GiB get and of 1 GiB staging, copied and
+#                         zero-copy (prints ratios, asserts nothing)
+#   bench-small           many small transfers, two processes: the engine's AM round trip beside
+#                         ucx_perftest -t ucp_am_lat, velo's UCX transport beside its TCP transport,
+#                         GetBatch of 4 KiB and 64 KiB blocks beside one 64 MiB get and beside
+#                         ucx_perftest -t ucp_get -O (about 1 minute)
 #   demo                  the two-process example over UCX_TLS=tcp; exits non-zero unless the
 #                         transfer took the RDMA path
-.PHONY: test-rdma-registry test-rendezvous-rdma bench-rendezvous-rdma demo
+.PHONY: test-rdma-registry test-rendezvous-rdma bench-rendezvous-rdma bench-small demo
 TEST_TARGETS += test-rdma-registry test-rendezvous-rdma
-BENCH_TARGETS += bench-rendezvous-rdma
+BENCH_TARGETS += bench-rendezvous-rdma bench-small
 
 # A test run must not inherit a kill switch from the shell: the tests set it themselves.
 RDMA_TEST_ENV := env -u VELO_RDMA_RENDEZVOUS_DISABLE
@@ -27,6 +32,9 @@ test-rendezvous-rdma: deps
 
 bench-rendezvous-rdma: deps
 	cd test && $(RDMA_TEST_ENV) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./rdma/cmd/rdmabench
+
+bench-small: deps
+	cd test && $(RDMA_TEST_ENV) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./rdma/cmd/smallbench
 
 demo: deps
 	UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./velo/examples/rendezvous_rdma_two_proc

@@ -35,8 +35,9 @@ LINT_TARGETS += lint-ucx
 lint-ucx: deps
 	cd ucx && GOOS=darwin CGO_ENABLED=0 $(GO) vet ./...
 
-# Registration cost and GET bandwidth, each beside its baseline from the same run
-# (mmap+mlock; ucx_perftest -t ucp_get with the same UCX_TLS). Prints, asserts nothing.
+# Active-message round trips, registration cost, GET bandwidth and many small GETs (GetMany),
+# each beside its baseline from the same run (ucx_perftest -t ucp_am_lat; mmap+mlock;
+# ucx_perftest -t ucp_get, -O for many, with the same UCX_TLS). Prints, asserts nothing.
 bench-rma: deps
 	cd ucx && $(GO) run ./internal/benchrma
 
