@@ -1201,7 +1201,8 @@ func (b *getBatch) cancel(err error) {
 // the call re-enters through finished, which leaves the posting to the loop here. Where GETs are
 // guarded, consecutive reads are posted together as one vectored request (a quarter of the
 // window at most, and no more than the owner answers in one reply): one message each way for
-// many reads, which is what makes small reads cheap over transports that emulate GET.
+// many reads, which is what makes small reads cheap over transports that emulate GET. Only to a
+// peer that said it answers them (ConnectOptions.VectoredGet).
 func (b *getBatch) pump() {
 	if b.pumping {
 		return
@@ -1218,7 +1219,7 @@ func (b *getBatch) pump() {
 		var idx []int
 		room := b.window - b.reading
 		limit := 1
-		if !direct {
+		if !direct && c.opts.VectoredGet {
 			limit = min(room, b.vector(), len(b.reads)-b.next)
 		}
 		bytes := 0

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -19,10 +20,12 @@ func TestGetManyBlocks(t *testing.T) {
 	for _, mode := range []RMAMode{RMAGuarded, RMADirect} {
 		t.Run(mode.String(), func(t *testing.T) {
 			ctx := testContext(t)
-			a, b, ab := enginePair(t, func(c *EngineConfig) { c.RMA = mode })
+			a, b, _ := enginePair(t, func(c *EngineConfig) { c.RMA = mode })
 			if mode == RMAGuarded {
 				skipIfReplyBroken(t, a)
 			}
+			ab, err := a.Connect(ctx, b.Address(), ConnectOptions{VectoredGet: true})
+			require.NoError(t, err)
 			src1, src2 := allocFilled(t, 8<<20, 21), allocFilled(t, 64<<20, 22)
 			reg1, err := b.Register(ctx, src1.Bytes())
 			require.NoError(t, err)
@@ -52,6 +55,21 @@ func TestGetManyBlocks(t *testing.T) {
 			for i, r := range reads {
 				require.Equal(t, 1, seen[i], "read %d reported %d times", i, seen[i])
 				require.True(t, bytes.Equal(r.Dst, want[i]), "read %d: bytes differ", i)
+			}
+			if mode == RMAGuarded {
+				vectors := testutil.ToFloat64(a.metrics.ops.WithLabelValues("get_guarded_vector", "ok"))
+				assert.Positive(t, vectors, "the reads were not posted in vectored requests")
+				// A peer that did not say it answers vectored requests never gets one.
+				plain, err := a.Connect(ctx, b.Address(), ConnectOptions{})
+				require.NoError(t, err)
+				var failed error
+				plain.GetMany(ctx, reads[:256], 16, func(i int, err error) {
+					if err != nil && failed == nil {
+						failed = err
+					}
+				})
+				require.NoError(t, failed)
+				assert.Equal(t, vectors, testutil.ToFloat64(a.metrics.ops.WithLabelValues("get_guarded_vector", "ok")))
 			}
 			require.NoError(t, reg1.Unregister(ctx))
 			require.NoError(t, reg2.Unregister(ctx))
@@ -175,8 +193,10 @@ func blockReads(t *testing.T, owner *Engine, seed uint64) (*Registration, *Regio
 // vector bound goes alone.
 func TestGetManyVectorOutcomes(t *testing.T) {
 	ctx := testContext(t)
-	a, b, ab := enginePair(t, nil)
+	a, b, _ := enginePair(t, nil)
 	skipIfReplyBroken(t, a)
+	ab, err := a.Connect(ctx, b.Address(), ConnectOptions{VectoredGet: true})
+	require.NoError(t, err)
 	if m, _ := ab.RMAMode(ctx); m != RMAGuarded {
 		t.Skipf("this endpoint resolves to %v: vectored requests are the guarded path's", m)
 	}

@@ -329,7 +329,12 @@ func (c TransportCaps) HasGet() bool { return c.GetShort || c.GetBcopy || c.GetZ
 type ConnectOptions struct {
 	// ErrorMode defaults to ErrorModePeer (error handler, keepalive).
 	ErrorMode ErrorMode
-	// OnError is called once, on the engine's delivery goroutine, when UCX reports the
+	// VectoredGet says the peer's engine answers vectored guarded GETs (this release and
+	// later): GetMany then posts consecutive small guarded reads as one request. An engine of
+	// an earlier release would drop such a request unanswered, so it is off unless the peer
+	// said it can (velo's UCX transport reads that from the peer's address).
+	VectoredGet bool
+	// OnError is called once, where the engine runs handlers, when UCX reports the
 	// endpoint failed (the peer died, keepalive expired, the connection was reset). The
 	// engine then force-closes the endpoint; later operations fail with
 	// ErrEndpointFailed.

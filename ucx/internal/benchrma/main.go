@@ -332,7 +332,7 @@ func startGetters(ctx context.Context, name string, n int) (ownerInfo, map[ucx.R
 		e, err := ucx.NewEngine(ctx, ucx.EngineConfig{Name: name + "-" + mode.String(), RMA: mode})
 		if err == nil {
 			engines = append(engines, e)
-			conns[mode], err = e.Connect(ctx, info.Address, ucx.ConnectOptions{})
+			conns[mode], err = e.Connect(ctx, info.Address, ucx.ConnectOptions{VectoredGet: true})
 		}
 		if err != nil {
 			dst.Free()

@@ -57,3 +57,15 @@ func TestAcquireBatchLimits(t *testing.T) {
 	_, err = DecodeAcquireBatchResponse([]byte{AcquireBatchVersion, 0, 1, 7})
 	assert.ErrorIs(t, err, ErrMalformed)
 }
+
+// TestUCXBlobVectoredGetFlag: the flag round-trips, and an address of an earlier release (the bit
+// clear) says its engine does not answer vectored GETs.
+func TestUCXBlobVectoredGetFlag(t *testing.T) {
+	for _, v := range []bool{true, false} {
+		b := AppendUCXBlob(nil, UCXBlob{RMA: true, VectoredGet: v, MaxFrame: 1 << 20, Incarnation: 7, Worker: []byte("worker")})
+		got, err := DecodeUCXBlob(b)
+		require.NoError(t, err)
+		assert.Equal(t, v, got.VectoredGet)
+		assert.True(t, got.RMA)
+	}
+}

@@ -18,7 +18,9 @@ const UCXBlobVersion = 3
 // Address blob, version 3:
 //
 //	0     version (3)
-//	1     flags: bit 0 = serves one-sided reads (RMA); other bits are ignored
+//	1     flags: bit 0 = serves one-sided reads (RMA); bit 1 = answers vectored guarded GETs
+//	      (many reads in one request); other bits are ignored, so a peer of an earlier release
+//	      that does not know a bit still takes the address, and is not sent what it cannot answer
 //	2     reserved (2 bytes, zero)
 //	4     largest frame the instance reads over UCX (uint32)
 //	8     incarnation (uint64)
@@ -29,6 +31,7 @@ const (
 	ucxBlobFixedLen = 20
 	ucxBlobCRCLen   = 4
 	ucxBlobFlagRMA  = 1 << 0
+	ucxBlobFlagGetV = 1 << 1
 	// MaxUCXWorkerAddr bounds the worker address; real ones are a few hundred bytes at most.
 	MaxUCXWorkerAddr = 64 << 10
 )
@@ -37,8 +40,10 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // UCXBlob is a decoded address blob.
 type UCXBlob struct {
-	Version     byte
-	RMA         bool
+	Version byte
+	RMA     bool
+	// VectoredGet: the peer's engine answers vectored guarded GETs (ucx.ConnectOptions).
+	VectoredGet bool
 	MaxFrame    int
 	Incarnation uint64
 	Worker      []byte // aliases the input
@@ -49,6 +54,9 @@ func AppendUCXBlob(dst []byte, b UCXBlob) []byte {
 	var flags byte
 	if b.RMA {
 		flags |= ucxBlobFlagRMA
+	}
+	if b.VectoredGet {
+		flags |= ucxBlobFlagGetV
 	}
 	start := len(dst)
 	dst = append(dst, UCXBlobVersion, flags, 0, 0)
@@ -92,6 +100,7 @@ func DecodeUCXBlob(b []byte) (UCXBlob, error) {
 	return UCXBlob{
 		Version:     b[0],
 		RMA:         b[1]&ucxBlobFlagRMA != 0,
+		VectoredGet: b[1]&ucxBlobFlagGetV != 0,
 		MaxFrame:    int(binary.BigEndian.Uint32(b[4:])),
 		Incarnation: binary.BigEndian.Uint64(b[8:]),
 		Worker:      body[ucxBlobFixedLen:],

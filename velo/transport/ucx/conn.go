@@ -125,7 +125,7 @@ func (t *Transport) authenticate(ctx context.Context, p *peer) error {
 func (t *Transport) openLocked(ctx context.Context, p *peer, slot uint32) (*outConn, error) {
 	t.mu.Lock()
 	closed := t.closed
-	worker := p.addr.worker
+	worker, getv := p.addr.worker, p.addr.getv
 	t.mu.Unlock()
 	if closed {
 		return nil, fmt.Errorf("ucx: %w", transport.ErrClosed)
@@ -143,8 +143,9 @@ func (t *Transport) openLocked(ctx context.Context, p *peer, slot uint32) (*outC
 	}
 	oc := &outConn{p: p, epoch: slot}
 	c, err := t.eng.Connect(ctx, worker, ucp.ConnectOptions{
-		ErrorMode: ucp.ErrorModePeer,
-		OnError:   func(err error) { t.connFailed(oc, err) },
+		ErrorMode:   ucp.ErrorModePeer,
+		OnError:     func(err error) { t.connFailed(oc, err) },
+		VectoredGet: getv,
 	})
 	if err != nil {
 		if errors.Is(err, ucp.ErrClosed) {
@@ -378,7 +379,7 @@ func (t *Transport) closeRetired(p *peer, v peerView) {
 	}
 }
 
-// connFailed is the endpoint's error handler (on the engine's delivery goroutine).
+// connFailed is the endpoint's error handler (run where the engine runs handlers).
 func (t *Transport) connFailed(oc *outConn, err error) {
 	p := oc.p
 	oc.mu.Lock()

@@ -97,6 +97,7 @@ type peerAddr struct {
 	worker   []byte
 	maxFrame int
 	rma      bool
+	getv     bool // its engine answers vectored guarded GETs
 }
 
 func (p *peer) touch() { p.lastUse.Store(time.Now().UnixNano()) }
@@ -227,7 +228,7 @@ func (t *Transport) Start(h transport.Host) error {
 		t.gate = g
 		t.gateLogs.Interval = 10 * time.Second
 	}
-	t.blob = appendBlob(nil, peerBlob{RMA: true, MaxFrame: t.cfg.EagerMax, Incarnation: t.inc, Worker: t.worker})
+	t.blob = appendBlob(nil, peerBlob{RMA: true, VectoredGet: true, MaxFrame: t.cfg.EagerMax, Incarnation: t.inc, Worker: t.worker})
 	if err := t.eng.HandleAM(amID, t.onAM); err != nil {
 		return fmt.Errorf("ucx: installing the frame handler: %w", err)
 	}
@@ -306,7 +307,7 @@ func (t *Transport) record(id transport.InstanceID, b peerBlob, added bool) (*pe
 		p.touch()
 		t.peers[id] = p
 	}
-	p.addr = &peerAddr{worker: append([]byte(nil), b.Worker...), maxFrame: b.MaxFrame, rma: b.RMA}
+	p.addr = &peerAddr{worker: append([]byte(nil), b.Worker...), maxFrame: b.MaxFrame, rma: b.RMA, getv: b.VectoredGet}
 	if added {
 		p.added = true
 	} else {
