@@ -75,6 +75,7 @@ func (a *authTable) add(id transport.InstanceID, inc uint64, identity string, se
 	a.peers[id] = e
 }
 
+// remove forgets a peer that left (its sessions went with it).
 func (a *authTable) remove(id transport.InstanceID) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -256,6 +256,9 @@ func (v *Velo) forget(id InstanceID, why string) {
 		t.RemovePeer(id)
 	}
 	v.rv.PeerDown(id)
+	// Authentication belongs to a control-plane session, and the peer has none left: a peer
+	// that comes back authenticates again on its new connection.
+	v.auth.remove(id)
 	v.peerChanged(id, func(p *PeerStatus) { p.State, p.Err = StateDown, why })
 }
 

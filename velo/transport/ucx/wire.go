@@ -95,9 +95,6 @@ func decodeHelloBody(b []byte) (prevEpoch uint32, blob peerBlob, err error) {
 	return prevEpoch, blob, err
 }
 
-// helloProofLen is the length of a gated hello's proof (wire.UCXHelloProofLen).
-const helloProofLen = wire.UCXHelloProofLen
-
 func helloProofMsg(hdr, body []byte, receiver transport.InstanceID, receiverInc uint64) []byte {
 	return wire.UCXHelloProofMsg(hdr, body, uint64(receiver), receiverInc)
 }
