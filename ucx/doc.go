@@ -12,14 +12,17 @@
 // for a context from there. Worker.Signal is the one exception; UCX allows it from any
 // thread.
 //
-// Engine owns one context and one worker on one goroutine locked to an OS thread (the
-// progress thread) and offers asynchronous, goroutine-safe operations whose results
-// arrive as futures (Op) or blocking calls. It exists because UCX's threading model and
-// Go's do not mix: UCX wants a single owner that keeps calling ucp_worker_progress, Go
-// wants many goroutines that block cheaply. Operations are handed to the progress thread
-// through a queue; the thread spins briefly after the last event (EngineConfig.SpinFor),
-// then sleeps on the worker's event fd using UCX's arm protocol, so an idle engine costs
-// nearly nothing (a few wake-ups a second for UCX's timers).
+// Engine owns one context and one worker and offers asynchronous, goroutine-safe operations
+// whose results arrive as futures (Op) or blocking calls. It exists because UCX's threading
+// model and Go's do not mix on their own: UCX wants its worker called by one thread at a
+// time and progressed all the time, Go wants many goroutines that block cheaply. The worker
+// runs in UCX's serialized mode and every call into it holds the engine's mutex, so the
+// goroutine that starts an operation posts it itself, with no hand-off; an ordinary
+// goroutine, the progressor, progresses the worker, finishes completed operations and runs
+// active-message handlers, spins briefly after activity (EngineConfig.SpinFor) and then
+// sleeps on the worker's event fd using UCX's arm protocol, so an idle engine costs nearly
+// nothing (a few wake-ups a second for UCX's timers). docs/ucx.md, "Progress", has the
+// design and the measurements that chose it.
 //
 // # Memory and pointer rules
 //

@@ -268,13 +268,10 @@ func (e *Engine) progress(gen uint64) {
 }
 
 // spinSlots counts the engines of this process that are spinning (polling without
-// events, after recent activity). A spinning progress thread runs Go code and so holds
-// one of GOMAXPROCS Ps; if every P were held so, the goroutines the engines wake (their
-// delivery goroutines, callers waiting for completions) could not run until the spin
-// ended. At most GOMAXPROCS-1 engines spin at once; the others sleep at once, and with
-// GOMAXPROCS=1 no engine spins. Spinning where no core is free costs more than it saves
-// (docs/ucx.md, "Progress": on two cores, 2 ms of spinning on both engines of a pair made
-// round trips ten times slower).
+// events, after recent activity). A spinning progressor holds one of GOMAXPROCS Ps; it
+// yields between looks, but at most GOMAXPROCS-1 engines spin at once so that one P is
+// always free for the goroutines they wake, and with GOMAXPROCS=1 no engine spins
+// (docs/ucx.md, "Progress").
 var spinSlots atomic.Int32
 
 // liveEngines counts this process's started engines (for the one-engine-per-process

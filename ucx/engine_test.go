@@ -566,7 +566,7 @@ func TestPeerGoesAwayWithSendsInFlight(t *testing.T) {
 }
 
 // TestIdleEngineSleeps: an idle engine parks on the event fd instead of spinning. The
-// assertion counts wake-ups, not time: over one idle second the progress thread may wake
+// assertion counts wake-ups, not time: over one idle second the progressor may wake
 // a few times (UCX timers, parkTimeout), never thousands.
 func TestIdleEngineSleeps(t *testing.T) {
 	reg := prometheus.NewRegistry()
@@ -583,10 +583,10 @@ func TestIdleEngineSleeps(t *testing.T) {
 	unix.Getrusage(unix.RUSAGE_SELF, &after)
 	woke := parks() - start
 	cpu := time.Duration(after.Utime.Nano()+after.Stime.Nano()-before.Utime.Nano()-before.Stime.Nano()) * time.Nanosecond
-	t.Logf("idle for %v: %v CPU for the whole test process (%.3f%%), %v sleeps of the progress thread",
+	t.Logf("idle for %v: %v CPU for the whole test process (%.3f%%), %v sleeps of the progressor",
 		wall.Round(time.Millisecond), cpu, 100*float64(cpu)/float64(wall), woke)
 	if limit := 4 * float64(wall/parkTimeout+1); woke > limit {
-		t.Fatalf("the progress thread woke %v times in %v (limit %v): it is spinning", woke, wall, limit)
+		t.Fatalf("the progressor woke %v times in %v (limit %v): it is spinning", woke, wall, limit)
 	}
 }
 

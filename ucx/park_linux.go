@@ -13,21 +13,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// parker is how a progress thread sleeps and how other goroutines wake it.
+// parker is how the progressor sleeps and how other goroutines wake it.
 //
 // Why not poll(2) on the event fd, the obvious way: a goroutine blocked in a system call
 // keeps its P (the Go scheduler's right to run Go code) until the runtime's monitor
-// notices, 20 µs to 10 ms later. A parked engine therefore held one of GOMAXPROCS Ps
-// for most of its life, and every goroutine the progress thread woke — the delivery
-// goroutine with a message, a caller with a completed operation — waited behind it. On
-// two cores with two engines in one process there was often no P left at all: velo's UCX
-// transport took 0.73 ms per 64 B round trip with poll(2) and 0.29 ms with this parker
-// (docs/ucx.md, "Latency").
+// notices, 20 µs to 10 ms later. A sleeping engine would hold one of GOMAXPROCS Ps for
+// most of its life, and every goroutine it woke would wait behind it (measured when the
+// engine still had a locked progress thread: velo's UCX transport took 0.73 ms per 64 B
+// round trip with poll(2) and 0.29 ms with this parker).
 //
-// So the thread waits in Go's network poller instead, on a duplicate of the event fd
+// So the progressor waits in Go's network poller instead, on a duplicate of the event fd
 // (UCX's fd is an epoll set; Go's poller adds it to its own): the goroutine parks in the
 // scheduler, its P goes straight to other goroutines, and the poller makes it runnable
-// again when the fd fires. Its OS thread stays locked to it throughout.
+// again when the fd fires.
 //
 // Waking is cheaper this way too. A submitter does not write UCX's wake-up eventfd
 // (ucp_worker_signal: a system call, then the poller thread's wake-up, then the locked

@@ -55,7 +55,7 @@ func within(t *testing.T, what string, fn func() error) {
 }
 
 // pause leaves a gap of a random kind before the next submission, so that submissions
-// land in every phase of the progress thread's way to sleep: still busy, spinning,
+// land in every phase of the progressor's way to sleep: still busy, spinning,
 // announcing, checking the queue, arming, and asleep.
 func pause(r *rand.Rand) {
 	switch r.IntN(5) {
@@ -287,9 +287,9 @@ func testEngineNoLostWakeups(t *testing.T) {
 		}
 	}
 	parks := testutil.ToFloat64(a.metrics.parks) + testutil.ToFloat64(b.metrics.parks) - parksBefore
-	t.Logf("%d rounds; the two progress threads slept %v times", rounds, parks)
+	t.Logf("%d rounds; the two progressors slept %v times", rounds, parks)
 	if parks == 0 {
-		t.Fatal("the progress threads never slept: the test exercised nothing")
+		t.Fatal("the progressors never slept: the test exercised nothing")
 	}
 }
 
@@ -413,7 +413,7 @@ func TestEngineWakeStress(t *testing.T) {
 						fail("e%d: unregister %d: %v", i, n, err)
 						return
 					}
-					// A handler change is a submission that waits for the progress thread.
+					// A handler change takes the engine's lock too.
 					if err := es[i].HandleAM(3, func(AMMessage) {}); err != nil {
 						fail("e%d: HandleAM %d: %v", i, n, err)
 						return
@@ -432,5 +432,5 @@ func TestEngineWakeStress(t *testing.T) {
 	for _, e := range es {
 		parks += testutil.ToFloat64(e.metrics.parks)
 	}
-	t.Logf("%d round trips; the progress threads slept %v times", sent.Load(), parks)
+	t.Logf("%d round trips; the progressors slept %v times", sent.Load(), parks)
 }

@@ -276,7 +276,7 @@ func (r *Registry) endLease(lr *leaseReg) {
 	r.revoke(lr)
 }
 
-// revokeTimeout bounds handing a revocation to the transport (its progress thread takes it in
+// revokeTimeout bounds handing a revocation to the transport (the UCX engine takes it in
 // microseconds; a transport that does not take it within this is stuck, and the key is retried).
 const revokeTimeout = 5 * time.Second
 

@@ -9,7 +9,8 @@
 //
 // # How it is built, and why
 //
-// One UCX engine (package ucx) owns the context and worker on a locked OS thread; everything here
+// One UCX engine (package ucx) owns the context and worker (a serialized worker, posted to by the
+// calling goroutine, progressed by the engine's progressor); everything here
 // is ordinary Go that submits work to it. This package has no cgo of its own, so it builds
 // everywhere; without cgo New fails with ucp.ErrNotCompiled.
 //

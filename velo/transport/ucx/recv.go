@@ -10,7 +10,7 @@ import (
 	"github.com/velo-go/velo/velo/transport"
 )
 
-// onAM receives every frame, on the engine's delivery goroutine (one message at a time, in the
+// onAM receives every frame, where the engine runs handlers (one message at a time, in the
 // order the worker received them).
 func (t *Transport) onAM(m ucp.AMMessage) {
 	if t.isClosed() {
@@ -205,7 +205,7 @@ func (t *Transport) registeredAsOther(h frameHeader) bool {
 }
 
 // deliver hands payloads to the runtime and counts what inbound reported. The caller holds
-// recvMu, which keeps one sender's frames in order between the delivery goroutine and the
+// recvMu, which keeps one sender's frames in order between the engine's handlers and the
 // maintenance loop.
 func (t *Transport) deliver(from transport.InstanceID, r inResult) {
 	for _, b := range r.deliver {
