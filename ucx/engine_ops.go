@@ -929,20 +929,49 @@ type Registration struct {
 // Register maps mem for remote reads. mem must stay valid until Done: mmap'd memory
 // (AllocMemory) is the intended kind; Go memory is pinned for the registration's life.
 func (e *Engine) Register(ctx context.Context, mem []byte) (*Registration, error) {
-	if len(mem) == 0 {
-		return nil, fmt.Errorf("ucx: Register: %w: empty region", StatusInvalidParam)
+	regs, errs := e.RegisterMany(ctx, [][]byte{mem})
+	return regs[0], errs[0]
+}
+
+// RegisterMany is Register for many regions under one hold of the engine's lock: an owner that
+// grants many leases at once (a batch of small blocks) waits for the worker once, not once per
+// region behind a progressor that is busy serving reads. Each region gets its own registration
+// and key, or its own error.
+func (e *Engine) RegisterMany(ctx context.Context, mems [][]byte) ([]*Registration, []error) {
+	regs := make([]*Registration, len(mems))
+	errs := make([]error, len(mems))
+	failAll := func(err error) ([]*Registration, []error) {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+		return regs, errs
 	}
-	r := &Registration{e: e, addr: uint64(uintptr(unsafe.Pointer(&mem[0]))), length: len(mem), done: make(chan struct{})}
-	r.pin.Pin(&mem[0])
+	for i, mem := range mems {
+		if len(mem) == 0 {
+			errs[i] = fmt.Errorf("ucx: Register: %w: empty region", StatusInvalidParam)
+		}
+	}
 	if err := ctx.Err(); err != nil {
-		r.pin.Unpin()
-		return nil, err
+		return failAll(err)
 	}
 	if err := e.lockRunning(); err != nil {
-		r.pin.Unpin()
-		return nil, err
+		return failAll(err)
 	}
 	defer e.wmu.Unlock()
+	for i, mem := range mems {
+		if errs[i] == nil {
+			regs[i], errs[i] = e.registerLocked(mem)
+		}
+	}
+	return regs, errs
+}
+
+// registerLocked maps mem, packs its key and enters it in the guard table. The caller holds wmu.
+func (e *Engine) registerLocked(mem []byte) (*Registration, error) {
+	r := &Registration{e: e, addr: uint64(uintptr(unsafe.Pointer(&mem[0]))), length: len(mem), done: make(chan struct{})}
+	r.pin.Pin(&mem[0])
 	memh, err := e.ctx.MapMemory(mem)
 	if err != nil {
 		r.pin.Unpin()

@@ -267,3 +267,34 @@ func liveAndRevoked(t *testing.T, owner *Engine, n int, seed uint64) (*Memory, *
 	require.NoError(t, dead.Unregister(ctx))
 	return src, live, kl, kd
 }
+
+// TestRegisterMany: regions registered in one call each get their own key (a revoked one does not
+// read another's bytes), and an empty region fails alone.
+func TestRegisterMany(t *testing.T) {
+	ctx := testContext(t)
+	a, b, ab := enginePair(t, nil)
+	skipIfReplyBroken(t, a)
+	src := allocFilled(t, 3*4096, 71)
+	mems := [][]byte{src.Bytes()[:4096], nil, src.Bytes()[4096:8192], src.Bytes()[8192:]}
+	regs, errs := b.RegisterMany(ctx, mems)
+	require.Len(t, regs, 4)
+	require.ErrorIs(t, errs[1], StatusInvalidParam)
+	assert.Nil(t, regs[1])
+	keys := map[string]bool{}
+	for _, i := range []int{0, 2, 3} {
+		require.NoError(t, errs[i])
+		keys[string(regs[i].RemoteKey())] = true
+		dst := make([]byte, 4096)
+		require.NoError(t, ab.Get(ctx, dst, regs[i].Addr(), regs[i].RemoteKey()))
+		require.Equal(t, mems[i], dst)
+	}
+	assert.Len(t, keys, 3, "the registrations share a key")
+	require.NoError(t, regs[2].Unregister(ctx))
+	if m, _ := ab.RMAMode(ctx); m == RMAGuarded {
+		err := ab.Get(ctx, make([]byte, 10), regs[2].Addr(), regs[2].RemoteKey())
+		require.ErrorIs(t, err, ErrRemoteKeyRevoked)
+	}
+	require.NoError(t, ab.Get(ctx, make([]byte, 10), regs[3].Addr(), regs[3].RemoteKey()))
+	require.NoError(t, regs[0].Unregister(ctx))
+	require.NoError(t, regs[3].Unregister(ctx))
+}

@@ -98,20 +98,30 @@ func (r *Rendezvous) authorize(from transport.InstanceID) error {
 
 // acquireOne grants one lease on h to from and decides its path; both acquire messages use it.
 func (r *Rendezvous) acquireOne(ctx context.Context, from transport.InstanceID, h Handle, offer []byte) (wire.AcquireResponse, error) {
-	sl, err := r.store.newLease(h, from)
+	sl, resp, err := r.grant(from, h)
 	if err != nil {
-		return wire.AcquireResponse{}, err
+		return resp, err
 	}
-	resp := wire.AcquireResponse{Lease: sl.Lease.ID, TTLMillis: uint64(r.cfg.LeaseTTL / time.Millisecond),
-		Size: uint64(len(sl.Data)), ChunkSize: uint32(r.maxChunk(from))}
 	path, reason := r.decide(ctx, sl, offer, &resp)
 	r.m.CountPath(path, reason)
 	resp.Path, resp.Reason = string(path), string(reason)
 	return resp, nil
 }
 
+// grant takes the lease on h for from and fills what every answer carries.
+func (r *Rendezvous) grant(from transport.InstanceID, h Handle) (Slot, wire.AcquireResponse, error) {
+	sl, err := r.store.newLease(h, from)
+	if err != nil {
+		return Slot{}, wire.AcquireResponse{}, err
+	}
+	return sl, wire.AcquireResponse{Lease: sl.Lease.ID, TTLMillis: uint64(r.cfg.LeaseTTL / time.Millisecond),
+		Size: uint64(len(sl.Data)), ChunkSize: uint32(r.maxChunk(from))}, nil
+}
+
 // onAcquireBatch grants a lease on each handle of the request (one offer for all), entry by entry:
-// a handle that cannot be leased answers its own error and the others are served.
+// a handle that cannot be leased answers its own error and the others are served. The entries
+// that go to the RDMA path are registered together where the server can (RDMAManyServer), each
+// still with its own key.
 func (r *Rendezvous) onAcquireBatch(ctx context.Context, from transport.InstanceID, p []byte) ([][]byte, func(), error) {
 	req, err := wire.DecodeAcquireBatchRequest(p)
 	if err != nil {
@@ -121,13 +131,35 @@ func (r *Rendezvous) onAcquireBatch(ctx context.Context, from transport.Instance
 		return nil, nil, err
 	}
 	entries := make([]wire.AcquireBatchEntry, len(req.Handles))
+	many, _ := r.cfg.Server.(RDMAManyServer)
+	var serve []int
+	var slots []Slot
+	var blob []byte
 	for i, wh := range req.Handles {
-		resp, err := r.acquireOne(ctx, from, fromWire(wh), req.Offer)
+		sl, resp, err := r.grant(from, fromWire(wh))
 		if err != nil {
 			entries[i] = batchEntryError(err)
 			continue
 		}
+		path, reason, b, ok := r.precheck(sl, req.Offer)
+		if ok && many == nil {
+			path, reason = r.served(sl, &resp, r.serveOne(ctx, sl, b))
+		} else if ok {
+			serve, slots, blob = append(serve, i), append(slots, sl), b
+			entries[i].Response = resp
+			continue
+		}
+		r.m.CountPath(path, reason)
+		resp.Path, resp.Reason = string(path), string(reason)
 		entries[i].Response = resp
+	}
+	if len(serve) > 0 {
+		for k, sv := range many.ServeMany(ctx, slots, blob) {
+			resp := &entries[serve[k]].Response
+			path, reason := r.served(slots[k], resp, sv)
+			r.m.CountPath(path, reason)
+			resp.Path, resp.Reason = string(path), string(reason)
+		}
 	}
 	b, err := wire.AppendAcquireBatchResponse(nil, entries)
 	if err != nil {
@@ -170,40 +202,61 @@ func (r *Rendezvous) maxChunk(peer transport.InstanceID) int {
 // decide is the owner's path decision (docs/architecture.md, "Path decision"): its own state
 // first, then the offer, then the slot's memory, then the registration.
 func (r *Rendezvous) decide(ctx context.Context, sl Slot, offer []byte, resp *wire.AcquireResponse) (metrics.Path, metrics.Reason) {
+	path, reason, blob, ok := r.precheck(sl, offer)
+	if !ok {
+		return path, reason
+	}
+	return r.served(sl, resp, r.serveOne(ctx, sl, blob))
+}
+
+// precheck is the decision up to the registration: ok with the offer's backend blob when the
+// slot is to be registered, else the chunked path and why.
+func (r *Rendezvous) precheck(sl Slot, offer []byte) (metrics.Path, metrics.Reason, []byte, bool) {
 	srv := r.cfg.Server
 	switch {
 	case srv == nil:
-		return metrics.PathChunked, metrics.ReasonNotConfigured
+		return metrics.PathChunked, metrics.ReasonNotConfigured, nil, false
 	case srv.KillSwitch():
-		return metrics.PathChunked, metrics.ReasonKillSwitch
+		return metrics.PathChunked, metrics.ReasonKillSwitch, nil, false
 	case r.draining.Load():
-		return metrics.PathChunked, metrics.ReasonDraining
+		return metrics.PathChunked, metrics.ReasonDraining, nil, false
 	case len(offer) == 0:
-		return metrics.PathChunked, metrics.ReasonNoOffer
+		return metrics.PathChunked, metrics.ReasonNoOffer, nil, false
 	}
 	o, err := wire.DecodeOffer(offer)
 	if err != nil {
 		r.log.Warn("rendezvous: undecodable RDMA offer", "peer", fmt.Sprintf("%016x", uint64(sl.Lease.Consumer)), "err", err)
-		return metrics.PathChunked, metrics.ReasonDecodeError
+		return metrics.PathChunked, metrics.ReasonDecodeError, nil, false
 	}
 	if o.Backend != srv.Backend() {
-		return metrics.PathChunked, metrics.ReasonNoOffer
+		return metrics.PathChunked, metrics.ReasonNoOffer, nil, false
 	}
 	if sl.Opts.Pinned == nil {
-		return metrics.PathChunked, sl.Opts.Reason
+		return metrics.PathChunked, sl.Opts.Reason, nil, false
 	}
-	desc, onEnd, reason, err := srv.Serve(ctx, sl, o.Blob)
-	if err != nil || desc == nil {
+	return "", "", o.Blob, true
+}
+
+func (r *Rendezvous) serveOne(ctx context.Context, sl Slot, blob []byte) Served {
+	desc, onEnd, reason, err := r.cfg.Server.Serve(ctx, sl, blob)
+	return Served{Descriptor: desc, OnLeaseEnd: onEnd, Reason: reason, Err: err}
+}
+
+// served files the registration's outcome: the descriptor in the answer and its revocation on the
+// lease's end, or the chunked path and why.
+func (r *Rendezvous) served(sl Slot, resp *wire.AcquireResponse, sv Served) (metrics.Path, metrics.Reason) {
+	if sv.Err != nil || sv.Descriptor == nil {
+		reason := sv.Reason
 		if reason == "" || reason == metrics.ReasonOK {
 			reason = metrics.ReasonBudget
 		}
-		if err != nil {
-			r.log.Info("rendezvous: RDMA registration refused; serving chunks", "reason", reason, "err", err)
+		if sv.Err != nil {
+			r.log.Info("rendezvous: RDMA registration refused; serving chunks", "reason", reason, "err", sv.Err)
 		}
 		return metrics.PathChunked, reason
 	}
-	r.store.onLeaseEnd(sl.Lease.ID, onEnd)
-	resp.Descriptor = desc
+	r.store.onLeaseEnd(sl.Lease.ID, sv.OnLeaseEnd)
+	resp.Descriptor = sv.Descriptor
 	return metrics.PathRDMA, metrics.ReasonOK
 }
 

@@ -27,6 +27,23 @@ type RDMAServer interface {
 	Serve(ctx context.Context, slot Slot, offer []byte) (descriptor []byte, onLeaseEnd func(), reason metrics.Reason, err error)
 }
 
+// RDMAManyServer is an RDMAServer that serves the leases of one batch together (the RDMA
+// registry is one): each slot still gets its own registration and key, but the transport is
+// asked once for all of them.
+type RDMAManyServer interface {
+	RDMAServer
+	// ServeMany is Serve for each slot, with the same offer; one result per slot, in order.
+	ServeMany(ctx context.Context, slots []Slot, offer []byte) []Served
+}
+
+// Served is one slot's outcome of ServeMany: what Serve returns.
+type Served struct {
+	Descriptor []byte
+	OnLeaseEnd func()
+	Reason     metrics.Reason
+	Err        error
+}
+
 // RDMAClient is the consumer side of the RDMA path.
 type RDMAClient interface {
 	// Backend names the RMA backend this client reads with; it goes in the offer.

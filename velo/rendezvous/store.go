@@ -197,6 +197,11 @@ func (s *store) metadata(h Handle) (slotInfo, error) {
 	if err != nil {
 		return slotInfo{}, err
 	}
+	if sl.refs == 0 && sl.leases == 0 {
+		// Released: only the write of its last chunk still reads it, a moment after the
+		// consumer that released it got the bytes.
+		return slotInfo{}, fmt.Errorf("%w: %v: every reference was released", ErrReleased, h)
+	}
 	return slotInfo{size: uint64(len(sl.data)), refs: sl.refs, leases: sl.leases, pinned: sl.opts.Pinned != nil, stagingReason: sl.opts.Reason}, nil
 }
 

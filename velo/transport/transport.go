@@ -252,6 +252,15 @@ type ManyReader interface {
 	ReadMany(ctx context.Context, peer InstanceID, reads []Read, window int, done func(i int, err error))
 }
 
+// ManyRegisterer is an RMA that registers many regions in one call, each with its own key (the
+// owner's side of a batch: one wait for the backend instead of one per region). The registry
+// uses it when the transport has it.
+type ManyRegisterer interface {
+	// RegisterMemoryMany is RegisterMemory for each region; every region gets its own
+	// registration or its own error.
+	RegisterMemoryMany(mems [][]byte) ([]Registration, []error)
+}
+
 // Registration is one registered memory region. Its life has two steps, because a remote read
 // may be under way when the owner ends it: Revoke stops the key from starting new reads, and
 // Dead is closed once no read of the region is in flight and the region is no longer registered.

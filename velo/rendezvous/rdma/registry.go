@@ -66,9 +66,10 @@ type leaseReg struct {
 }
 
 var (
-	_ rendezvous.RDMAServer = (*Owner)(nil)
-	_ rendezvous.RDMAClient = (*Consumer)(nil)
-	_ rendezvous.PinnedPool = (*Registry)(nil)
+	_ rendezvous.RDMAServer     = (*Owner)(nil)
+	_ rendezvous.RDMAManyServer = (*Owner)(nil)
+	_ rendezvous.RDMAClient     = (*Consumer)(nil)
+	_ rendezvous.PinnedPool     = (*Registry)(nil)
 )
 
 // New creates the registry over rma. It maps nothing yet: the first arena is mapped by the first
@@ -223,45 +224,92 @@ func (r *Registry) AllocBuffer(n int) (*Buffer, error) {
 // Serve implements rendezvous.RDMAServer: it registers exactly the slot's pages for one lease and
 // returns the descriptor and the hook that revokes the registration when the lease ends.
 func (o *Owner) Serve(ctx context.Context, sl rendezvous.Slot, offer []byte) ([]byte, func(), metrics.Reason, error) {
+	sv := o.ServeMany(ctx, []rendezvous.Slot{sl}, offer)[0]
+	return sv.Descriptor, sv.OnLeaseEnd, sv.Reason, sv.Err
+}
+
+// ServeMany implements rendezvous.RDMAManyServer: Serve for the slots of one batch of leases,
+// each with its own registration and key, registered in one call where the transport can
+// (transport.ManyRegisterer).
+func (o *Owner) ServeMany(ctx context.Context, slots []rendezvous.Slot, offer []byte) []rendezvous.Served {
 	r := o.r
+	out := make([]rendezvous.Served, len(slots))
 	if err := wire.CheckRDMAOffer(offer); err != nil {
-		return nil, nil, metrics.ReasonDecodeError, fmt.Errorf("rdma: %w: %w", ErrDescriptor, err)
+		for i := range out {
+			out[i] = rendezvous.Served{Reason: metrics.ReasonDecodeError, Err: fmt.Errorf("rdma: %w: %w", ErrDescriptor, err)}
+		}
+		return out
 	}
-	s, ok := sl.Opts.Pinned.(registrable)
-	if !ok || s == nil || !s.of(r) {
-		return nil, nil, metrics.ReasonNotPinned, fmt.Errorf("rdma: slot %d is not in this registry's pinned memory", sl.ID)
+	// Reserve each slot's bytes and hold its pages, then register what passed.
+	mems := make([]registrable, len(slots))
+	var regions [][]byte
+	var idx []int
+	for i, sl := range slots {
+		s, ok := sl.Opts.Pinned.(registrable)
+		if !ok || s == nil || !s.of(r) {
+			out[i] = rendezvous.Served{Reason: metrics.ReasonNotPinned, Err: fmt.Errorf("rdma: slot %d is not in this registry's pinned memory", sl.ID)}
+			continue
+		}
+		region := s.PinnedRegion()
+		if err := r.pool.reserve(len(region)); err != nil {
+			out[i] = rendezvous.Served{Reason: metrics.ReasonBudget, Err: err}
+			continue
+		}
+		if err := s.holdReg(); err != nil {
+			r.pool.unreserve(len(region))
+			out[i] = rendezvous.Served{Reason: metrics.ReasonPoolExhausted, Err: err}
+			continue
+		}
+		mems[i] = s
+		regions = append(regions, region)
+		idx = append(idx, i)
 	}
-	region := s.PinnedRegion()
-	if err := r.pool.reserve(len(region)); err != nil {
-		return nil, nil, metrics.ReasonBudget, err
-	}
-	if err := s.holdReg(); err != nil {
-		r.pool.unreserve(len(region))
-		return nil, nil, metrics.ReasonPoolExhausted, err
-	}
-	reg, err := r.rma.RegisterMemory(region)
-	if err != nil {
-		r.pool.unreserve(len(region))
-		s.dropReg()
-		return nil, nil, metrics.ReasonBudget, fmt.Errorf("rdma: registering %s for lease %d: %w", verbs.FormatBytes(uint64(len(region))), sl.Lease.ID, err)
-	}
-	desc, err := wire.AppendRDMADescriptor(nil, wire.RDMADescriptor{Key: reg.Key()})
-	lr := &leaseReg{reg: reg, slot: s, bytes: len(region), peer: sl.Lease.Consumer, lease: sl.Lease.ID}
-	if err != nil {
-		r.revoke(lr)
-		return nil, nil, metrics.ReasonDecodeError, fmt.Errorf("rdma: %w: %w", ErrDescriptor, err)
-	}
-	r.mu.Lock()
-	if r.closed {
+	regs, errs := r.register(regions)
+	for k, i := range idx {
+		s, region, sl := mems[i], regions[k], slots[i]
+		if errs[k] != nil {
+			r.pool.unreserve(len(region))
+			s.dropReg()
+			out[i] = rendezvous.Served{Reason: metrics.ReasonBudget, Err: fmt.Errorf("rdma: registering %s for lease %d: %w", verbs.FormatBytes(uint64(len(region))), sl.Lease.ID, errs[k])}
+			continue
+		}
+		lr := &leaseReg{reg: regs[k], slot: s, bytes: len(region), peer: sl.Lease.Consumer, lease: sl.Lease.ID}
+		desc, err := wire.AppendRDMADescriptor(nil, wire.RDMADescriptor{Key: lr.reg.Key()})
+		if err != nil {
+			r.revoke(lr)
+			out[i] = rendezvous.Served{Reason: metrics.ReasonDecodeError, Err: fmt.Errorf("rdma: %w: %w", ErrDescriptor, err)}
+			continue
+		}
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			r.revoke(lr)
+			out[i] = rendezvous.Served{Reason: metrics.ReasonPoolExhausted, Err: ErrClosed}
+			continue
+		}
+		r.leases[lr] = struct{}{}
+		r.g.leaseRegs.Inc()
+		r.g.leaseBytes.Add(float64(lr.bytes))
 		r.mu.Unlock()
-		r.revoke(lr)
-		return nil, nil, metrics.ReasonPoolExhausted, ErrClosed
+		out[i] = rendezvous.Served{Descriptor: desc, OnLeaseEnd: func() { r.endLease(lr) }, Reason: metrics.ReasonOK}
 	}
-	r.leases[lr] = struct{}{}
-	r.g.leaseRegs.Inc()
-	r.g.leaseBytes.Add(float64(lr.bytes))
-	r.mu.Unlock()
-	return desc, func() { r.endLease(lr) }, metrics.ReasonOK, nil
+	return out
+}
+
+// register registers each region with its own key: in one call where the transport can.
+func (r *Registry) register(regions [][]byte) ([]transport.Registration, []error) {
+	if len(regions) == 0 {
+		return nil, nil
+	}
+	if mr, ok := r.rma.(transport.ManyRegisterer); ok && len(regions) > 1 {
+		return mr.RegisterMemoryMany(regions)
+	}
+	regs := make([]transport.Registration, len(regions))
+	errs := make([]error, len(regions))
+	for i, region := range regions {
+		regs[i], errs[i] = r.rma.RegisterMemory(region)
+	}
+	return regs, errs
 }
 
 func (r *Registry) endLease(lr *leaseReg) {

@@ -41,6 +41,28 @@ func (t *Transport) RegisterMemory(mem []byte) (transport.Registration, error) {
 	return &registration{r: r}, nil
 }
 
+// RegisterMemoryMany implements transport.ManyRegisterer: the engine registers every region
+// under one hold of its lock.
+func (t *Transport) RegisterMemoryMany(mems [][]byte) ([]transport.Registration, []error) {
+	out := make([]transport.Registration, len(mems))
+	errs := make([]error, len(mems))
+	if t.isClosed() {
+		for i := range errs {
+			errs[i] = fmt.Errorf("ucx: RegisterMemory: %w", transport.ErrClosed)
+		}
+		return out, errs
+	}
+	regs, rerrs := t.eng.RegisterMany(context.Background(), mems)
+	for i, r := range regs {
+		if rerrs[i] != nil {
+			errs[i] = fmt.Errorf("ucx: registering %d bytes: %w", len(mems[i]), rerrs[i])
+			continue
+		}
+		out[i] = &registration{r: r}
+	}
+	return out, errs
+}
+
 // registration is one engine registration behind transport.Registration.
 type registration struct {
 	r *ucp.Registration
