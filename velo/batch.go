@@ -9,8 +9,8 @@ import (
 	"github.com/velo-go/velo/velo/rendezvous/rdma"
 )
 
-// DefaultBatchWindow is how many reads or pulls GetBatch and ReadRanges keep in flight per owner
-// unless WithBatchWindow says otherwise.
+// DefaultBatchWindow is how many reads or pulls a ReadRanges call, or a part of a GetBatch, keeps
+// in flight unless WithBatchWindow says otherwise.
 const DefaultBatchWindow = rendezvous.DefaultBatchWindow
 
 // GetRequest is one entry of GetBatch: a handle, and optionally the buffer its payload goes to
@@ -32,8 +32,8 @@ type Region = rdma.Region
 
 // GetBatch fetches many payloads at once and returns one result per request, in order. The
 // handles of one owner are leased together (a few hundred per round trip), their RDMA reads are
-// posted without waiting for each other and chunked payloads are pulled with many pulls in flight
-// across the batch: WithBatchWindow per owner. Each entry fails alone (a released, foreign or
+// posted without waiting for each other and chunked payloads are pulled with many pulls in flight:
+// WithBatchWindow per part of up to 256 entries, four parts of an owner moving at once. Each entry fails alone (a released, foreign or
 // repeated handle, a wrong-sized Into, a context that ended before it was done), and what a failed
 // entry took — its lease, and with it the owner's registration of its memory — is given back before
 // GetBatch returns. each, when not nil, is called once per entry as it completes, one call at a

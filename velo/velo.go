@@ -185,8 +185,9 @@ func WithInboxLimit(n int) Option {
 	}
 }
 
-// WithBatchWindow sets how many reads (RDMA path) or pulls (chunked path) GetBatch and ReadRanges
-// keep in flight per owner (default 64).
+// WithBatchWindow sets how many reads (RDMA path) or pulls (chunked path) one ReadRanges call, and
+// one part of a GetBatch (up to 256 entries of one owner, four parts moving at once), keep in
+// flight (default 64).
 func WithBatchWindow(n int) Option {
 	return func(o *options) error {
 		if n < 1 {

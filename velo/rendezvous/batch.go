@@ -43,9 +43,9 @@ const maxBatchPart = 256
 // GetBatch fetches every request's payload and returns one result per request, in request order.
 // It is Get for many handles at once, built for many small payloads (cache blocks of 4 KiB to a
 // few MiB): the handles of one owner are leased together, a few hundred per round trip; their
-// RDMA reads are posted without waiting for each other, up to Config.BatchWindow in flight; and
-// payloads on the chunked path are pulled with that many pulls in flight across the batch, not
-// one payload at a time. Owners are served in parallel.
+// RDMA reads are posted without waiting for each other, up to Config.BatchWindow in flight per
+// part (four parts move at once); and payloads on the chunked path are pulled with that many
+// pulls in flight across a part, not one payload at a time. Owners are served in parallel.
 //
 // One entry's failure fails that entry alone: a released, foreign, forged or repeated handle, a
 // buffer of the wrong size, an owner that refuses or goes away. each, when not nil, is called once
@@ -203,7 +203,7 @@ func (b *batch) fromOwner(owner transport.InstanceID, idx []int) {
 const (
 	firstBatchPart   = 32
 	acquiresInFlight = 3
-	movesInFlight    = 2
+	movesInFlight    = 4
 )
 
 // acquire leases the entries part of owner in one batch message (one acquire per entry from an

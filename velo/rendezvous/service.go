@@ -84,8 +84,9 @@ type Config struct {
 	StageTTL time.Duration
 	// PullWindow is how many pulls a consumer keeps in flight for one Get (default 8).
 	PullWindow int
-	// BatchWindow is how many reads or pulls GetBatch and ReadRanges keep in flight per owner
-	// (default DefaultBatchWindow).
+	// BatchWindow is how many reads or pulls one ReadRanges call, and one part of a GetBatch
+	// (up to 256 entries of one owner; four parts move at once), keeps in flight (default
+	// DefaultBatchWindow).
 	BatchWindow int
 	// MaxGetSize is the largest payload Get and GetAlloc allocate a buffer for, and so the largest
 	// staged message payload this instance fetches (default DefaultMaxGetSize). A handle's size is
