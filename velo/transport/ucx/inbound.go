@@ -279,11 +279,16 @@ type peerView struct {
 }
 
 // finishedThrough reports whether every endpoint of the sender up to epoch e is finished: its fin
-// arrived, a successor took over, or we gave up on it. Epoch 0 (none) is always finished.
+// arrived, a successor took over, or we gave up on it. Epoch 0 (none) is always finished. A sender
+// not heard from yet has finished nothing: it may have opened epoch e already (its hello and its
+// first frames can still be on their way), and closing our endpoint of that epoch would tear the
+// pairing its frames travel on. It answers our fin with its own (or finWait bounds the wait).
 func (v peerView) finishedThrough(e uint32) bool {
 	switch {
-	case !v.started || e == 0:
+	case e == 0:
 		return true
+	case !v.started:
+		return false
 	case v.minHeld != 0 && v.minHeld <= e:
 		return false
 	case v.cur > e:

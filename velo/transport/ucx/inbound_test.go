@@ -302,3 +302,12 @@ func FuzzDecodeHelloBody(f *testing.F) {
 		_, _, _ = decodeHelloBody(b)
 	})
 }
+
+// TestNotHeardFromIsNotFinished: before anything of a sender arrived, none of its endpoints counts
+// as finished (its hello and first frames may still be on their way on the pairing that closing
+// ours would tear); only epoch 0 is.
+func TestNotHeardFromIsNotFinished(t *testing.T) {
+	var v peerView
+	require.True(t, v.finishedThrough(0))
+	require.False(t, v.finishedThrough(1), "a sender not heard from yet finished epoch 1")
+}
