@@ -1311,16 +1311,23 @@ func (b *getBatch) newOp(kind opKind) *engineOp {
 	return op
 }
 
-func (b *getBatch) postDirect(i int) {
-	c, e := b.c, b.c.e
+// newReadOp makes and tracks the operation for read i alone, its
+// destination pinned for as long as UCX may write into it.
+func (b *getBatch) newReadOp(kind opKind, i int) (*engineOp, KeyRead) {
 	rd := b.reads[i]
-	op := b.newOp(opGetDirect)
+	op := b.newOp(kind)
 	op.dst, op.batchIdx = rd.Dst, i
 	if len(rd.Dst) > 0 {
 		op.pin.Pin(&rd.Dst[0])
 	}
 	b.reading++
-	e.track(op)
+	b.c.e.track(op)
+	return op, rd
+}
+
+func (b *getBatch) postDirect(i int) {
+	c, e := b.c, b.c.e
+	op, rd := b.newReadOp(opGetDirect, i)
 	if rk := b.rks[rd.Key]; rk != nil {
 		op.rk, op.sharedRK = rk, true
 	} else if rk, err := c.ep.unpackChecked(rd.Key.k.UCXKey); err == nil {
@@ -1331,14 +1338,7 @@ func (b *getBatch) postDirect(i int) {
 }
 
 func (b *getBatch) postGuarded(i int) {
-	rd := b.reads[i]
-	op := b.newOp(opGetGuarded)
-	op.dst, op.batchIdx = rd.Dst, i
-	if len(rd.Dst) > 0 {
-		op.pin.Pin(&rd.Dst[0])
-	}
-	b.reading++
-	b.c.e.track(op)
+	op, rd := b.newReadOp(opGetGuarded, i)
 	b.c.e.getGuarded(op, rd.Key.k, rd.Key.Base()+rd.Offset)
 }
 
