@@ -540,13 +540,19 @@ static void guard_free(struct velo_ucx_guard *guard)
 	free(guard);
 }
 
+/* A reply that read slot s has left (sent or failed): the slot's registration may now be
+ * unmapped by Go once no reply reads it. Out-of-range slots (a refused request,
+ * UINT32_MAX) and a ring whose guard is gone are ignored. */
+static void guard_slot_reply_done(struct velo_ucx_guard *guard, uint32_t s)
+{
+	if (guard != NULL && s < guard->count && guard->slots[s].inflight > 0) {
+		guard->slots[s].inflight--;
+	}
+}
+
 static void guard_reply_finish(guard_reply_t *reply)
 {
-	struct velo_ucx_guard *guard = reply->ring->guard;
-	if (guard != NULL && reply->slot != UINT32_MAX && reply->slot < guard->count &&
-	    guard->slots[reply->slot].inflight > 0) {
-		guard->slots[reply->slot].inflight--;
-	}
+	guard_slot_reply_done(reply->ring->guard, reply->slot);
 	free(reply);
 }
 
@@ -637,10 +643,7 @@ static void guardv_reply_finish(guardv_reply_t *reply)
 	uint32_t i;
 
 	for (i = 0; i < reply->nslots; i++) {
-		uint32_t s = reply->slots[i];
-		if (guard != NULL && s < guard->count && guard->slots[s].inflight > 0) {
-			guard->slots[s].inflight--;
-		}
+		guard_slot_reply_done(guard, reply->slots[i]);
 	}
 	free(reply);
 }
