@@ -192,10 +192,23 @@ func TestReleaseAfterTheLeaseExpired(t *testing.T) {
 	data := payload(1<<20, 5)
 	h, err := owner.RegisterDataPinned(tctx(t), data)
 	require.NoError(t, err)
+	// The GET stays in flight until the reaper has ended its lease, however late the reaper's
+	// turn comes on a loaded machine (a fixed sleep past the TTL lost that race under -race in CI).
 	owner.rt.DuringGet = func(ctx context.Context) {
-		select {
-		case <-time.After(600 * time.Millisecond): // past the TTL and a reaper turn
-		case <-ctx.Done():
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		deadline := time.After(10 * time.Second)
+		for {
+			if _, leases := owner.StagedCounts(); leases == 0 {
+				return
+			}
+			select {
+			case <-tick.C:
+			case <-deadline:
+				return
+			case <-ctx.Done():
+				return
+			}
 		}
 	}
 	l, err := cons.Get(tctx(t), h)
