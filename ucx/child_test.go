@@ -51,6 +51,8 @@ func TestChildProcess(t *testing.T) {
 		err = childSharedProcess()
 	case "two-engines":
 		err = childTwoEngines()
+	case "log-lines":
+		err = childLogLines()
 	default:
 		err = fmt.Errorf("unknown child role %q", role)
 	}

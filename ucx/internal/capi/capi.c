@@ -11,7 +11,11 @@
 #include <stdlib.h>
 #include <signal.h>
 #include <string.h>
+#include <pthread.h>
+#include <sys/time.h>
+#include <unistd.h>
 #include <ucs/debug/debug.h>
+#include <ucs/debug/log_def.h>
 #include <ucs/async/async_fwd.h>
 
 /* ---------------------------------------------------------------- event ring */
@@ -204,6 +208,57 @@ static ucs_status_t am_cb(void *arg, const void *header, size_t header_length, v
 	return UCS_OK;
 }
 
+/* ---------------------------------------------------------------- UCX's log lines */
+
+/* UCX writes its log lines to standard output unless UCX_LOG_FILE names another place. A
+ * program that answers on its standard output (a tool printing JSON, a worker driven over a
+ * pipe) then finds lines such as "connect(...) failed: Connection refused", which UCX prints
+ * whenever a peer has gone away, in the middle of its own output, and whoever parses it reads
+ * the wrong answer. So, unless the user chose a place with UCX_LOG_FILE (UCX_LOG_FILE=stdout
+ * keeps UCX's own behaviour), the first context installs this handler in front of UCX's: it
+ * prints each enabled line on standard error in UCX's short form and stops UCX's handler from
+ * printing it again. Lines UCX logs while it loads, before any context exists (only at
+ * UCX_LOG_LEVEL=debug and above), still go where UCX sends them. */
+
+static char log_host[64];
+
+static ucs_log_func_rc_t log_to_stderr(const char *file, unsigned line, const char *function,
+                                       ucs_log_level_t level,
+                                       const ucs_log_component_config_t *comp_conf,
+                                       const char *format, va_list ap)
+{
+	char           msg[1024];
+	const char    *base;
+	struct timeval tv;
+
+	(void)function;
+	if (!ucs_log_component_is_enabled(level, comp_conf)) {
+		return UCS_LOG_FUNC_RC_CONTINUE;
+	}
+	vsnprintf(msg, sizeof(msg), format, ap);
+	base = strrchr(file, '/');
+	gettimeofday(&tv, NULL);
+	fprintf(stderr, "[%lu.%06lu] [%s:%d] %s:%u UCX %s %s\n", (unsigned long)tv.tv_sec,
+	        (unsigned long)tv.tv_usec, log_host, (int)getpid(), base ? base + 1 : file, line,
+	        ucs_log_level_names[level], msg);
+	return UCS_LOG_FUNC_RC_STOP;
+}
+
+static void log_install(void)
+{
+	const char *chosen = getenv("UCX_LOG_FILE");
+
+	if (chosen != NULL && chosen[0] != '\0') {
+		return;
+	}
+	if (gethostname(log_host, sizeof(log_host) - 1) != 0) {
+		strcpy(log_host, "?");
+	}
+	ucs_log_push_handler(log_to_stderr);
+}
+
+static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+
 /* ---------------------------------------------------------------- context and worker */
 
 ucs_status_t velo_ucx_init(ucp_config_t *config, uint64_t features, int mt_workers_shared,
@@ -211,6 +266,7 @@ ucs_status_t velo_ucx_init(ucp_config_t *config, uint64_t features, int mt_worke
 {
 	ucp_params_t params;
 
+	pthread_once(&log_once, log_install);
 	memset(&params, 0, sizeof(params));
 	params.field_mask        = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
 	params.features          = features;
