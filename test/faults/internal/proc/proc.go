@@ -45,6 +45,7 @@ type Node struct {
 	lines  chan string
 	exited chan struct{}
 	mu     sync.Mutex // one command at a time
+	owed   int        // answers of commands that gave up waiting (under mu)
 }
 
 // Buffer collects a process's standard error; safe for concurrent use.
@@ -111,21 +112,31 @@ func Start(name string, cmd *exec.Cmd) (*Node, error) {
 	return n, nil
 }
 
-// Read returns the next answer.
+// Read returns the next answer. A line on the node's standard output that is not a JSON object
+// is not an answer (a library the node links may print there): it goes to Stderr, marked, and
+// Read waits on. Taking it for the answer would leave the real answer queued, and every later
+// command would read the answer of the one before it.
 func (n *Node) Read(timeout time.Duration) (map[string]any, error) {
-	select {
-	case line, ok := <-n.lines:
-		if !ok {
-			<-n.exited
-			return nil, fmt.Errorf("%s exited (%v) without answering", n.Name, n.Cmd.ProcessState)
+	deadline := time.After(timeout)
+	for {
+		select {
+		case line, ok := <-n.lines:
+			if !ok {
+				<-n.exited
+				return nil, fmt.Errorf("%s exited (%v) without answering", n.Name, n.Cmd.ProcessState)
+			}
+			var m map[string]any
+			if !strings.HasPrefix(line, "{") {
+				fmt.Fprintf(n.Stderr, "(stdout, not an answer) %s\n", line)
+				continue
+			}
+			if err := json.Unmarshal([]byte(line), &m); err != nil {
+				return nil, fmt.Errorf("%s said %q: %w", n.Name, line, err)
+			}
+			return m, nil
+		case <-deadline:
+			return nil, noAnswer{n.Name, timeout}
 		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			return nil, fmt.Errorf("%s said %q: %w", n.Name, line, err)
-		}
-		return m, nil
-	case <-time.After(timeout):
-		return nil, fmt.Errorf("%s did not answer within %v", n.Name, timeout)
 	}
 }
 
@@ -138,14 +149,36 @@ func (n *Node) Send(cmd string) error {
 	return nil
 }
 
-// Do sends cmd and returns its answer. Commands from several goroutines take turns.
+// Do sends cmd and returns its answer. Commands from several goroutines take turns. The answer
+// of a command whose Do gave up waiting is still owed: the next Do reads and drops it first, so
+// no command takes the answer of an earlier one.
 func (n *Node) Do(cmd string, timeout time.Duration) (map[string]any, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	for n.owed > 0 {
+		if _, err := n.Read(timeout); err != nil {
+			return nil, fmt.Errorf("%s: %s: an earlier command's answer never came: %w", n.Name, firstWord(cmd), err)
+		}
+		n.owed--
+	}
 	if err := n.Send(cmd); err != nil {
 		return nil, err
 	}
-	return n.Read(timeout)
+	m, err := n.Read(timeout)
+	if errors.As(err, new(noAnswer)) {
+		n.owed++
+	}
+	return m, err
+}
+
+// noAnswer is Read's error when the answer did not come in time; it may still come.
+type noAnswer struct {
+	name    string
+	timeout time.Duration
+}
+
+func (e noAnswer) Error() string {
+	return fmt.Sprintf("%s did not answer within %v", e.name, e.timeout)
 }
 
 // OK is Do, with an error answer turned into an error.
