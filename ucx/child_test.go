@@ -53,6 +53,8 @@ func TestChildProcess(t *testing.T) {
 		err = childTwoEngines()
 	case "log-lines":
 		err = childLogLines()
+	case "removed-handler":
+		err = childRemovedHandler()
 	default:
 		err = fmt.Errorf("unknown child role %q", role)
 	}

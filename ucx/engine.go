@@ -82,6 +82,7 @@ type Engine struct {
 	state     int    // stateRunning, stateClosing, stateClosed
 	gen       uint64 // generation of the goroutine that is the progressor now
 	handlers  map[uint16]AMHandler
+	installed map[uint16]struct{} // ids whose UCX callback is set (kept when a handler is removed)
 	conns     map[uint64]*Conn
 	gets      map[uint64]*engineOp // guarded GETs waiting for their reply, by request id
 	nextGetID uint64
@@ -157,13 +158,14 @@ func NewEngine(ctx context.Context, cfg EngineConfig) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{
-		cfg:      cfg,
-		log:      logger(cfg.Logger).With("engine", cfg.Name),
-		loopEnd:  make(chan struct{}),
-		handlers: map[uint16]AMHandler{},
-		conns:    map[uint64]*Conn{},
-		gets:     map[uint64]*engineOp{},
-		regs:     map[*Registration]struct{}{},
+		cfg:       cfg,
+		log:       logger(cfg.Logger).With("engine", cfg.Name),
+		loopEnd:   make(chan struct{}),
+		handlers:  map[uint16]AMHandler{},
+		installed: map[uint16]struct{}{},
+		conns:     map[uint64]*Conn{},
+		gets:      map[uint64]*engineOp{},
+		regs:      map[*Registration]struct{}{},
 	}
 	e.dIdle = sync.NewCond(&e.dmu)
 	var seed [32]byte
@@ -575,10 +577,12 @@ func (e *Engine) await(ctx context.Context, done <-chan struct{}) error {
 }
 
 // HandleAM installs handler for active messages with id (below ReservedAMIDs). A nil
-// handler removes it. Handlers run one at a time, in arrival order, outside the engine's
-// lock; they may call the engine. A handler that blocks delays later messages (they queue
-// without bound) but not the engine: after stallAfter another goroutine takes over
-// progress. A handler that cannot keep up should hand work off rather than stall.
+// handler removes it: later messages with id are dropped and counted
+// (ucx_engine_am_dropped_total, reason no_handler). Handlers run one at a time, in arrival
+// order, outside the engine's lock; they may call the engine. A handler that blocks delays
+// later messages (they queue without bound) but not the engine: after stallAfter another
+// goroutine takes over progress. A handler that cannot keep up should hand work off rather
+// than stall.
 func (e *Engine) HandleAM(id uint16, handler AMHandler) error {
 	if id >= ReservedAMIDs {
 		return fmt.Errorf("ucx: AM id %#x is reserved for the engine; use ids below %#x", id, ReservedAMIDs)
@@ -588,14 +592,17 @@ func (e *Engine) HandleAM(id uint16, handler AMHandler) error {
 	}
 	defer e.wmu.Unlock()
 	if handler == nil {
-		if err := e.w.RemoveAMHandler(id); err != nil {
-			return err
-		}
+		// UCX's callback for id stays installed: without one, UCX warns about every message
+		// that still arrives with id (a peer's last frames while a transport closes), and
+		// the engine already drops and counts what has no handler.
 		delete(e.handlers, id)
 		return nil
 	}
-	if err := e.w.SetAMHandler(id); err != nil {
-		return err
+	if _, installed := e.installed[id]; !installed {
+		if err := e.w.SetAMHandler(id); err != nil {
+			return err
+		}
+		e.installed[id] = struct{}{}
 	}
 	e.handlers[id] = handler
 	return nil

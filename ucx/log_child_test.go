@@ -4,9 +4,16 @@ package ucx
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -69,4 +76,70 @@ func TestUCXLogLinesGoToStandardError(t *testing.T) {
 		assert.Equal(t, "child output\n", stdout)
 		assert.NotContains(t, stderr, unknownUCXSetting, "a level UCX would not print is not printed")
 	})
+}
+
+// childRemovedHandler sends active messages to a handler, removes it, sends more, and prints
+// how many of the later ones the receiving engine counted as dropped.
+func childRemovedHandler() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	a, err := NewEngine(ctx, EngineConfig{Name: "a", Logger: quiet, Context: ContextConfig{TLS: testTLS}})
+	if err != nil {
+		return err
+	}
+	defer a.Close(ctx)
+	b, err := NewEngine(ctx, EngineConfig{Name: "b", Logger: quiet, Context: ContextConfig{TLS: testTLS}})
+	if err != nil {
+		return err
+	}
+	defer b.Close(ctx)
+	got := make(chan struct{}, 1)
+	if err := b.HandleAM(5, func(AMMessage) { got <- struct{}{} }); err != nil {
+		return err
+	}
+	ab, err := a.Connect(ctx, b.Address(), ConnectOptions{})
+	if err != nil {
+		return err
+	}
+	if err := ab.SendAM(ctx, 5, []byte("first")); err != nil {
+		return err
+	}
+	<-got
+	if err := b.HandleAM(5, nil); err != nil {
+		return err
+	}
+	const later = 3
+	for range later {
+		if err := ab.SendAM(ctx, 5, []byte("after removal")); err != nil {
+			return err
+		}
+	}
+	dropped := b.metrics.amDropped.WithLabelValues("no_handler")
+	for testutil.ToFloat64(dropped) < later {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%v of %d messages to the removed handler counted as dropped", testutil.ToFloat64(dropped), later)
+		}
+		time.Sleep(time.Millisecond) // polling a counter under a deadline
+	}
+	select {
+	case <-got:
+		return errors.New("a removed handler ran")
+	default:
+	}
+	fmt.Printf("dropped %v\n", testutil.ToFloat64(dropped))
+	return nil
+}
+
+// TestRemovedHandlerDropsQuietly: messages that arrive for a removed handler (a peer's last
+// frames while a transport closes) are dropped and counted by the engine; UCX does not warn
+// about each ("no registered callback for that id"), as it did when the engine took UCX's
+// callback away too.
+func TestRemovedHandlerDropsQuietly(t *testing.T) {
+	cmd := childCommand(t, "removed-handler", "-UCX_LOG_FILE", "-UCX_LOG_LEVEL")
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	require.NoError(t, cmd.Run(), "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	assert.Equal(t, "dropped 3\n", out.String())
+	assert.NotContains(t, errOut.String(), "no registered callback")
 }
