@@ -61,29 +61,31 @@ func DecodeAcquireBatchRequest(b []byte) (AcquireBatchRequest, error) {
 	return a, nil
 }
 
-// AcquireBatchEntry is one entry of the answer: Response when the lease was granted, else the
-// kind the error's sentinel travels under (as in a remote error) and the owner's text.
-type AcquireBatchEntry struct {
-	Response AcquireResponse
-	ErrKind  string
-	ErrText  string
+// EntryError is why one entry of a batch answer failed: the kind its error's sentinel travels
+// under (as in a remote error) and the owner's text. It is zero for an entry that succeeded.
+type EntryError struct {
+	ErrKind string
+	ErrText string
 }
 
-// Failed reports whether the entry carries an error instead of a lease.
-func (e AcquireBatchEntry) Failed() bool { return e.ErrKind != "" || e.ErrText != "" }
+// Failed reports whether the entry carries an error.
+func (e EntryError) Failed() bool { return e.ErrKind != "" || e.ErrText != "" }
+
+// AcquireBatchEntry is one entry of the answer: Response when the lease was granted, else why not.
+type AcquireBatchEntry struct {
+	Response AcquireResponse
+	EntryError
+}
 
 // AppendAcquireBatchResponse appends the entries' encoding to b, in request order.
 func AppendAcquireBatchResponse(b []byte, entries []AcquireBatchEntry) ([]byte, error) {
-	if len(entries) == 0 || len(entries) > MaxAcquireBatch {
-		return b, fmt.Errorf("%w: an acquire batch answer of %d entries (1 to %d)", ErrMalformed, len(entries), MaxAcquireBatch)
+	w, err := answerHead(b, AcquireBatchVersion, len(entries), MaxAcquireBatch, "an acquire batch answer")
+	if err != nil {
+		return b, err
 	}
-	w := writer{b: append(b, AcquireBatchVersion)}
-	w.u16(uint16(len(entries)))
 	for _, e := range entries {
 		if e.Failed() {
-			w.u8(1)
-			w.bytes8("error kind", []byte(e.ErrKind))
-			w.bytes16("error text", []byte(e.ErrText))
+			w.entryError(e.ErrKind, e.ErrText)
 			continue
 		}
 		w.u8(0)
@@ -100,23 +102,17 @@ func AppendAcquireBatchResponse(b []byte, entries []AcquireBatchEntry) ([]byte, 
 // checks as a single acquire response.
 func DecodeAcquireBatchResponse(b []byte) ([]AcquireBatchEntry, error) {
 	r := newReader("acquire batch response", b)
-	if v := r.u8("version"); r.err == nil && v != AcquireBatchVersion {
-		return nil, fmt.Errorf("%w: %w: acquire batch version %d (this build speaks %d)", ErrMalformed, ErrVersion, v, AcquireBatchVersion)
-	}
-	n := int(r.u16("count"))
-	if r.err == nil && (n == 0 || n > MaxAcquireBatch) {
-		r.fail("%d entries (1 to %d)", n, MaxAcquireBatch)
+	n, err := r.answerHead(AcquireBatchVersion, MaxAcquireBatch, "acquire batch")
+	if err != nil {
+		return nil, err
 	}
 	var out []AcquireBatchEntry
 	for i := 0; i < n && r.err == nil; i++ {
 		switch tag := r.u8("entry tag"); {
 		case r.err != nil:
 		case tag == 1:
-			e := AcquireBatchEntry{ErrKind: string(r.bytes8("error kind")), ErrText: string(r.bytes16("error text"))}
-			if r.err == nil && !e.Failed() {
-				r.fail("entry %d: an error with neither kind nor text", i)
-			}
-			out = append(out, e)
+			kind, text := r.entryError(i)
+			out = append(out, AcquireBatchEntry{EntryError: EntryError{ErrKind: kind, ErrText: text}})
 		case tag == 0:
 			raw := r.bytes16("acquire response")
 			if r.err != nil {
@@ -128,6 +124,161 @@ func DecodeAcquireBatchResponse(b []byte) ([]AcquireBatchEntry, error) {
 				break
 			}
 			out = append(out, AcquireBatchEntry{Response: resp})
+		default:
+			r.fail("entry %d: tag %d", i, tag)
+		}
+	}
+	if err := r.done(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// answerHead starts a batch answer of n entries: its version byte and count.
+func answerHead(b []byte, version uint8, n, max int, what string) (writer, error) {
+	if n == 0 || n > max {
+		return writer{}, fmt.Errorf("%w: %s of %d entries (1 to %d)", ErrMalformed, what, n, max)
+	}
+	w := writer{b: append(b, version)}
+	w.u16(uint16(n))
+	return w, nil
+}
+
+// answerHead reads what answerHead wrote: the entry count, once the version is this build's.
+func (r *reader) answerHead(version uint8, max int, what string) (int, error) {
+	if v := r.u8("version"); r.err == nil && v != version {
+		return 0, fmt.Errorf("%w: %w: %s version %d (this build speaks %d)", ErrMalformed, ErrVersion, what, v, version)
+	}
+	n := int(r.u16("count"))
+	if r.err == nil && (n == 0 || n > max) {
+		r.fail("%d entries (1 to %d)", n, max)
+	}
+	return n, r.err
+}
+
+// An entry's error in a batch answer: tag 1, the kind its sentinel travels under, the owner's text.
+func (w *writer) entryError(kind, text string) {
+	w.u8(1)
+	w.bytes8("error kind", []byte(kind))
+	w.bytes16("error text", []byte(text))
+}
+
+// entryError reads what writer.entryError wrote after its tag; an error needs a kind or a text.
+func (r *reader) entryError(i int) (kind, text string) {
+	kind, text = string(r.bytes8("error kind")), string(r.bytes16("error text"))
+	if r.err == nil && kind == "" && text == "" {
+		r.fail("entry %d: an error with neither kind nor text", i)
+	}
+	return kind, text
+}
+
+// The batched end of leases: one request ends many leases a consumer holds on one owner (each
+// detached, or released with its handle's reference), one answer says entry by entry whether it
+// ended. A consumer done with the thousands of blocks of a batch pays one round trip per
+// MaxEndBatch leases instead of one per lease.
+
+// EndBatchVersion is the version byte of both end-batch messages.
+const EndBatchVersion = 1
+
+// MaxEndBatch bounds the leases of one end-batch message.
+const MaxEndBatch = MaxAcquireBatch
+
+// EndBatchRequest ends each lease: Release drops the handle's reference too (as a single
+// release does), otherwise the payload stays staged (detach).
+type EndBatchRequest struct {
+	Release bool
+	Leases  []uint64
+}
+
+// AppendEndBatchRequest appends a's encoding to b.
+func AppendEndBatchRequest(b []byte, a EndBatchRequest) ([]byte, error) {
+	if len(a.Leases) == 0 || len(a.Leases) > MaxEndBatch {
+		return b, fmt.Errorf("%w: an end batch of %d leases (1 to %d)", ErrMalformed, len(a.Leases), MaxEndBatch)
+	}
+	w := writer{b: append(b, EndBatchVersion)}
+	if a.Release {
+		w.u8(1)
+	} else {
+		w.u8(0)
+	}
+	w.u16(uint16(len(a.Leases)))
+	for _, id := range a.Leases {
+		w.u64(id)
+	}
+	return w.b, w.err
+}
+
+// DecodeEndBatchRequest decodes an end-batch request.
+func DecodeEndBatchRequest(b []byte) (EndBatchRequest, error) {
+	r := newReader("end batch request", b)
+	if v := r.u8("version"); r.err == nil && v != EndBatchVersion {
+		return EndBatchRequest{}, fmt.Errorf("%w: %w: end batch version %d (this build speaks %d)", ErrMalformed, ErrVersion, v, EndBatchVersion)
+	}
+	var a EndBatchRequest
+	switch mode := r.u8("mode"); {
+	case r.err != nil:
+	case mode <= 1:
+		a.Release = mode == 1
+	default:
+		r.fail("mode %d (0 detach, 1 release)", mode)
+	}
+	n := int(r.u16("count"))
+	if r.err == nil && (n == 0 || n > MaxEndBatch) {
+		r.fail("%d leases (1 to %d)", n, MaxEndBatch)
+	}
+	if r.err == nil && len(r.buf)-r.off < n*8 {
+		r.fail("%d leases need %d bytes, %d left", n, n*8, len(r.buf)-r.off)
+	}
+	if r.err == nil {
+		a.Leases = make([]uint64, n)
+		for i := range a.Leases {
+			a.Leases[i] = r.u64("lease")
+		}
+	}
+	if err := r.done(); err != nil {
+		return EndBatchRequest{}, err
+	}
+	return a, nil
+}
+
+// EndBatchEntry is one entry of the answer: zero when the lease ended, else why not.
+type EndBatchEntry = EntryError
+
+// AppendEndBatchResponse appends the entries' encoding to b, in request order.
+func AppendEndBatchResponse(b []byte, entries []EndBatchEntry) ([]byte, error) {
+	w, err := answerHead(b, EndBatchVersion, len(entries), MaxEndBatch, "an end batch answer")
+	if err != nil {
+		return b, err
+	}
+	for _, e := range entries {
+		if e.Failed() {
+			w.entryError(e.ErrKind, e.ErrText)
+			continue
+		}
+		w.u8(0)
+	}
+	return w.b, w.err
+}
+
+// DecodeEndBatchResponse decodes an end-batch answer.
+func DecodeEndBatchResponse(b []byte) ([]EndBatchEntry, error) {
+	r := newReader("end batch response", b)
+	n, err := r.answerHead(EndBatchVersion, MaxEndBatch, "end batch")
+	if err != nil {
+		return nil, err
+	}
+	if len(r.buf)-r.off < n {
+		r.fail("%d entries need at least %d bytes, %d left", n, n, len(r.buf)-r.off)
+	}
+	var out []EndBatchEntry
+	for i := 0; i < n && r.err == nil; i++ {
+		switch tag := r.u8("entry tag"); {
+		case r.err != nil:
+		case tag == 0:
+			out = append(out, EndBatchEntry{})
+		case tag == 1:
+			kind, text := r.entryError(i)
+			out = append(out, EndBatchEntry{ErrKind: kind, ErrText: text})
 		default:
 			r.fail("entry %d: tag %d", i, tag)
 		}
