@@ -278,13 +278,19 @@ func (g *Messenger) drainingPeer(peer transport.InstanceID) error {
 	return fmt.Errorf("messenger: %016x is shutting down: %w (nothing was sent: send it to another instance)", uint64(peer), ErrDraining)
 }
 
-// HandleInternal registers a velo protocol handler; name must start with InternalPrefix.
+// HandleInternal registers a velo protocol handler; name must start with InternalPrefix. A nil h
+// removes the handler: its requests are answered ErrUnknownHandler, as by a build that never had
+// it (the tests play a peer of an earlier release this way).
 func (g *Messenger) HandleInternal(name string, h InternalHandler) {
 	if !strings.HasPrefix(name, InternalPrefix) {
 		panic("messenger: internal handler without the velo. prefix: " + name)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if h == nil {
+		delete(g.internal, name)
+		return
+	}
 	g.internal[name] = h
 	g.m.HandlerRegistered(name)
 }

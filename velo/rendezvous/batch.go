@@ -250,7 +250,7 @@ func (b *batch) acquire(owner transport.InstanceID, part []int, offer []byte, re
 	for k, e := range entries {
 		i := part[k]
 		if e.Failed() {
-			b.done(i, nil, batchEntryErr(e))
+			b.done(i, nil, batchEntryErr("get", e.ErrKind, e.ErrText))
 			continue
 		}
 		l, err := r.checkGrant(b.reqs[i].Handle, offer, e.Response)
@@ -481,9 +481,9 @@ func forEach(n, window int, f func(i int)) {
 
 // batchEntryErr is the error of one entry of a batch answer, said as remoteErr says a single
 // acquire's: the owner's words, matching the sentinel its kind names.
-func batchEntryErr(e wire.AcquireBatchEntry) error {
-	if s, ok := kindSentinels[e.ErrKind]; ok {
-		return &opError{op: "get", detail: e.ErrText, sentinel: s, causes: []error{s}}
+func batchEntryErr(op, kind, text string) error {
+	if s, ok := kindSentinels[kind]; ok {
+		return &opError{op: op, detail: text, sentinel: s, causes: []error{s}}
 	}
-	return fmt.Errorf("rendezvous: get: %s", e.ErrText)
+	return fmt.Errorf("rendezvous: %s: %s", op, text)
 }

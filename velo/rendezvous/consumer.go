@@ -46,7 +46,11 @@ func (l *Lease) end(ctx context.Context, release bool) error {
 	if l.ended.Swap(true) {
 		return fmt.Errorf("rendezvous: %s: %w: lease %d already ended", what, ErrBadLease, l.id)
 	}
-	err := l.r.endLease(ctx, l.h.Owner, l.id, release, what)
+	return l.settle(ctx, release, l.r.endLease(ctx, l.h.Owner, l.id, release, what))
+}
+
+// settle finishes the end of the lease given the owner's answer err.
+func (l *Lease) settle(ctx context.Context, release bool, err error) error {
 	if release && errors.Is(err, ErrBadLease) {
 		// The owner ended the lease already (its TTL passed while this consumer was slow or
 		// stopped), but the handle's reference this lease would have spent is still there: drop

@@ -23,6 +23,7 @@ func (r *Rendezvous) registerHandlers() {
 	g.HandleInternal(opRelease, func(ctx context.Context, from transport.InstanceID, p []byte) ([][]byte, func(), error) {
 		return r.onEndLease(from, p, true)
 	})
+	g.HandleInternal(opEndBatch, r.onEndBatch)
 	g.HandleInternal(opRef, func(ctx context.Context, from transport.InstanceID, p []byte) ([][]byte, func(), error) {
 		return nil, nil, r.onHandle(p, r.store.ref)
 	})
@@ -138,7 +139,7 @@ func (r *Rendezvous) onAcquireBatch(ctx context.Context, from transport.Instance
 	for i, wh := range req.Handles {
 		sl, resp, err := r.grant(from, fromWire(wh))
 		if err != nil {
-			entries[i] = batchEntryError(err)
+			entries[i].ErrKind, entries[i].ErrText = batchEntryError(err)
 			continue
 		}
 		path, reason, b, ok := r.precheck(sl, req.Offer)
@@ -175,18 +176,18 @@ func (r *Rendezvous) onAcquireBatch(ctx context.Context, from transport.Instance
 
 // batchEntryError is err as one entry of a batch answer: its sentinel's kind and the owner's text
 // (bounded, so that a long text never makes the answer unencodable).
-func batchEntryError(err error) wire.AcquireBatchEntry {
-	e := wire.AcquireBatchEntry{ErrKind: "rendezvous.error", ErrText: err.Error()}
+func batchEntryError(err error) (kind, text string) {
+	kind, text = "rendezvous.error", err.Error()
 	for k, s := range kindSentinels {
 		if errors.Is(err, s) {
-			e.ErrKind = k
+			kind = k
 			break
 		}
 	}
-	if len(e.ErrText) > 1024 {
-		e.ErrText = e.ErrText[:1024]
+	if len(text) > 1024 {
+		text = text[:1024]
 	}
-	return e
+	return kind, text
 }
 
 // maxChunk is the largest pull this owner serves to peer: ChunkSize, capped so a chunk and its
@@ -279,4 +280,24 @@ func (r *Rendezvous) onEndLease(from transport.InstanceID, p []byte, release boo
 		return nil, nil, ownerErr(fmt.Errorf("%w: %w", ErrProtocol, err))
 	}
 	return nil, nil, ownerErr(r.store.endLease(from, req.Lease, release))
+}
+
+// onEndBatch ends each lease of the request (EndLeases), entry by entry: a lease that is not open
+// for this consumer answers its own error and the others end.
+func (r *Rendezvous) onEndBatch(ctx context.Context, from transport.InstanceID, p []byte) ([][]byte, func(), error) {
+	req, err := wire.DecodeEndBatchRequest(p)
+	if err != nil {
+		return nil, nil, ownerErr(fmt.Errorf("%w: %w", ErrProtocol, err))
+	}
+	entries := make([]wire.EndBatchEntry, len(req.Leases))
+	for i, id := range req.Leases {
+		if err := r.store.endLease(from, id, req.Release); err != nil {
+			entries[i].ErrKind, entries[i].ErrText = batchEntryError(err)
+		}
+	}
+	b, err := wire.AppendEndBatchResponse(nil, entries)
+	if err != nil {
+		return nil, nil, err
+	}
+	return [][]byte{b}, nil, nil
 }

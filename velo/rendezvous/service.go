@@ -62,8 +62,10 @@ const (
 	opPull         = messenger.InternalPrefix + "rv.pull"
 	opDetach       = messenger.InternalPrefix + "rv.detach"
 	opRelease      = messenger.InternalPrefix + "rv.release"
-	opRef          = messenger.InternalPrefix + "rv.ref"
-	opDrop         = messenger.InternalPrefix + "rv.drop"
+	// opEndBatch ends many leases of one owner in one round trip (EndLeases).
+	opEndBatch = messenger.InternalPrefix + "rv.end_batch"
+	opRef      = messenger.InternalPrefix + "rv.ref"
+	opDrop     = messenger.InternalPrefix + "rv.drop"
 )
 
 // MaxPayload is the largest payload this build stages or fetches (1 TiB).
