@@ -12,7 +12,7 @@ import (
 
 // TestGetBatchOverUCX: 2,000 blocks of 4 KiB and 100 of 64 KiB, one GetBatch, over the real UCX
 // transport (its many-read path: the engine's GetMany). Every block arrives whole on rdma/ok, and
-// once the leases are released the owner holds no registration and no more pinned bytes than
+// once the leases are released (ReleaseLeases, one call) the owner holds no registration and no more pinned bytes than
 // before the batch.
 func TestGetBatchOverUCX(t *testing.T) {
 	owner, cons := startNode(t, true), startNode(t, true)
@@ -39,8 +39,12 @@ func TestGetBatchOverUCX(t *testing.T) {
 		assert.Equal(t, metrics.PathRDMA, r.Lease.Path)
 	}
 	assert.Equal(t, float64(len(reqs)), pathCount(t, cons.Velo, metrics.PathRDMA, metrics.ReasonOK))
-	for _, r := range res {
-		require.NoError(t, r.Lease.Release(ctx))
+	leases := make([]*velo.Lease, len(res))
+	for i, r := range res {
+		leases[i] = r.Lease
+	}
+	for i, err := range cons.ReleaseLeases(ctx, leases) {
+		require.NoError(t, err, "lease %d", i)
 	}
 	eventually(t, "every lease registration gone and the pinned bytes back where they were", func() bool {
 		st := owner.RDMAStats()

@@ -7,7 +7,9 @@
 //   - a frame's round trip over velo's UCX transport beside velo's TCP transport;
 //   - a GetBatch of 4 KiB blocks and one of 64 KiB blocks, 64 MiB each, beside one 64 MiB get and
 //     beside `ucx_perftest -t ucp_get` at the same size with the same number of reads in flight
-//     (-O, the batch window): MiB/s, reads per second and CPU time per read on each side.
+//     (-O, the batch window): MiB/s, reads per second and CPU time per read on each side;
+//   - ending the 4 KiB batch's leases with one DetachLeases call beside one Detach per lease,
+//     batch-window at a time.
 //
 // The parent measures; its second process (this program again, -role peer) echoes frames and
 // owns the staged blocks, and a third (-role echo) echoes the engine's pings. Rounds alternate the
@@ -422,6 +424,22 @@ func batches(ctx context.Context, peer *benchkit.Child, info peerInfo, tool ucp.
 		n, err := strconv.ParseInt(strings.TrimSpace(line), 10, 64)
 		return time.Duration(n), err
 	}
+	// endLeases ends a batch's leases (the blocks stay staged for the next round): in one
+	// DetachLeases call, or one Detach per lease, window at a time, as a caller without the batch
+	// call would.
+	batched := true
+	endLeases := func(ls []*velo.Lease) error {
+		if !batched {
+			return detachEach(ctx, ls, window)
+		}
+		for i, err := range v.DetachLeases(ctx, ls) {
+			if err != nil {
+				return fmt.Errorf("block %d: detach: %w", i, err)
+			}
+		}
+		return nil
+	}
+	var ended time.Duration // how long the last endLeases took
 	batch := func(size int) (took, cpuCons, cpuOwner time.Duration, err error) {
 		hs := info.Blocks[size]
 		if quick {
@@ -458,7 +476,11 @@ func batches(ctx context.Context, peer *benchkit.Child, info peerInfo, tool ucp.
 		for i, r := range res {
 			ls[i] = r.Lease
 		}
-		detachAll(ctx, ls, window)
+		t1 := time.Now()
+		if err := endLeases(ls); err != nil {
+			return 0, 0, 0, err
+		}
+		ended = time.Since(t1)
 		return took, cpuCons, oc1 - oc0, nil
 	}
 	if _, err := whole(); err != nil { // warm up: endpoints, first registrations
@@ -500,23 +522,51 @@ func batches(ctx context.Context, peer *benchkit.Child, info peerInfo, tool ucp.
 		fmt.Printf("%-7s %6d %10.0f %10.0f %6.2fx %14.0f %6.2fx %10.0f %5.1f + %4.1f\n", human(size), n, median(one), median(got),
 			median(got)/median(one), median(perf), median(got)/median(perf), median(rate), median(cpuC), median(cpuO))
 	}
+	// Ending the leases of the 4 KiB batch: one DetachLeases call against one Detach per lease.
+	size := blockSizes[0]
+	var each, inOne []float64
+	for r := 0; r < rounds; r++ {
+		for _, b := range []bool{false, true} {
+			batched = b
+			if _, _, _, err := batch(size); err != nil {
+				return err
+			}
+			n := float64(len(info.Blocks[size]))
+			if quick {
+				n = float64(len(info.Blocks[size]) / 8)
+			}
+			if b {
+				inOne = append(inOne, us(ended)/n)
+			} else {
+				each = append(each, us(ended)/n)
+			}
+		}
+	}
+	batched = true
+	fmt.Printf("\nending the %s batch's leases (µs per lease, median of the rounds)\n", human(size))
+	fmt.Printf("%-30s %10.2f\n%-30s %10.2f\n%-30s %9.2fx\n", fmt.Sprintf("one Detach each, window %d", window), median(each),
+		"one DetachLeases call", median(inOne), "ratio", median(inOne)/median(each))
 	return nil
 }
 
-// detachAll ends leases window at a time (untimed bookkeeping between rounds).
-func detachAll(ctx context.Context, ls []*velo.Lease, window int) {
+// detachEach ends leases one Detach each, window at a time.
+func detachEach(ctx context.Context, ls []*velo.Lease, window int) error {
 	sem := make(chan struct{}, window)
-	done := make(chan struct{})
+	errs := make(chan error, len(ls))
 	for _, l := range ls {
 		sem <- struct{}{}
 		go func() {
-			defer func() { <-sem; done <- struct{}{} }()
-			_ = l.Detach(ctx)
+			defer func() { <-sem }()
+			errs <- l.Detach(ctx)
 		}()
 	}
+	var first error
 	for range ls {
-		<-done
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
 	}
+	return first
 }
 
 // exportEngineDefaults gives ucx_perftest the UCX settings the engine applies on its own, so that
