@@ -82,7 +82,6 @@ type Engine struct {
 	state     int    // stateRunning, stateClosing, stateClosed
 	gen       uint64 // generation of the goroutine that is the progressor now
 	handlers  map[uint16]AMHandler
-	installed map[uint16]struct{} // ids whose UCX callback is set (kept when a handler is removed)
 	conns     map[uint64]*Conn
 	gets      map[uint64]*engineOp // guarded GETs waiting for their reply, by request id
 	nextGetID uint64
@@ -158,14 +157,13 @@ func NewEngine(ctx context.Context, cfg EngineConfig) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{
-		cfg:       cfg,
-		log:       logger(cfg.Logger).With("engine", cfg.Name),
-		loopEnd:   make(chan struct{}),
-		handlers:  map[uint16]AMHandler{},
-		installed: map[uint16]struct{}{},
-		conns:     map[uint64]*Conn{},
-		gets:      map[uint64]*engineOp{},
-		regs:      map[*Registration]struct{}{},
+		cfg:      cfg,
+		log:      logger(cfg.Logger).With("engine", cfg.Name),
+		loopEnd:  make(chan struct{}),
+		handlers: map[uint16]AMHandler{},
+		conns:    map[uint64]*Conn{},
+		gets:     map[uint64]*engineOp{},
+		regs:     map[*Registration]struct{}{},
 	}
 	e.dIdle = sync.NewCond(&e.dmu)
 	var seed [32]byte
@@ -598,11 +596,8 @@ func (e *Engine) HandleAM(id uint16, handler AMHandler) error {
 		delete(e.handlers, id)
 		return nil
 	}
-	if _, installed := e.installed[id]; !installed {
-		if err := e.w.SetAMHandler(id); err != nil {
-			return err
-		}
-		e.installed[id] = struct{}{}
+	if err := e.w.SetAMHandler(id); err != nil {
+		return err
 	}
 	e.handlers[id] = handler
 	return nil
