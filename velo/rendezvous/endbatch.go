@@ -26,7 +26,6 @@ func (r *Rendezvous) EndLeases(ctx context.Context, leases []*Lease, release boo
 	}
 	errs := make([]error, len(leases))
 	byOwner := map[transport.InstanceID][]int{}
-	var owners []transport.InstanceID
 	for i, l := range leases {
 		switch {
 		case l == nil:
@@ -36,9 +35,6 @@ func (r *Rendezvous) EndLeases(ctx context.Context, leases []*Lease, release boo
 		case l.ended.Swap(true):
 			errs[i] = fmt.Errorf("rendezvous: %s: %w: lease %d already ended", what, ErrBadLease, l.id)
 		default:
-			if _, ok := byOwner[l.h.Owner]; !ok {
-				owners = append(owners, l.h.Owner)
-			}
 			byOwner[l.h.Owner] = append(byOwner[l.h.Owner], i)
 		}
 	}
@@ -47,8 +43,7 @@ func (r *Rendezvous) EndLeases(ctx context.Context, leases []*Lease, release boo
 		idx   []int
 	}
 	var parts []part
-	for _, o := range owners {
-		idx := byOwner[o]
+	for o, idx := range byOwner {
 		for len(idx) > 0 {
 			n := min(len(idx), wire.MaxEndBatch)
 			parts = append(parts, part{o, idx[:n]})
