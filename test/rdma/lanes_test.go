@@ -73,9 +73,12 @@ func TestLanesWitnessTheRDMAPath(t *testing.T) {
 	ctl, other := lanesOf(t, c, controlPort(t, string(out)))
 	assert.Less(t, ctl.Bytes(), uint64(size)/100, "velo's control plane carried %d bytes of a %d-byte rdma/ok transfer", ctl.Bytes(), size)
 	assert.Positive(t, ctl.Bytes(), "the counter saw no control plane at all")
+	// Both processes are in the cgroup, so each direction holds the payload's segments and the
+	// other side's ACKs with their headers; how many ACKs depends on scheduling, so the upper
+	// bound only catches a payload counted twice.
 	for what, n := range map[string]uint64{"out": other.BytesOut, "in": other.BytesIn} {
 		assert.GreaterOrEqual(t, n, uint64(size), "UCX's sockets moved %d bytes %s for a %d-byte payload", n, what, size)
-		assert.Less(t, n, uint64(size)*105/100, "UCX's sockets moved %d bytes %s for a %d-byte payload", n, what, size)
+		assert.Less(t, n, uint64(size)*5/4, "UCX's sockets moved %d bytes %s for a %d-byte payload", n, what, size)
 	}
 }
 

@@ -77,7 +77,11 @@ func TestLanesCommand(t *testing.T) {
 	assert.Equal(t, "velo control plane", rep.Lanes[0].Name)
 	assert.GreaterOrEqual(t, rep.Lanes[0].BytesOut, uint64(n))
 	assert.GreaterOrEqual(t, rep.Lanes[0].BytesIn, uint64(n))
-	assert.Less(t, rep.Lanes[0].BytesOut, uint64(n)*102/100)
+	// Both ends run in the measured cgroup and both sockets carry the lane's port, so the lane's
+	// bytes out are the client's data and the server's ACKs, with their headers. How many ACKs
+	// there are depends on how the receiver was scheduled (2.9 % on top under load in one run),
+	// so the bound is loose: it catches a transfer counted twice, not the header share.
+	assert.Less(t, rep.Lanes[0].BytesOut, uint64(n)*5/4)
 
 	// Without a command: a usage error.
 	code = run(context.Background(), []string{"lanes"}, nil, &stdout, &stderr, testSystem(t))
