@@ -91,6 +91,7 @@ type Engine struct {
 	closing   *closeState
 
 	guardServed, guardRefused uint64 // last values folded into the metrics
+	unclaimed                 uint64 // likewise: messages the worker dropped for want of a handler
 	// tokens draws each registration's token: ChaCha8 seeded from crypto/rand, a stream as
 	// unpredictable as crypto/rand itself without a system call per registration.
 	tokens *mrand.ChaCha8
@@ -235,7 +236,7 @@ func (e *Engine) progress(gen uint64) {
 		if len(e.unmapping) > 0 {
 			e.finishUnmaps()
 		}
-		e.foldGuardStats()
+		e.foldWorkerCounts()
 		if e.closing != nil && e.closeStep() {
 			e.wmu.Unlock()
 			spin.release()
@@ -371,7 +372,12 @@ func (e *Engine) start() error {
 	return nil
 }
 
-func (e *Engine) foldGuardStats() {
+func (e *Engine) foldWorkerCounts() {
+	if n := e.w.Unclaimed(); n != e.unclaimed {
+		// Ids no handler ever had never reach Go: the worker drops them in its callback.
+		e.metrics.amDropped.WithLabelValues("no_handler").Add(float64(n - e.unclaimed))
+		e.unclaimed = n
+	}
 	served, refused := e.w.GuardStats()
 	if served != e.guardServed {
 		e.metrics.guardReplies.WithLabelValues("served").Add(float64(served - e.guardServed))
@@ -590,9 +596,11 @@ func (e *Engine) HandleAM(id uint16, handler AMHandler) error {
 	}
 	defer e.wmu.Unlock()
 	if handler == nil {
-		// UCX's callback for id stays installed: without one, UCX warns about every message
-		// that still arrives with id (a peer's last frames while a transport closes), and
-		// the engine already drops and counts what has no handler.
+		// The id goes back to the worker's dropping callback; a message of it already in
+		// the event ring finds no handler here and is dropped and counted the same way.
+		if err := e.w.RemoveAMHandler(id); err != nil {
+			return err
+		}
 		delete(e.handlers, id)
 		return nil
 	}

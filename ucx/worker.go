@@ -53,11 +53,14 @@ func (c *Context) newWorker(mode int) (*Worker, error) {
 		capi.UcpWorkerDestroy(w)
 		return nil, statusErr("event ring", StatusNoMemory)
 	}
-	// UCX 1.13 dereferences a NULL handler table (SIGSEGV) when an active message reaches
-	// a worker that never registered any AM handler. Registering and removing one
-	// allocates the table, after which unknown ids are dropped.
-	if s := capi.UcpWorkerSetAmRecvHandler(ring, 0, true); s == capi.OK {
-		capi.UcpWorkerSetAmRecvHandler(ring, 0, false)
+	// Every AM id gets a handler that drops and counts before a peer can send one: UCX 1.13
+	// dereferences a NULL handler table when a message reaches a worker that registered no
+	// handler, and leaves the entries it adds when the table grows uninitialised, so a
+	// message for an id nobody registered jumps through stale memory (capi.c).
+	if s := capi.UcpWorkerClaimAmIds(ring); s != capi.OK {
+		capi.UcpWorkerDestroy(w)
+		capi.RingFree(ring)
+		return nil, statusErr("ucp_worker_set_am_recv_handler", Status(s))
 	}
 	return &Worker{
 		ctx:  c,
@@ -131,12 +134,12 @@ func (w *Worker) Signal() error {
 
 // SetAMHandler makes the worker receive active messages with id into its event ring
 // (ucp_worker_set_am_recv_handler). Messages with ids that have no handler are dropped
-// by UCX.
+// and counted (Unclaimed).
 func (w *Worker) SetAMHandler(id uint16) error {
 	return statusErr("ucp_worker_set_am_recv_handler", Status(capi.UcpWorkerSetAmRecvHandler(w.ring, id, true)))
 }
 
-// RemoveAMHandler stops receiving id.
+// RemoveAMHandler stops receiving id: its messages are dropped and counted again.
 func (w *Worker) RemoveAMHandler(id uint16) error {
 	return statusErr("ucp_worker_set_am_recv_handler", Status(capi.UcpWorkerSetAmRecvHandler(w.ring, id, false)))
 }
@@ -313,6 +316,9 @@ func (w *Worker) Pending() int { return len(w.reqs) }
 
 // GuardStats reports how many guarded GET requests this worker served and refused.
 func (w *Worker) GuardStats() (served, refused uint64) { return capi.RingGuardStats(w.ring) }
+
+// Unclaimed is the number of active messages dropped because no handler had their id.
+func (w *Worker) Unclaimed() uint64 { return capi.RingUnclaimed(w.ring) }
 
 // Close destroys the worker (ucp_worker_destroy). Close or force-close its endpoints and
 // let their requests complete first; endpoints still open are destroyed with it.

@@ -361,9 +361,55 @@ static ucs_status_t set_handler(velo_ucx_ring_t *ring, unsigned id, ucp_am_recv_
 	return ucp_worker_set_am_recv_handler(ring->worker, &param);
 }
 
+/* The callback of every id nobody handles: the message is counted and dropped here, and
+ * UCX frees its data (or tells a rendezvous sender it is done). */
+static ucs_status_t unclaimed_am_cb(void *arg, const void *header, size_t header_length,
+                                    void *data, size_t length, const ucp_am_recv_param_t *param)
+{
+	velo_ucx_ring_t *ring = arg;
+
+	ring->unclaimed++;
+	return UCS_OK;
+}
+
+static ucs_status_t set_unclaimed(velo_ucx_ring_t *ring, unsigned id)
+{
+	ucp_am_handler_param_t param;
+
+	memset(&param, 0, sizeof(param));
+	param.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+	                   UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+	param.id    = id;
+	param.flags = UCP_AM_FLAG_WHOLE_MSG;
+	param.cb    = unclaimed_am_cb;
+	param.arg   = ring;
+	return ucp_worker_set_am_recv_handler(ring->worker, &param);
+}
+
+/* Gives every AM id a handler, in ascending order, before anything else registers one.
+ * UCX 1.13 grows its handler table without initialising the entries it adds (only the id
+ * being registered), so a message for any other id below the table's end jumps through
+ * whatever that memory held; a peer can send any id. Registering the ids in order leaves no
+ * entry below 0x10000 unwritten; later releases fill the gaps themselves, and there this
+ * turns UCX's warning per unknown message into a count. The table is as large either way
+ * (the engine's own ids sit at the top of the range). */
+ucs_status_t velo_ucx_claim_am_ids(velo_ucx_ring_t *ring)
+{
+	ucs_status_t status;
+	unsigned id;
+
+	for (id = 0; id <= UINT16_MAX; id++) {
+		status = set_unclaimed(ring, id);
+		if (status != UCS_OK) {
+			return status;
+		}
+	}
+	return UCS_OK;
+}
+
 ucs_status_t velo_ucx_set_am_handler(velo_ucx_ring_t *ring, unsigned id, int enable)
 {
-	return set_handler(ring, id, enable ? am_cb : NULL);
+	return enable ? set_handler(ring, id, am_cb) : set_unclaimed(ring, id);
 }
 
 ucs_status_t velo_ucx_ep_create(velo_ucx_ring_t *ring, const void *address, int err_mode_peer,

@@ -48,6 +48,7 @@ typedef struct velo_ucx_ring {
 	uint8_t                 *bytes; // header arena; offsets stay valid when it grows
 	size_t                   bytes_len, bytes_cap;
 	uint64_t                 dropped; // records lost because malloc failed
+	uint64_t                 unclaimed; // active messages for an id with no handler, dropped
 	ucp_worker_h             worker;
 	struct velo_ucx_am_slot *slots;  // one per registered AM id (the callback arg)
 	struct velo_ucx_guard   *guard;  // guarded-GET registration table, or NULL
@@ -68,6 +69,7 @@ ucs_status_t velo_ucx_worker_max_am_header(ucp_worker_h worker, size_t *max_p);
 ucs_status_t velo_ucx_config_print(const ucp_config_t *config, char **out, size_t *len);
 ucs_status_t velo_ucx_ep_print_info(ucp_ep_h ep, char **out, size_t *len);
 
+ucs_status_t velo_ucx_claim_am_ids(velo_ucx_ring_t *ring);
 ucs_status_t velo_ucx_set_am_handler(velo_ucx_ring_t *ring, unsigned id, int enable);
 ucs_status_t velo_ucx_ep_create(velo_ucx_ring_t *ring, const void *address, int err_mode_peer,
                                 ucp_ep_h *ep_p);

@@ -238,6 +238,9 @@ func RingLen(r Ring) int { return int(r.p.count) }
 // RingDropped is the number of events lost because malloc failed.
 func RingDropped(r Ring) uint64 { return uint64(r.p.dropped) }
 
+// RingUnclaimed is the number of active messages dropped because their id had no handler.
+func RingUnclaimed(r Ring) uint64 { return uint64(r.p.unclaimed) }
+
 // RingGuardStats returns how many guarded GET requests this worker served and refused.
 func RingGuardStats(r Ring) (served, refused uint64) {
 	return uint64(r.p.guard_served), uint64(r.p.guard_refused)
@@ -278,8 +281,12 @@ func RingBytes(r Ring) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(r.p.bytes)), int(r.p.bytes_len))
 }
 
+// UcpWorkerClaimAmIds gives every AM id the ring's dropping callback (helper
+// velo_ucx_claim_am_ids); call it once, right after the ring is made.
+func UcpWorkerClaimAmIds(r Ring) Status { return Status(C.velo_ucx_claim_am_ids(r.p)) }
+
 // UcpWorkerSetAmRecvHandler wraps ucp_worker_set_am_recv_handler with the ring's callback
-// (helper velo_ucx_set_am_handler); enable=false removes the handler.
+// (helper velo_ucx_set_am_handler); enable=false gives the id back to the dropping callback.
 func UcpWorkerSetAmRecvHandler(r Ring, id uint16, enable bool) Status {
 	return Status(C.velo_ucx_set_am_handler(r.p, C.uint(id), cbool(enable)))
 }

@@ -188,6 +188,9 @@ func RingLen(r Ring) int { return 0 }
 // RingDropped is 0.
 func RingDropped(r Ring) uint64 { return 0 }
 
+// RingUnclaimed is 0.
+func RingUnclaimed(r Ring) uint64 { return 0 }
+
 // RingGuardStats is 0, 0.
 func RingGuardStats(r Ring) (served, refused uint64) { return 0, 0 }
 
@@ -196,6 +199,9 @@ func RingEvents(r Ring, dst []Event) []Event { return dst }
 
 // RingBytes is empty.
 func RingBytes(r Ring) []byte { return nil }
+
+// UcpWorkerClaimAmIds fails.
+func UcpWorkerClaimAmIds(r Ring) Status { return NotCompiled }
 
 // UcpWorkerSetAmRecvHandler fails.
 func UcpWorkerSetAmRecvHandler(r Ring, id uint16, enable bool) Status { return NotCompiled }
