@@ -32,6 +32,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/velo-go/velo/velo/discovery"
 )
@@ -129,6 +131,14 @@ func New(cfg Config) (*Etcd, error) {
 			// watcher retry on their own schedule.
 			DialKeepAliveTime:    5 * time.Second,
 			DialKeepAliveTimeout: 3 * time.Second,
+			// gRPC's own reconnect backoff grows to two minutes, so after an outage the client
+			// could come back long after etcd did, and a lease etcd restored would run out
+			// meanwhile: every watcher would see the member leave and join again. Reconnect
+			// as often as the keeper retries.
+			DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+				Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: retryCap(cfg.TTL)},
+				MinConnectTimeout: cfg.DialTimeout,
+			})},
 		})
 		if err != nil {
 			return nil, fmt.Errorf("discovery/etcd: connecting to %v: %w", cfg.Endpoints, err)
@@ -239,6 +249,9 @@ func (e *Etcd) keep() {
 		if e.ctx.Err() != nil {
 			return
 		}
+		// Renewals stopped being answered: a failed publish, even when the first try below
+		// finds etcd back.
+		e.publishErrors.Add(1)
 		// The lease is gone, or this member's value changed while etcd was away: store the
 		// record again, under a new lease, until etcd takes it.
 		for {
@@ -249,7 +262,7 @@ func (e *Etcd) keep() {
 				return
 			case <-time.After(backoff):
 			}
-			backoff = min(2*backoff, e.retryCap())
+			backoff = min(2*backoff, retryCap(e.cfg.TTL))
 			pctx, pcancel := context.WithTimeout(e.ctx, e.cfg.TTL)
 			err = e.resume(pctx, lease)
 			pcancel()
@@ -264,7 +277,7 @@ func (e *Etcd) keep() {
 
 // retryCap is the longest wait between two tries to reach etcd again: well inside the TTL, so
 // that a lease etcd restored when it came back is renewed before it runs out.
-func (e *Etcd) retryCap() time.Duration { return max(e.cfg.TTL/4, 250*time.Millisecond) }
+func retryCap(ttl time.Duration) time.Duration { return max(ttl/4, 250*time.Millisecond) }
 
 // resume carries on with the old lease when etcd still has it (a restarted etcd restores its
 // leases: the key never changes, so watchers see nothing), and publishes under a new lease when
@@ -380,7 +393,7 @@ func (e *Etcd) watch(ctx context.Context, ch chan<- discovery.Event) {
 	}
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		backoff = min(backoff, e.retryCap())
+		backoff = min(backoff, retryCap(e.cfg.TTL))
 		lctx, lcancel := context.WithTimeout(ctx, e.cfg.TTL)
 		resp, err := e.cli.Get(lctx, e.members, clientv3.WithPrefix())
 		lcancel()
@@ -396,7 +409,7 @@ func (e *Etcd) watch(ctx context.Context, ch chan<- discovery.Event) {
 				return
 			case <-time.After(backoff):
 			}
-			backoff = min(2*backoff, e.retryCap())
+			backoff = min(2*backoff, retryCap(e.cfg.TTL))
 			continue
 		}
 		backoff = 100 * time.Millisecond
