@@ -343,22 +343,30 @@ static struct velo_ucx_am_slot *am_slot(velo_ucx_ring_t *ring, unsigned id)
 	return slot;
 }
 
-static ucs_status_t set_handler(velo_ucx_ring_t *ring, unsigned id, ucp_am_recv_callback_t cb)
+static ucs_status_t register_am(velo_ucx_ring_t *ring, unsigned id, ucp_am_recv_callback_t cb,
+                                void *arg)
 {
 	ucp_am_handler_param_t param;
-	struct velo_ucx_am_slot *slot = am_slot(ring, id);
 
-	if (slot == NULL) {
-		return UCS_ERR_NO_MEMORY;
-	}
 	memset(&param, 0, sizeof(param));
 	param.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
 	                   UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
 	param.id    = id;
 	param.flags = UCP_AM_FLAG_WHOLE_MSG;
 	param.cb    = cb;
-	param.arg   = slot;
+	param.arg   = arg;
 	return ucp_worker_set_am_recv_handler(ring->worker, &param);
+}
+
+/* Registers cb for id with the id's slot as its argument. */
+static ucs_status_t set_handler(velo_ucx_ring_t *ring, unsigned id, ucp_am_recv_callback_t cb)
+{
+	struct velo_ucx_am_slot *slot = am_slot(ring, id);
+
+	if (slot == NULL) {
+		return UCS_ERR_NO_MEMORY;
+	}
+	return register_am(ring, id, cb, slot);
 }
 
 /* The callback of every id nobody handles: the message is counted and dropped here, and
@@ -374,16 +382,7 @@ static ucs_status_t unclaimed_am_cb(void *arg, const void *header, size_t header
 
 static ucs_status_t set_unclaimed(velo_ucx_ring_t *ring, unsigned id)
 {
-	ucp_am_handler_param_t param;
-
-	memset(&param, 0, sizeof(param));
-	param.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
-	                   UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
-	param.id    = id;
-	param.flags = UCP_AM_FLAG_WHOLE_MSG;
-	param.cb    = unclaimed_am_cb;
-	param.arg   = ring;
-	return ucp_worker_set_am_recv_handler(ring->worker, &param);
+	return register_am(ring, id, unclaimed_am_cb, ring);
 }
 
 /* Gives every AM id a handler, in ascending order, before anything else registers one.
