@@ -21,6 +21,7 @@ type engineMetrics struct {
 	amReceived   prometheus.Counter
 	amDropped    *prometheus.CounterVec
 	guardReplies *prometheus.CounterVec
+	rmaGuard     *rmaGuardCollector
 }
 
 func newEngineMetrics(name string, reg prometheus.Registerer) (*engineMetrics, error) {
@@ -68,7 +69,8 @@ func newEngineMetrics(name string, reg prometheus.Registerer) (*engineMetrics, e
 	for _, r := range []string{"no_handler", "too_large", "bad_guard_reply"} {
 		m.amDropped.WithLabelValues(r)
 	}
-	m.collectors = []prometheus.Collector{m.ops, m.opsRejected, m.inflight, m.parks, m.handoffs, m.amReceived, m.amDropped, m.guardReplies}
+	m.rmaGuard = newRMAGuardCollector(labels)
+	m.collectors = []prometheus.Collector{m.ops, m.opsRejected, m.inflight, m.parks, m.handoffs, m.amReceived, m.amDropped, m.guardReplies, m.rmaGuard}
 	if reg != nil {
 		for i, c := range m.collectors {
 			if err := reg.Register(c); err != nil {
@@ -96,4 +98,44 @@ func (m *engineMetrics) unregister() {
 // (velo registers them on the instance's Registerer when EngineConfig.Metrics was not set).
 func (e *Engine) Collectors() []prometheus.Collector {
 	return append([]prometheus.Collector(nil), e.metrics.collectors...)
+}
+
+// rmaGuardCollector exports the linked UCX's software RMA guard (rmaguard.go), read when
+// gathered: ucx_engine_rma_guard_enforced (1 or 0) always, and
+// ucx_engine_rma_refused_total{kind} when the guard is there. Without the guard the refusal
+// family is absent rather than zero: nothing is refused, and a zero would read as "nothing was
+// tried". The counters belong to the process, not to the engine: two engines show the same
+// values.
+type rmaGuardCollector struct {
+	enforced, refused *prometheus.Desc
+}
+
+func newRMAGuardCollector(labels prometheus.Labels) *rmaGuardCollector {
+	return &rmaGuardCollector{
+		enforced: prometheus.NewDesc("ucx_engine_rma_guard_enforced",
+			"1 when the linked UCX refuses software RMA that names no live registration (velo's guard patch set), 0 when any process that reaches the worker can read and write this process's memory.",
+			nil, labels),
+		refused: prometheus.NewDesc("ucx_engine_rma_refused_total",
+			"Software RMA requests the linked UCX's guard refused in this process, by kind (process-wide: every engine shows the same counts).",
+			[]string{"kind"}, labels),
+	}
+}
+
+func (c *rmaGuardCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.enforced
+	ch <- c.refused
+}
+
+func (c *rmaGuardCollector) Collect(ch chan<- prometheus.Metric) {
+	g, err := SoftwareRMAGuard()
+	if err != nil {
+		return // no UCX in the binary: no engine exists to collect for
+	}
+	ch <- prometheus.MustNewConstMetric(c.enforced, prometheus.GaugeValue, map[bool]float64{true: 1, false: 0}[g.Enforced])
+	if !g.Enforced {
+		return
+	}
+	for i, v := range g.Refused.values() {
+		ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(v), GuardRefusalKinds[i])
+	}
 }

@@ -34,3 +34,11 @@ func TestWithoutCgoEveryEntryPointSaysNotCompiled(t *testing.T) {
 		require.NotEqual(t, "library constructor", d.Via, "%s: no constructor ran", d.Name)
 	}
 }
+
+// Without UCX there is no guard to ask about, and the answer says so rather than "not
+// enforced".
+func TestWithoutCgoTheRMAGuardIsNotCompiled(t *testing.T) {
+	g, err := SoftwareRMAGuard()
+	require.ErrorIs(t, err, ErrNotCompiled)
+	require.False(t, g.Enforced)
+}

@@ -1,0 +1,86 @@
+package ucx
+
+import (
+	"strings"
+
+	"github.com/velo-go/velo/ucx/internal/capi"
+)
+
+// Software RMA and its guard.
+//
+// Where a lane has no hardware RMA, UCX emulates PUT, GET and atomics in software: the
+// initiator sends an active message naming an address, and the target's worker copies to or
+// from that address. A stock UCX checks neither the remote key nor a range, so whoever reaches
+// a worker over such a lane (tcp; ucp's AM-based emulation over ud on InfiniBand) can read and
+// write all of that process's memory; the tcp transport also serves PUT requests of its own the
+// same way. velo's static build (make ucx-static) patches UCX to refuse every such request
+// that names no live registration, and marks the build with two symbols. SoftwareRMAGuard
+// reads that marker: it is how a program learns which kind of UCX it runs on.
+
+// GuardVersionPrefix starts the version string of velo's UCX guard patch set
+// ("velo-ucx-guard/1").
+const GuardVersionPrefix = "velo-ucx-guard/"
+
+// RMAGuard is what the linked UCX says about software RMA.
+type RMAGuard struct {
+	// Enforced: the linked UCX carries velo's guard patch set and refuses software RMA that
+	// names no live registration.
+	Enforced bool
+	// Version is the patch set's version ("velo-ucx-guard/1"); empty when not enforced.
+	Version string
+	// Refused counts the requests the patch set refused in this process since it started
+	// (zero when not enforced).
+	Refused GuardRefusals
+	// UCX is the linked release ("1.22.0"), for messages.
+	UCX string
+}
+
+// GuardRefusals are the patch set's refusal counters, process-wide.
+type GuardRefusals struct {
+	Put    uint64 // ucp software PUTs refused
+	Get    uint64 // ucp software GETs refused
+	Atomic uint64 // ucp software atomics refused
+	TCPPut uint64 // the tcp transport's PUT requests refused
+	WireID uint64 // messages for UCX-internal wire ids the patch set refuses
+}
+
+// GuardRefusalKinds are the label values of ucx_engine_rma_refused_total, in the order of the
+// patch set's counters.
+var GuardRefusalKinds = [...]string{"put", "get", "atomic", "tcp_put", "wire_id"}
+
+// values returns the counters in the order of GuardRefusalKinds.
+func (r GuardRefusals) values() [len(GuardRefusalKinds)]uint64 {
+	return [...]uint64{r.Put, r.Get, r.Atomic, r.TCPPut, r.WireID}
+}
+
+// String is one line for a log or a page: "enforced (velo-ucx-guard/1)" or why not.
+func (g RMAGuard) String() string {
+	if g.Enforced {
+		return "enforced (" + g.Version + ")"
+	}
+	return "not enforced: the linked UCX " + g.UCX + " lacks velo's guard patch set " +
+		"(software RMA over tcp and ud serves any address without checking a key)"
+}
+
+// SoftwareRMAGuard reports whether the UCX linked into this binary enforces keys on software
+// RMA (velo's guard patch set), with its refusal counters. The answer is fixed when the binary
+// is linked: the static build (make ucx-static, go build -tags ucx_static) enforces, Debian's
+// shared UCX does not. Without UCX in the binary it fails with ErrNotCompiled (or
+// ErrUnsupported off Linux).
+func SoftwareRMAGuard() (RMAGuard, error) {
+	if !capi.Compiled {
+		return RMAGuard{}, errNoUCX
+	}
+	g := RMAGuard{UCX: Version().releaseString()}
+	v, ok := capi.VeloUcxGuardVersion()
+	if !ok || !strings.HasPrefix(v, GuardVersionPrefix) {
+		return g, nil
+	}
+	var c [len(GuardRefusalKinds)]uint64
+	if !capi.VeloUcxGuardCounters(c[:]) {
+		return g, nil // a marker without its counters is not the patch set
+	}
+	g.Enforced, g.Version = true, v
+	g.Refused = GuardRefusals{Put: c[0], Get: c[1], Atomic: c[2], TCPPut: c[3], WireID: c[4]}
+	return g, nil
+}
