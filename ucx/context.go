@@ -77,6 +77,9 @@ func NewContext(cfg ContextConfig) (*Context, error) {
 	if f&FeatureWakeup != 0 {
 		features |= capi.FeatureWakeup
 	}
+	if f&FeatureAMO != 0 {
+		features |= capi.FeatureAMO32 | capi.FeatureAMO64
+	}
 	c, s := capi.UcpInit(conf, features, false)
 	if s != capi.OK {
 		return nil, fmt.Errorf("ucx: ucp_init: %w (if UCX printed nothing, a UCX constructor did not run; check UCX_TLS/UCX_NET_DEVICES name available resources with 'ucx_info -d')", Status(s))

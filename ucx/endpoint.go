@@ -173,6 +173,51 @@ func (e *Endpoint) Put(src []byte, remoteAddr uint64, rk *RemoteKey) (*Request, 
 	return e.w.started(r, req, s, "ucp_put_nbx", 0)
 }
 
+// AtomicOp is a remote atomic operation (ucp_atomic_op_t).
+type AtomicOp uint32
+
+// The operations of Endpoint.Atomic, in ucp_atomic_op_t's order.
+const (
+	AtomicAdd AtomicOp = iota
+	AtomicSwap
+	AtomicCSwap
+	AtomicAnd
+	AtomicOr
+	AtomicXor
+)
+
+// Atomic applies op with operand to the word of len(operand) bytes (4 or 8) at remoteAddr
+// of the peer (ucp_atomic_op_nbx); the context needs FeatureAMO. With result non-nil (as
+// long as operand) the word's previous value lands there when the request completes. A
+// compare-and-swap compares the word with operand and, when equal, stores the value it
+// reads from result (UCX's convention). Both buffers belong to the request until it
+// completes, as for Get. Unguarded, like Get: over transports without
+// hardware atomics UCX emulates them in software at the target.
+func (e *Endpoint) Atomic(op AtomicOp, operand, result []byte, remoteAddr uint64, rk *RemoteKey) (*Request, error) {
+	if err := e.usable(); err != nil {
+		return nil, err
+	}
+	if err := rk.usableOn(e); err != nil {
+		return nil, err
+	}
+	if n := len(operand); n != 4 && n != 8 {
+		return nil, fmt.Errorf("ucx: Atomic: %w: an operand of %d bytes (want 4 or 8)", StatusInvalidParam, n)
+	}
+	if result != nil && len(result) != len(operand) {
+		return nil, fmt.Errorf("ucx: Atomic: %w: a result of %d bytes for an operand of %d", StatusInvalidParam, len(result), len(operand))
+	}
+	if op > AtomicXor || (op == AtomicCSwap && result == nil) {
+		return nil, fmt.Errorf("ucx: Atomic: %w: operation %d (a compare-and-swap needs its result buffer)", StatusInvalidParam, op)
+	}
+	r := e.w.newRequest()
+	var reply unsafe.Pointer
+	if result != nil {
+		reply = bufPtr(result)
+	}
+	req, s := capi.UcpAtomicOpNbx(e.w.ring, e.ep, uint32(op), bufPtr(operand), reply, uintptr(len(operand)), remoteAddr, rk.rk, r.id)
+	return e.w.started(r, req, s, "ucp_atomic_op_nbx", len(operand))
+}
+
 // Flush completes every RMA operation issued on the endpoint, at the origin and the
 // target (ucp_ep_flush_nbx).
 func (e *Endpoint) Flush() (*Request, error) {

@@ -18,6 +18,9 @@ const (
 	FeatureRMA
 	// FeatureWakeup enables the worker's event fd (needed to park instead of spin).
 	FeatureWakeup
+	// FeatureAMO enables 32- and 64-bit remote atomics (Endpoint.Atomic). The Engine does
+	// not use them; the binding offers them for tools and tests.
+	FeatureAMO
 )
 
 // ContextConfig configures NewContext. The zero value gives a context with AM, RMA and

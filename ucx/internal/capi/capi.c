@@ -536,6 +536,26 @@ void *velo_ucx_put(velo_ucx_ring_t *ring, ucp_ep_h ep, const void *buffer, size_
 	return op_result(ucp_put_nbx(ep, buffer, length, remote_addr, rkey, &param), ctx);
 }
 
+void *velo_ucx_atomic(velo_ucx_ring_t *ring, ucp_ep_h ep, unsigned op, const void *value,
+                      void *reply, size_t size, uint64_t remote_addr, ucp_rkey_h rkey,
+                      uint64_t user)
+{
+	ucp_request_param_t param;
+	op_ctx_t *ctx = op_param(ring, user, &param);
+
+	if (ctx == NULL) {
+		return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
+	}
+	param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+	param.datatype      = ucp_dt_make_contig(size);
+	if (reply != NULL) {
+		param.op_attr_mask |= UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+		param.reply_buffer  = reply;
+	}
+	return op_result(ucp_atomic_op_nbx(ep, (ucp_atomic_op_t)op, value, 1, remote_addr, rkey,
+	                                   &param), ctx);
+}
+
 void *velo_ucx_ep_flush(velo_ucx_ring_t *ring, ucp_ep_h ep, uint64_t user)
 {
 	ucp_request_param_t param;

@@ -85,6 +85,11 @@ void *velo_ucx_get(velo_ucx_ring_t *ring, ucp_ep_h ep, void *buffer, size_t leng
                    uint64_t remote_addr, ucp_rkey_h rkey, uint64_t user);
 void *velo_ucx_put(velo_ucx_ring_t *ring, ucp_ep_h ep, const void *buffer, size_t length,
                    uint64_t remote_addr, ucp_rkey_h rkey, uint64_t user);
+// One 32- or 64-bit atomic (size 4 or 8) at remote_addr; reply, when not NULL, receives the
+// word's previous value (and holds the value a compare-and-swap stores).
+void *velo_ucx_atomic(velo_ucx_ring_t *ring, ucp_ep_h ep, unsigned op, const void *value,
+                      void *reply, size_t size, uint64_t remote_addr, ucp_rkey_h rkey,
+                      uint64_t user);
 void *velo_ucx_ep_flush(velo_ucx_ring_t *ring, ucp_ep_h ep, uint64_t user);
 void *velo_ucx_worker_flush(velo_ucx_ring_t *ring, uint64_t user);
 void *velo_ucx_ep_close(velo_ucx_ring_t *ring, ucp_ep_h ep, int force, uint64_t user);

@@ -27,6 +27,8 @@ const (
 	FeatureRMA    = uint64(C.UCP_FEATURE_RMA)
 	FeatureAM     = uint64(C.UCP_FEATURE_AM)
 	FeatureWakeup = uint64(C.UCP_FEATURE_WAKEUP)
+	FeatureAMO32  = uint64(C.UCP_FEATURE_AMO32)
+	FeatureAMO64  = uint64(C.UCP_FEATURE_AMO64)
 )
 
 // Thread modes of ucp_worker_params_t.thread_mode.
@@ -359,6 +361,12 @@ func UcpGetNbx(r Ring, ep Ep, buffer unsafe.Pointer, length uintptr, remoteAddr 
 // UcpPutNbx wraps ucp_put_nbx (helper velo_ucx_put).
 func UcpPutNbx(r Ring, ep Ep, buffer unsafe.Pointer, length uintptr, remoteAddr uint64, rk RKey, user uint64) (Request, Status) {
 	return result(C.velo_ucx_put(r.p, ep.p, buffer, C.size_t(length), C.uint64_t(remoteAddr), rk.p, C.uint64_t(user)))
+}
+
+// UcpAtomicOpNbx wraps ucp_atomic_op_nbx on one word of size bytes (helper velo_ucx_atomic);
+// reply may be nil for an operation that fetches nothing.
+func UcpAtomicOpNbx(r Ring, ep Ep, op uint32, value, reply unsafe.Pointer, size uintptr, remoteAddr uint64, rk RKey, user uint64) (Request, Status) {
+	return result(C.velo_ucx_atomic(r.p, ep.p, C.unsigned(op), value, reply, C.size_t(size), C.uint64_t(remoteAddr), rk.p, C.uint64_t(user)))
 }
 
 // UcpEpFlushNbx wraps ucp_ep_flush_nbx (helper velo_ucx_ep_flush).

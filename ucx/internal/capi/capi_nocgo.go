@@ -28,6 +28,8 @@ const (
 	FeatureRMA    = uint64(0x2)
 	FeatureAM     = uint64(0x40)
 	FeatureWakeup = uint64(0x10)
+	FeatureAMO32  = uint64(0x4)
+	FeatureAMO64  = uint64(0x8)
 )
 
 // Thread modes of ucp_worker_params_t.thread_mode.
@@ -238,6 +240,11 @@ func UcpGetNbx(r Ring, ep Ep, buffer unsafe.Pointer, length uintptr, remoteAddr 
 
 // UcpPutNbx fails.
 func UcpPutNbx(r Ring, ep Ep, buffer unsafe.Pointer, length uintptr, remoteAddr uint64, rk RKey, user uint64) (Request, Status) {
+	return Request{}, NotCompiled
+}
+
+// UcpAtomicOpNbx fails.
+func UcpAtomicOpNbx(r Ring, ep Ep, op uint32, value, reply unsafe.Pointer, size uintptr, remoteAddr uint64, rk RKey, user uint64) (Request, Status) {
 	return Request{}, NotCompiled
 }
 
