@@ -83,6 +83,20 @@ func program(flows *ebpf.Map, dir Direction) asm.Instructions {
 	keyPtr := func(r asm.Register, off int32) asm.Instructions {
 		return asm.Instructions{asm.Mov.Reg(r, asm.RFP), asm.Add.Imm(r, off)}
 	}
+	// loadByte: r2 = the packet's byte at off, through fp-24; a packet too short for it goes
+	// to lookup with what the key has so far (protocol 0).
+	loadByte := func(off int32) asm.Instructions {
+		return asm.Instructions{
+			asm.Mov.Reg(asm.R1, asm.R6),
+			asm.Mov.Imm(asm.R2, off),
+			asm.Mov.Reg(asm.R3, asm.RFP),
+			asm.Add.Imm(asm.R3, -24),
+			asm.Mov.Imm(asm.R4, 1),
+			asm.FnSkbLoadBytes.Call(),
+			asm.JNE.Imm(asm.R0, 0, "lookup"),
+			asm.LoadMem(asm.R2, asm.RFP, -24, asm.Byte),
+		}
+	}
 	var p asm.Instructions
 	p = append(p,
 		asm.Mov.Reg(asm.R6, asm.R1),
@@ -98,22 +112,35 @@ func program(flows *ebpf.Map, dir Direction) asm.Instructions {
 		asm.StoreMem(asm.RFP, -7, asm.R2, asm.Byte),
 		asm.LoadMem(asm.R3, asm.R6, skbFamily, asm.Word),
 		asm.StoreMem(asm.RFP, -6, asm.R3, asm.Byte),
-		// the IP protocol: IPv4 header byte 9, IPv6 header byte 6 (the data starts at the
-		// network header in cgroup_skb programs)
-		asm.Mov.Imm(asm.R2, 9),
-		asm.JEq.Imm(asm.R3, afInet, "proto"),
-		asm.Mov.Imm(asm.R2, 6),
-		asm.JEq.Imm(asm.R3, afInet6, "proto"),
-		asm.Ja.Label("lookup"),
-		asm.Mov.Reg(asm.R1, asm.R6).WithSymbol("proto"),
 	)
-	p = append(p, keyPtr(asm.R3, -24)...)
+	// The IP version comes from the packet, not from the socket's family: a dual-stack socket
+	// (AF_INET6) talking to an IPv4 peer sends and receives IPv4 packets, whose protocol byte
+	// is at offset 9, not 6. The data starts at the network header in cgroup_skb programs. The
+	// family stays the socket's only when the first byte cannot be read.
+	p = append(p, loadByte(0)...)
 	p = append(p,
-		asm.Mov.Imm(asm.R4, 1),
-		asm.FnSkbLoadBytes.Call(),
-		asm.JNE.Imm(asm.R0, 0, "lookup"),
-		asm.LoadMem(asm.R2, asm.RFP, -24, asm.Byte),
-		asm.StoreMem(asm.RFP, -8, asm.R2, asm.Byte),
+		asm.RSh.Imm(asm.R2, 4),
+		asm.JEq.Imm(asm.R2, 4, "v4"),
+		asm.JEq.Imm(asm.R2, 6, "v6"),
+		asm.Ja.Label("lookup"),
+		// IPv6: the next header at byte 6. A Hop-by-Hop options header (next header 0), which
+		// the stack puts on BIG TCP packets above 64 KiB for the jumbo payload option, comes
+		// first; the protocol is then its first byte, at 40.
+		asm.Mov.Imm(asm.R2, afInet6).WithSymbol("v6"),
+		asm.StoreMem(asm.RFP, -6, asm.R2, asm.Byte),
+	)
+	p = append(p, loadByte(6)...)
+	p = append(p, asm.JNE.Imm(asm.R2, 0, "proto"))
+	p = append(p, loadByte(40)...)
+	p = append(p,
+		asm.Ja.Label("proto"),
+		// IPv4: the protocol at byte 9.
+		asm.Mov.Imm(asm.R2, afInet).WithSymbol("v4"),
+		asm.StoreMem(asm.RFP, -6, asm.R2, asm.Byte),
+	)
+	p = append(p, loadByte(9)...)
+	p = append(p,
+		asm.StoreMem(asm.RFP, -8, asm.R2, asm.Byte).WithSymbol("proto"),
 		asm.LoadMapPtr(asm.R1, fd).WithSymbol("lookup"),
 	)
 	p = append(p, keyPtr(asm.R2, -16)...)

@@ -10,7 +10,11 @@
 // the cgroup they were created in, so a process moved in later counts nothing. What is counted is
 // what passes the kernel's IP layer at the socket: loopback traffic between two processes of the
 // cgroup shows twice (the sender's egress, the receiver's ingress), a GSO super-packet counts as
-// one packet of its full length, and IP headers are included in the bytes.
+// one packet of its full length, and IP headers are included in the bytes. The IP version, and so
+// where the protocol byte sits, is read from each packet rather than taken from the socket's
+// family, so a dual-stack listener's IPv4 connections count as TCP over IPv4; an IPv6 packet whose
+// first extension header is Hop-by-Hop (BIG TCP's jumbo packets) is looked through to the protocol
+// behind it, other extension headers are not.
 //
 // Everything the Counter creates goes away on every exit path: Close detaches the programs
 // (bpf_link, so a killed process's attachments go with its file descriptors), removes the map and

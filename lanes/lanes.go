@@ -37,9 +37,13 @@ const (
 type Flow struct {
 	LocalPort, RemotePort uint16
 	Protocol              uint8 // IP protocol: 6 TCP, 17 UDP, 0 when the header could not be read
-	IPv6                  bool
-	Dir                   Direction
-	Bytes, Packets        uint64
+	// IPv6 reports whether the packets were IPv6, read from the packets themselves: a
+	// dual-stack socket (AF_INET6) talking to an IPv4 peer carries IPv4 packets, and its flows
+	// say IPv6 false. Only a packet whose first byte cannot be read falls back to the socket's
+	// family.
+	IPv6           bool
+	Dir            Direction
+	Bytes, Packets uint64
 }
 
 // ProtocolName is "tcp", "udp" or the number.
