@@ -271,12 +271,22 @@ type Health struct {
 	Reasons []string
 }
 
+// HealthReporter is what a transport may implement to add reasons to Health: a state an operator
+// must see that does not stop the instance serving. Each reason makes the instance degraded (still
+// ready). The UCX transport reports one when it runs, because VELO_UCX_TRUST_NETWORK or
+// Config.TrustNetwork said so, on a UCX without velo's software RMA guard (docs/security.md).
+type HealthReporter interface {
+	HealthReasons() []string
+}
+
 // Ready reports whether the instance should get new work: ready or degraded.
 func (h Health) Ready() bool { return h.State == StateReady || h.State == StateDegraded }
 
 // Health reports the instance's state. Degraded means it serves, with a reason to look at: the
 // RDMA registry's budget is spent (transfers go chunked), keys are quarantined behind a stalled
-// consumer, an arena could not be mapped (memlock), or peers are down.
+// consumer, an arena could not be mapped (memlock), peers are down, or a transport reports a
+// reason of its own (HealthReporter: the UCX transport running, by the operator's opt-in, on a
+// UCX that does not enforce keys on software RMA).
 func (v *Velo) Health() Health {
 	switch {
 	case v.closed.Load():
@@ -310,6 +320,11 @@ func (v *Velo) Health() Health {
 	}
 	if down := v.peers.counts()[string(StateDown)]; down > 0 {
 		reasons = append(reasons, fmt.Sprintf("%d peers down", down))
+	}
+	for _, t := range v.transports {
+		if hr, ok := t.(HealthReporter); ok {
+			reasons = append(reasons, hr.HealthReasons()...)
+		}
 	}
 	if len(reasons) > 0 {
 		return Health{State: StateDegraded, Reasons: reasons}

@@ -101,6 +101,14 @@ type Config struct {
 	// Metrics, when set, receives the transport's and its UCX engine's collectors. Never the
 	// global registry.
 	Metrics prometheus.Registerer
+	// TrustNetwork lets New run on a UCX that does not enforce remote keys on software RMA (any
+	// build without velo's guard patch set, such as Debian's shared UCX), like
+	// VELO_UCX_TRUST_NETWORK=1. Over such a UCX any process that reaches this worker (tcp, or ud
+	// on InfiniBand) can read and write all of this process's memory, so set it only on a network
+	// trusted with that; the transport then warns at start and the instance's health says so.
+	// Without it, and without the variable, New fails with ErrUnguardedUCX. The enforcing UCX
+	// (make ucx-static, -tags ucx_static) needs neither. See guard.go and docs/security.md.
+	TrustNetwork bool
 }
 
 func (c Config) withDefaults() (Config, error) {

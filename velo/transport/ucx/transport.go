@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,7 @@ type Transport struct {
 	m       *metrics
 	worker  []byte
 	timings timings
+	guard   guardState // the linked UCX's software RMA guard, as New found it (guard.go)
 
 	host transport.Host
 	// gate is the runtime's authentication, when it requires authenticated peers: frames come
@@ -111,7 +113,10 @@ type inboundState struct {
 // New creates the transport and its UCX engine: the UCX context and worker on their own locked
 // OS thread. TLS, NetDevices and KeepaliveInterval apply only where the UCX_* environment leaves
 // them unset; Start logs which value applied from where. Without cgo (or off Linux) it fails with an
-// error wrapping ucp.ErrNotCompiled (ucp.ErrUnsupported).
+// error wrapping ucp.ErrNotCompiled (ucp.ErrUnsupported). On a UCX that does not enforce remote keys
+// on software RMA (no velo guard patch set: build with -tags ucx_static after make ucx-static) it
+// fails with an error wrapping ErrUnguardedUCX, unless Config.TrustNetwork or VELO_UCX_TRUST_NETWORK=1
+// opts in (guard.go).
 func New(cfg Config) (*Transport, error) {
 	var follow *followHandler
 	if cfg.Logger == nil {
@@ -119,6 +124,10 @@ func New(cfg Config) (*Transport, error) {
 		cfg.Logger = slog.New(follow)
 	}
 	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	guard, err := checkGuard(cfg, os.Getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -151,6 +160,7 @@ func New(cfg Config) (*Transport, error) {
 		eng:     eng,
 		m:       m,
 		worker:  eng.Address(),
+		guard:   guard,
 		timings: timings{finWait: defaultFinWait, holdTimeout: defaultHoldTimeout},
 		peers:   map[transport.InstanceID]*peer{},
 		slots:   map[slotKey]uint32{},
@@ -236,6 +246,7 @@ func (t *Transport) Start(h transport.Host) error {
 	t.wg.Add(1)
 	go t.maintain()
 	t.logSettings()
+	t.logGuard()
 	return nil
 }
 
@@ -525,6 +536,7 @@ func (t *Transport) Describe() map[string]string {
 		"eager_max":       strconv.Itoa(t.cfg.EagerMax),
 		"rma":             fmt.Sprint(t.cfg.RMA),
 		"ep_idle_timeout": t.cfg.EPIdleTimeout.String(),
+		"rma_guard":       t.guard.describe(),
 	}
 	for _, s := range t.eng.Settings() {
 		d["UCX_"+s.Name] = s.Value + " (" + s.Source.String() + ")"
