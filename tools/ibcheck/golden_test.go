@@ -273,10 +273,18 @@ func TestGoldenEnvironments(t *testing.T) {
 		{name: "ucx-tcp-only-build", args: ib, env: pinnedEnv, sys: setUCX(ucxTCPOnly), exit: 1,
 			want: map[string]check.Status{"ucx_build": check.Fail}},
 		{name: "ucx-resources", args: append([]string{"--ucx"}, ib...), env: pinnedEnv, exit: 0},
+		{name: "ucx-unguarded", args: ib, env: pinnedEnv, sys: setUCX(ucx113Shared), exit: 1,
+			want:    map[string]check.Status{"ucx_rma_guard": check.Fail},
+			mention: map[string]string{"ucx_rma_guard": "-tags ucx_static"}},
+		{name: "ucx-unguarded-trusted", args: ib, env: envWith(map[string]string{"VELO_UCX_TRUST_NETWORK": "1"}), sys: setUCX(ucx113Shared), exit: 0,
+			want:    map[string]check.Status{"ucx_rma_guard": check.Warn},
+			mention: map[string]string{"ucx_rma_guard": "trusts the network"}},
+		{name: "ucx-unguarded-not-affirmative", args: ib, env: envWith(map[string]string{"VELO_UCX_TRUST_NETWORK": "0"}), sys: setUCX(ucx113Shared), exit: 1,
+			want: map[string]check.Status{"ucx_rma_guard": check.Fail}},
 		{name: "not-compiled-in", args: ib, env: pinnedEnv, sys: func(s *check.System) {
 			s.CGO = false
 			s.UCX = func(context.Context, []string, bool) check.UCXInfo { return check.UCXInfo{Err: ucxNotCompiled} }
-		}, exit: 0, want: map[string]check.Status{"ucx_version": check.NotCompiled, "ucx_build": check.NotCompiled, "devx": check.NotCompiled, "registration": check.NotCompiled}},
+		}, exit: 0, want: map[string]check.Status{"ucx_version": check.NotCompiled, "ucx_build": check.NotCompiled, "ucx_rma_guard": check.NotCompiled, "devx": check.NotCompiled, "registration": check.NotCompiled}},
 		{name: "not-compiled-in-strict", args: append([]string{"--strict"}, ib...), env: pinnedEnv, sys: func(s *check.System) {
 			s.CGO = false
 			s.UCX = func(context.Context, []string, bool) check.UCXInfo { return check.UCXInfo{Err: ucxNotCompiled} }

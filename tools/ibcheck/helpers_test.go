@@ -63,7 +63,9 @@ func fixtureNames(t *testing.T) []string {
 // Linked-UCX answers for the golden tests. The real answer depends on the machine's UCX, so the
 // golden files use these; TestUCXProbeReal checks the real one.
 var (
-	// ucx113 is Debian 12's UCX as ibcheck finds it: protocol v1 by default, and v1 carries RMA.
+	// ucx113 is Debian 12's UCX release as ibcheck finds it: protocol v1 by default, and v1
+	// carries RMA. It is the static build of that release (make ucx-static with UCX_SOURCE=debian),
+	// so it carries velo's software RMA guard; ucx113Shared is Debian's shared library, without.
 	ucx113 = check.UCXInfo{
 		Version:  ucx.VersionInfo{Major: 1, Minor: 13, Release: 1, String: "1.13.1", APIMajor: 1, APIMinor: 13},
 		Support:  ucx.BuildSupport{Verbs: true, MLX5: true, DEVX: true, RDMACM: true},
@@ -71,7 +73,13 @@ var (
 		RMA: map[string]check.RMATrial{
 			"n": {Worked: true}, "y": {Worked: true},
 		},
+		Guard: &ucx.RMAGuard{Enforced: true, Version: "velo-ucx-guard/1", UCX: "1.13.1"},
 	}
+	ucx113Shared = func() check.UCXInfo {
+		info := ucx113
+		info.Guard = &ucx.RMAGuard{UCX: "1.13.1"}
+		return info
+	}()
 	// ucxV2Only is a UCX whose RMA needs protocol v2 (protocol v1's RMA removed), as newer
 	// releases are: a GET under UCX_PROTO_ENABLE=n fails.
 	ucxV2Only = check.UCXInfo{
@@ -81,6 +89,7 @@ var (
 		RMA: map[string]check.RMATrial{
 			"n": {Detail: "ucp_get_nbx: UCS_ERR_UNSUPPORTED: unsupported operation"}, "y": {Worked: true},
 		},
+		Guard: &ucx.RMAGuard{Enforced: true, Version: "velo-ucx-guard/1", UCX: "1.22.0"},
 	}
 	// ucxTCPOnly is a UCX built without the rdma-core headers.
 	ucxTCPOnly = check.UCXInfo{
@@ -88,6 +97,7 @@ var (
 		Support:  ucx.BuildSupport{},
 		Defaults: ucx113.Defaults,
 		RMA:      ucx113.RMA,
+		Guard:    ucx113.Guard,
 	}
 )
 

@@ -96,7 +96,7 @@ func Run(ctx context.Context, cfg Config, sys System) *Report {
 		r.checkDevices, r.checkPort, r.checkUverbs, r.checkPKey, r.checkMemlock, r.checkRegistration,
 		r.checkDEVX, r.checkIP,
 		r.checkNetDevices, r.checkTLS, r.checkProtoEnable, r.checkRMARails, r.checkRCache, r.checkKillSwitch,
-		r.checkUCXVersion, r.checkUCXBuild,
+		r.checkUCXVersion, r.checkUCXBuild, r.checkRMAGuard,
 	} {
 		rep.Results = append(rep.Results, c(ctx))
 	}

@@ -549,3 +549,48 @@ func (r *run) checkUCXBuild(context.Context) Result {
 	}
 	return res
 }
+
+// guardFix is how to get the enforcing UCX, for ibcheck and velo alike.
+const guardFix = "build with the static UCX: make ucx-static, then go build -tags ucx_static (make ibcheck does; build velo's programs the same way)"
+
+// checkRMAGuard: velo's UCX transport refuses to start on a UCX without the software RMA guard,
+// unless the operator trusts the network (VELO_UCX_TRUST_NETWORK). Like the other UCX checks it
+// judges the UCX linked into this binary: an ibcheck built like the job's programs answers for
+// them.
+func (r *run) checkRMAGuard(context.Context) Result {
+	res := Result{ID: "ucx_rma_guard"}
+	g := r.ucx.Guard
+	if g == nil {
+		if r.ucx.Err == nil {
+			res.Status, res.Probe = Warn, Inconclusive
+			res.Finding = "could not tell: the linked UCX was not asked about its software RMA guard"
+			return res
+		}
+		return r.ucxUnknown(res)
+	}
+	trust, trustSet := r.env(veloTrustNetworkEnv)
+	res.fact("enforced", map[bool]string{true: "yes", false: "no"}[g.Enforced])
+	if g.Version != "" {
+		res.fact("version", g.Version)
+	}
+	if trustSet {
+		res.fact(veloTrustNetworkEnv, trust)
+	}
+	switch {
+	case g.Enforced:
+		res.Status, res.Probe = Pass, Available
+		res.Finding = "the linked UCX " + g.UCX + " refuses software RMA that names no live registration (" + g.Version + ")"
+		if trustSet && veloAffirmative(trust) {
+			res.Finding += "; " + veloTrustNetworkEnv + "=" + trust + " is not needed with it"
+		}
+	case veloAffirmative(trust):
+		res.Status, res.Probe = Warn, NotAvailable
+		res.Finding = fmt.Sprintf("the linked UCX %s does not enforce remote keys on software RMA: velo runs on it only because %s=%s trusts the network, and any process that reaches the node's UCX over tcp or ud can read and write a velo process's memory", g.UCX, veloTrustNetworkEnv, trust)
+		res.Fix = guardFix + "; then unset " + veloTrustNetworkEnv
+	default:
+		res.Status, res.Probe = Fail, NotAvailable
+		res.Finding = fmt.Sprintf("the linked UCX %s does not enforce remote keys on software RMA (no velo guard patch set): velo's UCX transport refuses to start on it (ErrUnguardedUCX), since any process that reaches the node's UCX over tcp or ud could read and write a velo process's memory", g.UCX)
+		res.Fix = guardFix + "; or, only on a network trusted with that, set " + veloTrustNetworkEnv + "=1"
+	}
+	return res
+}

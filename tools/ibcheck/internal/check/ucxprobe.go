@@ -59,6 +59,10 @@ type UCXInfo struct {
 	Resources *UCXResources
 	// RMA holds the outcome of a real GET under each UCX_PROTO_ENABLE value tried, by value.
 	RMA map[string]RMATrial
+	// Guard is whether the linked UCX refuses software RMA that names no live registration
+	// (velo's guard patch set; ucx.SoftwareRMAGuard); nil when it could not be asked (no UCX in
+	// this binary).
+	Guard *ucx.RMAGuard
 }
 
 // RMATrial is the outcome of one real GET (ucp_get_nbx over the self transport, between two
@@ -75,14 +79,19 @@ type RMATrial struct {
 
 // ProbeUCX asks the linked UCX in child processes: its version, build support and setting
 // defaults (and its resources when withResources), then one GET per UCX_PROTO_ENABLE value in
-// protoValues. In a build without UCX it returns at once with Err wrapping ucx.ErrNotCompiled.
+// protoValues; whether it carries the software RMA guard it asks in this process. In a build without UCX it returns at once with Err wrapping ucx.ErrNotCompiled.
 func ProbeUCX(ctx context.Context, protoValues []string, withResources bool) UCXInfo {
+	// The guard is a fact of the link, not of a context: asked here, with no child.
+	var guard *ucx.RMAGuard
+	if g, err := ucx.SoftwareRMAGuard(); err == nil {
+		guard = &g
+	}
 	if v := ucx.Version(); v.Major == 0 && v.Minor == 0 {
 		_, err := ucx.QueryResources() // the twin says why: not compiled in, or not Linux
 		if err == nil {
 			err = errors.New("the linked UCX reports version 0.0")
 		}
-		return UCXInfo{Err: err}
+		return UCXInfo{Err: err, Guard: guard}
 	}
 	args := []string{"info"}
 	if withResources {
@@ -90,7 +99,7 @@ func ProbeUCX(ctx context.Context, protoValues []string, withResources bool) UCX
 	}
 	var out probeInfo
 	if err := runProbeChild(ctx, args, &out); err != nil {
-		return UCXInfo{Err: err}
+		return UCXInfo{Err: err, Guard: guard}
 	}
 	info := UCXInfo{
 		Version:   out.Version,
@@ -98,6 +107,7 @@ func ProbeUCX(ctx context.Context, protoValues []string, withResources bool) UCX
 		Defaults:  out.Defaults,
 		Resources: out.Resources,
 		RMA:       map[string]RMATrial{},
+		Guard:     guard,
 	}
 	if out.SupportErr != "" {
 		info.SupportErr = errors.New(out.SupportErr)
