@@ -13,7 +13,7 @@ TEST_TARGETS += test-verbs
 LINT_TARGETS += lint-verbs
 
 test-verbs: deps
-	cd verbs && $(GOTEST) -race . ./verbstest
+	cd verbs && $(GOTEST) -race . ./verbstest ./topo
 	cd verbs && GOEXPERIMENT=cgocheck2 $(GOTEST) ./ibv
 	cd mlx5dv && GOEXPERIMENT=cgocheck2 $(GOTEST) ./...
 	cd rdmacm && GOEXPERIMENT=cgocheck2 $(GOTEST) ./...
