@@ -851,11 +851,16 @@ static ucs_status_t guardv_req_cb(void *arg, const void *header, size_t header_l
 	}
 
 	memset(&rp, 0, sizeof(rp));
-	rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-	                  UCP_OP_ATTR_FIELD_DATATYPE;
+	rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
 	rp.cb.send      = guardv_reply_cb;
 	rp.user_data    = reply;
-	rp.datatype     = ucp_dt_make_iov();
+	if (niov > 0) {
+		/* An empty iov is not an iov to UCX: with every read refused, the reply is the
+		 * statuses alone, sent contiguous (UCX 1.13 asserts on a NULL iov, and its
+		 * assertions abort the owner). */
+		rp.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+		rp.datatype      = ucp_dt_make_iov();
+	}
 	ptr = ucp_am_send_nbx(param->reply_ep, ring->guardv_rep_id, reply->hdr, reply->hdr_len,
 	                      niov ? reply->iov : NULL, niov, &rp);
 	if (!UCS_PTR_IS_PTR(ptr)) {
