@@ -1,6 +1,6 @@
 // Package wire holds every binary layout velo puts on a connection or in a peer-info file: the
-// TCP transport's hello and address, the UCX transport's address blob, frame header and hello
-// body, the messenger frame, handles, peer info, the rendezvous protocol messages and the RDMA
+// TCP transport's hello and address, the UCX transport's address blob, frame header, frame seal
+// and hello body, the messenger frame, handles, peer info, the rendezvous protocol messages and the RDMA
 // offer and descriptor. (The one layout outside it is UCX's sealed remote key, which module ucx
 // owns and which travels inside the descriptor as opaque bytes.)
 //

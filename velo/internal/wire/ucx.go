@@ -12,12 +12,13 @@ import (
 // UCXBlobVersion is the UCX wire version: the first byte of the address blob. It also fixes the
 // frame header layout (since version 2 every header starts with the sender's incarnation), so
 // peers on different versions refuse each other's addresses rather than misread every frame.
-// Version 3 added the checksum.
-const UCXBlobVersion = 3
+// Version 3 added the checksum; version 4 the seal after the header (UCXFrameKey), which a
+// version-3 receiver would read as a header of the wrong length.
+const UCXBlobVersion = 4
 
-// Address blob, version 3:
+// Address blob, version 4 (the same layout as version 3):
 //
-//	0     version (3)
+//	0     version (4)
 //	1     flags: bit 0 = serves one-sided reads (RMA); bit 1 = answers vectored guarded GETs
 //	      (many reads in one request); other bits are ignored, so a peer of an earlier release
 //	      that does not know a bit still takes the address, and is not sent what it cannot answer
@@ -107,19 +108,29 @@ func DecodeUCXBlob(b []byte) (UCXBlob, error) {
 	}, nil
 }
 
-// UCX frame header (wire version 2 and later), the header of every active message the UCX
-// transport sends; the runtime's frame is the message's payload, untouched.
+// UCX frame header (wire version 4), the header of every active message the UCX transport
+// sends; the runtime's frame is the message's payload, untouched.
 //
 //	0  sender's incarnation (uint64): first, so a receiver (and its idle reaper) can tell
 //	   which incarnation of a peer sent the frame before it reads anything else
 //	8  sender's instance ID (uint64)
 //	16 kind: 0 data, 1 hello, 2 fin
 //	17 flags: on a fin, UCXFinAsk and UCXFinBye; zero otherwise
-//	18 reserved (2 bytes, zero)
+//	18 header flags: bit 0 (UCXHeaderSealed) says a seal follows; other bits zero
+//	19 reserved (zero)
 //	20 epoch (uint32): the sender's endpoint the frame travels on, unique per sender
 //	24 seq (uint64): data frames count 1, 2, 3 … per epoch; a fin carries the last data seq
 //	   of its epoch; a hello carries the last data seq of the previous epoch
+//	32 seal (UCXSealLen bytes), on a sealed data frame or fin only (see UCXFrameKey)
+//
+// A transport whose runtime has no credentials sends the 32 bytes alone, as in version 3.
 const UCXHeaderLen = 32
+
+// UCXSealedHeaderLen is the length of a sealed frame's header: the fixed part and the seal.
+const UCXSealedHeaderLen = UCXHeaderLen + UCXSealLen
+
+// UCXHeaderSealed is the header-flags bit of a sealed frame.
+const UCXHeaderSealed = 1 << 0
 
 // Fin flags. UCXFinAsk marks a retirement the sender started itself (idle reaper, RemovePeer),
 // which the receiver answers with its own fin; an answer does not carry it, so two busy peers do
@@ -158,40 +169,58 @@ type UCXHeader struct {
 	Sender      uint64
 	Kind        UCXKind
 	Flags       byte
-	Epoch       uint32
-	Seq         uint64
+	// Sealed: a seal follows the fixed part. Decoding says whether one is there; it does not
+	// check it (UCXFrameKey.Open does).
+	Sealed bool
+	Epoch  uint32
+	Seq    uint64
 }
 
-// AppendUCXHeader appends h's encoding to dst.
+// AppendUCXHeader appends the fixed part of h's encoding to dst: all of an unsealed header;
+// a sealed one is written by UCXFrameKey.Seal, which appends the seal behind it.
 func AppendUCXHeader(dst []byte, h UCXHeader) []byte {
+	var hflags byte
+	if h.Sealed {
+		hflags = UCXHeaderSealed
+	}
 	dst = binary.BigEndian.AppendUint64(dst, h.Incarnation)
 	dst = binary.BigEndian.AppendUint64(dst, h.Sender)
-	dst = append(dst, byte(h.Kind), h.Flags, 0, 0)
+	dst = append(dst, byte(h.Kind), h.Flags, hflags, 0)
 	dst = binary.BigEndian.AppendUint32(dst, h.Epoch)
 	return binary.BigEndian.AppendUint64(dst, h.Seq)
 }
 
-// DecodeUCXHeader checks and decodes a frame header; every error wraps ErrMalformed.
+// DecodeUCXHeader checks and decodes a frame header, sealed (UCXSealedHeaderLen bytes, the
+// seal not checked) or not (UCXHeaderLen bytes); every error wraps ErrMalformed.
 func DecodeUCXHeader(b []byte) (UCXHeader, error) {
-	if len(b) != UCXHeaderLen {
-		return UCXHeader{}, fmt.Errorf("%w: ucx header of %d bytes, want %d (a peer on another wire version?)", ErrMalformed, len(b), UCXHeaderLen)
+	if len(b) < UCXHeaderLen {
+		return UCXHeader{}, fmt.Errorf("%w: ucx header of %d bytes, want %d or %d (a peer on another wire version?)", ErrMalformed, len(b), UCXHeaderLen, UCXSealedHeaderLen)
 	}
 	h := UCXHeader{
 		Incarnation: binary.BigEndian.Uint64(b),
 		Sender:      binary.BigEndian.Uint64(b[8:]),
 		Kind:        UCXKind(b[16]),
 		Flags:       b[17],
+		Sealed:      b[18]&UCXHeaderSealed != 0,
 		Epoch:       binary.BigEndian.Uint32(b[20:]),
 		Seq:         binary.BigEndian.Uint64(b[24:]),
 	}
 	bad := func(format string, args ...any) (UCXHeader, error) {
 		return UCXHeader{}, fmt.Errorf("%w: ucx header: %s", ErrMalformed, fmt.Sprintf(format, args...))
 	}
+	want, what := UCXHeaderLen, "without"
+	if h.Sealed {
+		want, what = UCXSealedHeaderLen, "with"
+	}
 	switch {
+	case len(b) != want:
+		return bad("%d bytes, want %d for a header %s a seal (a peer on another wire version?)", len(b), want, what)
 	case h.Kind > UCXFin:
 		return bad("unknown kind %d", b[16])
-	case b[18] != 0 || b[19] != 0:
+	case b[18]&^UCXHeaderSealed != 0 || b[19] != 0:
 		return bad("reserved header bytes are set")
+	case h.Sealed && h.Kind == UCXHello:
+		return bad("a sealed hello (a hello is proven by its body, not sealed)")
 	case h.Flags&^(UCXFinAsk|UCXFinBye) != 0 || (h.Flags != 0 && h.Kind != UCXFin):
 		return bad("flags %#x on a %s frame", h.Flags, h.Kind)
 	case h.Sender == 0:

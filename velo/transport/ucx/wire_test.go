@@ -56,7 +56,7 @@ func TestBlobRefusals(t *testing.T) {
 		"empty":            {nil, false},
 		"version 1":        {mut(func(b []byte) []byte { b[0] = 1; return b }), true},
 		"version 0 short":  {[]byte{0}, true},
-		"version 3 short":  {good[:blobFixedLen-1], false},
+		"current, short":   {good[:blobFixedLen-1], false},
 		"version 2":        {mut(func(b []byte) []byte { b[0] = 2; return b }), true},
 		"checksum":         {mut(func(b []byte) []byte { b[len(b)-1] ^= 1; return b }), false},
 		"worker byte":      {mut(func(b []byte) []byte { b[blobFixedLen] ^= 0x40; return b }), false},
@@ -110,6 +110,8 @@ func TestHeaderRefusals(t *testing.T) {
 		"flags":        mut(17, 1),
 		"fin flag 2":   appendHeader(nil, frameHeader{Incarnation: 1, Sender: 2, Kind: kindFin, Flags: 1 << 2, Epoch: 3}),
 		"reserved":     mut(19, 1),
+		"header flag":  mut(18, 2),
+		"no seal":      mut(18, 1), // says sealed, 32 bytes
 		"sender 0":     appendHeader(nil, frameHeader{Incarnation: 1, Kind: kindData, Epoch: 3, Seq: 4}),
 		"epoch 0":      appendHeader(nil, frameHeader{Incarnation: 1, Sender: 2, Kind: kindData, Seq: 4}),
 		"data seq 0":   appendHeader(nil, frameHeader{Incarnation: 1, Sender: 2, Kind: kindData, Epoch: 3}),
