@@ -7,8 +7,9 @@
 #                       TestUnusableRkeyIsRefusedOverTCP skips itself before its stale GET (the
 #                       endpoint's RMA lanes are hardware-keyed); transport_test.go shows the
 #                       explicit -skip command too.
-#   bench-ucx-transport frame round trips (64 B, 1 KiB, 64 KiB) over UCX beside velo's TCP
-#                       transport in the same run; prints both and the ratio (about 10 s)
+#   bench-ucx-transport frame round trips (64 B, 1 KiB, 64 KiB) over UCX, over UCX with every
+#                       frame sealed (credentials configured), and over velo's TCP transport, in
+#                       the same run; prints the three and their ratios (about 15 s)
 .PHONY: test-ucx-transport bench-ucx-transport
 TEST_TARGETS += test-ucx-transport
 BENCH_TARGETS += bench-ucx-transport

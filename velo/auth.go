@@ -170,10 +170,13 @@ func (h *host) HelloProof(peer transport.InstanceID, msg []byte) ([]byte, error)
 	return auth.HelloProof(e.sessions[len(e.sessions)-1], msg), nil
 }
 
-// HelloValid implements transport.AuthGate.
-func (h *host) HelloValid(peer transport.InstanceID, incarnation uint64, msg, proof []byte) bool {
+// HelloKey implements transport.AuthGate.
+func (h *host) HelloKey(peer transport.InstanceID, incarnation uint64, msg, proof []byte) ([]byte, bool) {
 	e, ok := h.v.auth.lookup(peer, incarnation)
-	return ok && auth.HelloValid(e.sessions, msg, proof)
+	if !ok {
+		return nil, false
+	}
+	return auth.HelloKey(e.sessions, msg, proof)
 }
 
 // registrationOrder is the order RegisterPeer hands a peer's addresses to the transports: those

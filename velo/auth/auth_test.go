@@ -146,3 +146,26 @@ func TestLogLimiter(t *testing.T) {
 	assert.True(t, ok)
 	assert.Equal(t, 5, n)
 }
+
+// TestHelloKey: the key that seals a hello's frames comes only with a valid proof, from
+// whichever session key made it; it is neither the proof (which travels in the clear) nor the
+// same for another hello.
+func TestHelloKey(t *testing.T) {
+	s1, s2 := []byte(authtest.Secret("session-1")), []byte(authtest.Secret("session-2"))
+	hello := []byte("a hello and its receiver")
+	proof := auth.HelloProof(s2, hello)
+	key, ok := auth.HelloKey([][]byte{s1, s2}, hello, proof)
+	require.True(t, ok)
+	assert.Len(t, key, 32)
+	assert.NotEqual(t, proof, key)
+	again, ok := auth.HelloKey([][]byte{s2}, hello, proof)
+	require.True(t, ok)
+	assert.Equal(t, key, again, "both sides derive the same key")
+	other, ok := auth.HelloKey([][]byte{s2}, []byte("another hello"), auth.HelloProof(s2, []byte("another hello")))
+	require.True(t, ok)
+	assert.NotEqual(t, key, other)
+	_, ok = auth.HelloKey([][]byte{s1}, hello, proof)
+	assert.False(t, ok, "a session that did not make the proof")
+	_, ok = auth.HelloKey([][]byte{s1, s2}, []byte("changed hello"), proof)
+	assert.False(t, ok, "a proof over other bytes")
+}

@@ -208,6 +208,8 @@ const (
 	RoleDialer   = "dialer"
 	RoleAcceptor = "acceptor"
 	RoleUCXHello = "ucx-hello"
+	// RoleUCXFrames labels the key that seals the UCX frames following a hello (HelloKey).
+	RoleUCXFrames = "ucx-frames"
 	roleSession  = "session"
 )
 
@@ -273,4 +275,22 @@ func HelloValid(sessions [][]byte, msg, proof []byte) bool {
 		}
 	}
 	return ok
+}
+
+// HelloKey reports whether proof is HelloProof of msg under one of the session keys and, if it
+// is, returns the key that seals the frames following that hello: derived from the same session
+// key over the same hello under its own role, so it is one key per hello (one endpoint, one
+// direction), known only to the two sides of that session. The proof travels in the clear and
+// tells nothing of it. Every session key is tried, whichever matches.
+func HelloKey(sessions [][]byte, msg, proof []byte) ([]byte, bool) {
+	var match []byte
+	for _, k := range sessions {
+		if hmac.Equal(proof, mac(k, RoleUCXHello, msg)) {
+			match = k
+		}
+	}
+	if match == nil {
+		return nil, false
+	}
+	return mac(match, RoleUCXFrames, msg), true
 }

@@ -75,17 +75,19 @@ type AuthObserver interface {
 // incarnation that is Authenticated, and calls Authenticate (which has the control plane connect
 // and run its handshake) before it opens an endpoint to a peer.
 //
-// HelloProof and HelloValid bind the transport's own greeting to the control plane's session
-// with the peer: the sender proves msg (its hello, addressed to that peer) with the session key,
-// the receiver checks it against the keys of that peer's incarnation. A process that can reach
-// the transport but was never authenticated cannot open an endpoint in an authenticated peer's
-// name, nor replace that peer's address.
+// HelloProof and HelloKey bind the transport's own greeting, and what follows it, to the control
+// plane's session with the peer: the sender proves msg (its hello, addressed to that peer) with
+// the session key; HelloKey checks a proof against the keys of that peer's incarnation and, when
+// one made it, returns a key derived from that session key and that hello, which both sides use
+// to seal the frames that follow the hello. A process that can reach the transport but was never
+// authenticated cannot open an endpoint in an authenticated peer's name, replace that peer's
+// address, nor send a frame on an endpoint the peer opened.
 type AuthGate interface {
 	AuthRequired() bool
 	Authenticated(peer InstanceID, incarnation uint64) bool
 	Authenticate(ctx context.Context, peer InstanceID) error
 	HelloProof(peer InstanceID, msg []byte) ([]byte, error)
-	HelloValid(peer InstanceID, incarnation uint64, msg, proof []byte) bool
+	HelloKey(peer InstanceID, incarnation uint64, msg, proof []byte) ([]byte, bool)
 }
 
 // Claimer is an optional extension of Host for transports that read frames off a byte stream

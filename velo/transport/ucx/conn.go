@@ -8,6 +8,7 @@ import (
 	"time"
 
 	ucp "github.com/velo-go/velo/ucx"
+	"github.com/velo-go/velo/velo/internal/wire"
 	"github.com/velo-go/velo/velo/transport"
 )
 
@@ -42,6 +43,9 @@ type outConn struct {
 	c       *ucp.Conn
 	epoch   uint32 // the slot
 	helloOp *ucp.Op
+	// seal seals the data frames and the fin sent on the endpoint when the runtime requires
+	// authenticated peers (nil otherwise): its key comes from the hello's proof (openLocked).
+	seal *wire.UCXFrameKey
 
 	// Guarded by p.sendMu.
 	seq       uint64 // data frames submitted
@@ -132,16 +136,28 @@ func (t *Transport) openLocked(ctx context.Context, p *peer, slot uint32) (*outC
 	}
 	hdr := appendHeader(make([]byte, 0, frameHeaderLen), frameHeader{Incarnation: t.inc, Sender: t.self, Kind: kindHello, Epoch: slot, Seq: p.prevSeq})
 	body := appendHelloBody(nil, p.prevEpoch, t.blob)
+	oc := &outConn{p: p, epoch: slot}
 	if t.gate != nil {
 		// The hello carries a proof under the session key of the control plane's handshake with
-		// the peer (connLocked and joinLocked had the handshake run before taking the slot).
-		proof, err := t.gate.HelloProof(p.id, helloProofMsg(hdr, body, p.id, p.inc))
+		// the peer (connLocked and joinLocked had the handshake run before taking the slot), and
+		// the frames after it a seal under the key that proof yields.
+		msg := helloProofMsg(hdr, body, p.id, p.inc)
+		proof, err := t.gate.HelloProof(p.id, msg)
 		if err != nil {
+			return nil, fmt.Errorf("ucx: connect to %016x: %w", uint64(p.id), err)
+		}
+		key, ok := t.gate.HelloKey(p.id, p.inc, msg, proof)
+		if !ok {
+			return nil, fmt.Errorf("ucx: connect to %016x: %w: the control plane's session is with another incarnation than %016x (the peer restarted: register its new peer info)",
+				uint64(p.id), transport.ErrPeerUnreachable, p.inc)
+		}
+		if oc.seal, err = wire.NewUCXFrameKey(key, wire.UCXEndpoint{
+			Sender: uint64(t.self), SenderInc: t.inc, Receiver: uint64(p.id), ReceiverInc: p.inc, Epoch: slot,
+		}); err != nil {
 			return nil, fmt.Errorf("ucx: connect to %016x: %w", uint64(p.id), err)
 		}
 		body = insertHelloProof(body, proof)
 	}
-	oc := &outConn{p: p, epoch: slot}
 	c, err := t.eng.Connect(ctx, worker, ucp.ConnectOptions{
 		ErrorMode:   ucp.ErrorModePeer,
 		OnError:     func(err error) { t.connFailed(oc, err) },
@@ -239,6 +255,15 @@ func (t *Transport) settle(oc *outConn, op *ucp.Op) {
 	}()
 }
 
+// header is the header of a data frame or fin on oc: sealed over it and parts when the endpoint
+// has a key, the plain header otherwise.
+func (oc *outConn) header(h frameHeader, parts [][]byte) []byte {
+	if oc.seal != nil {
+		return oc.seal.Seal(make([]byte, 0, wire.UCXSealedHeaderLen), h.Kind, h.Flags, h.Seq, parts...)
+	}
+	return appendHeader(make([]byte, 0, frameHeaderLen), h)
+}
+
 // beginGet counts a GET in flight on oc.
 func (oc *outConn) beginGet() {
 	oc.mu.Lock()
@@ -322,7 +347,7 @@ func (t *Transport) sendFin(oc *outConn) {
 		h.Flags |= finBye
 	}
 	oc.mu.Unlock()
-	t.settle(oc, t.submit(oc, appendHeader(make([]byte, 0, frameHeaderLen), h), nil))
+	t.settle(oc, t.submit(oc, oc.header(h, nil), nil))
 	oc.mu.Lock()
 	oc.finSent = true
 	oc.mu.Unlock()

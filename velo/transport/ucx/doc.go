@@ -19,13 +19,25 @@
 // trip, and the eager limit (Config.EagerMax, advertised in the address blob) bounds what any peer
 // must buffer. Larger payloads are the runtime's business: it stages them and sends a handle.
 //
-// Address blob and wire, version 3. The blob a peer publishes holds the wire version, its
+// Address blob and wire, version 4. The blob a peer publishes holds the wire version, its
 // incarnation, its UCX worker address, its frame limit and a CRC-32C of all that; AddPeer refuses
 // any other version, because the frame header may differ, and a blob whose checksum does not
 // match. Every frame header starts with the sender's 8-byte incarnation,
 // then its instance ID, the frame kind, the endpoint's slot and a sequence number. The runtime's
 // frame itself travels untouched as the message payload (copied once into UCX-owned memory, so
 // that a Send whose context ends never leaves the caller's buffer in UCX's hands).
+//
+// Sealed frames. A UCX receiver cannot tell which remote endpoint a message came from, so a
+// header is only what its sender wrote. When the runtime requires authenticated peers
+// (transport.AuthGate) the hello carries a proof under the control plane's session key, and
+// every data frame and fin after it a 16-byte seal (wire.UCXFrameKey): an HMAC-SHA256 under a
+// key the runtime derives from that session key and that hello — one key per endpoint and
+// direction — over the header, the payload and the receiver's identity. The receiver checks
+// proof or seal in one place (admit, in recv.go) before it believes any header field; a frame
+// that fails moves no sequence, retires no endpoint and reports no peer down, and is counted
+// (velo_ucx_transport_frames_dropped_total: unauthenticated, bad_seal, replayed) and logged at
+// most once per sender per 10 s. Each side keeps one HMAC state per endpoint and direction, so
+// sealing allocates nothing. Without credentials frames carry no seal and cost nothing more.
 //
 // Endpoints and slots. UCX pairs the n-th endpoint each side creates toward the other into one
 // connection (ucp_ep_match), and when one side closes its endpoint the other's keeps accepting

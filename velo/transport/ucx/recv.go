@@ -7,121 +7,187 @@ import (
 	"time"
 
 	ucp "github.com/velo-go/velo/ucx"
+	"github.com/velo-go/velo/velo/internal/wire"
 	"github.com/velo-go/velo/velo/transport"
 )
 
 // onAM receives every frame, where the engine runs handlers (one message at a time, in the
-// order the worker received them).
+// order the worker received them). admit decides whether the frame may be believed at all; it
+// is the one place where a hello's proof or a frame's seal is checked, and nothing before it
+// touches any state, so a frame it refuses moves no sequence, no epoch, no liveness.
 func (t *Transport) onAM(m ucp.AMMessage) {
 	if t.isClosed() {
 		return // messages the engine queued before Close removed the handler
 	}
+	f, ok := t.admit(m)
+	if !ok {
+		return
+	}
+	if f.h.Kind == kindHello {
+		t.onHello(f)
+		return
+	}
+	t.onFrame(f)
+}
+
+// admitted is a frame admit let through.
+type admitted struct {
+	h frameHeader
+	// payload is a data frame's payload, or a hello's body without its proof.
+	payload []byte
+	// key, on a hello when the runtime requires authenticated peers, seals the frames that
+	// follow the hello; onHello keeps it once it accepted the hello.
+	key *wire.UCXFrameKey
+}
+
+// admit decodes m's header and, when the runtime requires authenticated peers, checks that
+// the frame comes from the authenticated session of the peer it names: a hello by its proof
+// (and only the first hello of an endpoint), a data frame or fin by its seal under the key of
+// the endpoint that peer's proven hello opened. It reads state but changes none; what it
+// refuses is counted by reason and logged (at most once per sender per 10 s with a count of
+// the lines held back).
+func (t *Transport) admit(m ucp.AMMessage) (admitted, bool) {
 	h, err := decodeHeader(m.Header)
 	if err != nil {
 		t.m.dropped.WithLabelValues("malformed").Inc()
 		t.log.Warn("ucx: dropping a malformed frame", "err", err)
-		return
+		return admitted{}, false
 	}
-	if t.gate != nil && !t.gate.Authenticated(h.Sender, h.Incarnation) {
-		t.m.dropped.WithLabelValues("unauthenticated").Inc()
-		if ok, n := t.gateLogs.Allow(fmt.Sprintf("%016x", uint64(h.Sender)), time.Now()); ok {
-			t.log.Warn("ucx: dropping frames from a peer the control plane has not authenticated",
-				"peer", fmt.Sprintf("%016x", uint64(h.Sender)), "kind", h.Kind, "suppressed_since_last", n)
-		}
-		return
+	if t.gate == nil {
+		// No credentials: a seal, if a peer sent one, cannot be checked, and the frame is
+		// taken as before (the runtime warned at start that nothing is authenticated).
+		return admitted{h: h, payload: m.Payload}, true
 	}
-	f := inFrame{kind: h.Kind, epoch: h.Epoch, seq: h.Seq}
-	var p *peer
-	switch h.Kind {
-	case kindHello:
-		payload := m.Payload
-		if t.gate != nil {
-			body, proof, err := splitHelloProof(payload)
-			if err != nil || !t.gate.HelloValid(h.Sender, h.Incarnation, helloProofMsg(m.Header, body, t.self, t.inc), proof) {
-				t.m.dropped.WithLabelValues("unauthenticated").Inc()
-				if ok, n := t.gateLogs.Allow(fmt.Sprintf("%016x", uint64(h.Sender)), time.Now()); ok {
-					t.log.Warn("ucx: dropping a hello whose proof does not match the control plane's session with its sender",
-						"peer", fmt.Sprintf("%016x", uint64(h.Sender)), "suppressed_since_last", n)
-				}
-				return
-			}
-			payload = body
-			t.markProven(h.Sender, h.Incarnation, h.Epoch)
-		}
-		prev, b, err := decodeHelloBody(payload)
-		switch {
-		case errors.Is(err, errBlobVersion):
-			t.m.dropped.WithLabelValues("rejected_blob").Inc()
-			t.log.Warn(fmt.Sprintf("ucx: rejecting peer blob: unsupported ucx blob version %d (expected %d)", b.Version, BlobVersion),
-				"peer", fmt.Sprintf("%016x", uint64(h.Sender)))
-			return
-		case err != nil:
-			t.m.dropped.WithLabelValues("rejected_blob").Inc()
-			t.log.Warn("ucx: dropping a hello with an unusable address", "peer", fmt.Sprintf("%016x", uint64(h.Sender)), "err", err)
-			return
-		case b.Incarnation != h.Incarnation:
-			t.m.dropped.WithLabelValues("rejected_blob").Inc()
-			t.log.Warn("ucx: dropping a hello whose address names another incarnation", "peer", fmt.Sprintf("%016x", uint64(h.Sender)))
-			return
-		}
-		if t.registeredAsOther(h) {
-			// A registered peer of another incarnation: AddPeer decides who that peer is.
-			t.m.dropped.WithLabelValues("unknown_sender").Inc()
-			t.log.Warn("ucx: dropping a hello from another incarnation of a registered peer", "peer", fmt.Sprintf("%016x", uint64(h.Sender)))
-			return
-		}
-		if p = t.removedJoining(h); p == nil {
-			if p, err = t.record(h.Sender, b, false); err != nil {
-				return // closed
-			}
-		}
-		f.prevEpoch = prev
-	default:
-		if t.gate != nil && !t.isProven(h.Sender, h.Incarnation, h.Epoch) {
-			// An epoch no proven hello opened: someone sending in an authenticated peer's name.
-			t.m.dropped.WithLabelValues("unauthenticated").Inc()
-			return
-		}
-		if p = t.sender(h); p == nil {
-			t.m.dropped.WithLabelValues("unknown_sender").Inc()
-			t.log.Debug("ucx: dropping a frame from an unknown sender", "peer", fmt.Sprintf("%016x", uint64(h.Sender)), "kind", h.Kind)
-			return
-		}
-		if h.Kind == kindData {
-			if len(m.Payload) > t.cfg.EagerMax {
-				t.m.dropped.WithLabelValues("too_large").Inc()
-				t.log.Warn("ucx: dropping a frame above the eager limit", "peer", fmt.Sprintf("%016x", uint64(h.Sender)),
-					"bytes", len(m.Payload), "limit", t.cfg.EagerMax, "err", transport.ErrFrameTooLarge)
-				// The sequence still advances: count it as received-and-dropped, not lost.
-			} else {
-				f.payload = m.Payload
-				if f.payload == nil {
-					f.payload = []byte{} // an empty frame is still a frame; nil marks a dropped one
-				}
-			}
-		}
+	if !t.gate.Authenticated(h.Sender, h.Incarnation) {
+		t.refuse(h, "unauthenticated", "ucx: dropping frames from a peer the control plane has not authenticated", nil)
+		return admitted{}, false
 	}
-	p.touch()
+	if h.Kind == kindHello {
+		return t.admitHello(h, m)
+	}
+	k := t.recvKey(h.Sender, h.Incarnation, h.Epoch)
+	if k == nil {
+		t.refuse(h, "bad_seal", "ucx: dropping a frame in an authenticated peer's name on an endpoint no proven hello opened", nil)
+		return admitted{}, false
+	}
+	if _, err := k.Open(m.Header, m.Payload); err != nil {
+		t.refuse(h, "bad_seal", "ucx: dropping a frame whose seal does not prove it comes from the peer's authenticated session", err)
+		return admitted{}, false
+	}
+	return admitted{h: h, payload: m.Payload}, true
+}
 
-	t.recvMu.Lock()
-	st := t.inbound[h.Sender]
-	if st == nil || st.inc != h.Incarnation {
-		st = &inboundState{inc: h.Incarnation}
-		t.inbound[h.Sender] = st
+// admitHello checks a hello's proof and that it is the first hello of its endpoint: a second
+// one, with a valid proof, is a recorded hello played again.
+func (t *Transport) admitHello(h frameHeader, m ucp.AMMessage) (admitted, bool) {
+	body, proof, err := splitHelloProof(m.Payload)
+	var key []byte
+	ok := false
+	if err == nil {
+		key, ok = t.gate.HelloKey(h.Sender, h.Incarnation, helloProofMsg(m.Header, body, t.self, t.inc), proof)
 	}
-	t.deliver(h.Sender, st.accept(f, time.Now()))
-	v := st.view()
-	t.recvMu.Unlock()
+	if !ok {
+		t.refuse(h, "unauthenticated", "ucx: dropping a hello whose proof does not match the control plane's session with its sender", err)
+		return admitted{}, false
+	}
+	if t.helloSeen(h.Sender, h.Incarnation, h.Epoch) {
+		t.refuse(h, "replayed", "ucx: dropping a second hello for an endpoint already opened (a recorded hello played again)", nil)
+		return admitted{}, false
+	}
+	k, err := wire.NewUCXFrameKey(key, wire.UCXEndpoint{
+		Sender: uint64(h.Sender), SenderInc: h.Incarnation, Receiver: uint64(t.self), ReceiverInc: t.inc, Epoch: h.Epoch,
+	})
+	if err != nil {
+		t.refuse(h, "unauthenticated", "ucx: dropping a hello: the runtime's frame key is unusable", err)
+		return admitted{}, false
+	}
+	return admitted{h: h, payload: body, key: k}, true
+}
 
+// refuse counts a frame admit refused and logs it, once per sender per gateLogs.Interval.
+func (t *Transport) refuse(h frameHeader, reason, msg string, err error) {
+	t.m.dropped.WithLabelValues(reason).Inc()
+	peer := fmt.Sprintf("%016x", uint64(h.Sender))
+	if ok, n := t.gateLogs.Allow(peer, time.Now()); ok {
+		args := []any{"peer", peer, "kind", h.Kind, "epoch", h.Epoch, "seq", h.Seq, "reason", reason, "suppressed_since_last", n}
+		if err != nil {
+			args = append(args, "err", err)
+		}
+		t.log.Warn(msg, args...)
+	}
+}
+
+// onHello handles an admitted hello: the sender opened (or joined) an endpoint slot and tells
+// us its address and the slot before it.
+func (t *Transport) onHello(f admitted) {
+	h := f.h
+	prev, b, err := decodeHelloBody(f.payload)
 	switch {
-	case h.Kind == kindHello:
-		// The peer opened (or joined) a slot: be in it too, so that UCX pairs our endpoint
-		// with the peer's while both are alive.
-		ctx, cancel := context.WithTimeout(context.Background(), t.cfg.SendTimeout)
-		p.sendMu.Lock()
-		t.joinLocked(ctx, p, h.Epoch)
-		p.sendMu.Unlock()
-		cancel()
+	case errors.Is(err, errBlobVersion):
+		t.m.dropped.WithLabelValues("rejected_blob").Inc()
+		t.log.Warn(fmt.Sprintf("ucx: rejecting peer blob: unsupported ucx blob version %d (expected %d)", b.Version, BlobVersion),
+			"peer", fmt.Sprintf("%016x", uint64(h.Sender)))
+		return
+	case err != nil:
+		t.m.dropped.WithLabelValues("rejected_blob").Inc()
+		t.log.Warn("ucx: dropping a hello with an unusable address", "peer", fmt.Sprintf("%016x", uint64(h.Sender)), "err", err)
+		return
+	case b.Incarnation != h.Incarnation:
+		t.m.dropped.WithLabelValues("rejected_blob").Inc()
+		t.log.Warn("ucx: dropping a hello whose address names another incarnation", "peer", fmt.Sprintf("%016x", uint64(h.Sender)))
+		return
+	}
+	if t.registeredAsOther(h) {
+		// A registered peer of another incarnation: AddPeer decides who that peer is.
+		t.m.dropped.WithLabelValues("unknown_sender").Inc()
+		t.log.Warn("ucx: dropping a hello from another incarnation of a registered peer", "peer", fmt.Sprintf("%016x", uint64(h.Sender)))
+		return
+	}
+	p := t.removedJoining(h)
+	if p == nil {
+		if p, err = t.record(h.Sender, b, false); err != nil {
+			return // closed
+		}
+	}
+	if f.key != nil {
+		t.addRecvKey(f.key)
+	}
+	v := t.receive(p, h, inFrame{kind: h.Kind, epoch: h.Epoch, seq: h.Seq, prevEpoch: prev})
+	// The peer opened (or joined) a slot: be in it too, so that UCX pairs our endpoint with
+	// the peer's while both are alive.
+	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.SendTimeout)
+	p.sendMu.Lock()
+	t.joinLocked(ctx, p, h.Epoch)
+	p.sendMu.Unlock()
+	cancel()
+	t.closeRetired(p, v)
+}
+
+// onFrame handles an admitted data frame or fin.
+func (t *Transport) onFrame(f admitted) {
+	h := f.h
+	p := t.sender(h)
+	if p == nil {
+		t.m.dropped.WithLabelValues("unknown_sender").Inc()
+		t.log.Debug("ucx: dropping a frame from an unknown sender", "peer", fmt.Sprintf("%016x", uint64(h.Sender)), "kind", h.Kind)
+		return
+	}
+	in := inFrame{kind: h.Kind, epoch: h.Epoch, seq: h.Seq}
+	if h.Kind == kindData {
+		if len(f.payload) > t.cfg.EagerMax {
+			t.m.dropped.WithLabelValues("too_large").Inc()
+			t.log.Warn("ucx: dropping a frame above the eager limit", "peer", fmt.Sprintf("%016x", uint64(h.Sender)),
+				"bytes", len(f.payload), "limit", t.cfg.EagerMax, "err", transport.ErrFrameTooLarge)
+			// The sequence still advances: count it as received-and-dropped, not lost.
+		} else {
+			in.payload = f.payload
+			if in.payload == nil {
+				in.payload = []byte{} // an empty frame is still a frame; nil marks a dropped one
+			}
+		}
+	}
+	v := t.receive(p, h, in)
+	switch {
 	case h.Kind == kindFin && h.Flags&finBye != 0:
 		t.peerDeparted(p)
 	case h.Kind == kindFin && h.Flags&finAsk != 0:
@@ -134,6 +200,21 @@ func (t *Transport) onAM(m ucp.AMMessage) {
 		p.sendMu.Unlock()
 	}
 	t.closeRetired(p, v)
+}
+
+// receive puts an admitted frame of p into its sender's receive order and delivers what that
+// allows; it returns what we know of the sender's endpoints afterwards.
+func (t *Transport) receive(p *peer, h frameHeader, f inFrame) peerView {
+	p.touch()
+	t.recvMu.Lock()
+	defer t.recvMu.Unlock()
+	st := t.inbound[h.Sender]
+	if st == nil || st.inc != h.Incarnation {
+		st = &inboundState{inc: h.Incarnation}
+		t.inbound[h.Sender] = st
+	}
+	t.deliver(h.Sender, st.accept(f, time.Now()))
+	return st.view()
 }
 
 // peerDeparted handles a peer's goodbye: its transport is closing, so its endpoint to us ends
@@ -281,6 +362,7 @@ func (t *Transport) maintain() {
 					t.recvMu.Lock()
 					delete(t.inbound, p.id)
 					t.recvMu.Unlock()
+					t.forgetRecvKeys(p.id)
 				}
 			}
 		}
@@ -292,44 +374,84 @@ func (t *Transport) maintain() {
 	}
 }
 
-// provenEpochs are one peer incarnation's epochs opened by a hello with a valid proof.
-type provenEpochs struct {
-	inc    uint64
-	epochs map[uint32]struct{}
+// recvKeys are the frame keys of one peer incarnation's endpoints to us: one per epoch whose
+// hello carried a valid proof. With a gate, a data frame or fin counts only when the key of its
+// epoch opens its seal.
+type recvKeys struct {
+	inc  uint64
+	keys map[uint32]*wire.UCXFrameKey
+	// floor: the keys of epochs below it were let go (the oldest, beyond maxRecvKeys, or all of
+	// them once the peer was forgotten); a hello for such an epoch is a replay.
+	floor uint32
 }
 
-// maxProvenEpochs bounds the epochs remembered per peer; the oldest go first (an epoch that old
-// has long been retired).
-const maxProvenEpochs = 256
+// maxRecvKeys bounds the keys kept per peer; the oldest go first (an endpoint that old has long
+// been retired: a peer has one or two at a time).
+const maxRecvKeys = 64
 
-func (t *Transport) markProven(id transport.InstanceID, inc uint64, epoch uint32) {
-	t.provenMu.Lock()
-	defer t.provenMu.Unlock()
-	if t.proven == nil {
-		t.proven = map[transport.InstanceID]*provenEpochs{}
+// addRecvKey keeps the key of an endpoint a proven hello opened.
+func (t *Transport) addRecvKey(k *wire.UCXFrameKey) {
+	ep := k.Endpoint()
+	id := transport.InstanceID(ep.Sender)
+	t.keysMu.Lock()
+	defer t.keysMu.Unlock()
+	if t.rkeys == nil {
+		t.rkeys = map[transport.InstanceID]*recvKeys{}
 	}
-	pe := t.proven[id]
-	if pe == nil || pe.inc != inc {
-		pe = &provenEpochs{inc: inc, epochs: map[uint32]struct{}{}}
-		t.proven[id] = pe
+	rk := t.rkeys[id]
+	if rk == nil || rk.inc != ep.SenderInc {
+		rk = &recvKeys{inc: ep.SenderInc}
+		t.rkeys[id] = rk
 	}
-	pe.epochs[epoch] = struct{}{}
-	if len(pe.epochs) > maxProvenEpochs {
-		oldest := epoch
-		for e := range pe.epochs {
+	if rk.keys == nil {
+		rk.keys = map[uint32]*wire.UCXFrameKey{}
+	}
+	rk.keys[ep.Epoch] = k
+	if len(rk.keys) > maxRecvKeys {
+		oldest := ep.Epoch
+		for e := range rk.keys {
 			oldest = min(oldest, e)
 		}
-		delete(pe.epochs, oldest)
+		delete(rk.keys, oldest)
+		rk.floor = max(rk.floor, oldest+1)
 	}
 }
 
-func (t *Transport) isProven(id transport.InstanceID, inc uint64, epoch uint32) bool {
-	t.provenMu.Lock()
-	defer t.provenMu.Unlock()
-	pe := t.proven[id]
-	if pe == nil || pe.inc != inc {
+// recvKey is the key of the sender incarnation's endpoint epoch, or nil when no proven hello
+// opened it (or it was let go).
+func (t *Transport) recvKey(id transport.InstanceID, inc uint64, epoch uint32) *wire.UCXFrameKey {
+	t.keysMu.Lock()
+	defer t.keysMu.Unlock()
+	rk := t.rkeys[id]
+	if rk == nil || rk.inc != inc {
+		return nil
+	}
+	return rk.keys[epoch]
+}
+
+// helloSeen reports whether a proven hello for the endpoint was taken already (or its key let
+// go): the sender sends one hello per endpoint, so another is a replay.
+func (t *Transport) helloSeen(id transport.InstanceID, inc uint64, epoch uint32) bool {
+	t.keysMu.Lock()
+	defer t.keysMu.Unlock()
+	rk := t.rkeys[id]
+	if rk == nil || rk.inc != inc {
 		return false
 	}
-	_, ok := pe.epochs[epoch]
-	return ok
+	return epoch < rk.floor || rk.keys[epoch] != nil
+}
+
+// forgetRecvKeys lets go of a forgotten peer's keys. The floor stays above every epoch they
+// covered, so that its recorded hellos cannot open those endpoints again.
+func (t *Transport) forgetRecvKeys(id transport.InstanceID) {
+	t.keysMu.Lock()
+	defer t.keysMu.Unlock()
+	rk := t.rkeys[id]
+	if rk == nil {
+		return
+	}
+	for e := range rk.keys {
+		rk.floor = max(rk.floor, e+1)
+	}
+	rk.keys = nil
 }

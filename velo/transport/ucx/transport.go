@@ -38,13 +38,13 @@ type Transport struct {
 	// only from authenticated incarnations, endpoints open only to authenticated peers.
 	gate     transport.AuthGate
 	gateLogs auth.LogLimiter
-	// proven are the epochs of each peer incarnation whose hello carried a valid proof: with a
-	// gate, data and fins count only on those.
-	provenMu sync.Mutex
-	proven   map[transport.InstanceID]*provenEpochs
-	self     transport.InstanceID
-	inc      uint64
-	blob     []byte
+	// rkeys are the frame keys of each peer incarnation's endpoints that a hello with a valid
+	// proof opened: with a gate, data and fins count only when their seal opens under one.
+	keysMu sync.Mutex
+	rkeys  map[transport.InstanceID]*recvKeys
+	self   transport.InstanceID
+	inc    uint64
+	blob   []byte
 
 	mu      sync.Mutex // guards the fields below and every peer's addr, added, learned
 	peers   map[transport.InstanceID]*peer
@@ -143,7 +143,7 @@ func New(cfg Config) (*Transport, error) {
 	defer cancel()
 	eng, err := ucp.NewEngine(ctx, ucp.EngineConfig{
 		Context:      ucp.ContextConfig{TLS: cfg.TLS, NetDevices: cfg.NetDevices, Settings: settings, Logger: cfg.Logger},
-		MaxEagerSize: cfg.EagerMax + frameHeaderLen,
+		MaxEagerSize: cfg.EagerMax + sealedHeaderLen,
 		RMA:          cfg.RMA,
 		Name:         Name,
 		Logger:       cfg.Logger,
@@ -168,10 +168,10 @@ func New(cfg Config) (*Transport, error) {
 		inbound: map[transport.InstanceID]*inboundState{},
 		stop:    make(chan struct{}),
 	}
-	if eng.MaxAMHeader() < frameHeaderLen {
+	if eng.MaxAMHeader() < sealedHeaderLen {
 		_ = eng.Close(context.Background())
 		m.unregister()
-		return nil, fmt.Errorf("ucx transport: the UCX worker carries active-message headers of at most %d bytes; frames need %d", eng.MaxAMHeader(), frameHeaderLen)
+		return nil, fmt.Errorf("ucx transport: the UCX worker carries active-message headers of at most %d bytes; frames need %d", eng.MaxAMHeader(), sealedHeaderLen)
 	}
 	return t, nil
 }
@@ -433,7 +433,7 @@ func (t *Transport) Send(ctx context.Context, id transport.InstanceID, parts ...
 		}
 	}
 	oc.seq++
-	hdr := appendHeader(make([]byte, 0, frameHeaderLen), frameHeader{Incarnation: t.inc, Sender: t.self, Kind: kindData, Epoch: oc.epoch, Seq: oc.seq})
+	hdr := oc.header(frameHeader{Incarnation: t.inc, Sender: t.self, Kind: kindData, Epoch: oc.epoch, Seq: oc.seq}, parts)
 	op := t.submit(oc, hdr, parts)
 	p.sendMu.Unlock()
 	p.touch()

@@ -40,8 +40,12 @@ func decodeBlob(b []byte) (peerBlob, error) {
 	return p, nil
 }
 
-// frameHeaderLen is the length of every active message's header.
-const frameHeaderLen = wire.UCXHeaderLen
+// frameHeaderLen is the length of an unsealed frame's header (every frame without credentials,
+// and every hello); sealedHeaderLen that of a sealed data frame or fin, the seal included.
+const (
+	frameHeaderLen  = wire.UCXHeaderLen
+	sealedHeaderLen = wire.UCXSealedHeaderLen
+)
 
 // The fin flags (see wire.UCXFinAsk).
 const (
