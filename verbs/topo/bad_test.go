@@ -155,7 +155,7 @@ func TestNoDevices(t *testing.T) {
 	assert.Empty(t, topo.NICs)
 	require.Len(t, topo.Notes, 2)
 	assert.Contains(t, topo.Notes[0], "no PCI functions, so no GPUs")
-	assert.Contains(t, topo.Notes[1], "no RDMA devices")
+	assert.Contains(t, topo.Notes[1], "class/infiniband has no entries")
 	_, err := topo.NearestPorts(0, 0)
 	assert.ErrorIs(t, err, verbs.ErrInvalid)
 	assert.ErrorContains(t, err, "this node has no GPUs")

@@ -174,7 +174,7 @@ func (t *Topology) readGPUs(root, devices string) error {
 func (t *Topology) readNICs(p verbs.Paths, devices string) error {
 	devs, err := verbs.Devices(p)
 	if errors.Is(err, verbs.ErrNoDevice) {
-		t.Notes = append(t.Notes, "no RDMA devices: "+err.Error())
+		t.Notes = append(t.Notes, err.Error())
 		return nil
 	}
 	if err != nil {
