@@ -20,6 +20,8 @@ const usageText = `usage: ibcheck [flags]        check this node and the UCX env
        ibcheck lanes [flags] -- command...
                               run a command and report, from the kernel, the bytes of its
                               sockets per lane and what the RDMA ports counted meanwhile
+       ibcheck topo [flags]   how near each GPU is to each RDMA NIC, and the UCX_NET_DEVICES
+                              each GPU should use
 
 Exit codes: 0 every check passed (warnings, skipped and not-compiled-in checks allowed),
 1 a check failed (with --strict also a warning or a not-compiled-in check), 2 usage error.
@@ -72,7 +74,7 @@ func parseArgs(args []string, stdout, stderr io.Writer) (options, error) {
 		return o, &usageError{err.Error()}
 	}
 	if fs.NArg() > 0 {
-		return o, &usageError{fmt.Sprintf("unexpected argument %q (the commands are env and lanes; flags start with -)", fs.Arg(0))}
+		return o, &usageError{fmt.Sprintf("unexpected argument %q (the commands are env, lanes and topo; flags start with -)", fs.Arg(0))}
 	}
 	if o.device != "" {
 		if _, _, err := verbs.ParsePortSpec(o.device); err != nil {
@@ -132,6 +134,9 @@ func (o *options) resolvePaths() error {
 func run(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer, sys check.System) int {
 	if len(args) > 0 && args[0] == "lanes" {
 		return runLanes(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "topo" {
+		return runTopo(args[1:], stdout, stderr)
 	}
 	o, err := parseArgs(args, stdout, stderr)
 	if errors.Is(err, flag.ErrHelp) {

@@ -8,6 +8,8 @@
 //	ibcheck env                the export lines that pin UCX to the best port
 //	ibcheck lanes -- cmd...    run cmd in a fresh cgroup; report its bytes per lane (eBPF) and
 //	                           the RDMA port counters, and pass its exit status through
+//	ibcheck topo               how near each GPU is to each RDMA NIC (nvidia-smi topo -m's
+//	                           PIX ... SYS, from sysfs) and each GPU's UCX_NET_DEVICES
 //	ibcheck --sysfs DIR        check a sysfs tree instead of /sys (fixtures, another node's copy)
 //
 // ibcheck links the same UCX as velo and asks it (in child processes of itself, so that the
