@@ -113,7 +113,7 @@ type rmaGuardCollector struct {
 func newRMAGuardCollector(labels prometheus.Labels) *rmaGuardCollector {
 	return &rmaGuardCollector{
 		enforced: prometheus.NewDesc("ucx_engine_rma_guard_enforced",
-			"1 when the linked UCX refuses software RMA that names no live registration (velo's guard patch set), 0 when any process that reaches the worker can read and write this process's memory.",
+			"1 when the linked UCX refuses software-emulated RMA and tcp PUT requests (velo's guard patch set), 0 when it serves them, at any address a peer names.",
 			nil, labels),
 		refused: prometheus.NewDesc("ucx_engine_rma_refused_total",
 			"Software RMA requests the linked UCX's guard refused in this process, by kind (process-wide: every engine shows the same counts).",

@@ -13,9 +13,11 @@ import (
 // from that address. A stock UCX checks neither the remote key nor a range, so whoever reaches
 // a worker over such a lane (tcp; ucp's AM-based emulation over ud on InfiniBand) can read and
 // write all of that process's memory; the tcp transport also serves PUT requests of its own the
-// same way. velo's static build (make ucx-static) patches UCX to refuse every such request
-// that names no live registration, and marks the build with two symbols. SoftwareRMAGuard
-// reads that marker: it is how a program learns which kind of UCX it runs on.
+// same way. velo never needs that path (its engine reads through the guarded GET wherever the
+// NIC does not check keys), so velo's static build (make ucx-static) patches UCX to refuse all
+// of it, and to refuse messages that name UCX-internal ids the worker never handed out; the
+// patch set marks the build with two symbols. SoftwareRMAGuard reads that marker: it is how a
+// program learns which kind of UCX it runs on.
 
 // GuardVersionPrefix starts the version string of velo's UCX guard patch set
 // ("velo-ucx-guard/1").
@@ -23,8 +25,8 @@ const GuardVersionPrefix = "velo-ucx-guard/"
 
 // RMAGuard is what the linked UCX says about software RMA.
 type RMAGuard struct {
-	// Enforced: the linked UCX carries velo's guard patch set and refuses software RMA that
-	// names no live registration.
+	// Enforced: the linked UCX carries velo's guard patch set and refuses software-emulated
+	// RMA and tcp PUT requests.
 	Enforced bool
 	// Version is the patch set's version ("velo-ucx-guard/1"); empty when not enforced.
 	Version string
@@ -41,7 +43,7 @@ type GuardRefusals struct {
 	Get    uint64 // ucp software GETs refused
 	Atomic uint64 // ucp software atomics refused
 	TCPPut uint64 // the tcp transport's PUT requests refused
-	WireID uint64 // messages for UCX-internal wire ids the patch set refuses
+	WireID uint64 // messages naming a UCX-internal id (a request's, an endpoint's) the worker never handed out
 }
 
 // GuardRefusalKinds are the label values of ucx_engine_rma_refused_total, in the order of the

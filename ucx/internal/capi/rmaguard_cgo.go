@@ -3,8 +3,8 @@
 package capi
 
 // The marker of velo's UCX guard patch set (third_party/ucx/patches). A UCX built with it
-// refuses software-emulated RMA that names no live registration: ucp's PUT, GET and atomics
-// served over an active-message lane, and the tcp transport's PUT requests. Whether the linked
+// refuses software-emulated RMA: ucp's PUT, GET and atomics served over an active-message
+// lane, and the tcp transport's PUT requests. Whether the linked
 // UCX is such a build is decided by two symbols the patch set adds, not by its version: a
 // release number says nothing about which patches a build carries.
 //

@@ -93,7 +93,9 @@ type Config struct {
 	// GET everywhere else. RMADirect forces ucp_get_nbx on every lane: over tcp (and shared
 	// memory) nothing then checks a key against its live registration, so a GET after the owner
 	// revoked a lease reads whatever memory is at that address, or crashes the owner. Set it only
-	// on fabrics whose keys the hardware checks, or to measure against ucx_perftest.
+	// on fabrics whose keys the hardware checks, or to measure against ucx_perftest. velo's static
+	// UCX refuses software-emulated RMA altogether (guard.go), so there RMADirect reads only over
+	// hardware RC/DC lanes and fails elsewhere.
 	RMA RMAMode
 	// Logger (default: the logger of the velo instance the transport is added to, from Start on,
 	// and slog.Default() before that); UCX's own warnings from the binding go here too.

@@ -15,7 +15,8 @@ import (
 // whatever address the request names, without looking at a key. A process that reaches this
 // instance's UCX worker could read and write all of its memory, whatever velo registered, and
 // no velo authentication can stop it: the request never reaches velo. velo's static UCX (make
-// ucx-static, linked with -tags ucx_static) carries a patch set that refuses such requests, and
+// ucx-static, linked with -tags ucx_static) carries a patch set that refuses such requests (velo's
+// own reads go through the engine's guarded GET there and need none of them), and
 // the ucx binding tells the two builds apart by the patch set's marker (ucp.SoftwareRMAGuard).
 //
 // The policy: New refuses a UCX without the guard (ErrUnguardedUCX) unless the operator says the
@@ -88,7 +89,7 @@ func (t *Transport) logGuard() {
 	g := t.guard
 	switch {
 	case g.rma.Enforced:
-		t.log.Info("ucx: software RMA is guarded: the linked UCX refuses PUT, GET and atomics that name no live registration",
+		t.log.Info("ucx: software RMA is guarded: the linked UCX refuses software-emulated PUT, GET and atomics and tcp PUT requests",
 			"guard", g.rma.Version, "ucx", g.rma.UCX)
 	case g.trustedBy != "":
 		t.log.Warn("ucx: WARNING: trust the network: "+g.detail(), "opt_in", g.trustedBy, "ucx", g.rma.UCX)

@@ -20,7 +20,7 @@ import (
 	"github.com/velo-go/velo/velo/transport/ucx"
 )
 
-// These tests take the branch of the UCX this binary links: make test-ucx-policy runs them on
+// These tests take the branch of the UCX this binary links: make test-ucx-transport runs them on
 // Debian's shared UCX (no guard), the other UCX suites on the static one (guarded).
 
 func linkedGuard(t *testing.T) ucp.RMAGuard {
@@ -34,7 +34,7 @@ func linkedGuard(t *testing.T) ucp.RMAGuard {
 // one engine metric was registered.
 func TestUnguardedUCXIsRefusedWithoutOptIn(t *testing.T) {
 	if g := linkedGuard(t); g.Enforced {
-		t.Skipf("the linked UCX enforces keys (%s); make test-ucx-policy runs this on the system UCX", g.Version)
+		t.Skipf("the linked UCX enforces keys (%s); make test-ucx-transport runs this on the system UCX too", g.Version)
 	}
 	t.Setenv(ucx.TrustNetworkEnv, "")
 	reg := prometheus.NewRegistry()
@@ -60,7 +60,7 @@ func TestUnguardedUCXIsRefusedWithoutOptIn(t *testing.T) {
 // engine's ucx_engine_rma_guard_enforced at 0.
 func TestTrustedNetworkRunsAndSaysSo(t *testing.T) {
 	if g := linkedGuard(t); g.Enforced {
-		t.Skipf("the linked UCX enforces keys (%s); make test-ucx-policy runs this on the system UCX", g.Version)
+		t.Skipf("the linked UCX enforces keys (%s); make test-ucx-transport runs this on the system UCX too", g.Version)
 	}
 	for _, optIn := range []string{"env", "config"} {
 		t.Run(optIn, func(t *testing.T) {
