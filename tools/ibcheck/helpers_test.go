@@ -91,6 +91,17 @@ var (
 		},
 		Guard: &ucx.RMAGuard{Enforced: true, Version: "velo-ucx-guard/1", UCX: "1.22.0"},
 	}
+	// ucxV2Guarded is velo's static UCX 1.22 on a node whose GET probe runs over the self
+	// transport: protocol v1 has no RMA, and under v2 the GET reaches the target, whose software
+	// RMA guard refuses it (the self transport has no hardware RMA).
+	ucxV2Guarded = func() check.UCXInfo {
+		info := ucxV2Only
+		info.RMA = map[string]check.RMATrial{
+			"n": {Detail: "ucp_get_nbx: UCS_ERR_UNSUPPORTED: unsupported operation"},
+			"y": {Worked: true, Refused: true, Detail: "the GET reached the target, whose software RMA guard (velo-ucx-guard/1) refused it, as it refuses every GET over a lane without hardware RMA"},
+		}
+		return info
+	}()
 	// ucxTCPOnly is a UCX built without the rdma-core headers.
 	ucxTCPOnly = check.UCXInfo{
 		Version:  ucx113.Version,

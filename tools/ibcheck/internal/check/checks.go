@@ -34,7 +34,7 @@ var Checks = []Meta{
 	{"kill_switch", GroupEnv, "Is the RDMA path switched off by VELO_RDMA_RENDEZVOUS_DISABLE?"},
 	{"ucx_version", GroupUCX, "Which UCX is linked into this binary (not the system's ucx_info), and is it new enough?"},
 	{"ucx_build", GroupUCX, "Does the linked UCX have verbs, mlx5, DEVX and rdmacm compiled in?"},
-	{"ucx_rma_guard", GroupUCX, "Does the linked UCX refuse software RMA that names no live registration (velo's guard patch set), so that velo's UCX transport starts without trusting the network?"},
+	{"ucx_rma_guard", GroupUCX, "Does the linked UCX refuse software-emulated RMA and tcp PUT requests (velo's guard patch set), so that velo's UCX transport starts without trusting the network?"},
 }
 
 // GroupOf returns the group of a check ID.

@@ -246,13 +246,22 @@ func (r *run) protoSummary() (summary, verdict string) {
 	}
 	switch {
 	case v1.Worked:
-		return summary + ", and protocol v1 carries RMA here (a GET with UCX_PROTO_ENABLE=n worked)", "v1_carries_rma"
+		return summary + ", and protocol v1 carries RMA here (a GET with UCX_PROTO_ENABLE=n " + worked(v1) + ")", "v1_carries_rma"
 	case !v1.Inconclusive && v2.Worked:
-		return summary + ", and it needs protocol v2 for RMA: a GET with UCX_PROTO_ENABLE=n failed (" + v1.Detail + ") and with y worked", "needs_v2"
+		return summary + ", and it needs protocol v2 for RMA: a GET with UCX_PROTO_ENABLE=n failed (" + v1.Detail + ") and with y " + worked(v2), "needs_v2"
 	case !v1.Inconclusive && !v2.Inconclusive:
 		return summary + "; a GET failed under both protocols (n: " + v1.Detail + "; y: " + v2.Detail + ")", "rma_broken"
 	}
 	return summary + "; the GET probe could not run (" + firstNonEmpty(v1.Detail, v2.Detail) + ")", "unknown"
+}
+
+// worked says how a trial that carried RMA ended: "worked", or, on a UCX with the software RMA
+// guard, that the target refused it (the self transport the trial runs on has no hardware RMA).
+func worked(t RMATrial) string {
+	if t.Refused {
+		return "reached the target, whose software RMA guard refused it as it refuses any GET without hardware RMA"
+	}
+	return "worked"
 }
 
 func isFalse(v string) bool { b, ok := ucxBool(v); return ok && !b }
@@ -325,7 +334,7 @@ func (r *run) checkProtoEnable(context.Context) Result {
 		res.Fix = "unset UCX_PROTO_ENABLE"
 	case t.Worked:
 		res.Status = Pass
-		res.Finding = "UCX_PROTO_ENABLE=" + v + " selects protocol v2, and a GET under it worked; " + summary
+		res.Finding = "UCX_PROTO_ENABLE=" + v + " selects protocol v2, and a GET under it " + worked(t) + "; " + summary
 	default:
 		res.Status, res.Probe = Fail, NotAvailable
 		res.Finding = "UCX_PROTO_ENABLE=" + v + ": a GET under it failed on the linked UCX (" + t.Detail + "); " + summary
@@ -579,7 +588,7 @@ func (r *run) checkRMAGuard(context.Context) Result {
 	switch {
 	case g.Enforced:
 		res.Status, res.Probe = Pass, Available
-		res.Finding = "the linked UCX " + g.UCX + " refuses software RMA that names no live registration (" + g.Version + ")"
+		res.Finding = "the linked UCX " + g.UCX + " refuses software-emulated RMA and tcp PUT requests (" + g.Version + ")"
 		if trustSet && veloAffirmative(trust) {
 			res.Finding += "; " + veloTrustNetworkEnv + "=" + trust + " is not needed with it"
 		}

@@ -59,7 +59,7 @@ type UCXInfo struct {
 	Resources *UCXResources
 	// RMA holds the outcome of a real GET under each UCX_PROTO_ENABLE value tried, by value.
 	RMA map[string]RMATrial
-	// Guard is whether the linked UCX refuses software RMA that names no live registration
+	// Guard is whether the linked UCX refuses software-emulated RMA and tcp PUT requests
 	// (velo's guard patch set; ucx.SoftwareRMAGuard); nil when it could not be asked (no UCX in
 	// this binary).
 	Guard *ucx.RMAGuard
@@ -68,8 +68,14 @@ type UCXInfo struct {
 // RMATrial is the outcome of one real GET (ucp_get_nbx over the self transport, between two
 // endpoints of one worker) with UCX_PROTO_ENABLE set to a given value.
 type RMATrial struct {
-	// Worked: the GET completed and delivered the registered bytes.
+	// Worked: the GET completed and delivered the registered bytes, or (Refused) the protocol
+	// carried it to the target, where the software RMA guard refused it.
 	Worked bool
+	// Refused: the linked UCX has velo's software RMA guard, and the target refused the GET
+	// (UCS_ERR_REJECTED). The self transport has no RMA in hardware, so a guarded UCX refuses
+	// every GET over it; the refusal still shows that the protocol carries RMA, which is what
+	// the trial asks: on an RC or DC lane the HCA serves the same request.
+	Refused bool `json:",omitempty"`
 	// Inconclusive: the trial itself could not run (the child did not start, timed out, or
 	// printed nothing), so it says nothing about UCX.
 	Inconclusive bool
@@ -288,6 +294,10 @@ func childGet(value string) RMATrial {
 	defer func() { _ = reg.Unregister(ctx) }()
 	dst := make([]byte, len(src))
 	if err := conn.Get(ctx, dst, reg.Addr(), reg.RemoteKey()); err != nil {
+		if g, gerr := ucx.SoftwareRMAGuard(); gerr == nil && g.Enforced && errors.Is(err, ucx.StatusRejected) {
+			return RMATrial{Worked: true, Refused: true,
+				Detail: "the GET reached the target, whose software RMA guard (" + g.Version + ") refused it, as it refuses every GET over a lane without hardware RMA"}
+		}
 		return fail("ucp_get_nbx: %v", err)
 	}
 	if !bytes.Equal(dst, src) {
