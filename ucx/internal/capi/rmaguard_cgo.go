@@ -13,22 +13,40 @@ package capi
 // against both, and the helpers below answer "absent" without calling through a NULL
 // pointer. libvelo_ucx.a is one relocatable object that the strong references of the rest of
 // this package pull in, so a weak reference to it resolves to the real definition.
+//
+// A shared UCX built with the patch set keeps the marker in libucs, which pkg-config does not
+// name on the link line (it names libucp, which loads libucs), so the link may leave the weak
+// reference NULL there. The helpers then look the marker up among the loaded libraries
+// (dlsym(RTLD_DEFAULT)): still the patch set's own symbol, found at run time.
 
 /*
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stddef.h>
 
 extern const char *velo_ucx_guard_version(void) __attribute__((weak));
 extern void velo_ucx_guard_counters(uint64_t *out, size_t n) __attribute__((weak));
 
+typedef const char *(*velo_capi_guard_version_fn)(void);
+typedef void (*velo_capi_guard_counters_fn)(uint64_t *out, size_t n);
+
 static const char *velo_capi_guard_version(void) {
-	return velo_ucx_guard_version ? velo_ucx_guard_version() : NULL;
+	velo_capi_guard_version_fn f = velo_ucx_guard_version;
+	if (f == NULL)
+		f = (velo_capi_guard_version_fn)dlsym(RTLD_DEFAULT, "velo_ucx_guard_version");
+	return f ? f() : NULL;
 }
 
 static int velo_capi_guard_counters(uint64_t *out, size_t n) {
-	if (!velo_ucx_guard_counters)
+	velo_capi_guard_counters_fn f = velo_ucx_guard_counters;
+	if (f == NULL)
+		f = (velo_capi_guard_counters_fn)dlsym(RTLD_DEFAULT, "velo_ucx_guard_counters");
+	if (f == NULL)
 		return 0;
-	velo_ucx_guard_counters(out, n);
+	f(out, n);
 	return 1;
 }
 */
