@@ -68,6 +68,13 @@
 //     refused (ErrRemoteKeyRevoked) and its memory is unmapped only after replies that
 //     were already reading it completed. EngineConfig.RMA overrides the choice.
 //
+// The guarded GET protects what velo reads; it cannot stop UCX itself from serving a
+// peer's software PUT, GET or atomic at any address, which a stock UCX does for whoever
+// connects. velo's static UCX (make ucx-static, -tags ucx_static) carries a patch set that
+// refuses those requests; SoftwareRMAGuard says whether the linked UCX is such a build, and
+// every engine exports ucx_engine_rma_guard_enforced and ucx_engine_rma_refused_total{kind}.
+// This package only reports it: velo's UCX transport decides what to do about it.
+//
 // # Environment
 //
 // The environment wins: a value the program sets (ContextConfig.TLS, NetDevices,

@@ -90,4 +90,10 @@
 // Settings returns what the context really runs with. The ucx binding warns about
 // UCX_PROTO_ENABLE=n (it turns off all RMA on current UCX releases) and sets UCX_RCACHE_ENABLE=n
 // and UCX_MEM_EVENTS=n unless the user set them.
+//
+// The UCX it runs on. A stock UCX serves software-emulated RMA (tcp; ud on InfiniBand) at any
+// address a peer names, so New runs only on a UCX whose patch set refuses that (velo's static
+// build: make ucx-static, -tags ucx_static) unless VELO_UCX_TRUST_NETWORK=1 or
+// Config.TrustNetwork trusts the network; otherwise it fails with ErrUnguardedUCX. guard.go has
+// the policy, docs/security.md the threat.
 package ucx
