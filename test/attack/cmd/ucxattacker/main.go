@@ -42,6 +42,7 @@ type cmd struct {
 	Skip   []int  `json:"skip,omitempty"`   // listening ports that are not UCX's (the control plane)
 	Sender string `json:"sender,omitempty"` // the impersonated peer's instance ID (hex)
 	Inc    string `json:"inc,omitempty"`    // its incarnation (hex)
+	Pids   []int  `json:"pids,omitempty"`   // the processes whose traffic the observer watches
 	Marker string `json:"marker,omitempty"` // secret bytes to watch for on the wire (hex)
 
 	// Memory operations.

@@ -22,6 +22,7 @@ import (
 // read that succeeded is seen on the wire whoever received it.
 type observer struct {
 	mu     sync.Mutex
+	pids   []int  // the processes whose listening ports the kernel filter passes
 	needle []byte // incarnation and instance ID of the watched peer, as a frame header starts
 	marker []byte // the secret bytes to watch for
 	// epochs are the watched peer's frames by the TCP port that sent them: the attacker's own
@@ -30,6 +31,8 @@ type observer struct {
 	leaks   int
 	sample  string
 	packets int
+	drops   uint64 // packets the kernel dropped for want of room in the socket's buffer
+	fd      int
 	err     error
 	stop    chan struct{}
 	done    chan struct{}
@@ -69,13 +72,16 @@ func (a *attacker) observeStart(c cmd) (map[string]any, error) {
 	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
 	o := &observer{marker: []byte(hex.EncodeToString(marker)), epochs: map[uint16]map[uint32]*epochSeen{},
 		stop: make(chan struct{}), done: make(chan struct{})}
+	o.fd = fd
 	go o.run(fd)
 	a.obs = o
 	return map[string]any{"observing": true, "interface": lo.Name}, nil
 }
 
-// watch names the peer whose frames the observer follows: its instance ID and incarnation, the
-// first 16 bytes of every frame header it sends.
+// watch names the peer whose frames the observer follows (its instance ID and incarnation, the
+// first 16 bytes of every frame header it sends) and the processes whose traffic it watches
+// (c.Pids, and this one): from then on the kernel hands it only packets to or from their
+// listening ports (filter.go).
 func (a *attacker) watch(c cmd) (map[string]any, error) {
 	inc, err1 := strconv.ParseUint(c.Inc, 16, 64)
 	sender, err2 := strconv.ParseUint(c.Sender, 16, 64)
@@ -88,9 +94,40 @@ func (a *attacker) watch(c cmd) (map[string]any, error) {
 	needle := binary.BigEndian.AppendUint64(nil, inc)
 	needle = binary.BigEndian.AppendUint64(needle, sender)
 	a.obs.mu.Lock()
-	a.obs.needle, a.obs.epochs = needle, map[uint16]map[uint32]*epochSeen{}
+	a.obs.needle, a.obs.epochs, a.obs.pids = needle, map[uint16]map[uint32]*epochSeen{}, c.Pids
 	a.obs.mu.Unlock()
-	return map[string]any{"ok": true}, nil
+	ports, err := a.obs.filter()
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"ok": true, "ports": ports}, nil
+}
+
+// filter attaches the port filter for the watched processes' listening ports and this
+// process's own (its UCX interfaces exist once it connected: connect calls it again).
+func (o *observer) filter() ([]uint16, error) {
+	o.mu.Lock()
+	pids := append([]int{os.Getpid()}, o.pids...)
+	o.mu.Unlock()
+	seen := map[uint16]bool{}
+	var ports []uint16
+	for _, pid := range pids {
+		for _, s := range sockets(pid) {
+			if s.listening && !seen[uint16(s.port)] {
+				seen[uint16(s.port)] = true
+				ports = append(ports, uint16(s.port))
+			}
+		}
+	}
+	if len(o.pids) == 0 || len(ports) == 0 || len(ports) > 48 {
+		ports = nil // nothing to go by, or more than the filter's jumps reach: every packet
+	}
+	prog := portFilter(ports)
+	if err := unix.SetsockoptSockFprog(o.fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER,
+		&unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}); err != nil {
+		return nil, fmt.Errorf("observer: attaching the port filter: %w", err)
+	}
+	return ports, nil
 }
 
 // ownPorts are the local ports of this process's TCP sockets (its UCX connections among them).
@@ -232,6 +269,9 @@ func (a *attacker) observed(cmd) (map[string]any, error) {
 	own := ownPorts()
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if st, err := unix.GetsockoptTpacketStats(o.fd, unix.SOL_PACKET, unix.PACKET_STATISTICS); err == nil {
+		o.drops += uint64(st.Drops) // the kernel resets its counts at each read
+	}
 	epochs := map[string]epochSeen{}
 	for src, byEpoch := range o.epochs {
 		if own[src] {
@@ -245,7 +285,8 @@ func (a *attacker) observed(cmd) (map[string]any, error) {
 			epochs[k] = m
 		}
 	}
-	m := map[string]any{"observing": o.err == nil, "epochs": epochs, "leaks": o.leaks, "leak_sample": o.sample, "packets": o.packets}
+	m := map[string]any{"observing": o.err == nil, "epochs": epochs, "leaks": o.leaks, "leak_sample": o.sample,
+		"packets": o.packets, "drops": o.drops}
 	if o.err != nil {
 		m["why"] = o.err.Error()
 	}

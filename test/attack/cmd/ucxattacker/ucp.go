@@ -93,6 +93,12 @@ func (a *attacker) connect(c cmd) (map[string]any, error) {
 	if err := a.reconnect(); err != nil {
 		return nil, err
 	}
+	if a.obs != nil {
+		// This process listens on UCX ports of its own now: the observer must see them too.
+		if _, err := a.obs.filter(); err != nil {
+			return nil, err
+		}
+	}
 	return map[string]any{"ok": true, "ucx_version": ucx.Version().String, "own_key": hex.EncodeToString(a.ownKey)}, nil
 }
 
