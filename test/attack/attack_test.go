@@ -364,15 +364,16 @@ func indirectIDs(n int) []uint64 {
 }
 
 // TestRawUCPSoftwareRMA sends ucp's software PUT, GET and atomic messages over a raw socket,
-// with guessed endpoint ids, at the global and the heap.
+// with guessed endpoint ids, at the global and the heap. A guessed id that names one of the
+// victim's endpoints makes the victim answer that endpoint's peer (the legitimate consumer), so
+// each kind gets a fresh cast: what one does to the consumer is not blamed on the next.
 func TestRawUCPSoftwareRMA(t *testing.T) {
 	if !tcpInTransports() {
 		t.Skipf("skipped: UCX_TLS=%s has no tcp, so the victim has no UCX tcp port to attack", osUCXTLS())
 	}
-	f := newFixture(t, fixtureOptions{})
 	for _, kind := range []string{"put", "get", "atomic"} {
 		t.Run(kind, func(t *testing.T) {
-			f.t = t
+			f := newFixture(t, fixtureOptions{})
 			before, dropped := f.counters(), f.victimLog(noHandler(ucpAtomicReq))
 			for _, tg := range f.targets()[:2] {
 				r := f.atk.ok(map[string]any{"op": "raw_ucp", "ucp": kind, "pid": f.v.pid, "skip": []int{f.v.ctlPort}, "version": f.v.ucxVersion,
@@ -395,17 +396,16 @@ func TestRawUCPSoftwareRMA(t *testing.T) {
 
 // TestRawUCPForgedWireIDs sends ucp's software PUT and GET over a raw socket with endpoint ids
 // that are not ids at all but addresses (ucp takes an even id for a pointer to its endpoint):
-// one into the victim's own global, whose bytes the attacker chose nothing of, and arbitrary
-// ones. A UCX that follows them reads a "endpoint" from wherever the attacker points.
+// into the victim's own global and heap buffer, and arbitrary ones. A UCX that follows them
+// reads an "endpoint" from wherever the attacker points; each kind gets a fresh cast.
 func TestRawUCPForgedWireIDs(t *testing.T) {
 	if !tcpInTransports() {
 		t.Skipf("skipped: UCX_TLS=%s has no tcp, so the victim has no UCX tcp port to attack", osUCXTLS())
 	}
-	f := newFixture(t, fixtureOptions{})
-	ids := []uint64{f.v.global.addr + 1024, f.v.heap.addr + 4096, 0x1000, 0xdead0000}
 	for _, kind := range []string{"put", "get"} {
 		t.Run(kind, func(t *testing.T) {
-			f.t = t
+			f := newFixture(t, fixtureOptions{})
+			ids := []uint64{f.v.global.addr + 1024, f.v.heap.addr + 4096, 0x1000, 0xdead0000}
 			before := f.counters()
 			r := f.atk.ok(map[string]any{"op": "raw_ucp", "ucp": kind, "pid": f.v.pid, "skip": []int{f.v.ctlPort}, "version": f.v.ucxVersion,
 				"addr": f.v.global.addr + 128, "len": 64, "data": hex.EncodeToString(attackerBytes), "ep_ids": ids})
