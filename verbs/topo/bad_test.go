@@ -142,6 +142,19 @@ func TestSoftRoCE(t *testing.T) {
 	ranked, err := topo.NearestPortsForNUMA(0, 0)
 	require.NoError(t, err)
 	assert.Equal(t, "rxe0:1", ranked[0].Spec())
+
+	// A device whose parent is a platform device, not a PCI function.
+	root = build(t, func(b *builder) {
+		b.node(0, "0-15")
+		b.file("devices/platform/rdma0/modalias", "platform:rdma")
+		b.rdma("platform/rdma0", "plat0", "5054:00ff:fe00:0003", "", rocePort("", "5054:00ff:fe00:0003", "c0a8:0003"))
+	})
+	plat := load(t, root)
+	require.Len(t, plat.NICs, 1)
+	assert.Equal(t, "", plat.NICs[0].PCIFrom)
+	require.Len(t, plat.Notes, 3)
+	assert.Contains(t, plat.Notes[1], "plat0): its parent is not a PCI function")
+	assert.Contains(t, plat.Notes[2], "plat0) has no PCI function")
 	require.Len(t, topo.Notes, 2)
 	assert.Contains(t, topo.Notes[0], "rxe0) has no parent device; its PCI function 0000:02:00.0 comes from netdev eth1")
 	assert.Contains(t, topo.Notes[1], "rxe1) has no PCI function, nor a netdev with one")

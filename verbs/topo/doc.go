@@ -59,8 +59,10 @@
 //   - [SYS]: different root buses on different NUMA nodes, across the interconnect between
 //     sockets (or between the sub-NUMA clusters of one socket, which cost the same kind of hop).
 //     Also every pair where a NUMA node is unknown and the root buses differ, and every pair where
-//     one side has no PCI function at all (a soft-RoCE device on a virtual netdev): nothing shows
-//     that they are near.
+//     one side has no PCI function at all: nothing shows that they are near. An RDMA device
+//     without a PCI parent takes the PCI function of its first netdev (or bond member) that has
+//     one (soft-RoCE on a physical NIC); one on a virtual netdev, or whose parent is a platform
+//     device, has none.
 //
 // The order of nearness is PIX < PXB < PHB < NODE < SYS. Each pair also has a PCI distance, the
 // number of links on the path through the tree, one from each element of a chain to the next: up

@@ -152,6 +152,11 @@ func Relate(a, b PCIFunction) Link {
 	return l
 }
 
+// errNotPCI: a device's directory is not a PCI function's (a platform device). For a GPU listed
+// in bus/pci/devices that is a malformed tree; for an RDMA device's parent it only means that
+// the device has no PCI function.
+var errNotPCI = fmt.Errorf("%w: not a PCI device", verbs.ErrMalformed)
+
 var (
 	rootBusRE = regexp.MustCompile(`^pci[0-9a-f]{4,8}:[0-9a-f]{2}$`)
 	bdfRE     = regexp.MustCompile(`^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]$`)
@@ -170,7 +175,7 @@ func resolveChain(devices, link string) ([]string, string, error) {
 	}
 	chain := strings.Split(filepath.ToSlash(rel), "/")
 	if !rootBusRE.MatchString(chain[0]) {
-		return nil, "", fmt.Errorf("%w: %s resolves to devices/%s, which is not below a PCI root bus (devices/pci<domain>:<bus>/...)", verbs.ErrMalformed, link, rel)
+		return nil, "", fmt.Errorf("%w: %s resolves to devices/%s, which is not below a PCI root bus (devices/pci<domain>:<bus>/...)", errNotPCI, link, rel)
 	}
 	// Below a PCI function may sit devices of other buses (an mlx5 sub-function,
 	// .../0000:17:00.0/mlx5_core.sf.2): the PCI function above them is the one that counts.
@@ -181,7 +186,7 @@ func resolveChain(devices, link string) ([]string, string, error) {
 		}
 	}
 	if last < 1 {
-		return nil, "", fmt.Errorf("%w: %s resolves to devices/%s, which holds no PCI function", verbs.ErrMalformed, link, rel)
+		return nil, "", fmt.Errorf("%w: %s resolves to devices/%s, which holds no PCI function", errNotPCI, link, rel)
 	}
 	chain = chain[:last+1]
 	for _, c := range chain[1:] {

@@ -187,13 +187,17 @@ func (t *Topology) readNICs(p verbs.Paths, devices string) error {
 		link := filepath.Join(root, "class", "infiniband", d.Name, "device")
 		if _, err := os.Lstat(link); err == nil {
 			chain, fdir, err := resolveChain(devices, link)
-			if err != nil {
+			switch {
+			case errors.Is(err, errNotPCI):
+				t.Notes = append(t.Notes, fmt.Sprintf("%s: its parent is not a PCI function (%v)", what, err))
+			case err != nil:
 				return err
+			default:
+				if n.PCI, err = readFunction(fdir, chain); err != nil {
+					return err
+				}
+				n.PCIFrom = "device"
 			}
-			if n.PCI, err = readFunction(fdir, chain); err != nil {
-				return err
-			}
-			n.PCIFrom = "device"
 		}
 		for _, vp := range d.Ports {
 			pt := Port{Port: vp, NIC: i}
@@ -247,6 +251,9 @@ func (n *NIC) pciFromNetdevs(root, devices string) error {
 			continue
 		}
 		chain, fdir, err := resolveChain(devices, link)
+		if errors.Is(err, errNotPCI) {
+			continue
+		}
 		if err != nil {
 			return err
 		}
