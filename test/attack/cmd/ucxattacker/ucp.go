@@ -30,6 +30,8 @@ type attacker struct {
 	ownKey      []byte
 	keys        map[string]*ucx.RemoteKey // unpacked on ep, by the packed key's hex
 
+	amo *amoSide // the atomics' own context and endpoint, opened at the first atomic
+
 	nextReq   uint64
 	replies   map[uint64]*guardReply
 	epFailure string // the endpoint's failure, if UCX reported one
@@ -130,6 +132,9 @@ func (a *attacker) close() {
 	if a.w == nil {
 		return
 	}
+	if a.amo != nil {
+		a.amo.close()
+	}
 	a.dropEndpoint()
 	if a.mh != nil {
 		_ = a.mh.Unmap()
@@ -156,6 +161,97 @@ func (a *attacker) ready() error {
 func (a *attacker) progress() {
 	a.w.Progress()
 	a.w.Poll(a.onEvent)
+	if m := a.amo; m != nil {
+		m.w.Progress()
+		m.w.Poll(func(ev *ucx.Event) {
+			if ev.Kind == ucx.EventEndpointError && ev.Endpoint == m.ep && ev.Err != nil {
+				m.failure = ev.Err.Error()
+			}
+		})
+	}
+}
+
+// amoSide is a second context, worker and endpoint to the victim that the attacker sends its
+// atomics on. UCX 1.22's protocol selection finds no atomic protocol toward a worker whose
+// context did not ask for atomics (velo's do not), and the attacker's own UCX then asserts and
+// aborts in its error path before anything is sent; with UCX's earlier protocols
+// (UCX_PROTO_ENABLE=n, this context only) the atomic goes out as a software request, which is
+// what the attack is about. On 1.13 those protocols are the default anyway.
+type amoSide struct {
+	ctx     *ucx.Context
+	w       *ucx.Worker
+	ep      *ucx.Endpoint
+	keys    map[string]*ucx.RemoteKey
+	failure string
+}
+
+// amoReady returns the atomics' endpoint, opening (or reopening) it as needed.
+func (a *attacker) amoReady() (*amoSide, error) {
+	if a.amo == nil {
+		settings := map[string]string{}
+		if v := ucx.Version(); v.Major > 1 || v.Minor > 13 {
+			settings["PROTO_ENABLE"] = "n"
+		}
+		ctx, err := ucx.NewContext(ucx.ContextConfig{TLS: "tcp", Features: ucx.FeatureAM | ucx.FeatureRMA | ucx.FeatureAMO, Settings: settings})
+		if err != nil {
+			return nil, err
+		}
+		w, err := ctx.NewWorker()
+		if err != nil {
+			ctx.Close()
+			return nil, err
+		}
+		a.amo = &amoSide{ctx: ctx, w: w}
+	}
+	m := a.amo
+	if m.ep != nil && m.ep.Err() == nil {
+		return m, nil
+	}
+	if m.ep != nil {
+		for _, k := range m.keys {
+			k.Destroy()
+		}
+		if r, _ := m.ep.Close(ucx.CloseForce); r != nil {
+			_ = a.wait(r, 5*time.Second)
+		}
+	}
+	ep, err := m.w.Connect(a.worker, ucx.EndpointOptions{})
+	if err != nil {
+		return nil, err
+	}
+	m.ep, m.keys, m.failure = ep, map[string]*ucx.RemoteKey{}, ""
+	return m, nil
+}
+
+func (m *amoSide) key(spec string, own []byte) (*ucx.RemoteKey, error) {
+	packed := own
+	if spec != "own" && spec != "" {
+		var err error
+		if packed, err = hex.DecodeString(spec); err != nil {
+			return nil, fmt.Errorf("key %q: %w", spec, err)
+		}
+	}
+	h := hex.EncodeToString(packed)
+	if k := m.keys[h]; k != nil {
+		return k, nil
+	}
+	k, err := m.ep.UnpackRemoteKey(packed)
+	if err != nil {
+		return nil, err
+	}
+	m.keys[h] = k
+	return k, nil
+}
+
+func (m *amoSide) close() {
+	if m.ep != nil {
+		for _, k := range m.keys {
+			k.Destroy()
+		}
+		m.ep.Close(ucx.CloseForce)
+	}
+	m.w.Close()
+	m.ctx.Close()
 }
 
 func (a *attacker) onEvent(ev *ucx.Event) {
@@ -326,7 +422,11 @@ func (a *attacker) atomic(c cmd, timeout time.Duration) (map[string]any, error) 
 	if err := a.ready(); err != nil {
 		return nil, err
 	}
-	rk, err := a.key(c.Key)
+	side, err := a.amoReady()
+	if err != nil {
+		return nil, err
+	}
+	rk, err := side.key(c.Key, a.ownKey)
 	if err != nil {
 		return map[string]any{"status": "key refused: " + err.Error()}, nil
 	}
@@ -351,7 +451,7 @@ func (a *attacker) atomic(c cmd, timeout time.Duration) (map[string]any, error) 
 		operand, result := buf[:8], buf[8:]
 		binary.LittleEndian.PutUint64(operand, c.Value)
 		fill(result, 0xEE) // a compare-and-swap stores these bytes where the word equals operand
-		req, err := a.ep.Atomic(op, operand, result, c.Addr, rk)
+		req, err := side.ep.Atomic(op, operand, result, c.Addr, rk)
 		ops = append(ops, posted{op: name, req: req, err: err, result: result})
 	}
 	deadline := time.Now().Add(timeout)
@@ -377,7 +477,13 @@ func (a *attacker) atomic(c cmd, timeout time.Duration) (map[string]any, error) 
 				p.err = errTimeout
 			}
 		}
-		m := a.outcome(p.err)
+		m := map[string]any{"status": "ok"}
+		if p.err != nil {
+			m["status"] = p.err.Error()
+		}
+		if side.failure != "" {
+			m["endpoint_failed"] = side.failure
+		}
 		if p.err == nil {
 			m["fetched"] = hex.EncodeToString(p.result)
 		}
