@@ -127,6 +127,9 @@ func (o *observer) filter() ([]uint16, error) {
 		&unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}); err != nil {
 		return nil, fmt.Errorf("observer: attaching the port filter: %w", err)
 	}
+	// Drops before the filter were of anyone's traffic: from here on they are of the watched
+	// processes' (reading the statistics resets them).
+	_, _ = unix.GetsockoptTpacketStats(o.fd, unix.SOL_PACKET, unix.PACKET_STATISTICS)
 	return ports, nil
 }
 
