@@ -1,9 +1,12 @@
 # Static UCX from source (third_party/ucx) and the Go link that uses it (-tags ucx_static).
 #
-#   make ucx-static       build UCX into third_party/ucx/build-<version>, linked as build (cached by a
-#                         stamp; see third_party/ucx/README.md): 1.22.0 when its source is beside
-#                         the checkout (../shared/third_party) or given as UCX_TARBALL, else
-#                         Debian's 1.13.1
+#   make ucx-static       build UCX, with velo's patch set (third_party/ucx/patches), into
+#                         third_party/ucx/build-<version>, linked as build (cached by a stamp; see
+#                         third_party/ucx/README.md): 1.22.0 when its source is beside the checkout
+#                         (../shared/third_party) or given as UCX_TARBALL, else Debian's 1.13.1.
+#                         The library only: what make demo and the suites link
+#   make ucx-static-tools the same build's ucx_info and ucx_perftest (build/bin), on demand: the
+#                         static tests and the benchmarks that compare with ucx_perftest need them
 #   make test-static      recipe refusals; a static cgo binary (ucp_init over tcp, ldd, constructors,
 #                         logging); the ucx module's, the UCX transport's and the rendezvous RDMA
 #                         tests linked against that static UCX (make test runs it)
@@ -20,7 +23,7 @@ UCX_STATIC_RECIPE := third_party/ucx/ucx-static.sh
 # Which of the ucx module's tests test-static runs against the static UCX (a go test -run pattern).
 UCX_STATIC_UCX_TESTS ?= .
 
-.PHONY: ucx-static test-static test-static-other test-ctor-order bench-static
+.PHONY: ucx-static ucx-static-tools test-static test-static-other test-ctor-order bench-static
 TEST_TARGETS += test-static
 
 # The go command does not look inside an archive named in #cgo LDFLAGS, so a rebuilt or switched
@@ -38,6 +41,9 @@ endef
 ucx-static: deps
 	@$(UCX_STATIC_RECIPE) build
 
+ucx-static-tools: deps
+	@$(UCX_STATIC_RECIPE) tools
+
 # Both run under GOEXPERIMENT=cgocheck2 (the cgo pointer checks), like every cgo suite here.
 # With UCX_DIR set there is no static build to link against: the recipe's refusal tests still run,
 # the static-link tests are skipped with a message.
@@ -53,7 +59,7 @@ test-static-other: deps
 bench-static: deps
 	@echo "bench-static: skipped: UCX_DIR=$(UCX_DIR) selects a preinstalled UCX; make bench-rendezvous-rdma benchmarks it"
 else
-test-static: ucx-static
+test-static: ucx-static-tools
 	@echo "test-static: UCX $$(readlink third_party/ucx/build | sed 's/^build-//') (static)"
 	$(ucx_static_suites)
 
@@ -62,7 +68,7 @@ test-static: ucx-static
 test-static-other: deps
 	@if [ "$$($(UCX_STATIC_RECIPE) version 2>/dev/null)" = 1.13.1 ] && [ -z "$${UCX_TARBALL:-}" ]; then \
 		echo "test-static-other: the default is Debian's 1.13.1 and no other source is given (UCX_TARBALL=path of a 1.22 source)"; exit 1; fi
-	@if [ "$$($(UCX_STATIC_RECIPE) version 2>/dev/null)" = 1.13.1 ]; then $(UCX_STATIC_RECIPE) build; else UCX_SOURCE=debian $(UCX_STATIC_RECIPE) build; fi
+	@if [ "$$($(UCX_STATIC_RECIPE) version 2>/dev/null)" = 1.13.1 ]; then $(UCX_STATIC_RECIPE) tools; else UCX_SOURCE=debian $(UCX_STATIC_RECIPE) tools; fi
 	@echo "test-static-other: UCX $$(readlink third_party/ucx/build | sed 's/^build-//') (static)"
 	$(ucx_static_suites)
 	@env -u UCX_TARBALL $(UCX_STATIC_RECIPE) build
@@ -70,7 +76,7 @@ test-static-other: deps
 test-ctor-order: ucx-static
 	cd test && $(UCX_STATIC_GO) GOEXPERIMENT=cgocheck2 $(GOTEST) -tags ucx_static -run 'TestCtorOrder' -v ./ucxstatic/
 
-bench-static: ucx-static
+bench-static: ucx-static-tools
 	cd test && $(UCX_STATIC_GO) $(RDMA_TEST_ENV) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run -tags ucx_static ./rdma/cmd/rdmabench
 	cd ucx && $(UCX_STATIC_GO) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run -tags ucx_static ./internal/benchrma
 endif

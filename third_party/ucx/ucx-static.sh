@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # ucx-static.sh: builds the static UCX that `go build -tags ucx_static` links (see README.md).
 #
-#   ucx-static.sh build            checks, then fetch + configure + make + install (cached by a stamp)
+#   ucx-static.sh build            checks, then fetch + patch + configure + make + install of the
+#                                  libraries (cached by a stamp); no tools
+#   ucx-static.sh tools            build, then ucx_info and ucx_perftest of that build into
+#                                  build/bin (benchmarks and their tests need them; make demo not)
 #   ucx-static.sh version          prints the UCX version the next build would make
 #   ucx-static.sh check            only the checks (headers, UCX_EXTRA_CONFIGURE, cross compiler,
-#                                  UCX_DIR, UCX_TARBALL pin); prints the configure arguments
+#                                  UCX_DIR, UCX_TARBALL pin, the patch set's files); prints the
+#                                  configure arguments
 #   ucx-static.sh key              prints the stamp key the next build compares against
+#   ucx-static.sh patches          lists the patch set the next build applies
+#   ucx-static.sh patch-check      unpacks the selected source into a scratch folder and applies the
+#                                  patch set there, as a build would, and nothing else
 #   ucx-static.sh deb-src-list DIR writes the deb-src lists derived from the system's apt sources
 #
 # The checks exist because UCX's own configure degrades silently: without the rdma-core headers it
@@ -18,8 +25,14 @@
 # checkout when that archive is there (VELO_UCX_SHARED_SOURCE names another path); else Debian's
 # UCX 1.13.1 source package, said in one line. UCX_SOURCE=debian picks Debian's whatever is there.
 #
+# Every build applies velo's patch set for its release, patches/<version>/NNNN-name.patch in name
+# order, after unpacking and before autogen and configure (README.md, "Patch set"): it closes
+# UCX's software RMA, tcp PUT and forged wire ids. A patch that does not apply cleanly stops the
+# build, naming it; the patches' SHA-256 sums are part of the stamp key.
+#
 # Variables: UCX_TARBALL, UCX_SOURCE, UCX_DIR, UCX_EXTRA_CONFIGURE, VELO_UCX_IGNORE_MISSING_HEADERS, CC,
-# CC_<target>, GOOS, GOARCH, CFLAGS, CPPFLAGS, LDFLAGS, CPATH, C_INCLUDE_PATH, LIBRARY_PATH.
+# CC_<target>, GOOS, GOARCH, CFLAGS, CPPFLAGS, LDFLAGS, CPATH, C_INCLUDE_PATH, LIBRARY_PATH,
+# VELO_UCX_PATCHES (another folder of per-version patch sets, for tests).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -28,9 +41,14 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 link_dir="$here/build"
 build_dir="" # set by resolve_source
 stamp=""
-src_root="$here/src"      # unpacked UCX source (ignored by git)
+src_root="$here/src"      # unpacked UCX sources, src/ucx-<version> (ignored by git)
+src_dir=""                # set by select_version
+obj_dir=""                # set by select_version: work/obj-<version>, kept for `tools`
 work_dir="$here/work"     # apt state, downloads, object tree, logs (ignored by git)
 pins="$here/sources.sha256"
+# velo's patch sets, one folder per UCX version (patches/1.13.1, patches/1.22.0).
+patches_root=${VELO_UCX_PATCHES:-$here/patches}
+patch_dir="" # set by select_version
 # The UCX 1.22.0 source the workspace provides beside the checkout (a git archive of tag v1.22.0).
 shared_source=${VELO_UCX_SHARED_SOURCE:-$here/../../../shared/third_party/ucx-1.22.0-git.tar.gz}
 
@@ -391,12 +409,66 @@ select_version() {
 	esac
 	build_dir="$here/build-$ucx_version"
 	stamp="$build_dir/.velo-ucx-stamp"
+	src_dir="$src_root/ucx-$ucx_version"
+	obj_dir="$work_dir/obj-$ucx_version"
+	patch_dir="$patches_root/$ucx_version"
+}
+
+# --- the patch set -----------------------------------------------------------------------------
+
+# Sets patch_files to the selected version's patches, in the order they apply, after checking the
+# folder: every file in it must be a patch named NNNN-name.patch that opens with its header
+# comment (what it closes and why). A stray file (an editor's backup, a .rej, a patch without a
+# number) stops the build rather than being skipped or applied in some order.
+check_patch_set() {
+	patch_files=()
+	[ -d "$patch_dir" ] || die "there is no patch set for UCX $ucx_version at $patch_dir." \
+		"Every UCX the recipe builds carries velo's patches (README.md, \"Patch set\"); port them to this release first."
+	local f name
+	while IFS= read -r -d '' f; do
+		name=$(basename "$f")
+		[[ "$name" =~ ^[0-9]{4}-[a-z0-9][a-z0-9.-]*\.patch$ ]] && [ -f "$f" ] ||
+			die "$patch_dir holds $name, which is not a patch of the set (NNNN-name.patch)." \
+				"Remove it, or rename it NNNN-name.patch if it belongs to the set."
+		[ "$(head -c1 "$f")" = "#" ] ||
+			die "patch $name does not open with its header comment ('# ...' lines: what it closes and why)." \
+				"Add the header; see the other patches in $patch_dir."
+		patch_files+=("$f")
+	done < <(find "$patch_dir" -mindepth 1 -maxdepth 1 -print0 | LC_ALL=C sort -z)
+	[ ${#patch_files[@]} -gt 0 ] || die "the patch set for UCX $ucx_version ($patch_dir) is empty."
+	command -v patch >/dev/null || die "patch is missing; the recipe applies velo's UCX patch set with it." \
+		"Run 'make deps', or apt-get install patch."
+}
+
+# The patches with their SHA-256 sums, one per line: what the stamp key and the build record hold.
+patch_lines() {
+	local f
+	for f in "${patch_files[@]}"; do
+		printf '%s sha256=%s\n' "$(basename "$f")" "$(sha256sum "$f" | cut -d' ' -f1)"
+	done
+}
+
+# apply_patches DIR LOG applies the patch set to the source tree DIR, patch's output going to LOG.
+# Each patch is first tried with --dry-run and no fuzz, so a patch that does not apply cleanly
+# stops the build with its name and patch's own words, before the tree is touched by it.
+apply_patches() {
+	local tree=$1 log=$2 f name out
+	for f in "${patch_files[@]}"; do
+		name=$(basename "$f")
+		if ! out=$(cd "$tree" && LC_ALL=C patch -p1 -N -F0 --dry-run <"$f" 2>&1); then
+			die "patch $name does not apply cleanly to UCX $ucx_version; the build stops." \
+				"$(grep -v '^checking file' <<<"$out" | head -6)" \
+				"The patch set is made for the pinned source (sources.sha256); regenerate $name against it."
+		fi
+		(cd "$tree" && LC_ALL=C patch -p1 -N -F0 --no-backup-if-mismatch <"$f") >>"$log" 2>&1 ||
+			die "patch $name failed after its dry run passed; see $log."
+	done
 }
 
 # The source tree's own version (configure.ac), which must be the one its pin names: a tarball of
 # another release under a pinned name stops here.
 check_tree_version() {
-	local ac="$src_root/ucx/configure.ac" v
+	local ac="${1:-$src_dir}/configure.ac" v
 	v=$(sed -n -e 's/^define(\[ucx_ver_major\], \([0-9]*\)).*/\1/p' -e 's/^define(\[ucx_ver_minor\], \([0-9]*\)).*/.\1/p' -e 's/^define(\[ucx_ver_patch\], \([0-9]*\)).*/.\1/p' "$ac" | tr -d '\n')
 	[ "$v" = "$ucx_version" ] || die "the unpacked source is UCX ${v:-of no version} (configure.ac), but its pin says $ucx_version." \
 		"Check which tarball this is; a half-extracted or mislabelled source is never built."
@@ -474,24 +546,32 @@ fetch_debian_source() {
 				"If Debian republished the package, check it and update third_party/ucx/sources.sha256."
 		fi
 	done
+}
+
+# unpack_debian_source DIR unpacks the fetched source package, with Debian's patches, into DIR.
+unpack_debian_source() {
+	local dest=$1 dl="$work_dir/debian"
 	command -v dpkg-source >/dev/null || die "dpkg-source is missing (Debian package dpkg-dev)." "Run 'make deps', or apt-get install dpkg-dev."
-	(cd "$src_root" && dpkg-source -x "$dl/ucx_${UCX_DEBIAN_VERSION}.dsc" "ucx") >"$work_dir/logs/unpack.log" 2>&1 ||
+	mkdir -p "$(dirname "$dest")"
+	(cd "$(dirname "$dest")" && dpkg-source -x "$dl/ucx_${UCX_DEBIAN_VERSION}.dsc" "$(basename "$dest")") >"$work_dir/logs/unpack.log" 2>&1 ||
 		die "dpkg-source -x failed; see $work_dir/logs/unpack.log." "$(tail -3 "$work_dir/logs/unpack.log")"
 }
 
+# unpack_tarball DIR unpacks UCX_TARBALL into DIR.
 unpack_tarball() {
-	local tmp="$src_root/.unpack"
-	mkdir -p "$tmp"
-	tar -xf "$UCX_TARBALL" -C "$tmp" || die "could not unpack UCX_TARBALL=$UCX_TARBALL."
+	local dest=$1 tmp
+	mkdir -p "$(dirname "$dest")"
+	tmp=$(mktemp -d "$(dirname "$dest")/.unpack.XXXXXX")
+	tar -xf "$UCX_TARBALL" -C "$tmp" || { rm -rf "$tmp"; die "could not unpack UCX_TARBALL=$UCX_TARBALL."; }
 	local top
 	top=$(find "$tmp" -mindepth 1 -maxdepth 1 -type d | head -1)
-	[ -n "$top" ] && [ -f "$top/configure.ac" ] || die "UCX_TARBALL=$UCX_TARBALL does not unpack to a UCX source tree (no configure.ac)."
-	mv "$top" "$src_root/ucx"
-	rmdir "$tmp"
+	[ -n "$top" ] && [ -f "$top/configure.ac" ] || { rm -rf "$tmp"; die "UCX_TARBALL=$UCX_TARBALL does not unpack to a UCX source tree (no configure.ac)."; }
+	mv "$top" "$dest"
+	rm -rf "$tmp"
 	# Debian's orig tarball renames upstream's debian/ to debian.upstream; configure links files
 	# from debian/, so give it back the upstream copy.
-	if [ ! -d "$src_root/ucx/debian" ] && [ -d "$src_root/ucx/debian.upstream" ]; then
-		cp -r "$src_root/ucx/debian.upstream" "$src_root/ucx/debian"
+	if [ ! -d "$dest/debian" ] && [ -d "$dest/debian.upstream" ]; then
+		cp -r "$dest/debian.upstream" "$dest/debian"
 	fi
 }
 
@@ -501,7 +581,7 @@ unpack_tarball() {
 # executable itself ("cannot dynamically load position-independent executable"). The recipe
 # builds static libraries only, so it removes the define from the generated configure.
 patch_configure() {
-	local conf="$src_root/ucx/configure" n
+	local conf="$src_dir/configure" n
 	n=$(grep -c 'lt_prog_compiler_pic="$lt_prog_compiler_pic -DUCX_SHARED_LIB"' "$conf" || true)
 	[ "$n" = 1 ] || die "expected one UCX_SHARED_LIB line in UCX's configure, found $n." \
 		"This UCX release differs from the ones the recipe knows (sources.sha256); update patch_configure in ucx-static.sh."
@@ -516,6 +596,7 @@ stamp_key() {
 	cc_version=$("${cc_words[@]}" --version 2>/dev/null | head -1 || true)
 	printf 'recipe %s\n' "$(cat "${BASH_SOURCE[0]}" "$pins" | sha256sum | cut -d' ' -f1)"
 	printf 'source %s\n' "$source_id"
+	patch_lines | sed 's/^/patch /'
 	printf 'target %s\n' "$target_triple"
 	printf 'cc %s (%s)\n' "$cc" "$cc_version"
 	local v
@@ -555,62 +636,72 @@ run_logged() { # name, then the command; stops with the log's tail on failure
 # After configure, confirm from config.h that the RDMA pieces really made it in. This catches
 # whatever the early checks cannot see (an unusual rdma-core, an extra option we do not know).
 check_config_h() {
-	local h="$work_dir/obj/config.h" def missing=()
+	local h="$obj_dir/config.h" def missing=()
 	for def in HAVE_IB HAVE_MLX5_DV HAVE_DEVX HAVE_TL_RC HAVE_TL_UD HAVE_TL_DC ENABLE_MT "${version_defs[@]}"; do
 		grep -q "^#define $def 1" "$h" || missing+=("$def")
 	done
-	[ ${#missing[@]} -eq 0 ] || die "configure finished without ${missing[*]} (see $work_dir/obj/config.h); that UCX would lack RDMA transports, so the build stops." \
+	[ ${#missing[@]} -eq 0 ] || die "configure finished without ${missing[*]} (see $obj_dir/config.h); that UCX would lack RDMA transports, so the build stops." \
 		"Check $work_dir/logs/configure.log for why rdma-core was not usable (an old rdma-core lacks DEVX: install a newer one)."
-	grep -q '^#define HAVE_RDMACM 1' "$h" || [ -f "$work_dir/obj/src/uct/ib/rdmacm/Makefile" ] ||
+	grep -q '^#define HAVE_RDMACM 1' "$h" || [ -f "$obj_dir/src/uct/ib/rdmacm/Makefile" ] ||
 		die "configure did not enable the rdmacm transport; see $work_dir/logs/configure.log."
 }
 
-# step_done NAME records how long the step since the previous mark took, for the build summary.
+# step_done NAME records how long the step since the previous mark took, for the build summary,
+# and prints it: one line per step, so a cold build shows its progress (each step's own output is
+# in work/logs).
 step_times=""
 step_mark=0
+step_start=0
 step_done() {
 	local now
 	now=$(date +%s)
 	step_times="${step_times:+$step_times, }$1 $((now - step_mark))s"
+	note "[$(printf '%4d' $((now - step_start)))s] $1 done in $((now - step_mark)) s"
 	step_mark=$now
 }
 
 build() {
 	mkdir -p "$work_dir/logs" "$src_root"
-	local t0 t1
+	local t0 t1 cpu0 cpu1
 	t0=$(date +%s)
+	cpu_seconds
+	cpu0=$cpu
 	step_mark=$t0
-	rm -rf "$src_root/ucx" "$work_dir/obj" "$build_dir"
+	step_start=$t0
+	# The recipe once kept one source and object tree for all versions (src/ucx, work/obj).
+	rm -rf "$src_dir" "$obj_dir" "$build_dir" "$src_root/ucx" "$work_dir/obj" "$work_dir/logs/patches.log"
+	note "building UCX $ucx_version (library only; 'ucx-static.sh tools' adds ucx_info and ucx_perftest); logs in $work_dir/logs"
 	if [ -n "${UCX_TARBALL:-}" ]; then
-		unpack_tarball
+		unpack_tarball "$src_dir"
 	else
 		fetch_debian_source
-	fi
-	step_done source
-	if [ ! -x "$src_root/ucx/configure" ]; then
-		check_autotools
-		note "running autogen.sh (this source ships no configure)"
-		# autoconf records `git rev-parse HEAD` as UCX's revision; the tree sits inside this
-		# checkout, whose revision it would otherwise take.
-		run_logged autogen env GIT_CEILING_DIRECTORIES="$src_root" bash -c "cd '$src_root/ucx' && ./autogen.sh"
-		step_done autogen
+		unpack_debian_source "$src_dir"
 	fi
 	check_tree_version
+	step_done source
+	apply_patches "$src_dir" "$work_dir/logs/patches.log"
+	step_done "patches (${#patch_files[@]})"
+	if [ ! -x "$src_dir/configure" ]; then
+		check_autotools
+		# autoconf records `git rev-parse HEAD` as UCX's revision; the tree sits inside this
+		# checkout, whose revision it would otherwise take.
+		run_logged autogen env GIT_CEILING_DIRECTORIES="$src_root" bash -c "cd '$src_dir' && ./autogen.sh"
+		step_done autogen
+	fi
 	patch_configure
-	mkdir -p "$work_dir/obj"
+	mkdir -p "$obj_dir"
 	note "configure: ${args[*]}"
-	run_logged configure bash -c 'cd "$1" && shift && "$@"' _ "$work_dir/obj" "$src_root/ucx/configure" "${args[@]}"
+	run_logged configure bash -c 'cd "$1" && shift && "$@"' _ "$obj_dir" "$src_dir/configure" "${args[@]}"
 	check_config_h
 	step_done configure
-	local jobs d
+	local d
 	jobs=$(nproc 2>/dev/null || echo 2)
-	note "make -j$jobs in ${ucx_src_dirs[*]}"
 	for d in "${ucx_src_dirs[@]}"; do
-		run_logged "make-${d##*/}" make -C "$work_dir/obj/$d" -j"$jobs"
+		run_logged "make-${d##*/}" make -C "$obj_dir/$d" -j"$jobs"
+		step_done "make ${d#src/} (-j$jobs)"
 	done
-	step_done make
 	for d in "${ucx_src_dirs[@]}"; do
-		run_logged "install-${d##*/}" make -C "$work_dir/obj/$d" install
+		run_logged "install-${d##*/}" make -C "$obj_dir/$d" install
 	done
 	step_done install
 
@@ -638,20 +729,37 @@ build() {
 		grep -q " [TtDd] $sym\$" <<<"$syms" ||
 			die "libvelo_ucx.a lacks $sym; the partial link or the configure result is wrong (logs in $work_dir/logs)."
 	done
-
+	# The patch set's marker: velo reads it at run time to know that this UCX refuses software
+	# RMA (README.md, "Patch set").
+	for sym in velo_ucx_guard_version velo_ucx_guard_counters; do
+		grep -q " T $sym\$" <<<"$syms" ||
+			die "libvelo_ucx.a does not define $sym, the mark of velo's patch set; the patches did not make it into the build." \
+				"Check $work_dir/logs/patches.log and $patch_dir."
+	done
 	step_done link
-	build_tools
-	step_done tools
 	t1=$(date +%s)
+	cpu_seconds
+	cpu1=$cpu
 	{
 		printf 'UCX static build for velo\n'
-		printf 'built %s in %ss on %s cores (%s; load average %s)\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
-			"$((t1 - t0))" "$jobs" "$step_times" "$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)"
+		printf 'built %s in %ss (CPU %ss) on %s cores (%s; load average %s)\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+			"$((t1 - t0))" "$((cpu1 - cpu0))" "$jobs" "$step_times" "$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)"
+		printf 'applied patches (%s):\n' "$patch_dir"
+		patch_lines | sed 's/^/  /'
 		stamp_key
 	} >"$build_dir/velo-ucx-build.txt"
 	stamp_key >"$stamp"
 	link_build
-	note "built UCX $ucx_version into $build_dir in $((t1 - t0)) s ($step_times)"
+	note "built UCX $ucx_version into $build_dir in $((t1 - t0)) s, CPU $((cpu1 - cpu0)) s ($step_times)"
+}
+
+# Sets cpu to the CPU seconds (user + system) of this script's finished children, from the
+# shell's own `times`. Call it directly: in a command substitution `times` would report a fresh
+# subshell's.
+cpu=0
+cpu_seconds() {
+	times >"$work_dir/.times"
+	cpu=$(awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] } printf "%d\n", n }' "$work_dir/.times")
 }
 
 # The tools benchmarks and checks compare velo with, ucx_info and ucx_perftest, linked against
@@ -660,7 +768,7 @@ build() {
 # makefiles; only the final link is ours. A baseline from another UCX than the one velo links
 # would compare two libraries, so the benchmarks use these (README.md, "The tools").
 build_tools() {
-	local info="$work_dir/obj/src/tools/info" perf="$work_dir/obj/src/tools/perf" objs lib
+	local info="$obj_dir/src/tools/info" perf="$obj_dir/src/tools/perf" objs lib
 	local cc_words link_libs=(-libverbs -lmlx5 -lrdmacm -lpthread -ldl -lrt -lm)
 	read -r -a cc_words <<<"$cc"
 	mkdir -p "$build_dir/bin"
@@ -689,7 +797,7 @@ build_tools() {
 		die "the ucx_info just built lists no tcp transport; the static link lost UCX's modules (logs in $work_dir/logs)."
 	out=$("$build_dir/bin/ucx_info" -b 2>&1) || true
 	grep -q '^#define uct_MODULES .*:ib:rdmacm' <<<"$out" ||
-		die "the ucx_info just built does not list the ib and rdmacm modules as compiled in; see $work_dir/obj/config.h."
+		die "the ucx_info just built does not list the ib and rdmacm modules as compiled in; see $obj_dir/config.h."
 }
 
 # tool_objects DIR PROGRAM: the object files automake's Makefile in DIR lists for PROGRAM.
@@ -699,6 +807,51 @@ tool_objects() {
 
 # --- main --------------------------------------------------------------------------------------
 
+# patch_check unpacks the selected source into a scratch folder under work/ and applies the patch
+# set there, as a build would; the build tree is not touched.
+patch_check() {
+	local tmp
+	mkdir -p "$work_dir/logs" "$work_dir/scratch"
+	tmp=$(mktemp -d "$work_dir/scratch/patch-check.XXXXXX")
+	# shellcheck disable=SC2064 # expand now: tmp is local
+	trap "rm -rf '$tmp'" EXIT
+	if [ -n "${UCX_TARBALL:-}" ]; then
+		unpack_tarball "$tmp/ucx"
+	else
+		fetch_debian_source
+		unpack_debian_source "$tmp/ucx"
+	fi
+	check_tree_version "$tmp/ucx"
+	apply_patches "$tmp/ucx" "$tmp/patches.log"
+	note "the patch set for UCX $ucx_version applies cleanly (${#patch_files[@]} patches from $patch_dir)"
+}
+
+# Builds the tools of the current build unless they are there for it already (their stamp is the
+# library's). They are linked from the build's object tree, which a build keeps in work/.
+tools() {
+	local tools_stamp="$build_dir/bin/.velo-tools-stamp"
+	if [ -f "$tools_stamp" ] && cmp -s "$tools_stamp" "$stamp" &&
+		[ -x "$build_dir/bin/ucx_info" ] && [ -x "$build_dir/bin/ucx_perftest" ]; then
+		note "tools up to date: $build_dir/bin (ucx_info, ucx_perftest)"
+		return 0
+	fi
+	local t0 cpu0
+	t0=$(date +%s)
+	cpu_seconds
+	cpu0=$cpu
+	step_mark=$t0
+	step_start=$t0
+	jobs=$(nproc 2>/dev/null || echo 2)
+	note "building ucx_info and ucx_perftest of UCX $ucx_version; logs in $work_dir/logs"
+	rm -rf "$build_dir/bin"
+	build_tools
+	step_done tools
+	cmp -s "$stamp" <(stamp_key) || die "the build changed while its tools were built; run the command again."
+	cp "$stamp" "$tools_stamp"
+	cpu_seconds
+	note "built the tools into $build_dir/bin in $(($(date +%s) - t0)) s, CPU $((cpu - cpu0)) s"
+}
+
 CPPFLAGS_WORDS=${CPPFLAGS:-}
 cmd=${1:-build}
 case "$cmd" in
@@ -707,8 +860,8 @@ deb-src-list)
 	deb_src_list "$2"
 	exit 0
 	;;
-build | check | key | version) ;;
-*) die "unknown command '$cmd'." "usage: ucx-static.sh [build|check|key|version|deb-src-list DIR]" ;;
+build | tools | check | key | version | patches | patch-check) ;;
+*) die "unknown command '$cmd'." "usage: ucx-static.sh [build|tools|check|key|version|patches|patch-check|deb-src-list DIR]" ;;
 esac
 
 resolve_toolchain
@@ -719,7 +872,7 @@ fi
 check_extra_configure
 check_headers
 resolve_source
-[ -z "$needs_autogen" ] || check_autotools
+[ -z "$needs_autogen" ] || [ "$cmd" = patches ] || [ "$cmd" = patch-check ] || check_autotools
 select_version
 configure_args
 
@@ -728,8 +881,13 @@ version)
 	printf '%s\n' "$ucx_version"
 	exit 0
 	;;
+esac
+
+check_patch_set
+
+case "$cmd" in
 check)
-	note "checks passed for $target_triple with CC=$cc"
+	note "checks passed for $target_triple with CC=$cc (patch set: ${#patch_files[@]} patches in $patch_dir)"
 	printf '%s\n' "${args[@]}"
 	exit 0
 	;;
@@ -737,15 +895,36 @@ key)
 	stamp_key
 	exit 0
 	;;
+patches)
+	note "the patch set for UCX $ucx_version ($patch_dir), in the order it applies:"
+	for f in "${patch_files[@]}"; do
+		printf '%s  %s  %s\n' "$(basename "$f")" "$(sha256sum "$f" | cut -d' ' -f1)" \
+			"$(sed -n '1s/^#[[:space:]]*//p' "$f")"
+	done
+	exit 0
+	;;
 esac
 
 mkdir -p "$work_dir/logs"
+if [ "$cmd" = patch-check ]; then
+	# No lock: it works in its own scratch folder, and a test must not wait for a build.
+	patch_check
+	exit 0
+fi
 exec 9>"$work_dir/.lock"
 flock 9
 if [ -f "$stamp" ] && [ "$(stamp_key)" = "$(cat "$stamp")" ] && [ -f "$build_dir/lib/libvelo_ucx.a" ]; then
 	link_build
 	note "up to date: UCX $ucx_version ($build_dir; $(sed -n 2p "$build_dir/velo-ucx-build.txt" 2>/dev/null || echo 'stamp matches'))"
-	exit 0
+else
+	[ ! -f "$stamp" ] || note "the stamp differs from this build's key: rebuilding"
+	build
 fi
-[ ! -f "$stamp" ] || note "the stamp differs from this build's key: rebuilding"
-build
+if [ "$cmd" = tools ]; then
+	if [ ! -f "$obj_dir/config.h" ]; then
+		note "the object tree of this build ($obj_dir) is gone, and the tools are linked from it: rebuilding"
+		rm -f "$stamp"
+		build
+	fi
+	tools
+fi
