@@ -259,10 +259,10 @@ func TestForgedFramesChangeNothing(t *testing.T) {
 	for reason, n := range want {
 		eventually(t, reason+" drops counted", func() bool { return dropped(b, reason) >= n })
 	}
-	frames := b.h.waitFrames(t, 3+sent)
+	b.h.waitFrames(t, 3+sent)
 	time.Sleep(200 * time.Millisecond) // room for anything forged that would be delivered late
 	b.h.mu.Lock()
-	frames = append([]frameFrom(nil), b.h.frames...)
+	frames := append([]frameFrom(nil), b.h.frames...)
 	b.h.mu.Unlock()
 	require.Len(t, frames, 3+sent, "exactly the real peer's frames are delivered")
 	for i, f := range frames {
