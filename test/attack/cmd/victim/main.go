@@ -40,6 +40,7 @@
 //	release <lease>       Release that lease (the owner revokes its key)
 //	get <handle>          Get, the SHA-256 of the bytes and the path they took, then Detach
 //	stream <owner> <interval>   send "LEGIT <n>" to the owner's "attack.sink" every interval
+//	sent                  how many messages of the stream went, and its error if it stopped
 //	pause / resume        hold the stream / go on; pause answers once no send is in flight
 //	stop                  end the stream; answers how many went and the first error
 //	quit                  Close; the process exits 0
@@ -279,6 +280,18 @@ func (n *node) run(cmd, arg string) {
 		n.get(ctx, arg)
 	case "stream":
 		n.startStream(arg)
+	case "sent":
+		n.streamMu.Lock()
+		s := n.stream
+		n.streamMu.Unlock()
+		if s == nil {
+			n.fail(errors.New("no stream"))
+			return
+		}
+		s.mu.Lock()
+		sent, err := s.sent, s.err
+		s.mu.Unlock()
+		n.reply(map[string]any{"sent": sent, "error": errString(err)})
 	case "pause", "resume":
 		n.streamMu.Lock()
 		s := n.stream
