@@ -247,17 +247,16 @@ func (p *proc) alive() bool {
 
 // instance is what a velo process says about itself.
 type instance struct {
-	info        string // PeerInfo as JSON
-	id, inc     string // hex
-	pid         int
-	ctlPort     int
-	ucxVersion  string
-	blob        string // the published UCX address blob (hex)
-	global      region
-	heap        region
-	rawInfo     map[string]any
-	idU, incU   uint64
-	guardActive bool
+	info       string // PeerInfo as JSON
+	id, inc    string // hex
+	pid        int
+	ctlPort    int
+	ucxVersion string
+	blob       string // the published UCX address blob (hex)
+	global     region
+	heap       region
+	rawInfo    map[string]any
+	idU, incU  uint64
 }
 
 type region struct{ addr, len uint64 }
