@@ -21,6 +21,23 @@ LINT_TARGETS :=
 
 .DEFAULT_GOAL := help
 
+# velo's UCX transport refuses to start on a UCX that serves software RMA without checking keys
+# (docs/security.md, "Software RMA and the UCX guard"), so everything that runs it here — the demos,
+# the first example, ibcheck and the velo-level UCX suites — links the static UCX of make ucx-static,
+# whose patch set refuses such requests. A recipe runs its go commands behind $(VELO_UCX_GO) and
+# lists $(VELO_UCX_DEP) among its prerequisites: the build tag goes in through GOFLAGS, so the go
+# commands a test starts for itself (go build of an example, of a fault node) link the same UCX, and
+# the build's stamp goes into CGO_CPPFLAGS (UCX_STATIC_GO, mk/ucx-static.mk) so that a rebuilt UCX
+# is never hidden by a cached binary. With UCX_DIR set, that UCX is linked instead, as everywhere;
+# one without the guard then needs VELO_UCX_TRUST_NETWORK=1 on the command line.
+ifeq ($(strip $(UCX_DIR)),)
+VELO_UCX_DEP := ucx-static
+VELO_UCX_GO = $(UCX_STATIC_GO) GOFLAGS="$${GOFLAGS:+$$GOFLAGS }-tags=ucx_static"
+else
+VELO_UCX_DEP :=
+VELO_UCX_GO :=
+endif
+
 include $(sort $(wildcard mk/*.mk))
 
 .PHONY: help deps build test lint fmt demo bench clean

@@ -5,17 +5,19 @@
 # skew; the idle reaper between bursts; tampered handles; a spent budget; a 30 s soak; membership
 # through the filesystem and through a real etcd (kill, restart, a 30 s etcd outage, eight hosts
 # in network namespaces). After each case the owner must be alive and its registered and pinned
-# bytes back at their start. About three minutes on 2 cores.
+# bytes back at their start. About three minutes on 2 cores. The nodes link velo's static UCX
+# (VELO_UCX_GO, Makefile; the fault nodes are built by the tests through the go command, which
+# takes the build tag from GOFLAGS).
 .PHONY: test-faults
 TEST_TARGETS += test-faults
 
-test-faults: deps
-	cd test && $(RDMA_TEST_ENV) $(GOTEST) ./faults/...
+test-faults: deps $(VELO_UCX_DEP)
+	cd test && $(VELO_UCX_GO) $(RDMA_TEST_ENV) $(GOTEST) ./faults/...
 
 # make soak: several owners and consumers for SOAK (default 10 minutes) with random stalls, kills
 # and restarts; prints transfers, faults, what is pinned and staged at the end, and any loss, and
 # fails unless all of that holds. Not part of make test (test-faults runs it for 30 s).
 SOAK ?= 10m
 .PHONY: soak
-soak: deps
-	cd test && $(RDMA_TEST_ENV) $(GO) run ./faults/cmd/soak -duration $(SOAK)
+soak: deps $(VELO_UCX_DEP)
+	cd test && $(VELO_UCX_GO) $(RDMA_TEST_ENV) $(GO) run ./faults/cmd/soak -duration $(SOAK)

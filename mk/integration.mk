@@ -8,8 +8,10 @@ test-integration: deps
 
 # The README's "Using velo from your own module" steps, word for word, in a fresh module outside
 # the workspace (GOWORK=off), building velo/examples/first, which must move its payloads on
-# rdma/ok. Needs the Go module proxy for go mod tidy, like any fresh module.
+# rdma/ok. Needs the Go module proxy for go mod tidy, like any fresh module. The steps build with
+# -tags ucx_static themselves (the test clears GOFLAGS); the build's stamp reaches them through
+# CGO_CPPFLAGS (VELO_UCX_GO, Makefile).
 .PHONY: test-first-module
 TEST_TARGETS += test-first-module
-test-first-module: deps
-	cd test && $(RDMA_TEST_ENV) $(GOTEST) ./firstmodule/...
+test-first-module: deps $(VELO_UCX_DEP)
+	cd test && $(VELO_UCX_GO) $(RDMA_TEST_ENV) $(GOTEST) ./firstmodule/...

@@ -16,6 +16,9 @@
 #                         ucx_perftest -t ucp_get -O (about 1 minute)
 #   demo                  the two-process example over UCX_TLS=tcp; exits non-zero unless the
 #                         transfer took the RDMA path
+#
+# The tests, demo and demo-cluster link velo's static UCX (VELO_UCX_GO, in the Makefile): velo's
+# UCX transport refuses a UCX without its software RMA guard.
 .PHONY: test-rdma-registry test-rendezvous-rdma bench-rendezvous-rdma bench-small demo
 TEST_TARGETS += test-rdma-registry test-rendezvous-rdma
 BENCH_TARGETS += bench-rendezvous-rdma bench-small
@@ -23,25 +26,32 @@ BENCH_TARGETS += bench-rendezvous-rdma bench-small
 # A test run must not inherit a kill switch from the shell: the tests set it themselves.
 RDMA_TEST_ENV := env -u VELO_RDMA_RENDEZVOUS_DISABLE
 
-test-rdma-registry: deps
-	cd velo && $(RDMA_TEST_ENV) $(GOTEST) -race ./rendezvous/rdma/... ./examples/internal/...
-	cd velo && $(RDMA_TEST_ENV) $(GOTEST) -race -run 'RDMA|GetPinned|UCXTransport' .
+test-rdma-registry: deps $(VELO_UCX_DEP)
+	cd velo && $(VELO_UCX_GO) $(RDMA_TEST_ENV) $(GOTEST) -race ./rendezvous/rdma/... ./examples/internal/...
+	cd velo && $(VELO_UCX_GO) $(RDMA_TEST_ENV) $(GOTEST) -race -run 'RDMA|GetPinned|UCXTransport' .
 
-test-rendezvous-rdma: deps
-	cd test && $(RDMA_TEST_ENV) GOEXPERIMENT=cgocheck2 $(GOTEST) ./rdma/...
+# On velo's UCX a direct ucp_get_nbx over tcp is software RMA, which its guard refuses
+# (TestDirectGetIsRefusedByTheGuard); the direct read itself, the RDMA path as it runs on
+# InfiniBand short of the NIC, then runs once more on the system's UCX, trusting the network.
+test-rendezvous-rdma: deps $(VELO_UCX_DEP)
+	cd test && $(VELO_UCX_GO) $(RDMA_TEST_ENV) GOEXPERIMENT=cgocheck2 $(GOTEST) ./rdma/...
+	$(if $(VELO_UCX_DEP),cd test && $(RDMA_TEST_ENV) VELO_UCX_TRUST_NETWORK=1 $(GOTEST) -run 'TestDirectGetOverUCX' ./rdma/)
 
+# The two benchmarks put velo beside ucx_perftest -t ucp_get, which over tcp is the software RMA
+# that velo's static UCX refuses: they link the system's UCX, on which velo's UCX transport runs
+# only trusting the network (their processes talk over loopback).
 bench-rendezvous-rdma: deps
-	cd test && $(RDMA_TEST_ENV) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./rdma/cmd/rdmabench
+	cd test && $(RDMA_TEST_ENV) VELO_UCX_TRUST_NETWORK=1 UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./rdma/cmd/rdmabench
 
 bench-small: deps
-	cd test && $(RDMA_TEST_ENV) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./rdma/cmd/smallbench
+	cd test && $(RDMA_TEST_ENV) VELO_UCX_TRUST_NETWORK=1 UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./rdma/cmd/smallbench
 
-demo: deps
-	UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./velo/examples/rendezvous_rdma_two_proc
+demo: deps $(VELO_UCX_DEP)
+	$(VELO_UCX_GO) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./velo/examples/rendezvous_rdma_two_proc
 
 # N members (default 4) that find each other through the filesystem discovery backend and move
 # payloads all-to-all on the RDMA path; exits non-zero unless every pair took rdma/ok.
 N ?= 4
 .PHONY: demo-cluster
-demo-cluster: deps
-	UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./velo/examples/cluster -n $(N) $(if $(ETCD),-etcd $(ETCD))
+demo-cluster: deps $(VELO_UCX_DEP)
+	$(VELO_UCX_GO) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./velo/examples/cluster -n $(N) $(if $(ETCD),-etcd $(ETCD))

@@ -12,8 +12,10 @@ LINT_TARGETS += lint-velo
 # The UCX transport, the RDMA registry and the runtime's RDMA tests have suites of their own
 # (test-ucx-transport, test-rdma-registry), so this one leaves them out rather than run them twice.
 VELO_OWN_PACKAGES = $$($(GO) list ./... | grep -v -e /transport/ucx -e /rendezvous/rdma -e /examples/internal)
-test-velo: deps
-	cd velo && VELO_REQUIRE_BROWSER=1 $(GOTEST) -race -skip 'RDMA|GetPinned|UCXTransport' $(VELO_OWN_PACKAGES)
+# Some of package velo's own tests start a real UCX transport (the metric list, authentication), so
+# the suite links velo's static UCX like the other velo-level UCX suites (VELO_UCX_GO, Makefile).
+test-velo: deps $(VELO_UCX_DEP)
+	cd velo && $(VELO_UCX_GO) VELO_REQUIRE_BROWSER=1 $(GOTEST) -race -skip 'RDMA|GetPinned|UCXTransport' $(VELO_OWN_PACKAGES)
 	@# The API guide a new user reads first must resolve from the top of the checkout (go.mod there).
 	$(GO) doc github.com/velo-go/velo/velo > /dev/null
 

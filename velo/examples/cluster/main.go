@@ -6,9 +6,10 @@
 // gracefully once every other member fetched its own. It exits non-zero unless every pair moved
 // on rdma/ok.
 //
-//	UCX_TLS=tcp go run ./velo/examples/cluster            # 4 members as child processes
-//	UCX_TLS=tcp go run ./velo/examples/cluster -n 8
-//	UCX_TLS=tcp go run ./velo/examples/cluster -etcd http://127.0.0.1:2379
+//	make ucx-static   # velo's UCX, with the software RMA guard the UCX transport requires
+//	UCX_TLS=tcp go run -tags ucx_static ./velo/examples/cluster            # 4 members as child processes
+//	UCX_TLS=tcp go run -tags ucx_static ./velo/examples/cluster -n 8
+//	UCX_TLS=tcp go run -tags ucx_static ./velo/examples/cluster -etcd http://127.0.0.1:2379
 //
 //	# members on several nodes, a directory all of them share
 //	cluster --role member --dir /shared/velo --name "$(hostname)" -n 16

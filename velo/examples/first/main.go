@@ -6,7 +6,10 @@
 // Both sides print their velo_rendezvous_rdma_path_total lines. It exits non-zero if anything
 // did not hold.
 //
-//	UCX_TLS=tcp go run ./velo/examples/first
+//	make ucx-static && UCX_TLS=tcp go run -tags ucx_static ./velo/examples/first
+//
+// -tags ucx_static links velo's static UCX, whose patch set refuses software RMA without a key;
+// the UCX transport refuses any other UCX unless VELO_UCX_TRUST_NETWORK=1 (docs/security.md).
 package main
 
 import (

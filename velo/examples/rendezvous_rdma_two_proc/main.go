@@ -13,7 +13,8 @@
 // live connection. The consumer exits non-zero unless the transfer took the RDMA path, so a
 // correct payload that came by chunks still fails.
 //
-//	UCX_TLS=tcp go run ./velo/examples/rendezvous_rdma_two_proc     # both roles as child processes
+//	make ucx-static   # velo's UCX, with the software RMA guard the UCX transport requires
+//	UCX_TLS=tcp go run -tags ucx_static ./velo/examples/rendezvous_rdma_two_proc     # both roles as child processes
 //
 //	# two nodes, a directory both can read and write
 //	UCX_NET_DEVICES=mlx5_2:1 UCX_TLS=rc_mlx5,ud_mlx5,self rendezvous_rdma_two_proc --role owner --dir /shared/rv
