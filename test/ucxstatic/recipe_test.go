@@ -27,7 +27,7 @@ var recipe = filepath.Join("..", "..", "third_party", "ucx", "ucx-static.sh")
 var recipeVars = []string{
 	"CC", "CFLAGS", "CPPFLAGS", "LDFLAGS", "CPATH", "C_INCLUDE_PATH", "LIBRARY_PATH", "GOOS", "GOARCH",
 	"UCX_DIR", "UCX_TARBALL", "UCX_EXTRA_CONFIGURE", "UCX_DEBIAN_VERSION", "UCX_SOURCE", "VELO_UCX_SHARED_SOURCE",
-	"VELO_UCX_IGNORE_MISSING_HEADERS", "VELO_UCX_APT_ETC",
+	"VELO_UCX_IGNORE_MISSING_HEADERS", "VELO_UCX_APT_ETC", "VELO_UCX_PATCHES",
 }
 
 type recipeResult struct {

@@ -16,3 +16,15 @@ func InitTCP() (InitReport, error) { return InitReport{}, ErrNotCompiled }
 
 // IBMDOpsOrder returns ErrNotCompiled without the static UCX.
 func IBMDOpsOrder() ([]MDOps, error) { return nil, ErrNotCompiled }
+
+// GuardVersion returns "" without the static UCX.
+func GuardVersion() string { return "" }
+
+// GuardCounters returns zeros without the static UCX.
+func GuardCounters() GuardCounts { return GuardCounts{} }
+
+// SoftwareRMAProbe returns ErrNotCompiled without the static UCX.
+func SoftwareRMAProbe(int) (RMAProbeReport, error) { return RMAProbeReport{}, ErrNotCompiled }
+
+// TCPPutProbe returns ErrNotCompiled without the static UCX.
+func TCPPutProbe() (TCPProbeReport, error) { return TCPProbeReport{}, ErrNotCompiled }

@@ -45,6 +45,8 @@ func TestMain(m *testing.M) {
 		}
 		fmt.Printf("helper: ucp_init ok tls=%s address=%d\n", rep.TLS, rep.WorkerAddressBytes)
 		os.Exit(0)
+	case "rma", "tcpput":
+		os.Exit(guardHelper(os.Getenv(helperEnv)))
 	default:
 		fmt.Fprintln(os.Stderr, "helper: unknown mode", os.Getenv(helperEnv))
 		os.Exit(2)
@@ -219,8 +221,8 @@ func builtVersion(t *testing.T) string {
 func TestStaticProbeBinary(t *testing.T) {
 	checkDynamicDeps(t, probeBinary(t))
 	out := runProbe(t)
-	for _, want := range []string{"version: " + builtVersion(t), "components: ", " ib ", "tcp resources: ", "tcp/lo",
-		"ucp_init: ok tls=tcp"} {
+	for _, want := range []string{"version: " + builtVersion(t), "guard: " + ucxstatic.GuardVersionWant + " counters [",
+		"components: ", " ib ", "tcp resources: ", "tcp/lo", "ucp_init: ok tls=tcp"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("probe output lacks %q:\n%s", want, out)
 		}

@@ -1,6 +1,7 @@
 // Command ucxstatic-probe reports what the statically linked UCX of third_party/ucx sees: its
-// version, the UCT components whose constructors ran, the tcp transport resources, a ucp_init
-// over the configured transports, and the order of the IB memory-domain implementations.
+// version, the mark and counters of velo's patch set (velo_ucx_guard_version), the UCT
+// components whose constructors ran, the tcp transport resources, a ucp_init over the configured
+// transports, and the order of the IB memory-domain implementations.
 //
 // Build it with `go build -tags ucx_static` after `make ucx-static`. On an RDMA node, run it with
 // UCX_LOG_LEVEL=debug and UCX_NET_DEVICES=<port> and look for the "md open by" line: that line
@@ -28,6 +29,11 @@ func run() error {
 		return err
 	}
 	fmt.Printf("version: %s\n", ucxstatic.Version())
+	if g := ucxstatic.GuardVersion(); g != "" {
+		fmt.Printf("guard: %s counters %v\n", g, ucxstatic.GuardCounters())
+	} else {
+		fmt.Printf("guard: none (this UCX was built without velo's patch set)\n")
+	}
 	fmt.Printf("components: %s\n", strings.Join(comps, " "))
 	tcp, err := ucxstatic.TransportResources("tcp")
 	if err != nil {
