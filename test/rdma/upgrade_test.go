@@ -11,6 +11,7 @@ import (
 	"github.com/velo-go/velo/velo"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/rendezvous/rdma/rdmatest"
+	"github.com/velo-go/velo/velo/transport/ucx"
 )
 
 // TestRollingUpgradeKeepsTheControlPlane: during a rolling upgrade an old node publishes a UCX
@@ -31,7 +32,7 @@ func TestRollingUpgradeKeepsTheControlPlane(t *testing.T) {
 	if !errors.Is(err, velo.ErrInvalidEndpoint) || !errors.As(err, &partial) || strings.Join(partial.Registered, ",") != "tcp" {
 		t.Fatalf("RegisterPeer of a version-1 UCX address: %v, want a *velo.PartialPeerError (registered over tcp) wrapping ErrInvalidEndpoint", err)
 	}
-	const warning = "ucx: rejecting peer blob: unsupported ucx blob version 1 (expected 3)"
+	warning := fmt.Sprintf("ucx: rejecting peer blob: unsupported ucx blob version 1 (expected %d)", ucx.BlobVersion)
 	if !strings.Contains(cons.logs.String(), warning) {
 		t.Errorf("the refusing node did not log %q:\n%s", warning, cons.logs.String())
 	}
