@@ -153,6 +153,7 @@ type Metrics struct {
 	registrationTime prometheus.Histogram
 	discovery        *discoveryCollector
 	authRefusals     *prometheus.CounterVec
+	transfer         *transfers // transfer.go
 }
 
 // DiscoveryStatus is what the discovery series read from the backend at each scrape.
@@ -239,6 +240,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		registrationTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: DiscoveryRegistrationSeconds,
 			Help:    "Time from a member's start (its own clock) to its registration with this instance.",
 			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}),
+		transfer: newTransfers(),
 		discovery: &discoveryCollector{
 			errs: prometheus.NewDesc(DiscoveryErrorsTotal, "Failed publishes (heartbeats, lease renewals) and watches (reads of the membership) of the discovery backend.", []string{"op"}, nil),
 			up:   prometheus.NewDesc(DiscoveryUp, "1 while the discovery backend reaches its store, 0 while it cannot (the members known stay registered).", nil, nil),
@@ -276,7 +278,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.staged.WithLabelValues("unstaged")
 	if err := Register(reg, m.rdmaPath, m.bytes, m.ActiveSlots, m.StagedBytes, m.ActiveLeases,
 		m.leasesReaped, m.sent, m.received, m.errs, m.staged, m.handlerRequests, m.handlerSeconds, m.handlerBytes,
-		m.InboxMessages, m.InboxBytes, m.peers, m.discoveryEvents, m.registrationTime, m.discovery, m.authRefusals); err != nil {
+		m.InboxMessages, m.InboxBytes, m.peers, m.discoveryEvents, m.registrationTime, m.discovery, m.authRefusals, m.transfer); err != nil {
 		return nil, err
 	}
 	return m, nil
