@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/velo-go/velo/velo/internal/wire"
 	"github.com/velo-go/velo/velo/messenger"
@@ -53,6 +54,10 @@ const maxBatchPart = 256
 // error. Every entry that fails gives back what it took before GetBatch returns: its lease is
 // ended (and with it the owner's registration of its memory), so only the leases of the results
 // without error remain, for the caller to Release or Detach.
+//
+// Each entry is a transfer of its own: velo_rendezvous_transfer_duration_seconds observes every
+// entry that put its bytes in place once, under its path and its own size (see grant for what is
+// timed); the batch as a whole is not observed.
 func (r *Rendezvous) GetBatch(ctx context.Context, reqs []GetRequest, each func(GetResult)) []GetResult {
 	b := &batch{r: r, ctx: ctx, reqs: reqs, results: make([]GetResult, len(reqs)), each: each}
 	seen := make(map[Handle]int, len(reqs))
@@ -111,13 +116,17 @@ type batch struct {
 	each    func(GetResult)
 }
 
-// grant is an entry the owner leased: its lease, the owner's answer and the path reason to count
-// if it goes chunked.
+// grant is an entry the owner leased: its lease, the owner's answer, the path reason to count
+// if it goes chunked, and when the acquire that leased it was sent. Each entry is one transfer of
+// velo_rendezvous_transfer_duration_seconds, timed from that acquire (its part's batch message, or
+// its own acquire from an owner without one) to its own bytes in place, so an entry's time
+// includes waiting behind the other entries of its part.
 type grant struct {
 	i      int
 	l      *Lease
 	resp   wire.AcquireResponse
 	reason metrics.Reason
+	start  time.Time
 }
 
 func (b *batch) done(i int, l *Lease, err error) {
@@ -217,6 +226,7 @@ func (b *batch) acquire(owner transport.InstanceID, part []int, offer []byte, re
 	}
 	req, err := wire.AppendAcquireBatchRequest(nil, wire.AcquireBatchRequest{Offer: offer, Handles: hs})
 	var entries []wire.AcquireBatchEntry
+	start := time.Now()
 	if err == nil {
 		var resp []byte
 		resp, err = r.msgr.Request(b.ctx, owner, opAcquireBatch, req)
@@ -258,7 +268,7 @@ func (b *batch) acquire(owner transport.InstanceID, part []int, offer []byte, re
 			b.done(i, nil, err)
 			continue
 		}
-		g := grant{i: i, l: l, resp: e.Response, reason: reason}
+		g := grant{i: i, l: l, resp: e.Response, reason: reason, start: start}
 		if offer != nil {
 			g.reason = metrics.Reason(e.Response.Reason) // we offered; the owner says why not
 		}
@@ -278,12 +288,13 @@ func (b *batch) acquireEach(owner transport.InstanceID, part []int, offer []byte
 	var grants []grant
 	forEach(len(part), b.r.cfg.BatchWindow, func(k int) {
 		i := part[k]
+		start := time.Now()
 		l, resp, err := b.r.acquire(b.ctx, b.reqs[i].Handle, offer)
 		if err != nil {
 			b.done(i, nil, err)
 			return
 		}
-		g := grant{i: i, l: l, resp: resp, reason: reason}
+		g := grant{i: i, l: l, resp: resp, reason: reason, start: start}
 		if offer != nil {
 			g.reason = metrics.Reason(resp.Reason)
 		}
@@ -329,12 +340,13 @@ func (b *batch) move(owner transport.InstanceID, grants []grant, client RDMAClie
 				return
 			}
 			g := rdma[k]
+			r.m.ObserveTransfer(metrics.PathRDMA, uint64(len(g.l.data)), time.Since(g.start))
 			ok, bytes = ok+1, bytes+len(g.l.data)
 			g.l.Path, g.l.Reason = metrics.PathRDMA, metrics.ReasonOK
 			b.done(g.i, g.l, nil)
 		})
 		r.m.CountPaths(metrics.PathRDMA, metrics.ReasonOK, ok)
-		r.m.AddBytes("received", string(metrics.PathRDMA), bytes)
+		r.received(owner, metrics.PathRDMA, bytes)
 		for k, err := range failed {
 			if err == nil {
 				continue
@@ -366,7 +378,7 @@ func (b *batch) fallback(owner transport.InstanceID, g grant, getErr error) (gra
 		return grant{}, false
 	}
 	l.data = g.l.data
-	ng := grant{i: g.i, l: l, resp: resp, reason: metrics.ReasonGetFailed}
+	ng := grant{i: g.i, l: l, resp: resp, reason: metrics.ReasonGetFailed, start: g.start}
 	if resp.Path != string(metrics.PathChunked) {
 		b.fail(owner, ng, fmt.Errorf("rendezvous: get: %w: owner %016x answered the fallback acquire (no offer) with path %q",
 			ErrProtocol, uint64(owner), resp.Path))
@@ -390,7 +402,8 @@ func (b *batch) pull(owner transport.InstanceID, gs []grant) {
 			b.fail(owner, g, err)
 			return
 		}
-		r.m.AddBytes("received", string(metrics.PathChunked), len(g.l.data))
+		r.m.ObserveTransfer(metrics.PathChunked, uint64(len(g.l.data)), time.Since(g.start))
+		r.received(owner, metrics.PathChunked, len(g.l.data))
 		b.done(g.i, g.l, nil)
 	})
 }

@@ -111,7 +111,12 @@ func (r *Rendezvous) GetInto(ctx context.Context, h Handle, dst []byte) (*Lease,
 }
 
 // get takes a lease on h, then asks alloc for the destination (sized as the owner confirmed),
-// then moves the bytes.
+// then moves the bytes. A get that put its bytes in place is one transfer of
+// velo_rendezvous_transfer_duration_seconds, timed from just before the acquire is sent to the
+// moment the last byte is in the destination: the acquire's round trip, alloc, and the GET or the
+// pulls are inside; building the offer before it and the lease's end after it are not. A GET that
+// failed and fell back to chunks is one transfer on the chunked path, its time covering both
+// tries.
 func (r *Rendezvous) get(ctx context.Context, h Handle, alloc func(n int) ([]byte, error)) (*Lease, error) {
 	if h.Owner == 0 || h.Nonce == 0 {
 		return nil, fmt.Errorf("rendezvous: get: %w: %v is not a handle an owner issued", ErrBadHandle, h)
@@ -120,6 +125,7 @@ func (r *Rendezvous) get(ctx context.Context, h Handle, alloc func(n int) ([]byt
 		return r.getLocal(h, alloc)
 	}
 	offer, reason, client := r.offer(h.Owner)
+	start := time.Now()
 	l, resp, err := r.acquire(ctx, h, offer)
 	if err != nil {
 		return nil, err
@@ -132,8 +138,9 @@ func (r *Rendezvous) get(ctx context.Context, h Handle, alloc func(n int) ([]byt
 	l.data = dst
 	if resp.Path == string(metrics.PathRDMA) {
 		if err := client.Get(ctx, h.Owner, resp.Descriptor, dst); err == nil {
+			r.m.ObserveTransfer(metrics.PathRDMA, uint64(len(dst)), time.Since(start))
 			r.m.CountPath(metrics.PathRDMA, metrics.ReasonOK)
-			r.m.AddBytes("received", string(metrics.PathRDMA), len(dst))
+			r.received(h.Owner, metrics.PathRDMA, len(dst))
 			l.Path, l.Reason = metrics.PathRDMA, metrics.ReasonOK
 			return l, nil
 		} else {
@@ -162,8 +169,16 @@ func (r *Rendezvous) get(ctx context.Context, h Handle, alloc func(n int) ([]byt
 		r.abandon(h.Owner, l.id)
 		return nil, err
 	}
-	r.m.AddBytes("received", string(metrics.PathChunked), len(dst))
+	r.m.ObserveTransfer(metrics.PathChunked, uint64(len(dst)), time.Since(start))
+	r.received(h.Owner, metrics.PathChunked, len(dst))
 	return l, nil
+}
+
+// received counts n payload bytes moved in from owner on path p: in the instance's total and in
+// the owner's own series.
+func (r *Rendezvous) received(owner transport.InstanceID, p metrics.Path, n int) {
+	r.m.AddBytes("received", string(p), n)
+	r.m.PeerReceived(uint64(owner), p, n)
 }
 
 // offer is the consumer's side of the path decision: it returns the offer to send (nil for none)
@@ -299,7 +314,8 @@ func (r *Rendezvous) pullAll(ctx context.Context, owner transport.InstanceID, le
 }
 
 // getLocal is the fast path when this instance owns h: a lease like any other (so detach and
-// release mean the same), and one copy from the slot.
+// release mean the same), and one copy from the slot. It takes no lane, so it is no transfer of
+// the transfer histogram; its bytes count under path local.
 func (r *Rendezvous) getLocal(h Handle, alloc func(n int) ([]byte, error)) (*Lease, error) {
 	sl, err := r.store.newLease(h, r.cfg.Self)
 	if err != nil {

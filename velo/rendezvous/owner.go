@@ -258,6 +258,8 @@ func (r *Rendezvous) served(sl Slot, resp *wire.AcquireResponse, sv Served) (met
 	}
 	r.store.onLeaseEnd(sl.Lease.ID, sv.OnLeaseEnd)
 	resp.Descriptor = sv.Descriptor
+	// A one-sided read leaves no trace here: what the owner can count is what it made readable.
+	r.m.PeerServed(uint64(sl.Lease.Consumer), metrics.PathRDMA, len(sl.Data))
 	return metrics.PathRDMA, metrics.ReasonOK
 }
 
@@ -271,6 +273,7 @@ func (r *Rendezvous) onPull(ctx context.Context, from transport.InstanceID, p []
 		return nil, nil, ownerErr(err)
 	}
 	r.m.AddBytes("sent", string(metrics.PathChunked), len(chunk))
+	r.m.PeerServed(uint64(from), metrics.PathChunked, len(chunk))
 	return [][]byte{chunk}, done, nil
 }
 

@@ -104,7 +104,11 @@ func (l *RangeLease) Detach(ctx context.Context) error {
 // A GET that fails makes the lease fall back to the chunked path, as Get does: the lease is given
 // up, a new one taken without an offer, and the failed ranges (and all later reads of the lease)
 // are pulled. The path metric counts each call once: rdma/ok, get_failed after such a fallback,
-// or the reason the lease is chunked.
+// or the reason the lease is chunked. So does velo_rendezvous_transfer_duration_seconds: a call
+// that read at least one range is one transfer, of the bytes of the ranges it read, on the path
+// the lease ended the call on (chunked after a fallback), timed from the call to its last range in
+// place (the Acquire that took the lease is not inside: it is paid once for many calls). Reads of
+// a payload this instance owns are copies, not transfers, and are not observed.
 //
 // Consistency: a read returns the bytes the owner's memory holds while the read runs. A reader
 // sees everything the owner wrote before it announced the range (staged the region, or sent the
@@ -114,6 +118,7 @@ func (l *RangeLease) Detach(ctx context.Context) error {
 func (l *RangeLease) ReadRanges(ctx context.Context, ranges []Range) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	start := time.Now()
 	r := l.r
 	var valid []int
 	for i := range ranges {
@@ -146,11 +151,29 @@ func (l *RangeLease) ReadRanges(ctx context.Context, ranges []Range) error {
 		}
 	case l.desc != nil:
 		l.readRDMA(ctx, ranges, valid)
+		l.observe(ranges, valid, start)
 	default:
 		r.m.CountPath(metrics.PathChunked, l.reason)
 		l.pullRanges(ctx, ranges, valid)
+		l.observe(ranges, valid, start)
 	}
 	return rangesErr(ranges)
+}
+
+// observe counts one call that read at least one of the valid ranges as one transfer of the bytes
+// it read, on the lease's path now.
+func (l *RangeLease) observe(ranges []Range, valid []int, start time.Time) {
+	var n uint64
+	read := false
+	for _, i := range valid {
+		if ranges[i].Err == nil {
+			n += ranges[i].Length
+			read = true
+		}
+	}
+	if read {
+		l.r.m.ObserveTransfer(l.Path, n, time.Since(start))
+	}
 }
 
 // readRDMA reads the valid ranges with one GetMany on the lease's key; ranges whose GET failed are
@@ -166,7 +189,7 @@ func (l *RangeLease) readRDMA(ctx context.Context, ranges []Range, valid []int) 
 	var firstErr error
 	l.client.GetMany(ctx, l.h.Owner, reads, r.cfg.BatchWindow, func(k int, err error) {
 		if err == nil {
-			r.m.AddBytes("received", string(metrics.PathRDMA), len(reads[k].Dst))
+			r.received(l.h.Owner, metrics.PathRDMA, len(reads[k].Dst))
 			return
 		}
 		failed = append(failed, valid[k])
@@ -216,7 +239,7 @@ func (l *RangeLease) pullRanges(ctx context.Context, ranges []Range, idx []int) 
 			ranges[i].Err = fmt.Errorf("rendezvous: read range %d: %w", i, err)
 			return
 		}
-		l.r.m.AddBytes("received", string(metrics.PathChunked), len(spans[k].dst))
+		l.r.received(l.h.Owner, metrics.PathChunked, len(spans[k].dst))
 	})
 }
 

@@ -26,6 +26,12 @@
 //
 // The RDMA path's hooks are here already (RDMAServer, RDMAClient, offers and descriptors in the
 // acquire messages); see rdma.go and docs/architecture.md for the decision order.
+//
+// Telemetry follows the same lines: the consumer observes each transfer once, where its bytes are
+// in place (Get, GetInto, GetAlloc, each entry of GetBatch, each ReadRanges call), in
+// velo_rendezvous_transfer_duration_seconds by the path the bytes took and the size class; the
+// owner observes each lease once, in store.endLocked, by how it ended; both count bytes per peer,
+// and PeerDown drops that peer's series.
 package rendezvous
 
 import (
@@ -212,8 +218,11 @@ func (r *Rendezvous) stageCopy(data []byte, mayMap bool, o StageOptions) (Handle
 // when an RDMA registry exists).
 func (r *Rendezvous) BeginDrain() { r.draining.Store(true) }
 
-// PeerDown ends the leases peer holds here and frees payloads staged for it.
+// PeerDown ends the leases peer holds here, frees payloads staged for it and removes its
+// velo_rendezvous_peer_bytes_total series (they come back with its next transfer, should it
+// return).
 func (r *Rendezvous) PeerDown(peer transport.InstanceID) {
+	r.m.ForgetPeer(uint64(peer))
 	if n := r.store.peerDown(peer); n > 0 {
 		r.log.Info("rendezvous: ended leases of a peer that went down", "peer", fmt.Sprintf("%016x", uint64(peer)), "leases", n)
 	}

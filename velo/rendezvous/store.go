@@ -58,6 +58,7 @@ type lease struct {
 	id       uint64
 	slot     *slot
 	consumer transport.InstanceID
+	granted  time.Time // for velo_rendezvous_lease_duration_seconds
 	expires  time.Time
 	onEnd    []func()
 }
@@ -217,7 +218,8 @@ func (s *store) newLease(h Handle, consumer transport.InstanceID) (Slot, error) 
 		return Slot{}, fmt.Errorf("%w: %v: every reference was released (its last lease is still ending)", ErrReleased, h)
 	}
 	s.nextLse++
-	l := &lease{id: s.nextLse, slot: sl, consumer: consumer, expires: time.Now().Add(s.ttl)}
+	now := time.Now()
+	l := &lease{id: s.nextLse, slot: sl, consumer: consumer, granted: now, expires: now.Add(s.ttl)}
 	s.leases[l.id] = l
 	sl.leases++
 	s.m.ActiveLeases.Inc()
@@ -274,22 +276,28 @@ func (s *store) endLease(consumer transport.InstanceID, leaseID uint64, release 
 		s.mu.Unlock()
 		return fmt.Errorf("%w: lease %d is not held by %016x", ErrBadLease, leaseID, uint64(consumer))
 	}
-	if release && l.slot.refs > 0 {
-		l.slot.refs--
+	end := metrics.LeaseDetached
+	if release {
+		end = metrics.LeaseReleased
+		if l.slot.refs > 0 {
+			l.slot.refs--
+		}
 	}
-	hooks := s.endLocked(l)
+	hooks := s.endLocked(l, end)
 	s.mu.Unlock()
 	run(hooks...)
 	return nil
 }
 
-// endLocked is the one place a lease ends (release, detach, TTL, peer down, shutdown). It returns
-// the hooks to run outside the lock: the lease's own (an RDMA registration revoke) and the slot's
-// free hook when this was the last thing holding it.
-func (s *store) endLocked(l *lease) []func() {
+// endLocked is the one place a lease ends (release, detach, TTL, peer down, shutdown), so it is
+// where the lease's lifetime is observed, under how it ended. It returns the hooks to run outside
+// the lock: the lease's own (an RDMA registration revoke) and the slot's free hook when this was
+// the last thing holding it.
+func (s *store) endLocked(l *lease, end metrics.LeaseEnd) []func() {
 	delete(s.leases, l.id)
 	l.slot.leases--
 	s.m.ActiveLeases.Dec()
+	s.m.ObserveLease(end, time.Since(l.granted))
 	return append(l.onEnd, s.maybeFreeLocked(l.slot))
 }
 
@@ -299,7 +307,7 @@ func (s *store) reap(now time.Time) {
 	s.mu.Lock()
 	for _, l := range s.leases {
 		if now.After(l.expires) {
-			hooks = append(hooks, s.endLocked(l)...)
+			hooks = append(hooks, s.endLocked(l, metrics.LeaseExpired)...)
 			s.m.LeaseReaped("ttl")
 		}
 	}
@@ -320,7 +328,7 @@ func (s *store) peerDown(peer transport.InstanceID) int {
 	s.mu.Lock()
 	for _, l := range s.leases {
 		if l.consumer == peer {
-			hooks = append(hooks, s.endLocked(l)...)
+			hooks = append(hooks, s.endLocked(l, metrics.LeasePeerDown)...)
 			s.m.LeaseReaped("peer_down")
 			n++
 		}
@@ -342,7 +350,7 @@ func (s *store) close() {
 	s.mu.Lock()
 	s.closed = true
 	for _, l := range s.leases {
-		hooks = append(hooks, s.endLocked(l)...)
+		hooks = append(hooks, s.endLocked(l, metrics.LeaseShutdown)...)
 		s.m.LeaseReaped("shutdown")
 	}
 	for _, sl := range s.slots {
