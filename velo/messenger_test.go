@@ -179,7 +179,7 @@ func TestTransparentStagingBothWays(t *testing.T) {
 	}
 	for _, v := range []*Velo{a, b} {
 		if n := metric(t, v, metrics.StagedMessagesTotal, map[string]string{"direction": "sent"}); n < 1 {
-			t.Fatalf("%x staged %v payloads", v.ID(), n)
+			t.Fatalf("%v staged %v payloads", v.ID(), n)
 		}
 		eventually(t, "staged slots freed after the handlers ran", func() bool {
 			s, l := v.StagedCounts()

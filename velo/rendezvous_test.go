@@ -48,7 +48,7 @@ func TestChunkedGetSizes(t *testing.T) {
 	// Both sides counted every transfer on the chunked path, reason not_configured.
 	for _, v := range []*Velo{a, b} {
 		if n := metric(t, v, metrics.RDMAPathTotal, map[string]string{"path": "chunked", "reason": "not_configured"}); n != 8 {
-			t.Fatalf("%x counted %v chunked/not_configured, want 8", v.ID(), n)
+			t.Fatalf("%v counted %v chunked/not_configured, want 8", v.ID(), n)
 		}
 	}
 	if n := metric(t, b, metrics.StagedBytes, nil); n != 0 {

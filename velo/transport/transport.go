@@ -13,6 +13,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 )
@@ -20,6 +21,11 @@ import (
 // InstanceID names one velo instance for its lifetime. It is drawn at random when the
 // instance starts, so a restarted process is a new instance.
 type InstanceID uint64
+
+// String is the ID as 16 lowercase hex digits, the form every log line, error, PeerInfo's JSON and
+// the introspection page use, so %v and %s print an ID the way the rest of velo shows it. (%x of
+// an InstanceID now hex-encodes that text; convert with uint64(id) for the number.)
+func (id InstanceID) String() string { return fmt.Sprintf("%016x", uint64(id)) }
 
 // PeerAddress is what a transport needs to reach a remote instance: the instance's identity
 // and the address blob that the remote transport of the same Name published.

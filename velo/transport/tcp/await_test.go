@@ -247,7 +247,7 @@ func TestReadingCallerIsWokenByCompletionAndCancel(t *testing.T) {
 	}
 	select {
 	case p := <-ha.downs:
-		t.Fatalf("peer %x reported down", p)
+		t.Fatalf("peer %v reported down", p)
 	default:
 	}
 }

@@ -84,7 +84,7 @@ func (h *testHost) waitDown(t *testing.T, want transport.InstanceID) {
 	select {
 	case got := <-h.downs:
 		if got != want {
-			t.Fatalf("PeerDown(%x), want %x", got, want)
+			t.Fatalf("PeerDown(%v), want %v", got, want)
 		}
 	case <-time.After(wait):
 		t.Fatal("no PeerDown")

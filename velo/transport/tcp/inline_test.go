@@ -79,7 +79,7 @@ func TestHandOffContinuesReadingInOrder(t *testing.T) {
 	}
 	select {
 	case p := <-hb.downs:
-		t.Fatalf("connection to %x lost while a handler held the old reader", p)
+		t.Fatalf("connection to %v lost while a handler held the old reader", p)
 	default:
 	}
 	if n := hb.inline.Load(); n != 51 {

@@ -25,7 +25,7 @@ func TestOneConnectionServesBothDirections(t *testing.T) {
 		t.Fatal(err)
 	}
 	if f := hb.next(t); f.from != ha.id || string(f.frame) != "hello b" {
-		t.Fatalf("b got %q from %x", f.frame, f.from)
+		t.Fatalf("b got %q from %v", f.frame, f.from)
 	}
 	// b never registered a, yet answers over the connection a opened.
 	if !b.Reaches(ha.id) {
