@@ -76,7 +76,12 @@ type Introspection struct {
 	Rendezvous  RendezvousInfo    `json:"rendezvous"`
 	RDMA        *RDMAInfo         `json:"rdma,omitempty"`
 	Paths       map[string]uint64 `json:"paths"`
-	Generated   time.Time         `json:"generated"`
+	// Transfers, LeaseEnds and PeerBytes are the transfer telemetry (introspect_transfers.go):
+	// rows with at least one observation, and every live peer's bytes.
+	Transfers []TransferInfo  `json:"transfers"`
+	LeaseEnds []LeaseEndInfo  `json:"lease_ends"`
+	PeerBytes []PeerBytesInfo `json:"peer_bytes"`
+	Generated time.Time       `json:"generated"`
 }
 
 // TransportInfo is one transport on the page.
@@ -186,6 +191,7 @@ func (v *Velo) Introspect() Introspection {
 	if v.gatherer != nil {
 		if mfs, err := v.gatherer.Gather(); err == nil {
 			in.Handlers = handlerInfo(mfs, time.Since(v.started).Seconds())
+			in.Transfers, in.LeaseEnds, in.PeerBytes = transferTables(mfs)
 			for _, mf := range mfs {
 				if mf.GetName() != metrics.RDMAPathTotal {
 					continue
@@ -270,7 +276,7 @@ func (v *Velo) DebugHandler() http.Handler {
 	})
 }
 
-var debugPage = template.Must(template.New("velo").Parse(`<!doctype html>
+var debugPage = template.Must(template.New("velo").Funcs(template.FuncMap{"micros": micros}).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>velo {{.Instance}}</title>
 <style>
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
@@ -298,5 +304,13 @@ th{background:#f4f4f4}.state-ready,.state-up{color:#176b2c}.state-draining,.stat
 <h2>Paths</h2>
 <table id="paths"><tr><th>path/reason</th><th>transfers</th></tr>
 {{range $k, $v := .Paths}}{{if $v}}<tr><td>{{$k}}</td><td>{{$v}}</td></tr>{{end}}{{end}}</table>
+<h2>Transfers</h2>
+<table id="transfers"><tr><th>path</th><th>size</th><th>transfers</th><th>p50</th><th>p99</th></tr>
+{{range .Transfers}}<tr><td>{{.Path}}</td><td>{{.Size}}</td><td>{{.Count}}</td><td>{{micros .P50Micros}}</td><td>{{micros .P99Micros}}</td></tr>{{else}}<tr><td colspan="5">none yet</td></tr>{{end}}</table>
+<table id="lease-ends"><tr><th>leases ended</th><th>count</th><th>p50 lifetime</th><th>p99 lifetime</th></tr>
+{{range .LeaseEnds}}<tr><td>{{.End}}</td><td>{{.Count}}</td><td>{{micros .P50Micros}}</td><td>{{micros .P99Micros}}</td></tr>{{else}}<tr><td colspan="4">none yet</td></tr>{{end}}</table>
+<table id="peer-bytes"><tr><th>peer</th><th>received rdma</th><th>received chunked</th><th>served rdma</th><th>served chunked</th></tr>
+{{range .PeerBytes}}<tr><td><code>{{.Peer}}</code></td><td>{{.ReceivedRDMA}}</td><td>{{.ReceivedChunked}}</td><td>{{.ServedRDMA}}</td><td>{{.ServedChunked}}</td></tr>{{else}}<tr><td colspan="5">none</td></tr>{{end}}</table>
+<p class="note">p50 and p99 are read from the histograms' buckets (steps of about 2.15x); served rdma is what the owner's leases made readable.</p>
 </body></html>
 `))
