@@ -1,0 +1,52 @@
+# Releases (CHANGELOG.md, scripts/release, tools/devtools/release) and the repository's pinned tools.
+#
+#   make release VERSION=v0.1.0           a dry run: the release commit and its tags are made in a
+#                                         temporary clone of HEAD, served by a file module proxy,
+#                                         and checked there (go build and go vet of each released
+#                                         module with GOWORK=off, and the file-proxy test); the
+#                                         working tree is not touched
+#   make release VERSION=v0.1.0 DRY_RUN=0 the same, then RELEASE_SUITE (make test) on the release
+#                                         commit, then the current branch fast-forwards to it and
+#                                         gets the tags; nothing is pushed
+#   make test-release                     the release command's own tests, the API check against
+#                                         the last release tags, and test/release: a release commit
+#                                         of HEAD (in a clone) built by fresh modules from a file
+#                                         module proxy, with GOWORK=off and an empty module cache
+#   make devtools                         the tools pinned in tools/devtools/go.mod (staticcheck,
+#                                         apidiff) and the release command, into bin/devtools
+#
+# tools/devtools is a module of its own, outside go.work, so that the tools' dependencies never
+# enter the workspace's module graph: its go commands run with GOWORK=off.
+DEVTOOLS_DIR := tools/devtools
+DEVTOOLS_BIN := $(CURDIR)/bin/devtools
+STATICCHECK := $(DEVTOOLS_BIN)/staticcheck
+RELEASE_TOOL := $(DEVTOOLS_BIN)/release
+DEVTOOLS_GO := cd $(DEVTOOLS_DIR) && GOWORK=off
+
+DRY_RUN ?= 1
+RELEASE_SUITE ?= $(MAKE) test
+
+.PHONY: devtools release test-release lint-devtools
+TEST_TARGETS += test-release
+LINT_TARGETS += lint-devtools
+
+# Always run: the go command rebuilds only what changed, in about a second.
+devtools:
+	@$(DEVTOOLS_GO) $(GO) build -o $(DEVTOOLS_BIN)/ honnef.co/go/tools/cmd/staticcheck golang.org/x/exp/cmd/apidiff ./release
+
+release: deps devtools
+	@VERSION='$(VERSION)' DRY_RUN='$(DRY_RUN)' RELEASE_TOOL='$(RELEASE_TOOL)' RELEASE_SUITE='$(RELEASE_SUITE)' GO='$(GO)' \
+		scripts/release/release.sh
+
+# The API check loads every released module with cgo (make deps has the headers). With no release
+# tag yet it says so and passes.
+test-release: deps devtools
+	$(DEVTOOLS_GO) $(GOTEST) ./...
+	$(RELEASE_TOOL) apicheck
+	cd test && $(GOTEST) ./release/...
+
+lint-devtools: devtools
+	@echo "vet $(DEVTOOLS_DIR) (GOWORK=off)"
+	@$(DEVTOOLS_GO) $(GO) vet ./...
+	@echo "staticcheck $(DEVTOOLS_DIR) (GOWORK=off)"
+	@$(DEVTOOLS_GO) $(STATICCHECK) ./...

@@ -1,0 +1,232 @@
+package release
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const placeholder = "v0.0.0-00010101000000-000000000000"
+
+// smallRepo is a repository laid out like this one: a root module with no packages, module a,
+// module b that requires a at the placeholder (through go.work, and a replace of its own), and
+// module test, which is never released.
+func smallRepo() map[string]string {
+	return map[string]string{
+		"go.mod": "module example.com/rel\n\ngo 1.26.0\n",
+		"go.work": `go 1.26.0
+
+use (
+	.
+	./a
+	./b
+	./test
+)
+
+// the placeholder points at the folders
+replace (
+	example.com/rel/a ` + placeholder + ` => ./a
+	example.com/rel/b ` + placeholder + ` => ./b
+)
+`,
+		"a/go.mod": "module example.com/rel/a\n\ngo 1.26.0\n",
+		"a/a.go":   "// Package a greets.\npackage a\n\n// Hello greets.\nfunc Hello() string { return \"hello\" }\n\n// Kept stays.\nfunc Kept() {}\n",
+		"b/go.mod": "module example.com/rel/b\n\ngo 1.26.0\n\nrequire example.com/rel/a " + placeholder + "\n\nreplace example.com/rel/a => ../a\n",
+		"b/b.go":   "// Package b greets through a.\npackage b\n\nimport \"example.com/rel/a\"\n\n// Hi greets.\nfunc Hi() string { return a.Hello() }\n",
+		"test/go.mod": "module example.com/rel/test\n\ngo 1.26.0\n\nrequire (\n\texample.com/rel/a " + placeholder +
+			"\n\texample.com/rel/b " + placeholder + "\n)\n",
+		"CHANGELOG.md": "# Changelog\n\n## [v0.1.0] - Unreleased\n\nThe first release.\n",
+	}
+}
+
+func TestCheckRefusesAMalformedVersion(t *testing.T) {
+	dir := newRepo(t, smallRepo())
+	for v, says := range map[string]string{
+		"0.1.0":                              "not a semantic version",
+		"latest":                             "not a semantic version",
+		"v0.1":                               "write v0.1.0",
+		"v0.1.0+meta":                        "write v0.1.0",
+		"v2.0.0":                             "/v2",
+		"v0.0.0-20240101000000-abcdefabcdef": "pseudo-version",
+	} {
+		r := execIn(t, dir, nil, tool, "check", "-version", v)
+		assert.Equal(t, 1, r.code, "version %q: %s", v, r.out)
+		assert.Contains(t, r.out, says, "version %q", v)
+	}
+	r := execIn(t, dir, nil, tool, "check")
+	assert.Equal(t, 2, r.code, r.out)
+	assert.Contains(t, r.out, "-version is required")
+	must(t, dir, nil, tool, "check", "-version", "v0.1.0")
+	must(t, dir, nil, tool, "check", "-version", "v0.1.0", "-repo", filepath.Join(dir, "b"))
+}
+
+func TestCheckRefusesADirtyTree(t *testing.T) {
+	dir := newRepo(t, smallRepo())
+	writeFiles(t, dir, map[string]string{"a/new.go": "package a\n"})
+	r := execIn(t, dir, nil, tool, "check", "-version", "v0.1.0")
+	assert.Equal(t, 1, r.code, r.out)
+	assert.Contains(t, r.out, "not clean")
+	assert.Contains(t, r.out, "a/new.go")
+
+	require.NoError(t, os.Remove(filepath.Join(dir, "a", "new.go")))
+	writeFiles(t, dir, map[string]string{"a/a.go": "package a\n"})
+	r = execIn(t, dir, nil, tool, "prepare", "-version", "v0.1.0")
+	assert.Equal(t, 1, r.code, r.out)
+	assert.Contains(t, r.out, "a/a.go")
+	assert.Empty(t, must(t, dir, nil, "git", "tag"), "a refused release made tags")
+}
+
+func TestCheckRefusesAnExistingTag(t *testing.T) {
+	dir := newRepo(t, smallRepo())
+	must(t, dir, nil, "git", "tag", "b/v0.1.0")
+	r := execIn(t, dir, nil, tool, "prepare", "-version", "v0.1.0")
+	assert.Equal(t, 1, r.code, r.out)
+	assert.Contains(t, r.out, "tag b/v0.1.0 (on ")
+	// The unreleased module's folder is no tag of ours.
+	must(t, dir, nil, "git", "tag", "test/v0.2.0")
+	writeFiles(t, dir, map[string]string{"CHANGELOG.md": "## [v0.2.0] - Unreleased\n"})
+	commitAll(t, dir, "v0.2.0 notes")
+	must(t, dir, nil, tool, "check", "-version", "v0.2.0")
+}
+
+func TestCheckWantsAChangelogEntry(t *testing.T) {
+	files := smallRepo()
+	files["CHANGELOG.md"] = "# Changelog\n\n## [v0.0.9] - 2026-01-01\n\nv0.1.0 is next.\n"
+	dir := newRepo(t, files)
+	r := execIn(t, dir, nil, tool, "check", "-version", "v0.1.0")
+	assert.Equal(t, 1, r.code, r.out)
+	assert.Contains(t, r.out, "CHANGELOG.md has no entry for v0.1.0")
+
+	delete(files, "CHANGELOG.md")
+	dir = newRepo(t, files)
+	r = execIn(t, dir, nil, tool, "check", "-version", "v0.1.0")
+	assert.Equal(t, 1, r.code, r.out)
+	assert.Contains(t, r.out, "CHANGELOG.md")
+}
+
+func TestCheckRefusesAFileNoModuleZipMayHold(t *testing.T) {
+	files := smallRepo()
+	files["a/testdata/sysfs/pci0000:00/class"] = "0x020000\n"
+	dir := newRepo(t, files)
+	r := execIn(t, dir, nil, tool, "check", "-version", "v0.1.0")
+	assert.Equal(t, 1, r.code, r.out)
+	assert.Contains(t, r.out, "example.com/rel/a cannot be published")
+	assert.Contains(t, r.out, "1 file(s) with invalid char ':', e.g. a/testdata/sysfs/pci0000:00/class")
+
+	// A go.mod of its own keeps the folder out of a's zip.
+	writeFiles(t, dir, map[string]string{"a/testdata/go.mod": "module example.com/rel/a/testdata\n"})
+	commitAll(t, dir, "keep the fixtures out of the module zip")
+	must(t, dir, nil, tool, "check", "-version", "v0.1.0")
+}
+
+func TestPrepareRefusesAReleasedModuleThatNeedsAnUnreleasedOne(t *testing.T) {
+	files := smallRepo()
+	files["a/go.mod"] = "module example.com/rel/a\n\ngo 1.26.0\n\nrequire example.com/rel/test " + placeholder + "\n"
+	dir := newRepo(t, files)
+	r := execIn(t, dir, nil, tool, "prepare", "-version", "v0.1.0")
+	assert.Equal(t, 1, r.code, r.out)
+	assert.Contains(t, r.out, "in a cycle (a -> test -> a)", "test requires a too")
+
+	// b needs test, and test (rewritten before b) needs a: the refusal comes after a write, which
+	// must be undone.
+	files["a/go.mod"] = "module example.com/rel/a\n\ngo 1.26.0\n"
+	files["b/go.mod"] = "module example.com/rel/b\n\ngo 1.26.0\n\nrequire example.com/rel/test " + placeholder + "\n"
+	files["test/go.mod"] = "module example.com/rel/test\n\ngo 1.26.0\n\nrequire example.com/rel/a " + placeholder + "\n"
+	dir = newRepo(t, files)
+	r = execIn(t, dir, nil, tool, "prepare", "-version", "v0.1.0")
+	assert.Equal(t, 1, r.code, r.out)
+	assert.Contains(t, r.out, "b/go.mod requires example.com/rel/test, which is never released")
+	assert.Empty(t, must(t, dir, nil, "git", "status", "--porcelain"), "a refused release left changes behind")
+}
+
+func TestPrepareMakesTheReleaseCommit(t *testing.T) {
+	dir := newRepo(t, smallRepo())
+	base := strings.TrimSpace(must(t, dir, nil, "git", "rev-parse", "HEAD"))
+	out := must(t, dir, nil, tool, "prepare", "-version", "v0.1.0")
+	t.Log(out)
+
+	head := strings.TrimSpace(must(t, dir, nil, "git", "rev-parse", "HEAD"))
+	assert.Equal(t, base, strings.TrimSpace(must(t, dir, nil, "git", "rev-parse", "HEAD^")), "the release commit is one commit on top of HEAD")
+	assert.Contains(t, out, "release commit "+head)
+	assert.Empty(t, must(t, dir, nil, "git", "status", "--porcelain"))
+	tags := strings.Fields(must(t, dir, nil, "git", "tag", "--points-at", "HEAD"))
+	assert.ElementsMatch(t, []string{"a/v0.1.0", "b/v0.1.0"}, tags, "the root module and test are never tagged")
+
+	bmod := readFile(t, filepath.Join(dir, "b", "go.mod"))
+	assert.Contains(t, bmod, "require example.com/rel/a v0.1.0")
+	assert.NotContains(t, bmod, "replace")
+	assert.Regexp(t, regexp.MustCompile(`(?m)^example.com/rel/a v0.1.0 h1:\S+=$`), readFile(t, filepath.Join(dir, "b", "go.sum")))
+	assert.Regexp(t, regexp.MustCompile(`(?m)^example.com/rel/a v0.1.0/go.mod h1:\S+=$`), readFile(t, filepath.Join(dir, "b", "go.sum")))
+	tmod := readFile(t, filepath.Join(dir, "test", "go.mod"))
+	assert.NotContains(t, tmod, placeholder, "the unreleased test module follows too")
+	work := readFile(t, filepath.Join(dir, "go.work"))
+	assert.Contains(t, work, "example.com/rel/a v0.1.0 => ./a")
+	assert.Contains(t, work, "// the placeholder points at the folders", "go.work keeps its comments")
+	assert.NotContains(t, work, placeholder)
+	assert.Regexp(t, regexp.MustCompile(`(?m)^## \[v0\.1\.0\] - \d{4}-\d{2}-\d{2}$`), readFile(t, filepath.Join(dir, "CHANGELOG.md")))
+
+	// The same version again: its tags exist.
+	r := execIn(t, dir, nil, tool, "prepare", "-version", "v0.1.0")
+	assert.Equal(t, 1, r.code, r.out)
+	assert.Contains(t, r.out, "released already")
+
+	// The file proxy serves the tags, and b builds from it alone, without the workspace: the go
+	// command checks a's zip against the hash the release commit wrote into b's go.sum.
+	proxy := filepath.Join(t.TempDir(), "proxy")
+	must(t, dir, nil, tool, "proxy", "-version", "v0.1.0", "-out", proxy)
+	for _, f := range []string{"list", "v0.1.0.info", "v0.1.0.mod", "v0.1.0.zip"} {
+		assert.FileExists(t, filepath.Join(proxy, "example.com", "rel", "a", "@v", f))
+	}
+	assert.Equal(t, "v0.1.0\n", readFile(t, filepath.Join(proxy, "example.com", "rel", "b", "@v", "list")))
+	cache := t.TempDir()
+	env := []string{"GOWORK=off", "GOPROXY=file://" + proxy, "GONOSUMDB=example.com/rel", "GOPRIVATE=", "GONOPROXY=",
+		"GOMODCACHE=" + cache, "GOFLAGS=-mod=readonly -modcacherw", "GOTOOLCHAIN=local"}
+	must(t, filepath.Join(dir, "b"), env, "go", "build", "./...")
+	must(t, dir, nil, tool, "verify", "-version", "v0.1.0", "-proxy", proxy)
+}
+
+func TestAPICheck(t *testing.T) {
+	files := smallRepo()
+	files["CHANGELOG.md"] = "# Changelog\n\n## [v0.1.0] - 2026-01-01\n\nThe first release, with `a.Hello`.\n"
+	files["b/go.mod"] = "module example.com/rel/b\n\ngo 1.26.0\n\nrequire example.com/rel/a v0.1.0\n"
+	files["test/go.mod"] = "module example.com/rel/test\n\ngo 1.26.0\n"
+	files["go.work"] = "go 1.26.0\n\nuse (\n\t.\n\t./a\n\t./b\n\t./test\n)\n\nreplace example.com/rel/a v0.1.0 => ./a\n"
+	dir := newRepo(t, files)
+
+	out := must(t, dir, nil, tool, "apicheck")
+	assert.Contains(t, out, "apicheck a: no release tag yet (a/v*), nothing to compare")
+	assert.Contains(t, out, "apicheck b: no release tag yet (b/v*), nothing to compare")
+
+	must(t, dir, nil, "git", "tag", "a/v0.1.0")
+	must(t, dir, nil, "git", "tag", "b/v0.1.0")
+	must(t, dir, nil, tool, "apicheck")
+
+	// Remove an exported function (incompatible) and add one (compatible).
+	writeFiles(t, dir, map[string]string{
+		"a/a.go": "// Package a greets.\npackage a\n\n// Greet greets.\nfunc Greet() string { return \"hello\" }\n\n// Kept stays.\nfunc Kept() {}\n",
+		"b/b.go": "// Package b greets through a.\npackage b\n\nimport \"example.com/rel/a\"\n\n// Hi greets.\nfunc Hi() string { return a.Greet() }\n",
+	})
+	commitAll(t, dir, "rename Hello to Greet")
+	r := execIn(t, dir, nil, tool, "apicheck")
+	assert.Equal(t, 1, r.code, r.out)
+	assert.Contains(t, r.out, "apicheck a: incompatible since a/v0.1.0: Hello: removed (NOT NAMED in CHANGELOG.md)")
+	assert.Contains(t, r.out, "a: Hello: removed")
+	assert.Contains(t, r.out, "apicheck b: against b/v0.1.0: 0 incompatible")
+
+	// Named only in the section of the release it was in: still not named.
+	writeFiles(t, dir, map[string]string{"CHANGELOG.md": files["CHANGELOG.md"] + "`a.HelloWorld` is not it either.\n"})
+	commitAll(t, dir, "a mention in the wrong place")
+	r = execIn(t, dir, nil, tool, "apicheck")
+	assert.Equal(t, 1, r.code, r.out)
+
+	writeFiles(t, dir, map[string]string{"CHANGELOG.md": "# Changelog\n\n## [Unreleased]\n\n### Renames\n\n- `a.Hello` is `a.Greet`\n\n" +
+		strings.TrimPrefix(files["CHANGELOG.md"], "# Changelog\n\n")})
+	commitAll(t, dir, "name the rename")
+	out = must(t, dir, nil, tool, "apicheck")
+	assert.Contains(t, out, "Hello: removed (named in CHANGELOG.md)")
+}
