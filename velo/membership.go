@@ -259,7 +259,7 @@ func (v *Velo) forget(id InstanceID, why string) {
 	// Authentication belongs to a control-plane session, and the peer has none left: a peer
 	// that comes back authenticates again on its new connection.
 	v.auth.remove(id)
-	v.peerChanged(id, func(p *PeerStatus) { p.State, p.Err = StateDown, why })
+	v.peerDown(id, why)
 }
 
 func (v *Velo) peerStatus(id InstanceID) (PeerStatus, bool) {

@@ -49,7 +49,8 @@ type PeerStatus struct {
 	Since       time.Time
 	// LastRTT is the round trip of the last Probe over each transport that answered it.
 	LastRTT map[string]time.Duration
-	// Err is why it is down, when it is.
+	// Err is why it is down, when it is: the reason of the report that took it down (the down
+	// PeerEvent carries the same text), DepartedReason for a peer that drained and then closed.
 	Err string
 	// Authenticated: this instance authenticates its peers and the control plane authenticated
 	// this one's incarnation; Identity is the name its credentials give (a certificate's common
@@ -188,7 +189,15 @@ func (v *Velo) onDrainNotice(_ context.Context, from InstanceID, payload []byte)
 	}
 	inc := binary.BigEndian.Uint64(payload)
 	v.msgr.PeerDraining(from)
-	v.peerChanged(from, func(p *PeerStatus) { p.State, p.Incarnation = StateDraining, inc })
+	v.peerChanged(from, func(p *PeerStatus) {
+		if p.State == StateDown {
+			// The notice of a peer of an earlier release, which sends it one way, ran after its
+			// connection closed: the peer departed, and does not come back as draining.
+			p.Err = DepartedReason
+			return
+		}
+		p.State, p.Incarnation = StateDraining, inc
+	})
 	v.log.Info("velo: a peer is draining; user messages to it now fail with ErrDraining", "peer", fmt.Sprintf("%016x", uint64(from)))
 	return nil, nil, nil
 }
@@ -247,6 +256,9 @@ func (v *Velo) beginDrain() {
 	for _, p := range v.msgr.InboxPeers() {
 		peers[p] = true
 	}
+	for _, p := range v.heardPeers() {
+		peers[p] = true
+	}
 	notice := binary.BigEndian.AppendUint64(nil, v.incarnation)
 	var wg sync.WaitGroup
 	for id := range peers {
@@ -255,7 +267,10 @@ func (v *Velo) beginDrain() {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			if err := v.msgr.SendInternal(ctx, id, drainNotice, notice); err != nil {
+			// A request, not a one-way message: its answer says the peer has marked this
+			// instance draining, so the connections that Close ends afterwards cannot reach the
+			// peer first and read as a lost peer (the notice runs on a goroutine of its own there).
+			if _, err := v.msgr.Request(ctx, id, drainNotice, notice); err != nil {
 				v.log.Debug("velo: could not tell a peer this instance drains", "peer", fmt.Sprintf("%016x", uint64(id)), "err", err)
 			}
 		}()

@@ -262,6 +262,11 @@ type Velo struct {
 	authMode auth.Mode // the strictest among its transports
 	auth     authTable // peers the control plane authenticated
 
+	// heard holds the peers that sent this instance a frame (InstanceID -> struct{}) until a
+	// transport reports them down: a peer that connected without being registered here is told
+	// of the drain too, so it sees this instance depart rather than lose its connection.
+	heard sync.Map
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -580,26 +585,67 @@ func (h *host) LocalID() transport.InstanceID { return h.v.id }
 func (h *host) Incarnation() uint64           { return h.v.incarnation }
 func (h *host) Logger() *slog.Logger          { return h.v.log }
 func (h *host) Deliver(from transport.InstanceID, frame []byte) {
+	h.v.heardFrom(from)
 	h.v.msgr.Deliver(h.idx, from, frame)
 }
 func (h *host) DeliverInline(from transport.InstanceID, frame []byte, handOff func()) bool {
+	h.v.heardFrom(from)
 	return h.v.msgr.DeliverInline(h.idx, from, frame, handOff)
 }
 func (h *host) Answers(frame []byte) bool { return h.v.msgr.Answers(frame) }
 func (h *host) PeerDown(peer transport.InstanceID, err error) {
 	h.v.msgr.PeerDown(h.idx, peer, err)
 	h.v.rv.PeerDown(peer)
-	h.v.peerChanged(peer, func(p *PeerStatus) {
-		if p.State != StateDraining { // a draining peer going away is the end of its drain
-			p.Err = err.Error()
-		}
-		p.State = StateDown
-	})
+	h.v.peerDown(peer, err.Error())
 }
 func (h *host) ClaimPrefix() int { return h.v.msgr.ClaimPrefix() }
 func (h *host) Claim(from transport.InstanceID, prefix []byte, size int) []byte {
+	h.v.heardFrom(from)
 	return h.v.msgr.Claim(from, prefix, size)
 }
 func (h *host) Claimed(from transport.InstanceID, prefix []byte, err error) {
 	h.v.msgr.Claimed(from, prefix, err)
+}
+
+// heardFrom notes a peer that sent a frame (a map read once it is known).
+func (v *Velo) heardFrom(id InstanceID) {
+	if _, ok := v.heard.Load(id); !ok {
+		v.heard.Store(id, struct{}{})
+	}
+}
+
+// heardPeers lists the peers heardFrom noted that are not known to be down.
+func (v *Velo) heardPeers() []InstanceID {
+	var out []InstanceID
+	v.heard.Range(func(k, _ any) bool {
+		out = append(out, k.(InstanceID))
+		return true
+	})
+	return out
+}
+
+// DepartedReason is the Err of a peer that left cleanly, in Peers and in its down PeerEvent: it
+// announced its drain (Shutdown, BeginDrain), then its connections closed.
+const DepartedReason = "departed: it drained (Shutdown) and closed"
+
+// peerDown marks a peer down with the reason of the report that took it down. That reason stays:
+// the down event carries it and Peers shows the same text, since a later report (another
+// transport losing the peer too, discovery seeing its entry go) is about the same departure. A
+// peer that had announced its drain departed cleanly (DepartedReason), whatever its transports
+// saw of the connections closing.
+func (v *Velo) peerDown(id InstanceID, why string) {
+	v.heard.Delete(id)
+	v.peerChanged(id, func(p *PeerStatus) {
+		switch {
+		case p.State == StateDown:
+			if p.Err == "" {
+				p.Err = why
+			}
+		case p.State == StateDraining:
+			p.Err = DepartedReason
+		default:
+			p.Err = why
+		}
+		p.State = StateDown
+	})
 }
