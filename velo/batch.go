@@ -105,7 +105,9 @@ func (v *Velo) ReadRanges(ctx context.Context, h Handle, ranges []Range) error {
 // way costs 1 GiB of memory, not the 2 GiB of a copy (RegisterDataPinned). When no pinned memory
 // can be had — no RDMA registry (WithUCXTransport), the kill switch, the budget, the memlock limit —
 // the region is plain memory, consumers read it by chunks, and Region.Reason says why; the error
-// is for a size below one byte. Free the region when done with it.
+// is for a size below one byte. Free the region when done with it: it is the application's, so
+// Close does not free it (it logs the pinned regions still allocated) and StagedCounts does not
+// count it.
 func (v *Velo) NewRegion(size int) (*Region, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("velo: NewRegion(%d): a region holds at least one byte", size)
@@ -113,7 +115,11 @@ func (v *Velo) NewRegion(size int) (*Region, error) {
 	if v.rdma == nil {
 		return rdma.PlainRegion(make([]byte, size), metrics.ReasonNotConfigured), nil
 	}
-	return v.rdma.NewRegion(size)
+	g, err := v.rdma.NewRegion(size)
+	if err == nil && g.Pinned() {
+		v.regions.add(g)
+	}
+	return g, err
 }
 
 // RegisterRegion makes memory the caller already has a region, without copying it: staged, it is

@@ -262,6 +262,8 @@ type Velo struct {
 	authMode auth.Mode // the strictest among its transports
 	auth     authTable // peers the control plane authenticated
 
+	regions regionSet // pinned regions NewRegion handed out, named at Close while not freed
+
 	// heard holds the peers that sent this instance a frame (InstanceID -> struct{}) until a
 	// transport reports them down: a peer that connected without being registered here is told
 	// of the drain too, so it sees this instance depart rather than lose its connection.
@@ -531,7 +533,10 @@ func (v *Velo) Unref(ctx context.Context, h Handle) error {
 }
 
 // StagedCounts reports how many payloads this instance holds as owner and how many leases on them
-// are open.
+// are open. A region (NewRegion, RegisterRegion) is not a staged payload: it is the application's
+// memory until Region.Free, and only its stagings count here, each while it is staged. Close
+// (and so Shutdown) logs the pinned regions still allocated, since their arenas stay mapped
+// until they are freed.
 func (v *Velo) StagedCounts() (slots, leases int) { return v.rv.Counts() }
 
 // BeginDrain starts the drain of Shutdown without waiting for it: peers are told, no new handler
@@ -551,6 +556,12 @@ func (v *Velo) Close() error {
 		defer cancel()
 		err := v.msgr.Close(ctx)
 		v.rv.Close()
+		if n, bytes := v.regions.allocated(); n > 0 {
+			// Every staging is freed by now: what the registry finds still in use below is these
+			// regions (and pinned buffers of GetPinned leases), which only the application ends.
+			v.log.Warn("velo: closing with pinned regions still allocated: a region is the application's memory, not a staged payload (StagedCounts leaves it out); call Region.Free on each, and its arena is unmapped then",
+				"regions", n, "bytes", bytes)
+		}
 		if v.rdma != nil {
 			// After every lease ended (their registrations are revoked) and before the RMA
 			// transport closes under the arenas.
@@ -648,4 +659,51 @@ func (v *Velo) peerDown(id InstanceID, why string) {
 		}
 		p.State = StateDown
 	})
+}
+
+// regionSet holds the pinned regions NewRegion handed out, so that Close can name the ones the
+// application did not free. A region leaves it once it is over (Region.Done).
+type regionSet struct {
+	mu    sync.Mutex
+	m     map[*Region]struct{}
+	swept int // size after the last sweep of finished regions
+}
+
+func regionOver(g *Region) bool {
+	select {
+	case <-g.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *regionSet) add(g *Region) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[*Region]struct{}{}
+	}
+	if len(s.m) >= 2*s.swept+16 { // sweeps cost amortised O(1) per region
+		for r := range s.m {
+			if regionOver(r) {
+				delete(s.m, r)
+			}
+		}
+		s.swept = len(s.m)
+	}
+	s.m[g] = struct{}{}
+}
+
+// allocated counts the regions not over yet, and their bytes.
+func (s *regionSet) allocated() (n int, bytes int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for r := range s.m {
+		if !regionOver(r) {
+			n++
+			bytes += int64(len(r.Bytes()))
+		}
+	}
+	return n, bytes
 }
