@@ -406,11 +406,13 @@ func Lines(g prometheus.Gatherer, name string) ([]string, error) {
 // reads as an error, never as zero).
 var ErrNoSeries = errors.New("no such series")
 
-// Value returns the value of the series called name whose labels include all of want. When there
-// is none it returns an error wrapping ErrNoSeries that lists the label sets the family has, so a
-// typo shows at once instead of reading as zero. Tests, examples and health checks read single
-// series with it; Lines prints a whole family.
-func Value(g prometheus.Gatherer, name string, want map[string]string) (float64, error) {
+// Value returns the value of the series called name whose labels include all of want (nil: the
+// family's first series). When there is none it returns an error wrapping ErrNoSeries that lists
+// the label sets the family has, so a typo shows at once instead of reading as zero. want is a
+// Labels, which a map[string]string literal is too; PathLabels builds the path metric's without a
+// conversion. Tests, examples and health checks read single series with it; Lines prints a whole
+// family.
+func Value(g prometheus.Gatherer, name string, want Labels) (float64, error) {
 	mfs, err := g.Gather()
 	if err != nil {
 		return 0, err

@@ -224,7 +224,7 @@ func printPaths(who string, v *velo.Velo) error {
 			fmt.Fprintf(os.Stderr, "%s: %s\n", who, line)
 		}
 	}
-	n, err := metrics.Value(v.Metrics(), metrics.RDMAPathTotal, map[string]string{"path": "rdma", "reason": "ok"})
+	n, err := metrics.Value(v.Metrics(), metrics.RDMAPathTotal, metrics.PathLabels(metrics.PathRDMA, metrics.ReasonOK))
 	if err != nil {
 		return err
 	}

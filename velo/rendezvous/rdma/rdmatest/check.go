@@ -27,7 +27,7 @@ func Pairs() []Pair {
 // PathCount reads one series of the path metric from g.
 func PathCount(t testing.TB, g prometheus.Gatherer, p Pair) float64 {
 	t.Helper()
-	x, err := metrics.Value(g, metrics.RDMAPathTotal, map[string]string{"path": string(p.Path), "reason": string(p.Reason)})
+	x, err := metrics.Value(g, metrics.RDMAPathTotal, metrics.PathLabels(p.Path, p.Reason))
 	if err != nil {
 		t.Fatal(err)
 	}
