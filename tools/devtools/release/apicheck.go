@@ -199,7 +199,7 @@ func loadModule(fset *token.FileSet, dir, modPath string) (*apidiff.Module, map[
 		names[p.PkgPath] = p.Name
 	}
 	if len(errs) > 0 {
-		return nil, nil, fmt.Errorf("the packages do not type-check (make deps installs the C headers cgo needs): %w", errors.Join(errs...))
+		return nil, nil, fmt.Errorf("the packages do not build: fix that first (cgo packages need the C headers make deps installs): %w", errors.Join(errs...))
 	}
 	sort.Slice(mod.Packages, func(i, j int) bool { return mod.Packages[i].Path() < mod.Packages[j].Path() })
 	return mod, names, nil

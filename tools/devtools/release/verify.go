@@ -67,7 +67,7 @@ func CheckGoMods(r *Repo, v string) []string {
 // file proxy at proxyDir, in an empty module cache. The go command may add what it is missing to
 // go.mod and go.sum (-mod=mod, as in a user's module), on copies (-modfile), so the tree stays as
 // it is; what it had to add is reported, since a build from a checkout without the workspace
-// needs it.
+// needs it. (-trimpath lets the build cache serve later runs, whose module caches differ.)
 func Verify(r *Repo, v, proxyDir string) error {
 	if p := CheckGoMods(r, v); len(p) > 0 {
 		return fmt.Errorf("the tree is not a release commit of %s:\n  %s", v, strings.Join(p, "\n  "))
@@ -82,7 +82,7 @@ func Verify(r *Repo, v, proxyDir string) error {
 		if err != nil {
 			return err
 		}
-		env := moduleEnv(proxyDir, filepath.Join(cache, "mod"), r.Prefix, thirdPartyProxy(), "-modcacherw -mod=mod -modfile="+mf)
+		env := moduleEnv(proxyDir, filepath.Join(cache, "mod"), r.Prefix, thirdPartyProxy(), "-modcacherw -trimpath -mod=mod -modfile="+mf)
 		for _, args := range [][]string{{"build", "./..."}, {"vet", "./..."}} {
 			start := time.Now()
 			cmd := exec.Command("go", args...)
