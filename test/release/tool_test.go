@@ -86,7 +86,7 @@ func TestCheckRefusesAnExistingTag(t *testing.T) {
 	must(t, dir, nil, "git", "tag", "b/v0.1.0")
 	r := execIn(t, dir, nil, tool, "prepare", "-version", "v0.1.0")
 	assert.Equal(t, 1, r.code, r.out)
-	assert.Contains(t, r.out, "tag b/v0.1.0 (on ")
+	assert.Contains(t, r.out, "released already (1 tag(s) exist: b/v0.1.0 (on ")
 	// The unreleased module's folder is no tag of ours.
 	must(t, dir, nil, "git", "tag", "test/v0.2.0")
 	writeFiles(t, dir, map[string]string{"CHANGELOG.md": "## [v0.2.0] - Unreleased\n"})

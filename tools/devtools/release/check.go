@@ -118,7 +118,7 @@ func preflight(r *Repo, v string) (*Changelog, error) {
 		}
 	}
 	if len(exist) > 0 {
-		return nil, fmt.Errorf("version %s is released already: tag %s exists; a version is released once, so pick the next one", v, strings.Join(exist, ", "))
+		return nil, fmt.Errorf("version %s is released already (%d tag(s) exist: %s); a version is released once, so pick the next one", v, len(exist), strings.Join(exist, ", "))
 	}
 	cl, err := readChangelog(r.Root)
 	if err != nil {
