@@ -210,7 +210,7 @@ const (
 	RoleUCXHello = "ucx-hello"
 	// RoleUCXFrames labels the key that seals the UCX frames following a hello (HelloKey).
 	RoleUCXFrames = "ucx-frames"
-	roleSession  = "session"
+	roleSession   = "session"
 )
 
 // mac is HMAC-SHA256 under key over a domain label, the role, and each part with its length, so
