@@ -265,6 +265,15 @@ check_extra_configure() {
 	done
 }
 
+# The shell configure, make's recipes and libtool run under: dash where the machine has it. Under
+# bash, which configure otherwise picks up from the environment, configure takes about 70% more
+# CPU and the compile about 30% more (libtool is a shell script run once per object, and most of
+# that time is bash starting); the objects are the same. Empty: configure's own choice.
+config_shell=""
+if [ -x /bin/dash ]; then
+	config_shell=/bin/dash
+fi
+
 # The configure arguments. Each is explained in README.md.
 configure_args() {
 	args=(
@@ -599,6 +608,7 @@ stamp_key() {
 	patch_lines | sed 's/^/patch /'
 	printf 'target %s\n' "$target_triple"
 	printf 'cc %s (%s)\n' "$cc" "$cc_version"
+	printf 'shell %s\n' "${config_shell:-configure default}"
 	local v
 	for v in CFLAGS CPPFLAGS LDFLAGS CPATH C_INCLUDE_PATH LIBRARY_PATH; do
 		printf '%s %s\n' "$v" "${!v:-}"
@@ -691,7 +701,14 @@ build() {
 	patch_configure
 	mkdir -p "$obj_dir"
 	note "configure: ${args[*]}"
-	run_logged configure bash -c 'cd "$1" && shift && "$@"' _ "$obj_dir" "$src_dir/configure" "${args[@]}"
+	if [ -n "$config_shell" ]; then
+		# configure writes its shell into the Makefiles and the libtool script, so make's
+		# recipes and every libtool call of the build run under it too.
+		run_logged configure env CONFIG_SHELL="$config_shell" SHELL="$config_shell" \
+			"$config_shell" -c 'cd "$1" && shift && exec "$@"' _ "$obj_dir" "$config_shell" "$src_dir/configure" "${args[@]}"
+	else
+		run_logged configure bash -c 'cd "$1" && shift && "$@"' _ "$obj_dir" "$src_dir/configure" "${args[@]}"
+	fi
 	check_config_h
 	step_done configure
 	local d
