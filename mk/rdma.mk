@@ -8,18 +8,26 @@
 #                         on both sides, revocation on every lease ending, memlock fallback, the
 #                         example in two network namespaces with kernel byte counts (about 2 min)
 #   bench-rendezvous-rdma RDMA-path Get of 1, 8, 64 MiB beside ucx_perftest -t ucp_get and the
-#                         chunked path; peak RSS of a 1 GiB get and of 1 GiB staging, copied and
-#                         zero-copy (prints ratios, asserts nothing)
+#                         chunked path; Gets of 8 and 64 MiB between instances with a cluster secret
+#                         (sealed UCX frames) beside instances without; peak RSS of a 1 GiB get and
+#                         of 1 GiB staging, copied and zero-copy (prints ratios, asserts nothing)
 #   bench-small           many small transfers, two processes: the engine's AM round trip beside
-#                         ucx_perftest -t ucp_am_lat, velo's UCX transport beside its TCP transport,
-#                         GetBatch of 4 KiB and 64 KiB blocks beside one 64 MiB get and beside
-#                         ucx_perftest -t ucp_get -O (about 1 minute)
+#                         ucx_perftest -t ucp_am_lat, velo's UCX transport, plain and sealed, beside
+#                         its TCP transport and perftest's AM round trip, GetBatch of 4 KiB and
+#                         64 KiB blocks beside one 64 MiB get and beside ucx_perftest -t ucp_get -O
+#                         (about 1 minute)
+#   bench-small-static    bench-small linked with velo's static UCX, beside that build's own
+#                         ucx_perftest (make ucx-static-tools); without perftest's GET, which its
+#                         guard refuses over tcp
+#
+# BENCH_ARGS go to the bench program: BENCH_ARGS='-only frames -rounds 5' (smallbench: -only
+# am|frames|batch; rdmabench: -only get|seal|rss), '-quick' for a smoke run.
 #   demo                  the two-process example over UCX_TLS=tcp; exits non-zero unless the
 #                         transfer took the RDMA path
 #
 # The tests, demo and demo-cluster link velo's static UCX (VELO_UCX_GO, in the Makefile): velo's
 # UCX transport refuses a UCX without its software RMA guard.
-.PHONY: test-rdma-registry test-rendezvous-rdma bench-rendezvous-rdma bench-small demo
+.PHONY: test-rdma-registry test-rendezvous-rdma bench-rendezvous-rdma bench-small bench-small-static demo
 TEST_TARGETS += test-rdma-registry test-rendezvous-rdma
 BENCH_TARGETS += bench-rendezvous-rdma bench-small
 
@@ -41,10 +49,19 @@ test-rendezvous-rdma: deps $(VELO_UCX_DEP)
 # that velo's static UCX refuses: they link the system's UCX, on which velo's UCX transport runs
 # only trusting the network (their processes talk over loopback).
 bench-rendezvous-rdma: deps
-	cd test && $(RDMA_TEST_ENV) VELO_UCX_TRUST_NETWORK=1 UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./rdma/cmd/rdmabench
+	cd test && $(RDMA_TEST_ENV) VELO_UCX_TRUST_NETWORK=1 UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./rdma/cmd/rdmabench $(BENCH_ARGS)
 
 bench-small: deps
-	cd test && $(RDMA_TEST_ENV) VELO_UCX_TRUST_NETWORK=1 UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./rdma/cmd/smallbench
+	cd test && $(RDMA_TEST_ENV) VELO_UCX_TRUST_NETWORK=1 UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./rdma/cmd/smallbench $(BENCH_ARGS)
+
+# The patched UCX's own figures: its engine and transport beside its own ucx_perftest.
+ifneq ($(strip $(UCX_DIR)),)
+bench-small-static: deps
+	@echo "bench-small-static: skipped: UCX_DIR=$(UCX_DIR) selects a preinstalled UCX; make bench-small benchmarks it"
+else
+bench-small-static: ucx-static-tools
+	cd test && $(UCX_STATIC_GO) $(RDMA_TEST_ENV) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run -tags ucx_static ./rdma/cmd/smallbench $(BENCH_ARGS)
+endif
 
 demo: deps $(VELO_UCX_DEP)
 	$(VELO_UCX_GO) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./velo/examples/rendezvous_rdma_two_proc
