@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,7 +115,8 @@ func childEnvReport() error {
 
 // childRawOwner maps memory with the low layer, reports its address and raw key, and
 // progresses its worker; on "munmap" from stdin it deregisters the memory and makes it
-// inaccessible, as an owner that freed it would, and keeps progressing.
+// inaccessible, as an owner that freed it would, and keeps progressing; on "guard" it prints
+// its guard's refusal counters (GuardRefusals as JSON).
 func childRawOwner() error {
 	runtime.LockOSThread()
 	c, err := NewContext(ContextConfig{TLS: testTLS})
@@ -172,6 +174,18 @@ func childRawOwner() error {
 					return err
 				}
 				fmt.Println("unmapped")
+			}
+			if cmd == "guard" {
+				// The owner's own guard counters (the patch set counts at the target).
+				g, err := SoftwareRMAGuard()
+				if err != nil {
+					return err
+				}
+				b, err := json.Marshal(g.Refused)
+				if err != nil {
+					return err
+				}
+				fmt.Println(string(b))
 			}
 		default:
 			time.Sleep(10 * time.Microsecond)
@@ -234,6 +248,27 @@ func startChild(t *testing.T, role string, env ...string) (childInfo, *childProc
 		t.Fatalf("child %s report %q: %v", role, line, err)
 	}
 	return info, p
+}
+
+// ask writes cmd to the child's stdin and returns its next line of output, failing the test
+// when none comes within testTimeout.
+func (p *childProc) ask(t *testing.T, cmd string) string {
+	t.Helper()
+	if _, err := fmt.Fprintln(p.stdin, cmd); err != nil {
+		t.Fatalf("child: %s: %v", cmd, err)
+	}
+	lines := make(chan string, 1)
+	go func() {
+		line, _ := p.out.ReadString('\n')
+		lines <- line
+	}()
+	select {
+	case line := <-lines:
+		return strings.TrimSpace(line)
+	case <-time.After(testTimeout):
+		t.Fatalf("child: no answer to %q within %v", cmd, testTimeout)
+		return ""
+	}
 }
 
 type childProc struct {

@@ -117,7 +117,9 @@ func TestEagerLimit(t *testing.T) {
 
 var getSizes = []int{1, 7, 4096, 65536 + 3, 1 << 20, 8 << 20, 64 << 20}
 
-// TestGetSizes reads 1 B to 64 MiB on both GET paths and checks every byte.
+// TestGetSizes reads 1 B to 64 MiB on both GET paths and checks every byte. Where the linked
+// UCX's guard refuses software RMA (the static build, over tcp) the direct path asserts the
+// refusal instead.
 func TestGetSizes(t *testing.T) {
 	for _, mode := range []RMAMode{RMAGuarded, RMADirect} {
 		t.Run(mode.String(), func(t *testing.T) {
@@ -130,6 +132,10 @@ func TestGetSizes(t *testing.T) {
 			reg, err := b.Register(ctx, src.Bytes())
 			if err != nil {
 				t.Fatal(err)
+			}
+			if mode == RMADirect && softwareRMARefused(t, ab) {
+				directGetRefused(t, ab, reg, getSizes[:6])
+				return
 			}
 			dstMem := allocFilled(t, 64<<20, 6)
 			for _, n := range getSizes {
@@ -152,6 +158,29 @@ func TestGetSizes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// directGetRefused asserts what a direct GET (ucp_get_nbx) does where the linked UCX's guard
+// refuses software RMA: each read of sizes from reg fails with UCS_ERR_REJECTED, leaves its
+// destination as it was and moves the guard's GET counter; the connection serves the next one.
+func directGetRefused(t *testing.T, ab *Conn, reg *Registration, sizes []int) {
+	t.Helper()
+	ctx := testContext(t)
+	for _, n := range sizes {
+		before := guardRefused(t).Get
+		dst := bytes.Repeat([]byte{0xA5}, n)
+		err := ab.Get(ctx, dst, reg.Addr(), reg.RemoteKey())
+		if !errors.Is(err, StatusRejected) {
+			t.Fatalf("%d bytes: a direct GET over software RMA on the guarded UCX gave %v, want UCS_ERR_REJECTED", n, err)
+		}
+		if !bytes.Equal(dst, bytes.Repeat([]byte{0xA5}, n)) {
+			t.Fatalf("%d bytes: the refused GET wrote into its destination", n)
+		}
+		if after := guardRefused(t).Get; after <= before {
+			t.Fatalf("%d bytes: the guard's GET counter stayed at %d", n, after)
+		}
+	}
+	t.Logf("the linked UCX's guard refused %d direct GETs over software RMA (UCS_ERR_REJECTED, nothing written); the byte checks of this path need hardware RMA (UCX_TLS=rc or dc) or a UCX without the guard", len(sizes))
 }
 
 // TestGetRefusals: the rkey of an unmapped region, a garbage key, a forged key (valid
@@ -614,7 +643,8 @@ func TestConnClose(t *testing.T) {
 }
 
 // TestPutRequiresDirect: Put is refused where RMA is emulated in software, and works on
-// the direct path.
+// the direct path; where the linked UCX's guard refuses software RMA, a direct Put over tcp
+// completes and writes nothing.
 func TestPutRequiresDirect(t *testing.T) {
 	ctx := testContext(t)
 	for _, mode := range []RMAMode{RMAAuto, RMADirect} {
@@ -625,6 +655,8 @@ func TestPutRequiresDirect(t *testing.T) {
 			t.Fatal(err)
 		}
 		src := bytes.Repeat([]byte{7}, 100)
+		orig := append([]byte(nil), dst.Bytes()...)
+		before := guardRefused(t).Put
 		err = ab.Put(ctx, src, reg.Addr()+10, reg.RemoteKey())
 		resolved, _ := ab.RMAMode(ctx)
 		if resolved != RMADirect {
@@ -638,6 +670,18 @@ func TestPutRequiresDirect(t *testing.T) {
 		}
 		if err := ab.Flush(ctx); err != nil {
 			t.Fatal(err)
+		}
+		if softwareRMARefused(t, ab) {
+			// The guarded UCX drops a software PUT at the target and still completes it, so the
+			// flush ends; nothing reaches the memory and the refusal is counted.
+			if !bytes.Equal(dst.Bytes(), orig) {
+				t.Fatal("a software PUT on the guarded UCX wrote the target")
+			}
+			if after := guardRefused(t).Put; after <= before {
+				t.Fatalf("the guard's PUT counter stayed at %d", after)
+			}
+			t.Logf("%v: the linked UCX's guard refused the software PUT (completed, nothing written, counted)", mode)
+			continue
 		}
 		if !bytes.Equal(dst.Bytes()[10:110], src) {
 			t.Fatal("Put+Flush did not write the target")

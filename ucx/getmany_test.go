@@ -15,7 +15,8 @@ import (
 )
 
 // TestGetManyBlocks: 2,048 reads of 4 KiB and 1,024 of 64 KiB from two registrations, on both
-// GET paths, with a window smaller than the batch. Every read reports once, every byte matches.
+// GET paths, with a window smaller than the batch. Every read reports once, every byte matches;
+// where the linked UCX's guard refuses software RMA, every direct read reports its refusal.
 func TestGetManyBlocks(t *testing.T) {
 	for _, mode := range []RMAMode{RMAGuarded, RMADirect} {
 		t.Run(mode.String(), func(t *testing.T) {
@@ -46,6 +47,24 @@ func TestGetManyBlocks(t *testing.T) {
 				off := uint64(i) * 64 << 10
 				reads = append(reads, KeyRead{Key: k2, Offset: off, Dst: make([]byte, 64<<10)})
 				want = append(want, src2.Bytes()[off:off+64<<10])
+			}
+			if mode == RMADirect && softwareRMARefused(t, ab) {
+				// The guarded UCX refuses software RMA: every direct read reports once, with
+				// UCS_ERR_REJECTED, and writes nothing. A share of each size is enough to show it.
+				some := append(append([]KeyRead(nil), reads[:32]...), reads[2048:2048+32]...)
+				before := guardRefused(t).Get
+				seen := make([]int, len(some))
+				ab.GetMany(ctx, some, 16, func(i int, err error) {
+					seen[i]++
+					assert.ErrorIs(t, err, StatusRejected, "read %d", i)
+				})
+				for i, r := range some {
+					require.Equal(t, 1, seen[i], "read %d reported %d times", i, seen[i])
+					require.Equal(t, make([]byte, len(r.Dst)), r.Dst, "refused read %d wrote into its destination", i)
+				}
+				require.GreaterOrEqual(t, guardRefused(t).Get-before, uint64(len(some)), "the guard's GET counter")
+				t.Logf("the linked UCX's guard refused all %d direct reads (software RMA over tcp)", len(some))
+				return
 			}
 			seen := make([]int, len(reads))
 			ab.GetMany(ctx, reads, 16, func(i int, err error) {

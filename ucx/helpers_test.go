@@ -173,6 +173,45 @@ func childCommand(t testing.TB, role string, env ...string) *exec.Cmd {
 	return cmd
 }
 
+// guardEnforced reports whether the linked UCX carries velo's guard patch set (the static build of
+// make ucx-static; Debian's UCX does not). There software-emulated RMA (ucp_get/put/atomics over
+// tcp) is refused by the target: a GET or a fetching atomic completes with UCS_ERR_REJECTED, a PUT
+// or a posted atomic completes and writes nothing, and the process-wide counters move. The tests
+// that record what a stock UCX does there assert that refusal instead.
+func guardEnforced(t testing.TB) bool {
+	t.Helper()
+	g, err := SoftwareRMAGuard()
+	if err != nil {
+		t.Fatalf("SoftwareRMAGuard: %v", err)
+	}
+	return g.Enforced
+}
+
+// guardRefused returns the guard's refusal counters of this process (zero without the guard).
+func guardRefused(t testing.TB) GuardRefusals {
+	t.Helper()
+	g, err := SoftwareRMAGuard()
+	if err != nil {
+		t.Fatalf("SoftwareRMAGuard: %v", err)
+	}
+	return g.Refused
+}
+
+// softwareRMARefused reports whether RMA over c is software-emulated (no hardware-keyed lanes,
+// as over tcp) on a UCX whose guard refuses it: then a direct GET or PUT over c cannot move a
+// byte, and a test of the direct path asserts the refusal instead of the data.
+func softwareRMARefused(t testing.TB, c *Conn) bool {
+	t.Helper()
+	if !guardEnforced(t) {
+		return false
+	}
+	info, err := c.Info(testContext(t))
+	if err != nil {
+		t.Fatalf("Conn.Info: %v", err)
+	}
+	return !rmaLanesKeyed(info)
+}
+
 // skipIfReplyBroken skips tests that need reply-flagged active messages (the guarded GET)
 // where this UCX would abort on them (protocol v2 on UCX 1.13, see NewContext).
 func skipIfReplyBroken(t testing.TB, e *Engine) {

@@ -4,6 +4,7 @@ package ucx
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -143,18 +144,24 @@ func TestLowRemoteKeyValidation(t *testing.T) {
 // emulated in software (tcp): nothing. A GET with the key of a region that was unmapped,
 // or with a structurally valid key of zeros, still returns the owner's bytes. This is
 // why Engine.Get uses the guarded GET on such transports.
+//
+// velo's static UCX (make ucx-static) carries a guard patch set that closes this: there the
+// same GETs, and one with the live key too, complete with UCS_ERR_REJECTED, write nothing, are
+// counted by the owner's guard, and the owner goes on serving.
 func TestUCXOverTCPDoesNotCheckRemoteKeys(t *testing.T) {
 	p := newLowPair(t)
 	if rmaLanesKeyed(p.ab.Info()) {
 		t.Skip("this endpoint has hardware-keyed RMA lanes (UCX_TLS selects InfiniBand); the claim is about software RMA")
 	}
+	guarded := guardEnforced(t)
 	mem := allocFilled(t, 4096, 99)
 	mh, err := p.ctx.MapMemory(mem.Bytes())
 	if err != nil {
 		t.Fatal(err)
 	}
 	packed, _ := mh.PackRemoteKey()
-	get := func(packed []byte) []byte {
+	fresh := allocFilled(t, 64, 0).Bytes()[:64] // what every destination holds before its GET
+	get := func(packed []byte) ([]byte, error) {
 		t.Helper()
 		rk, err := p.ab.UnpackRemoteKey(packed)
 		if err != nil {
@@ -163,27 +170,72 @@ func TestUCXOverTCPDoesNotCheckRemoteKeys(t *testing.T) {
 		defer rk.Destroy()
 		dst := allocFilled(t, 64, 0).Bytes()[:64]
 		req, err := p.ab.Get(dst, mh.Addr(), rk)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if req != nil {
+		if err == nil && req != nil {
 			p.until(t, req.Done, nil)
-			if req.Err() != nil {
-				t.Fatal(req.Err())
-			}
+			err = req.Err()
 		}
-		return dst
+		return dst, err
+	}
+	refused := func(what string, packed []byte) {
+		t.Helper()
+		before := guardRefused(t).Get
+		dst, err := get(packed)
+		if !errors.Is(err, StatusRejected) {
+			t.Fatalf("%s: the guarded UCX answered a software GET with %v, want UCS_ERR_REJECTED", what, err)
+		}
+		if !bytes.Equal(dst, fresh) {
+			t.Fatalf("%s: the refused GET wrote into its destination", what)
+		}
+		if after := guardRefused(t).Get; after != before+1 {
+			t.Fatalf("%s: the guard's GET counter went from %d to %d, want one refusal", what, before, after)
+		}
+	}
+	if guarded {
+		refused("the live key", packed)
 	}
 	if err := mh.Unmap(); err != nil {
 		t.Fatal(err)
 	}
-	if got := get(packed); !bytes.Equal(got, mem.Bytes()[:64]) {
-		t.Fatalf("after ucp_mem_unmap the GET returned other bytes; has UCX started checking keys over %s? Update docs/ucx.md", testTLS)
-	}
 	zeros := make([]byte, len(packed))
 	copy(zeros, packed[:8]) // same memory-domain map, so the layout stays valid
-	if got := get(zeros); !bytes.Equal(got, mem.Bytes()[:64]) {
+	if guarded {
+		refused("the key of an unmapped region", packed)
+		refused("a zeroed key", zeros)
+		lowOwnerServes(t, p)
+		t.Log("the linked UCX's guard refused the three software GETs (UCS_ERR_REJECTED, nothing written, counted); the owner serves on")
+		return
+	}
+	if got, err := get(packed); err != nil {
+		t.Fatal(err)
+	} else if !bytes.Equal(got, mem.Bytes()[:64]) {
+		t.Fatalf("after ucp_mem_unmap the GET returned other bytes; has UCX started checking keys over %s? Update docs/ucx.md", testTLS)
+	}
+	if got, err := get(zeros); err != nil {
+		t.Fatal(err)
+	} else if !bytes.Equal(got, mem.Bytes()[:64]) {
 		t.Fatalf("a zeroed key returned other bytes")
+	}
+}
+
+// lowOwnerServes checks that the pair's owner worker still serves: an active message from a
+// reaches b.
+func lowOwnerServes(t *testing.T, p *lowPair) {
+	t.Helper()
+	if err := p.b.SetAMHandler(5); err != nil {
+		t.Fatal(err)
+	}
+	req, err := p.ab.SendAM(5, nil, []byte("still here"), AMEager)
+	if err != nil {
+		t.Fatalf("an active message after the refusals: %v", err)
+	}
+	got := ""
+	p.until(t, func() bool { return got != "" && (req == nil || req.Done()) }, func(w *Worker, ev *Event) {
+		if ev.Kind == EventAM && w == p.b {
+			got = string(ev.AM.Data)
+		}
+	})
+	if got != "still here" {
+		t.Fatalf("the owner received %q", got)
 	}
 }
 
@@ -191,6 +243,9 @@ func TestUCXOverTCPDoesNotCheckRemoteKeys(t *testing.T) {
 // memory it once registered dies with SIGSEGV when a peer GETs it, because UCX's software
 // GET reads the address without checking anything. The engine never unmaps memory while
 // a guarded reply reads it and never serves a revoked key.
+//
+// velo's static UCX (make ucx-static) refuses that GET: there the test asserts the owner's
+// guard turns it down (UCS_ERR_REJECTED, nothing written, counted) and the owner lives on.
 //
 // It also checks that such a crash is a crash: the owner exits with a non-zero status. By
 // default the binding hands the fault signals to the Go runtime before main (capi.c), which
@@ -200,6 +255,7 @@ func TestUCXOverTCPCrashesOwnerOnFreedMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a child process that crashes on purpose")
 	}
+	guarded := guardEnforced(t)
 	for _, tc := range []struct {
 		name, env, report string
 		status            func(syscall.WaitStatus) bool
@@ -222,20 +278,27 @@ func TestUCXOverTCPCrashesOwnerOnFreedMemory(t *testing.T) {
 			if rmaLanesKeyed(ep.Info()) {
 				t.Skip("hardware-keyed RMA lanes; the claim is about software RMA")
 			}
-			if _, err := fmt.Fprintln(child.stdin, "munmap"); err != nil {
-				t.Fatal(err)
-			}
-			if line, _ := child.out.ReadString('\n'); strings.TrimSpace(line) != "unmapped" {
+			if line := child.ask(t, "munmap"); line != "unmapped" {
 				t.Fatalf("child said %q", line)
 			}
 			rk, err := ep.UnpackRemoteKey(info.RawKey)
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer rk.Destroy()
 			dst := allocFilled(t, 64, 0).Bytes()[:64]
+			fresh := append([]byte(nil), dst...)
 			req, err := ep.Get(dst, info.Base, rk)
 			if err == nil && req != nil {
 				p.until(t, func() bool { return req.Done() || ep.Err() != nil }, nil)
+				err = req.Err()
+			}
+			if guarded {
+				ownerRefusedFreedGet(t, child, err, dst, fresh)
+				if r, _ := ep.Close(CloseForce); r != nil {
+					p.until(t, r.Done, nil)
+				}
+				return
 			}
 			select {
 			case <-child.exited:
@@ -250,12 +313,38 @@ func TestUCXOverTCPCrashesOwnerOnFreedMemory(t *testing.T) {
 				t.Fatalf("owner ended with %v; want the %s report (%q):\n%s", child.cmd.ProcessState, tc.name, tc.report, child.stderr.String())
 			}
 			t.Logf("owner died as expected: %v", child.cmd.ProcessState)
-			rk.Destroy()
 			if r, _ := ep.Close(CloseForce); r != nil {
 				p.until(t, r.Done, nil)
 			}
 		})
 	}
+}
+
+// ownerRefusedFreedGet asserts what the guarded UCX does with a GET of memory its owner freed
+// (getErr and dst are the GET's outcome, fresh what dst held before): the owner refuses it
+// without reading the address (UCS_ERR_REJECTED, nothing written), counts it, and lives on to
+// answer.
+func ownerRefusedFreedGet(t *testing.T, child *childProc, getErr error, dst, fresh []byte) {
+	t.Helper()
+	if !errors.Is(getErr, StatusRejected) {
+		t.Fatalf("a GET of freed memory on the guarded UCX gave %v, want UCS_ERR_REJECTED", getErr)
+	}
+	if !bytes.Equal(dst, fresh) {
+		t.Fatal("the refused GET wrote into its destination")
+	}
+	select {
+	case <-child.exited:
+		t.Fatalf("the owner exited (%v) although its guard refused the GET", child.cmd.ProcessState)
+	default:
+	}
+	var refused GuardRefusals
+	if err := json.Unmarshal([]byte(child.ask(t, "guard")), &refused); err != nil {
+		t.Fatalf("the owner's guard counters: %v", err)
+	}
+	if refused.Get != 1 {
+		t.Fatalf("the owner counted %d refused GETs, want 1 (%+v)", refused.Get, refused)
+	}
+	t.Logf("the owner's guard refused the GET of freed memory and the owner lives on: %+v", refused)
 }
 
 func TestResourceQuery(t *testing.T) {
