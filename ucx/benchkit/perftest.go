@@ -38,6 +38,29 @@ type Result struct {
 // Find locates the ucx_perftest of the linked UCX release.
 func Find() (ucx.Tool, error) { return ucx.FindTool("ucx_perftest") }
 
+// ErrGetRefusedByGuard marks a GET that the linked UCX's guard (velo's patch set, the static
+// build) refused because it was software RMA: over tcp, ucp_get_nbx is emulated with active
+// messages, and the guard turns every such request down.
+var ErrGetRefusedByGuard = errors.New("the linked UCX's guard refuses software RMA")
+
+// ProbeDirectGet reads one byte at addr with key over c, a connection of an engine with
+// ucx.RMADirect, and says whether ucp_get_nbx, and so ucx_perftest -t ucp_get, can be measured
+// over the transports in use. nil: it can. An error wrapping ErrGetRefusedByGuard: the linked
+// UCX's guard refused the GET as software RMA; perftest's GET would be refused the same way, and
+// its client does not end on the refusal (it waits until killed), so a harness must not start
+// it and should print this error where the baseline would be. Any other error is the GET's own.
+func ProbeDirectGet(ctx context.Context, c *ucx.Conn, addr uint64, key []byte) error {
+	err := c.Get(ctx, make([]byte, 1), addr, key)
+	if err == nil {
+		return nil
+	}
+	if g, gerr := ucx.SoftwareRMAGuard(); gerr == nil && g.Enforced && errors.Is(err, ucx.StatusRejected) {
+		return fmt.Errorf("%w (%s): a direct GET over UCX_TLS=%q is software RMA here and was refused (%v), so ucx_perftest -t ucp_get would wait forever; "+
+			"a UCX without the guard (the system's, make bench-rma) or hardware RMA (UCX_TLS=rc or dc) gives that baseline", ErrGetRefusedByGuard, g.Version, os.Getenv("UCX_TLS"), err)
+	}
+	return fmt.Errorf("benchkit: probing a direct GET: %w", err)
+}
+
 var finalLine = regexp.MustCompile(`(?m)^\s*Final:\s+(.*)$`)
 
 // ParseFinal reads the Final line of ucx_perftest's output.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/velo-go/velo/ucx"
 )
 
 func TestParseFinal(t *testing.T) {
@@ -25,14 +27,55 @@ func TestParseFinal(t *testing.T) {
 	require.ErrorContains(t, err, "field 8")
 }
 
-// A real run of the linked release's ucx_perftest over tcp: the baseline the benchmarks use.
-func TestRunAGetOverLoopback(t *testing.T) {
+// perftestTool finds the linked release's ucx_perftest and pins UCX_TLS=tcp for it unless the
+// environment chose (InfiniBand).
+func perftestTool(t *testing.T) ucx.Tool {
+	t.Helper()
 	tool, err := Find()
 	if err != nil {
 		t.Skipf("no ucx_perftest of the linked UCX: %v", err)
 	}
 	if os.Getenv("UCX_TLS") == "" {
-		t.Setenv("UCX_TLS", "tcp") // pinned here unless the environment chose (InfiniBand)
+		t.Setenv("UCX_TLS", "tcp")
+	}
+	return tool
+}
+
+// directGetProbe runs ProbeDirectGet between two engines of this process over UCX_TLS.
+func directGetProbe(t *testing.T) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	owner, err := ucx.NewEngine(ctx, ucx.EngineConfig{Name: "probe-owner"})
+	require.NoError(t, err)
+	defer owner.Close(context.Background())
+	reader, err := ucx.NewEngine(ctx, ucx.EngineConfig{Name: "probe-reader", RMA: ucx.RMADirect})
+	require.NoError(t, err)
+	defer reader.Close(context.Background())
+	mem, err := ucx.AllocMemory(4096, ucx.MemoryOptions{})
+	require.NoError(t, err)
+	defer mem.Free()
+	reg, err := owner.Register(ctx, mem.Bytes())
+	require.NoError(t, err)
+	defer reg.Unregister(context.Background())
+	c, err := reader.Connect(ctx, owner.Address(), ucx.ConnectOptions{})
+	require.NoError(t, err)
+	return ProbeDirectGet(ctx, c, reg.Addr(), reg.RemoteKey())
+}
+
+// A real run of the linked release's ucx_perftest over tcp: the baseline the benchmarks use.
+// Where the linked UCX's guard refuses software RMA (the static build over tcp) perftest's GET
+// cannot run (its client waits forever on the refusal): the probe must say so, and the test
+// skips with that reason.
+func TestRunAGetOverLoopback(t *testing.T) {
+	tool := perftestTool(t)
+	if err := directGetProbe(t); err != nil {
+		require.ErrorIs(t, err, ErrGetRefusedByGuard)
+		g, gerr := ucx.SoftwareRMAGuard()
+		require.NoError(t, gerr)
+		require.True(t, g.Enforced)
+		require.Positive(t, g.Refused.Get, "the guard did not count the refused GET")
+		t.Skipf("ucx_perftest -t ucp_get is not run: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -40,4 +83,15 @@ func TestRunAGetOverLoopback(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 200, r.Iterations)
 	require.Greater(t, r.BandwidthOverall, 0.0)
+}
+
+// The active-message baseline runs on every UCX, the guarded one included (the guard leaves
+// active messages alone).
+func TestRunAMLatencyOverLoopback(t *testing.T) {
+	tool := perftestTool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, err := PerftestAMLatency(ctx, tool, 64, 1000)
+	require.NoError(t, err)
+	require.Positive(t, d)
 }
