@@ -9,13 +9,16 @@
 //     kernel's own cost of pinning that memory), and Engine.Register (mem map, key pack,
 //     guard entry) against the same baseline.
 //   - GET bandwidth per size, direct (ucp_get_nbx) and guarded, against
-//     `ucx_perftest -t ucp_get` run with the same UCX_TLS, owner in another process.
+//     `ucx_perftest -t ucp_get` run with the same UCX_TLS, owner in another process. Where
+//     the linked UCX's guard refuses software RMA (the static build over tcp), a direct GET and
+//     perftest's GET are refused, so the table says why and measures the guarded path alone.
 //
 // UCX_TLS defaults to tcp (the environment wins, as everywhere in the binding).
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -275,12 +278,29 @@ func bandwidth(quick bool) error {
 		return float64(n) * float64(it) / time.Since(t0).Seconds() / (1 << 20), nil
 	}
 
+	refused, err := directRefused(ctx, conns[ucx.RMADirect], info)
+	if err != nil {
+		return err
+	}
+
 	fmt.Printf("GET bandwidth (MiB/s, median of %d alternating rounds; baseline: ucx_perftest -t ucp_get, UCX_TLS=%s, same run)\n", rounds, os.Getenv("UCX_TLS"))
 	fmt.Printf("%-8s %12s %12s %8s %12s %8s\n", "size", "ucx_perftest", "direct", "ratio", "guarded", "ratio")
 	for _, n := range bwSizes {
 		it := iterationsFor(n, quick)
 		var base, direct, guarded []float64
 		var perr error
+		if refused {
+			// Only the guarded path moves data here; see directRefused's line above the table.
+			for r := 0; r < rounds; r++ {
+				g, err := get(ucx.RMAGuarded, n, it)
+				if err != nil {
+					return err
+				}
+				guarded = append(guarded, g)
+			}
+			fmt.Printf("%-8s %12s %12s %8s %12.1f %8s\n", human(n), "-", "-", "-", med(guarded), "-")
+			continue
+		}
 		for r := 0; r < rounds; r++ {
 			b, err := perftest(n, it)
 			if err != nil {
@@ -305,6 +325,22 @@ func bandwidth(quick bool) error {
 		fmt.Printf("%-8s %12.1f %12.1f %7.2fx %12.1f %7.2fx\n", human(n), b, d, d/b, g, g/b)
 	}
 	return nil
+}
+
+// directRefused probes the direct path with one small GET (benchkit.ProbeDirectGet). Where the
+// linked UCX's guard refuses it as software RMA (the static build over tcp), it prints why the
+// direct column and the ucx_perftest baseline stay empty and reports true: perftest's GET would
+// be refused the same way and its client would wait forever. Any other failure is returned.
+func directRefused(ctx context.Context, direct *ucx.Conn, info ownerInfo) (bool, error) {
+	err := benchkit.ProbeDirectGet(ctx, direct, info.Base, info.Key)
+	switch {
+	case err == nil:
+		return false, nil
+	case errors.Is(err, benchkit.ErrGetRefusedByGuard):
+		fmt.Printf("ucx_perftest and direct: none: %v\n", err)
+		return true, nil
+	}
+	return false, err
 }
 
 // startGetters starts the owner process and, in this one, an engine per GET path connected to
