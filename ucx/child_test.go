@@ -202,13 +202,21 @@ func startChild(t *testing.T, role string, env ...string) (childInfo, *childProc
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout, err := cmd.StdoutPipe()
+	// Not cmd.StdoutPipe: Wait, which runs beside the reads (p.exited), closes that pipe as soon
+	// as the child exits, and a child that reports and exits at once (env-report, whose settings
+	// run past 4 KiB on UCX 1.22) then lost the rest of its line. A pipe of our own stays
+	// readable until the test ends.
+	stdout, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { stdout.Close() })
+	cmd.Stdout = w
 	p := &childProc{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout), exited: make(chan struct{})}
 	cmd.Stderr = &p.stderr
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	w.Close() // the child holds the write end now; EOF comes when it exits
+	if err != nil {
 		t.Fatal(err)
 	}
 	go func() {
