@@ -191,8 +191,9 @@ func runSeal(quick bool, rounds int) error {
 	}
 	fmt.Printf("\nsealed UCX frames and the RDMA path (%d alternating rounds): GetInto + Detach, the four pairs taking turns get by get\n", rounds)
 	printLoad()
-	fmt.Printf("MiB/s, median of the rounds [min–max]; ratio: the sealed pair over its plain pair, per round, median [min–max]\n\n")
-	fmt.Printf("%-7s %5s %-18s %22s %24s %12s\n", "size", "gets", "pair", "MiB/s", "sealed/plain", "UCX frames/get")
+	fmt.Printf("MiB/s, median of the rounds [min–max]; sealed/plain: the sealed pair's MiB/s over its plain pair's, per round,\n")
+	fmt.Printf("median [min–max]; pooled: the same over all the rounds' gets together\n\n")
+	fmt.Printf("%-7s %5s %-18s %22s %24s %7s %12s\n", "size", "gets", "pair", "MiB/s", "sealed/plain", "pooled", "UCX frames/get")
 	for j, n := range sealSizes {
 		iters := iterationsFor(n, quick)
 		dst := make([]byte, n)
@@ -204,6 +205,7 @@ func runSeal(quick bool, rounds int) error {
 			}
 		}
 		rates := make([][]float64, len(sealVariants))
+		pooled := make([]time.Duration, len(sealVariants))
 		var frames0 []float64
 		for i := range sealVariants {
 			frames0 = append(frames0, ucxFramesSent(regs[i]))
@@ -222,19 +224,20 @@ func runSeal(quick bool, rounds int) error {
 			}
 			for i := range sealVariants {
 				rates[i] = append(rates[i], float64(n)*float64(iters)/(1<<20)/sum[i].Seconds())
+				pooled[i] += sum[i]
 			}
 		}
 		gets := float64(iters * rounds)
 		for i, sv := range sealVariants {
-			ratio := ""
+			ratio, all := "", ""
 			if sv.secret { // its plain pair is the one before it
 				q := make([]float64, rounds)
 				for r := range q {
 					q[r] = rates[i][r] / rates[i-1][r]
 				}
-				ratio = spreadRatio(q)
+				ratio, all = spreadRatio(q), fmt.Sprintf("%.3fx", pooled[i-1].Seconds()/pooled[i].Seconds())
 			}
-			fmt.Printf("%-7s %5d %-18s %22s %24s %12.1f\n", fmt.Sprintf("%d MiB", n>>20), iters, sv.name, spread(rates[i]), ratio,
+			fmt.Printf("%-7s %5d %-18s %22s %24s %7s %12.1f\n", fmt.Sprintf("%d MiB", n>>20), iters, sv.name, spread(rates[i]), ratio, all,
 				(ucxFramesSent(regs[i])-frames0[i])/gets)
 		}
 	}

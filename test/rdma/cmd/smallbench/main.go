@@ -66,6 +66,7 @@ const (
 
 var (
 	blockSizes = []int{4 << 10, 64 << 10}
+	frameSizes = []int{64, 1 << 10, 64 << 10} // -sizes
 	quiet      = slog.New(slog.NewTextHandler(io.Discard, nil))
 )
 
@@ -75,6 +76,17 @@ func main() {
 	flag.StringVar(&profilePrefix, "profile", "", "write CPU profiles of the measuring and the peer process to PREFIX.{consumer,peer}.cpu.pprof")
 	flag.StringVar(&only, "only", "", `run one part: "am" (the engine's round trip), "frames" (the transports) or "batch" (GetBatch and the lease endings)`)
 	flag.IntVar(&nrounds, "rounds", 3, "alternating rounds per figure")
+	flag.Func("sizes", "frame sizes of the transports' table in bytes, comma-separated (default 64,1024,65536)", func(v string) error {
+		frameSizes = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 || n > 1<<20 {
+				return fmt.Errorf("a frame size of 1 B to 1 MiB, not %q", f)
+			}
+			frameSizes = append(frameSizes, n)
+		}
+		return nil
+	})
 	flag.Parse()
 	if v := os.Getenv(profileEnv); v != "" {
 		profilePrefix = v
@@ -354,8 +366,17 @@ func run(quick bool, window int) error {
 	}
 	fmt.Printf("baseline: %s (UCX %s, the linked release)\n", tool.Path, tool.Version)
 	if g, err := ucp.SoftwareRMAGuard(); err == nil {
-		guarded = g.Enforced
 		fmt.Printf("software RMA guard: %s\n", g)
+		if g.Enforced && (only == "" || only == "batch") {
+			// Over tcp (and ud) perftest's GET is software RMA, which the guard refuses; the refused
+			// GET hangs perftest instead of failing it, so a short one is tried under a deadline.
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if _, err := benchkit.Run(pctx, tool, "-t", "ucp_get", "-s", "4096", "-n", "16"); err != nil {
+				guarded = true
+				fmt.Printf("ucx_perftest -t ucp_get: refused by the guard over UCX_TLS=%s (software RMA): the batch rows go without it\n", os.Getenv("UCX_TLS"))
+			}
+			cancel()
+		}
 	}
 	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
 		fmt.Printf("load average at the start: %s", la)
@@ -433,7 +454,7 @@ func rest(ctx context.Context, tool ucp.Tool, rounds, amIts, window int, quick b
 var (
 	only    string // -only
 	nrounds int    // -rounds
-	guarded bool   // the linked UCX refuses software RMA (velo's guard): no perftest GET over tcp
+	guarded bool   // the linked UCX's guard refuses perftest's GET (software RMA over tcp): no GET baseline
 )
 
 // profileEnv carries -profile to the peer process.
@@ -485,24 +506,26 @@ func frames(ctx context.Context, peer *benchkit.Child, info peerInfo, tool ucp.T
 	if err := sh.tr.AddPeer(ctx, info.Sealed); err != nil {
 		return err
 	}
-	rt := func(h *echoHost, to transport.InstanceID, frame []byte, n int) (time.Duration, error) {
+	// rt makes n round trips and returns their times, sorted.
+	rt := func(h *echoHost, to transport.InstanceID, frame []byte, n int) ([]time.Duration, error) {
 		d := make([]time.Duration, 0, n)
 		for i := 0; i < n; i++ {
 			t0 := time.Now()
 			if err := h.tr.Send(ctx, to, frame); err != nil {
-				return 0, err
+				return nil, err
 			}
 			select {
 			case got := <-h.back:
 				if len(got) != len(frame) {
-					return 0, fmt.Errorf("an echo of %d bytes over %s for %d", len(got), h.tr.Name(), len(frame))
+					return nil, fmt.Errorf("an echo of %d bytes over %s for %d", len(got), h.tr.Name(), len(frame))
 				}
 			case <-time.After(10 * time.Second):
-				return 0, fmt.Errorf("no echo over %s within 10 s", h.tr.Name())
+				return nil, fmt.Errorf("no echo over %s within 10 s", h.tr.Name())
 			}
 			d = append(d, time.Since(t0))
 		}
-		return p50(d), nil
+		sort.Slice(d, func(a, b int) bool { return d[a] < d[b] })
+		return d, nil
 	}
 	fmt.Printf("\nvelo transport frame round trip, two processes (µs, p50; median of the rounds); sealed: every frame\n")
 	fmt.Printf("carries the 16-byte HMAC-SHA256 seal of a runtime with credentials; perftest: ucx_perftest -t ucp_am_lat\n")
@@ -512,7 +535,7 @@ func frames(ctx context.Context, peer *benchkit.Child, info peerInfo, tool ucp.T
 		h  *echoHost
 		to transport.InstanceID
 	}{{th, info.TCP.ID}, {uh, info.UCX.ID}, {sh, info.Sealed.ID}}
-	for _, size := range []int{64, 1 << 10, 64 << 10} {
+	for _, size := range frameSizes {
 		frame := make([]byte, size)
 		for _, p := range pairs {
 			if _, err := rt(p.h, p.to, frame, 50); err != nil {
@@ -521,6 +544,7 @@ func frames(ctx context.Context, peer *benchkit.Child, info peerInfo, tool ucp.T
 		}
 		var perf []float64
 		got := make([][]float64, len(pairs))
+		all := make([][]time.Duration, len(pairs)) // every round trip of the rounds, for the spread
 		for r := 0; r < rounds; r++ {
 			d, err := benchkit.PerftestAMLatency(ctx, tool, size, amIts*5)
 			if err != nil {
@@ -535,13 +559,21 @@ func frames(ctx context.Context, peer *benchkit.Child, info peerInfo, tool ucp.T
 				if err != nil {
 					return err
 				}
-				got[i] = append(got[i], us(d))
+				got[i], all[i] = append(got[i], us(d[len(d)/2])), append(all[i], d...)
 				time.Sleep(pause)
 			}
 		}
 		pf, tc, uc, sl := median(perf), median(got[0]), median(got[1]), median(got[2])
 		fmt.Printf("%-7s %9.1f %9.1f %9.1f %9.1f %7.2fx %7.2fx %7.2fx %7.2fx %7.2fx\n", human(size), pf, tc, uc, sl,
 			uc/tc, sl/tc, sl/uc, uc/pf, sl/pf)
+		// On a loaded machine a progressor that lost its core turns a round trip from tens of µs
+		// into hundreds: the spread of all round trips shows whether a median fell in that mode.
+		q := func(d []time.Duration, f float64) float64 {
+			sort.Slice(d, func(a, b int) bool { return d[a] < d[b] })
+			return us(d[int(f*float64(len(d)-1))])
+		}
+		fmt.Printf("%-7s %9s %9s p10–p90 of all rounds: tcp %.0f–%.0f, ucx %.0f–%.0f, sealed %.0f–%.0f\n", "", "", "",
+			q(all[0], .1), q(all[0], .9), q(all[1], .1), q(all[1], .9), q(all[2], .1), q(all[2], .9))
 	}
 	return nil
 }
