@@ -12,7 +12,8 @@ package main
 // first (acquire and release are sealed UCX frames). The four take turns get by get, so the
 // machine's noise falls on all of them alike; a measurement times GetInto and the lease's Detach,
 // everything a caller waits for. The sealed pairs' UCX frames per get are counted and printed, so
-// a run shows which messages the seal touched.
+// a run shows which messages the seal touched (each is sealed by its sender and checked by its
+// receiver).
 
 import (
 	"context"
@@ -125,11 +126,11 @@ func runSealOwner() error {
 	return nil
 }
 
-// ucxFramesSent reads velo_ucx_transport_frames_total{direction="sent"} from reg.
-func ucxFramesSent(reg *prometheus.Registry) float64 {
+// ucxFrames reads velo_ucx_transport_frames_total from reg: the frames sent and received.
+func ucxFrames(reg *prometheus.Registry) (sent, received float64) {
 	mfs, err := reg.Gather()
 	if err != nil {
-		return -1
+		return -1, -1
 	}
 	for _, mf := range mfs {
 		if mf.GetName() != "velo_ucx_transport_frames_total" {
@@ -137,13 +138,17 @@ func ucxFramesSent(reg *prometheus.Registry) float64 {
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "direction" && l.GetValue() == "sent" {
-					return m.GetCounter().GetValue()
+				switch {
+				case l.GetName() != "direction":
+				case l.GetValue() == "sent":
+					sent = m.GetCounter().GetValue()
+				case l.GetValue() == "received":
+					received = m.GetCounter().GetValue()
 				}
 			}
 		}
 	}
-	return 0
+	return sent, received
 }
 
 func runSeal(quick bool, rounds int) error {
@@ -193,7 +198,7 @@ func runSeal(quick bool, rounds int) error {
 	printLoad()
 	fmt.Printf("MiB/s, median of the rounds [min–max]; sealed/plain: the sealed pair's MiB/s over its plain pair's, per round,\n")
 	fmt.Printf("median [min–max]; pooled: the same over all the rounds' gets together\n\n")
-	fmt.Printf("%-7s %5s %-18s %22s %24s %7s %12s\n", "size", "gets", "pair", "MiB/s", "sealed/plain", "pooled", "UCX frames/get")
+	fmt.Printf("%-7s %5s %-18s %22s %24s %7s %16s\n", "size", "gets", "pair", "MiB/s", "sealed/plain", "pooled", "UCX frames/get")
 	for j, n := range sealSizes {
 		iters := iterationsFor(n, quick)
 		dst := make([]byte, n)
@@ -206,9 +211,9 @@ func runSeal(quick bool, rounds int) error {
 		}
 		rates := make([][]float64, len(sealVariants))
 		pooled := make([]time.Duration, len(sealVariants))
-		var frames0 []float64
+		sent0, recv0 := make([]float64, len(sealVariants)), make([]float64, len(sealVariants))
 		for i := range sealVariants {
-			frames0 = append(frames0, ucxFramesSent(regs[i]))
+			sent0[i], recv0[i] = ucxFrames(regs[i])
 		}
 		for r := 0; r < rounds; r++ {
 			sum := make([]time.Duration, len(sealVariants))
@@ -237,8 +242,9 @@ func runSeal(quick bool, rounds int) error {
 				}
 				ratio, all = spreadRatio(q), fmt.Sprintf("%.3fx", pooled[i-1].Seconds()/pooled[i].Seconds())
 			}
-			fmt.Printf("%-7s %5d %-18s %22s %24s %7s %12.1f\n", fmt.Sprintf("%d MiB", n>>20), iters, sv.name, spread(rates[i]), ratio, all,
-				(ucxFramesSent(regs[i])-frames0[i])/gets)
+			sent, recv := ucxFrames(regs[i])
+			fmt.Printf("%-7s %5d %-18s %22s %24s %7s %16s\n", fmt.Sprintf("%d MiB", n>>20), iters, sv.name, spread(rates[i]), ratio, all,
+				fmt.Sprintf("%.1f out, %.1f in", (sent-sent0[i])/gets, (recv-recv0[i])/gets))
 		}
 	}
 	return nil
