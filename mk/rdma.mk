@@ -19,6 +19,8 @@
 #   bench-small-static    bench-small linked with velo's static UCX, beside that build's own
 #                         ucx_perftest (make ucx-static-tools); without perftest's GET, which its
 #                         guard refuses over tcp
+#   bench-rendezvous-rdma-static  bench-rendezvous-rdma the same way (what make bench-static runs
+#                         first), so BENCH_ARGS reach it: BENCH_ARGS='-only seal'
 #
 # BENCH_ARGS go to the bench program: BENCH_ARGS='-only frames -rounds 5' (smallbench: -only
 # am|frames|batch; rdmabench: -only get|seal|rss), '-quick' for a smoke run.
@@ -27,7 +29,7 @@
 #
 # The tests, demo and demo-cluster link velo's static UCX (VELO_UCX_GO, in the Makefile): velo's
 # UCX transport refuses a UCX without its software RMA guard.
-.PHONY: test-rdma-registry test-rendezvous-rdma bench-rendezvous-rdma bench-small bench-small-static demo
+.PHONY: test-rdma-registry test-rendezvous-rdma bench-rendezvous-rdma bench-small bench-small-static bench-rendezvous-rdma-static demo
 TEST_TARGETS += test-rdma-registry test-rendezvous-rdma
 BENCH_TARGETS += bench-rendezvous-rdma bench-small
 
@@ -56,11 +58,14 @@ bench-small: deps
 
 # The patched UCX's own figures: its engine and transport beside its own ucx_perftest.
 ifneq ($(strip $(UCX_DIR)),)
-bench-small-static: deps
-	@echo "bench-small-static: skipped: UCX_DIR=$(UCX_DIR) selects a preinstalled UCX; make bench-small benchmarks it"
+bench-small-static bench-rendezvous-rdma-static: deps
+	@echo "$@: skipped: UCX_DIR=$(UCX_DIR) selects a preinstalled UCX; the target without -static benchmarks it"
 else
 bench-small-static: ucx-static-tools
 	cd test && $(UCX_STATIC_GO) $(RDMA_TEST_ENV) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run -tags ucx_static ./rdma/cmd/smallbench $(BENCH_ARGS)
+
+bench-rendezvous-rdma-static: ucx-static-tools
+	cd test && $(UCX_STATIC_GO) $(RDMA_TEST_ENV) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run -tags ucx_static ./rdma/cmd/rdmabench $(BENCH_ARGS)
 endif
 
 demo: deps $(VELO_UCX_DEP)
