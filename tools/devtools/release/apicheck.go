@@ -21,10 +21,7 @@ import (
 func runAPICheck(args []string) error {
 	var c common
 	fs := newFlags("apicheck", &c, false)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	r, err := c.open()
+	r, err := c.start(fs, args)
 	if err != nil {
 		return err
 	}

@@ -136,13 +136,7 @@ func preflight(r *Repo, v string) (*Changelog, error) {
 func runCheck(args []string) error {
 	var c common
 	fs := newFlags("check", &c, true)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := c.needVersion(); err != nil {
-		return err
-	}
-	r, err := c.open()
+	r, err := c.start(fs, args)
 	if err != nil {
 		return err
 	}

@@ -139,6 +139,25 @@ func (c *common) open() (*Repo, error) {
 	return OpenRepo(c.repo, skip, c.unreleased == defaultUnreleased)
 }
 
+// start parses a subcommand's flags, checks -version where the subcommand takes one and each flag
+// named in required, and opens the repository: the opening every subcommand shares.
+func (c *common) start(fs *flag.FlagSet, args []string, required ...string) (*Repo, error) {
+	if err := parse(fs, args); err != nil {
+		return nil, err
+	}
+	if fs.Lookup("version") != nil {
+		if err := c.needVersion(); err != nil {
+			return nil, err
+		}
+	}
+	for _, name := range required {
+		if fs.Lookup(name).Value.String() == "" {
+			return nil, fmt.Errorf("%w: -%s is required", errUsage, name)
+		}
+	}
+	return c.open()
+}
+
 func (c *common) needVersion() error {
 	if c.version == "" {
 		return fmt.Errorf("%w: -version is required (for example -version v0.1.0)", errUsage)
@@ -149,10 +168,7 @@ func (c *common) needVersion() error {
 func runModules(args []string) error {
 	var c common
 	fs := newFlags("modules", &c, false)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	r, err := c.open()
+	r, err := c.start(fs, args)
 	if err != nil {
 		return err
 	}

@@ -19,13 +19,7 @@ import (
 func runPrepare(args []string) error {
 	var c common
 	fs := newFlags("prepare", &c, true)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := c.needVersion(); err != nil {
-		return err
-	}
-	r, err := c.open()
+	r, err := c.start(fs, args)
 	if err != nil {
 		return err
 	}

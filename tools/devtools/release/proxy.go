@@ -19,16 +19,7 @@ func runProxy(args []string) error {
 	var c common
 	fs := newFlags("proxy", &c, true)
 	out := fs.String("out", "", "the proxy folder to write (GOPROXY=file://<out>)")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := c.needVersion(); err != nil {
-		return err
-	}
-	if *out == "" {
-		return fmt.Errorf("%w: -out is required", errUsage)
-	}
-	r, err := c.open()
+	r, err := c.start(fs, args, "out")
 	if err != nil {
 		return err
 	}

@@ -13,16 +13,7 @@ func runVerify(args []string) error {
 	var c common
 	fs := newFlags("verify", &c, true)
 	proxy := fs.String("proxy", "", "the file proxy of the release (release proxy -out)")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := c.needVersion(); err != nil {
-		return err
-	}
-	if *proxy == "" {
-		return fmt.Errorf("%w: -proxy is required", errUsage)
-	}
-	r, err := c.open()
+	r, err := c.start(fs, args, "proxy")
 	if err != nil {
 		return err
 	}
