@@ -4,6 +4,7 @@
 
 #define _GNU_SOURCE
 #include "capi.h"
+#include "capi_private.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -19,12 +20,6 @@
 #include <ucs/async/async_fwd.h>
 
 /* ---------------------------------------------------------------- event ring */
-
-struct velo_ucx_am_slot {
-	velo_ucx_ring_t         *ring;
-	unsigned                 id;
-	struct velo_ucx_am_slot *next;
-};
 
 velo_ucx_ring_t *velo_ucx_ring_new(ucp_worker_h worker)
 {
@@ -49,6 +44,7 @@ void velo_ucx_ring_free(velo_ucx_ring_t *ring)
 		free(slot);
 	}
 	guard_free(ring->guard);
+	free(ring->gput);
 	free(ring->events);
 	free(ring->bytes);
 	free(ring);
@@ -369,6 +365,11 @@ static ucs_status_t set_handler(velo_ucx_ring_t *ring, unsigned id, ucp_am_recv_
 	return register_am(ring, id, cb, slot);
 }
 
+ucs_status_t velo_ucx_set_handler_cb(velo_ucx_ring_t *ring, unsigned id, ucp_am_recv_callback_t cb)
+{
+	return set_handler(ring, id, cb);
+}
+
 /* The callback of every id nobody handles: the message is counted and dropped here, and
  * UCX frees its data (or tells a rendezvous sender it is done). */
 static ucs_status_t unclaimed_am_cb(void *arg, const void *header, size_t header_length,
@@ -631,19 +632,8 @@ ucs_status_t velo_ucx_mem_map(ucp_context_h context, void *address, size_t lengt
  * flight; Go defers ucp_mem_unmap until that count is zero, so a reply never reads memory
  * the owner already released. */
 
-enum { GUARD_FREE = 0, GUARD_LIVE = 1, GUARD_REVOKED = 2 };
-
-typedef struct {
-	uint64_t token, base, length;
-	uint32_t inflight, state;
-} guard_slot_t;
-
-struct velo_ucx_guard {
-	guard_slot_t *slots;
-	uint32_t      count, cap;
-	uint32_t     *free_list;
-	uint32_t      nfree;
-};
+/* The registration table (guard_slot_t, struct velo_ucx_guard) is in capi_private.h: the guarded
+ * PUT (guardput.c) checks the same slots. */
 
 typedef struct {
 	velo_ucx_ring_t        *ring;
@@ -714,7 +704,8 @@ static ucs_status_t guard_req_cb(void *arg, const void *header, size_t header_le
 	reply->hdr.status = UCS_ERR_REJECTED;
 	if (req.magic == VELO_UCX_GUARD_MAGIC && guard != NULL && req.slot < guard->count) {
 		slot = &guard->slots[req.slot];
-		if (slot->state == GUARD_LIVE && slot->token == req.token) {
+		if (slot->state == GUARD_LIVE && slot->token == req.token &&
+		    (slot->access & VELO_UCX_ACCESS_READ)) {
 			if (req.address >= slot->base && req.length <= slot->length &&
 			    req.address - slot->base <= slot->length - req.length) {
 				reply->hdr.status = UCS_OK;
@@ -826,7 +817,8 @@ static ucs_status_t guardv_req_cb(void *arg, const void *header, size_t header_l
 		status = UCS_ERR_REJECTED;
 		if (guard != NULL && e.slot < guard->count) {
 			slot = &guard->slots[e.slot];
-			if (slot->state == GUARD_LIVE && slot->token == e.token) {
+			if (slot->state == GUARD_LIVE && slot->token == e.token &&
+			    (slot->access & VELO_UCX_ACCESS_READ)) {
 				if (e.address >= slot->base && e.length <= slot->length &&
 				    e.address - slot->base <= slot->length - e.length) {
 					status = UCS_OK;
@@ -894,6 +886,12 @@ ucs_status_t velo_ucx_guard_enable(velo_ucx_ring_t *ring, unsigned req_id, unsig
 int velo_ucx_guard_add(velo_ucx_ring_t *ring, uint64_t token, uint64_t base, uint64_t length,
                        uint32_t *slot_p)
 {
+	return velo_ucx_guard_add_access(ring, token, base, length, VELO_UCX_ACCESS_READ, slot_p);
+}
+
+int velo_ucx_guard_add_access(velo_ucx_ring_t *ring, uint64_t token, uint64_t base,
+                              uint64_t length, uint32_t access, uint32_t *slot_p)
+{
 	struct velo_ucx_guard *guard = ring->guard;
 	uint32_t index;
 	void *grown;
@@ -925,6 +923,7 @@ int velo_ucx_guard_add(velo_ucx_ring_t *ring, uint64_t token, uint64_t base, uin
 	guard->slots[index].length   = length;
 	guard->slots[index].inflight = 0;
 	guard->slots[index].state    = GUARD_LIVE;
+	guard->slots[index].access   = access;
 	*slot_p = index;
 	return 0;
 }

@@ -41,6 +41,7 @@ typedef struct velo_ucx_event {
 
 struct velo_ucx_am_slot;
 struct velo_ucx_guard;
+struct velo_ucx_gput;
 
 typedef struct velo_ucx_ring {
 	velo_ucx_event_t        *events;
@@ -55,6 +56,7 @@ typedef struct velo_ucx_ring {
 	uint32_t                 guard_req_id, guard_rep_id;
 	uint32_t                 guardv_rep_id;
 	uint64_t                 guard_served, guard_refused;
+	struct velo_ucx_gput    *gput;   // guarded-PUT state (guardput.c), or NULL
 } velo_ucx_ring_t;
 
 velo_ucx_ring_t *velo_ucx_ring_new(ucp_worker_h worker);
@@ -102,7 +104,7 @@ int velo_ucx_ptr_is_req(void *ptr);
 ucs_status_t velo_ucx_mem_map(ucp_context_h context, void *address, size_t length,
                               unsigned flags, ucp_mem_h *memh_p);
 
-// Guarded GET: see guard.c for the protocol and why it exists.
+// Guarded GET: see capi.c for the protocol and why it exists.
 typedef struct velo_ucx_get_req_hdr {
 	uint32_t magic;
 	uint32_t slot;
@@ -152,6 +154,55 @@ int velo_ucx_guard_add(velo_ucx_ring_t *ring, uint64_t token, uint64_t base, uin
 void velo_ucx_guard_revoke(velo_ucx_ring_t *ring, uint32_t slot);
 uint32_t velo_ucx_guard_inflight(velo_ucx_ring_t *ring, uint32_t slot);
 void velo_ucx_guard_release(velo_ucx_ring_t *ring, uint32_t slot);
+
+// Access a registration grants a remote peer: the guarded GET needs READ, the guarded PUT
+// WRITE. velo_ucx_guard_add grants READ alone.
+#define VELO_UCX_ACCESS_READ  1u
+#define VELO_UCX_ACCESS_WRITE 2u
+int velo_ucx_guard_add_access(velo_ucx_ring_t *ring, uint64_t token, uint64_t base,
+                              uint64_t length, uint32_t access, uint32_t *slot_p);
+
+// Guarded PUT: see guardput.c. The request header is followed by exactly length bytes of
+// data, sent eagerly; the reply is the header alone.
+typedef struct velo_ucx_put_req_hdr {
+	uint32_t magic;
+	uint32_t slot;
+	uint64_t token;
+	uint64_t address;
+	uint64_t length;
+	uint64_t req_id;
+} velo_ucx_put_req_hdr_t;
+
+typedef struct velo_ucx_put_rep_hdr {
+	uint64_t req_id;
+	int32_t  status;
+	uint32_t magic;
+} velo_ucx_put_rep_hdr_t;
+
+#define VELO_UCX_GUARDPUT_MAGIC 0x56475031u /* "VGP1" */
+
+// Why the target refused a guarded PUT: the index of its counter.
+enum {
+	VELO_UCX_PUT_REFUSED_MALFORMED = 0, // bad header, length, or data not sent eagerly
+	VELO_UCX_PUT_REFUSED_REVOKED   = 1, // unknown slot, wrong token, revoked registration
+	VELO_UCX_PUT_REFUSED_READONLY  = 2, // the registration grants no write access
+	VELO_UCX_PUT_REFUSED_RANGE     = 3, // the range is not inside the registration
+	VELO_UCX_PUT_REFUSED_KINDS     = 4,
+};
+
+// What the guarded PUT did as target: served, refused by reason, and the last refusal.
+typedef struct velo_ucx_gput_stats {
+	uint64_t served;
+	uint64_t served_bytes;
+	uint64_t refused[VELO_UCX_PUT_REFUSED_KINDS];
+	int32_t  last_reason; // -1 before the first refusal
+	uint32_t last_slot;
+	uint64_t last_address;
+	uint64_t last_length;
+} velo_ucx_gput_stats_t;
+
+ucs_status_t velo_ucx_guardput_enable(velo_ucx_ring_t *ring, unsigned req_id, unsigned rep_id);
+void velo_ucx_guardput_stats(velo_ucx_ring_t *ring, velo_ucx_gput_stats_t *out);
 
 // Resource query (what ucx_info -d shows).
 typedef struct velo_ucx_resource {

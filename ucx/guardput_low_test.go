@@ -1,0 +1,201 @@
+//go:build cgo && linux
+
+package ucx
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/velo-go/velo/ucx/internal/capi"
+)
+
+// putRequest is a guarded PUT request header as a writer sends it (velo_ucx_put_req_hdr_t).
+func putRequest(magic, slot uint32, token, addr, n, id uint64) []byte {
+	h := make([]byte, capi.GuardPutReqHdrLen)
+	binary.LittleEndian.PutUint32(h[0:], magic)
+	binary.LittleEndian.PutUint32(h[4:], slot)
+	binary.LittleEndian.PutUint64(h[8:], token)
+	binary.LittleEndian.PutUint64(h[16:], addr)
+	binary.LittleEndian.PutUint64(h[24:], n)
+	binary.LittleEndian.PutUint64(h[32:], id)
+	return h
+}
+
+// guardPutTarget is worker b of a low pair answering guarded PUTs, with one memory area whose
+// middle part is registered and whose edges are guard bytes that no request may touch.
+type guardPutTarget struct {
+	p      *lowPair
+	mem    []byte // the whole area: guard, region, guard
+	reg    []byte // the registered middle
+	nextID uint64
+}
+
+const lowGuard = 4096
+
+func newGuardPutTarget(t *testing.T, regLen int) *guardPutTarget {
+	p := newLowPair(t)
+	require.NoError(t, p.b.enableGuard(guardReqID, guardRepID))
+	require.NoError(t, p.b.enableGuardPut(guardPutReqID, guardPutRepID))
+	require.NoError(t, p.a.SetAMHandler(guardPutRepID))
+	m := allocFilled(t, regLen+2*lowGuard, 99)
+	return &guardPutTarget{p: p, mem: m.Bytes(), reg: m.Bytes()[lowGuard : lowGuard+regLen]}
+}
+
+func (g *guardPutTarget) addr(off int) uint64 { return uint64(uintptr(bufPtr(g.reg))) + uint64(off) }
+
+// send posts one request from worker a and waits for the reply; it returns the reply's status
+// (false when no reply came because the target could not answer).
+func (g *guardPutTarget) send(t *testing.T, hdr, data []byte, flags AMFlags) (Status, bool) {
+	t.Helper()
+	g.nextID++
+	binary.LittleEndian.PutUint64(hdr[32:], g.nextID)
+	req, err := g.p.ab.SendAM(guardPutReqID, hdr, data, flags|AMReply)
+	require.NoError(t, err)
+	var status Status
+	replied := false
+	g.p.until(t, func() bool { return replied && (req == nil || req.Done()) }, func(w *Worker, ev *Event) {
+		if w == g.p.a && ev.Kind == EventAM && ev.AM.ID == guardPutRepID {
+			h := ev.AM.Header
+			require.Len(t, h, capi.GuardPutRepHdrLen)
+			require.Equal(t, capi.GuardPutMagic, binary.LittleEndian.Uint32(h[12:]))
+			require.Equal(t, g.nextID, binary.LittleEndian.Uint64(h[0:]), "a reply for another request")
+			status = Status(int32(binary.LittleEndian.Uint32(h[8:])))
+			replied = true
+		}
+	})
+	return status, replied
+}
+
+// TestLowGuardedPutChecks drives the target's check by hand: only a live write registration's
+// token, with the whole range inside it and the data sent eagerly, writes; everything else is
+// answered with its own status, counted by reason, and leaves every byte as it was.
+func TestLowGuardedPutChecks(t *testing.T) {
+	g := newGuardPutTarget(t, 64<<10)
+	before := append([]byte(nil), g.mem...)
+	const token = 0x1234_5678_9abc_def0
+	wslot, err := g.p.b.guardAddAccess(token, g.addr(0), uint64(len(g.reg)), AccessWrite)
+	require.NoError(t, err)
+	rslot, err := g.p.b.guardAddAccess(token+1, g.addr(0), uint64(len(g.reg)), AccessRead)
+	require.NoError(t, err)
+	gone, err := g.p.b.guardAddAccess(token+2, g.addr(0), uint64(len(g.reg)), AccessRead|AccessWrite)
+	require.NoError(t, err)
+	g.p.b.guardRevoke(gone)
+
+	data := bytes.Repeat([]byte("written-by-a-guarded-put|"), 40)[:1000]
+	bad := []struct {
+		name   string
+		hdr    []byte
+		data   []byte
+		flags  AMFlags
+		want   Status
+		reason int
+	}{
+		{"bad magic", putRequest(0x12345678, wslot, token, g.addr(0), 1000, 0), data, AMEager, StatusMessageTruncated, capi.PutRefusedMalformed},
+		{"length above the data", putRequest(capi.GuardPutMagic, wslot, token, g.addr(0), 1001, 0), data, AMEager, StatusMessageTruncated, capi.PutRefusedMalformed},
+		{"length below the data", putRequest(capi.GuardPutMagic, wslot, token, g.addr(0), 999, 0), data, AMEager, StatusMessageTruncated, capi.PutRefusedMalformed},
+		{"data by rendezvous", putRequest(capi.GuardPutMagic, wslot, token, g.addr(0), 1000, 0), data, AMRendezvous, StatusMessageTruncated, capi.PutRefusedMalformed},
+		{"wrong token", putRequest(capi.GuardPutMagic, wslot, token^0x5a5a, g.addr(0), 1000, 0), data, AMEager, StatusRejected, capi.PutRefusedRevoked},
+		{"unknown slot", putRequest(capi.GuardPutMagic, 1<<20, token, g.addr(0), 1000, 0), data, AMEager, StatusRejected, capi.PutRefusedRevoked},
+		{"revoked registration", putRequest(capi.GuardPutMagic, gone, token+2, g.addr(0), 1000, 0), data, AMEager, StatusRejected, capi.PutRefusedRevoked},
+		{"read-only registration", putRequest(capi.GuardPutMagic, rslot, token+1, g.addr(0), 1000, 0), data, AMEager, StatusUnsupported, capi.PutRefusedReadOnly},
+		{"past the end", putRequest(capi.GuardPutMagic, wslot, token, g.addr(len(g.reg)-999), 1000, 0), data, AMEager, StatusInvalidAddr, capi.PutRefusedRange},
+		{"before the start", putRequest(capi.GuardPutMagic, wslot, token, g.addr(0)-1, 1000, 0), data, AMEager, StatusInvalidAddr, capi.PutRefusedRange},
+		{"address wrapping", putRequest(capi.GuardPutMagic, wslot, token, ^uint64(0)-10, 1000, 0), data, AMEager, StatusInvalidAddr, capi.PutRefusedRange},
+	}
+	// No subtests: the low layer's workers belong to this goroutine's locked thread.
+	for _, c := range bad {
+		was := g.p.b.guardPutStats()
+		status, replied := g.send(t, c.hdr, c.data, c.flags)
+		require.True(t, replied, c.name)
+		assert.Equal(t, c.want, status, c.name)
+		assert.True(t, bytes.Equal(before, g.mem), "%s: a refused request changed the target's memory", c.name)
+		now := g.p.b.guardPutStats()
+		assert.Equal(t, was.Refused[c.reason]+1, now.Refused[c.reason], "%s: refusal not counted under its reason", c.name)
+		assert.Equal(t, was.Served, now.Served, c.name)
+		assert.Equal(t, c.reason, now.LastReason, c.name)
+	}
+
+	{ // a header too short to name anything
+		was := g.p.b.guardPutStats()
+		req, err := g.p.ab.SendAM(guardPutReqID, make([]byte, 12), data, AMEager|AMReply)
+		require.NoError(t, err)
+		g.p.until(t, func() bool {
+			return g.p.b.guardPutStats().Refused[capi.PutRefusedMalformed] > was.Refused[capi.PutRefusedMalformed] && (req == nil || req.Done())
+		}, nil)
+		assert.True(t, bytes.Equal(before, g.mem))
+		assert.Equal(t, uint32(1<<32-1), g.p.b.guardPutStats().LastSlot, "an unusable header names no slot")
+	}
+
+	{ // served
+		for _, off := range []int{0, 1, 4095, len(g.reg) - len(data)} {
+			status, replied := g.send(t, putRequest(capi.GuardPutMagic, wslot, token, g.addr(off), uint64(len(data)), 0), data, AMEager)
+			require.True(t, replied)
+			require.Equal(t, StatusOK, status, "offset %d", off)
+			require.Equal(t, data, g.reg[off:off+len(data)], "offset %d", off)
+		}
+		// Zero bytes at the region's end: served, nothing written.
+		status, _ := g.send(t, putRequest(capi.GuardPutMagic, wslot, token, g.addr(len(g.reg)), 0, 0), nil, AMEager)
+		require.Equal(t, StatusOK, status)
+		// Only the registration changed: the guard bytes on either side are as they were.
+		assert.Equal(t, before[:lowGuard], g.mem[:lowGuard])
+		assert.Equal(t, before[lowGuard+len(g.reg):], g.mem[lowGuard+len(g.reg):])
+		// The whole region in one eager message of 64 KiB.
+		whole := allocFilled(t, len(g.reg), 7).Bytes()
+		status, _ = g.send(t, putRequest(capi.GuardPutMagic, wslot, token, g.addr(0), uint64(len(whole)), 0), whole, AMEager)
+		require.Equal(t, StatusOK, status)
+		require.Equal(t, whole, g.reg)
+		st := g.p.b.guardPutStats()
+		assert.EqualValues(t, 6, st.Served)
+		assert.EqualValues(t, 4*len(data)+len(whole), st.ServedBytes)
+	}
+
+	{ // revoked after use
+		snapshot := append([]byte(nil), g.mem...)
+		g.p.b.guardRevoke(wslot)
+		status, _ := g.send(t, putRequest(capi.GuardPutMagic, wslot, token, g.addr(0), uint64(len(data)), 0), data, AMEager)
+		assert.Equal(t, StatusRejected, status)
+		assert.True(t, bytes.Equal(snapshot, g.mem))
+	}
+}
+
+// TestLowGuardedGetNeedsReadAccess: the guarded GET refuses a registration made for writing only,
+// as the PUT refuses one made for reading only.
+func TestLowGuardedGetNeedsReadAccess(t *testing.T) {
+	g := newGuardPutTarget(t, 4096)
+	require.NoError(t, g.p.a.SetAMHandler(guardRepID))
+	wslot, err := g.p.b.guardAddAccess(77, g.addr(0), 4096, AccessWrite)
+	require.NoError(t, err)
+	rwslot, err := g.p.b.guardAddAccess(78, g.addr(0), 4096, AccessRead|AccessWrite)
+	require.NoError(t, err)
+	get := func(slot uint32, token uint64) Status {
+		h := make([]byte, capi.GuardReqHdrLen)
+		binary.LittleEndian.PutUint32(h[0:], capi.GuardMagic)
+		binary.LittleEndian.PutUint32(h[4:], slot)
+		binary.LittleEndian.PutUint64(h[8:], token)
+		binary.LittleEndian.PutUint64(h[16:], g.addr(0))
+		binary.LittleEndian.PutUint64(h[24:], 64)
+		binary.LittleEndian.PutUint64(h[32:], uint64(slot)+1000)
+		req, err := g.p.ab.SendAM(guardReqID, h, nil, AMEager|AMReply)
+		require.NoError(t, err)
+		var status Status
+		got := false
+		g.p.until(t, func() bool { return got && (req == nil || req.Done()) }, func(w *Worker, ev *Event) {
+			if w == g.p.a && ev.Kind == EventAM && ev.AM.ID == guardRepID {
+				status = Status(int32(binary.LittleEndian.Uint32(ev.AM.Header[8:])))
+				if status == StatusOK {
+					assert.Equal(t, g.reg[:64], ev.AM.Data)
+				} else {
+					assert.Empty(t, ev.AM.Data, "a refused GET carried bytes")
+				}
+				got = true
+			}
+		})
+		return status
+	}
+	assert.Equal(t, StatusRejected, get(wslot, 77), "a write-only registration was read")
+	assert.Equal(t, StatusOK, get(rwslot, 78))
+}

@@ -1,0 +1,60 @@
+//go:build cgo && linux
+
+package capi
+
+// #include "capi.h"
+import "C"
+
+// Guarded-PUT wire constants and access bits (capi.h).
+const (
+	GuardPutMagic     = uint32(C.VELO_UCX_GUARDPUT_MAGIC)
+	GuardPutReqHdrLen = int(C.sizeof_velo_ucx_put_req_hdr_t)
+	GuardPutRepHdrLen = int(C.sizeof_velo_ucx_put_rep_hdr_t)
+
+	AccessRead  = uint32(C.VELO_UCX_ACCESS_READ)
+	AccessWrite = uint32(C.VELO_UCX_ACCESS_WRITE)
+
+	// Indexes of GuardPutStats.Refused: why the target refused a request.
+	PutRefusedMalformed = int(C.VELO_UCX_PUT_REFUSED_MALFORMED)
+	PutRefusedRevoked   = int(C.VELO_UCX_PUT_REFUSED_REVOKED)
+	PutRefusedReadOnly  = int(C.VELO_UCX_PUT_REFUSED_READONLY)
+	PutRefusedRange     = int(C.VELO_UCX_PUT_REFUSED_RANGE)
+	PutRefusedKinds     = int(C.VELO_UCX_PUT_REFUSED_KINDS)
+)
+
+// GuardAddAccess wraps velo_ucx_guard_add_access: a live registration [base, base+length)
+// with token that grants access (AccessRead, AccessWrite or both).
+func GuardAddAccess(r Ring, token, base, length uint64, access uint32) (uint32, Status) {
+	var slot C.uint32_t
+	if C.velo_ucx_guard_add_access(r.p, C.uint64_t(token), C.uint64_t(base), C.uint64_t(length), C.uint32_t(access), &slot) != 0 {
+		return 0, ErrNoMem
+	}
+	return uint32(slot), OK
+}
+
+// GuardPutEnable wraps velo_ucx_guardput_enable: this worker answers guarded PUT requests on
+// AM id reqID with replies on repID (after GuardEnable, whose table it checks).
+func GuardPutEnable(r Ring, reqID, repID uint16) Status {
+	return Status(C.velo_ucx_guardput_enable(r.p, C.uint(reqID), C.uint(repID)))
+}
+
+// GuardPutStats wraps velo_ucx_guardput_stats: what this worker did as a guarded PUT's target.
+func GuardPutStats(r Ring) PutStats {
+	var s C.velo_ucx_gput_stats_t
+	C.velo_ucx_guardput_stats(r.p, &s)
+	out := PutStats{
+		Served:      uint64(s.served),
+		ServedBytes: uint64(s.served_bytes),
+		LastReason:  int(s.last_reason),
+		LastSlot:    uint32(s.last_slot),
+		LastAddress: uint64(s.last_address),
+		LastLength:  uint64(s.last_length),
+	}
+	for i := range out.Refused {
+		out.Refused[i] = uint64(s.refused[i])
+	}
+	return out
+}
+
+// PutStats.Refused has one counter per refusal reason of capi.h.
+var _ [PutRefusedKinds]struct{} = [len(PutStats{}.Refused)]struct{}{}

@@ -1,0 +1,30 @@
+//go:build !cgo || !linux
+
+package capi
+
+// The guarded PUT without UCX: see guardput_cgo.go. The values are capi.h's.
+const (
+	GuardPutMagic     = uint32(0x56475031)
+	GuardPutReqHdrLen = int(40)
+	GuardPutRepHdrLen = int(16)
+
+	AccessRead  = uint32(1)
+	AccessWrite = uint32(2)
+
+	PutRefusedMalformed = int(0)
+	PutRefusedRevoked   = int(1)
+	PutRefusedReadOnly  = int(2)
+	PutRefusedRange     = int(3)
+	PutRefusedKinds     = int(4)
+)
+
+// GuardAddAccess fails.
+func GuardAddAccess(r Ring, token, base, length uint64, access uint32) (uint32, Status) {
+	return 0, NotCompiled
+}
+
+// GuardPutEnable fails.
+func GuardPutEnable(r Ring, reqID, repID uint16) Status { return NotCompiled }
+
+// GuardPutStats is all zero.
+func GuardPutStats(r Ring) PutStats { return PutStats{LastReason: -1} }
