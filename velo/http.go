@@ -76,6 +76,8 @@ type Introspection struct {
 	Rendezvous  RendezvousInfo    `json:"rendezvous"`
 	RDMA        *RDMAInfo         `json:"rdma,omitempty"`
 	Paths       map[string]uint64 `json:"paths"`
+	// Rails is the rail choice of WithRails (rails.go), absent without it.
+	Rails *RailChoice `json:"rails,omitempty"`
 	// Transfers, LeaseEnds and PeerBytes are the transfer telemetry (introspect_transfers.go):
 	// rows with at least one observation, and every live peer's bytes.
 	Transfers []TransferInfo  `json:"transfers"`
@@ -180,6 +182,7 @@ func (v *Velo) Introspect() Introspection {
 		in.Peers = append(in.Peers, pj)
 	}
 	in.Rendezvous.Slots, in.Rendezvous.Leases = v.rv.Counts()
+	in.Rails = v.rails
 	if v.rdma != nil {
 		st := v.rdma.Stats()
 		in.RDMA = &RDMAInfo{Arenas: st.Arenas, ArenaBytes: st.ArenaBytes, PinnedSlots: st.Slots, LeaseRegistrations: st.LeaseRegistrations,
@@ -291,6 +294,11 @@ th{background:#f4f4f4}.state-ready,.state-up{color:#176b2c}.state-draining,.stat
 <h2>Transports</h2>
 <table id="transports"><tr><th>name</th><th>max frame</th><th>settings</th></tr>
 {{range .Transports}}<tr><td>{{.Name}}</td><td>{{.MaxFrameSize}}</td><td>{{range $k, $v := .Settings}}{{$k}}={{$v}} {{end}}</td></tr>{{end}}</table>
+{{with .Rails}}<h2>Rails</h2>
+<p id="rails-source">{{.Source}}{{if .GPU}} · {{.GPU}}{{end}}{{if ge .NUMANode 0}} · NUMA node {{.NUMANode}}{{end}}</p>
+<table id="rails"><tr><th>device</th><th>relation</th><th>PCI distance</th><th>NIC NUMA node</th></tr>
+{{range .Rails}}<tr><td>{{.Device}}</td><td>{{.Relation}}</td><td>{{if .Relation}}{{.Distance}}{{end}}</td><td>{{if ge .NUMANode 0}}{{.NUMANode}}{{end}}</td></tr>{{else}}<tr><td colspan="4">UCX's own choice</td></tr>{{end}}</table>
+{{range .Notes}}<p class="note">{{.}}</p>{{end}}{{end}}
 <h2>Peers</h2>
 <table id="peers"><tr><th>id</th><th>state</th><th>since</th><th>transports</th><th>RTT (µs)</th><th>endpoints</th><th>auth</th></tr>
 {{range .Peers}}<tr><td><code>{{.ID}}</code></td><td class="state-{{.State}}">{{.State}}</td><td>{{.Since.Format "15:04:05"}}</td><td>{{range .Transports}}{{.}} {{end}}</td><td>{{range $k, $v := .RTTMicros}}{{$k}} {{printf "%.0f" $v}} {{end}}</td><td>{{range $k, $v := .Endpoints}}{{$k}} {{$v}} {{end}}</td><td>{{.Auth}}</td></tr>{{else}}<tr><td colspan="7">none</td></tr>{{end}}</table>

@@ -69,6 +69,7 @@ type options struct {
 
 	rmaTransport transport.Transport // WithUCXTransport: the transport the RDMA registry reads with
 	rdma         RDMAConfig
+	rails        *RailChoice // WithRails
 	metricsReg   prometheus.Registerer
 	discovery    Discovery
 	memberName   string
@@ -243,6 +244,7 @@ type Velo struct {
 	msgr        *messenger.Messenger
 	rv          *rendezvous.Rendezvous
 	rdma        *rdma.Registry // nil unless WithUCXTransport
+	rails       *RailChoice    // nil unless WithRails
 	grace       time.Duration
 
 	peers    peerTable
@@ -299,6 +301,8 @@ func New(ctx context.Context, opts ...Option) (*Velo, error) {
 	v := &Velo{id: InstanceID(random64() | 1), incarnation: random64(), grace: o.grace, closing: make(chan struct{}),
 		discovery: o.discovery, memberName: o.memberName, started: time.Now(), members: map[string]InstanceID{}}
 	v.log = o.log.With("velo", fmt.Sprintf("%016x", uint64(v.id)))
+	v.rails = o.rails
+	v.logRails()
 	reg := o.reg
 	if reg == nil {
 		r := prometheus.NewRegistry()
