@@ -68,7 +68,8 @@ func validateUCXKey(b []byte, memTypeLimit int) error {
 // (Registration.RemoteKey). Its wire form, little-endian:
 //
 //	0  magic "VRK" and version 1
-//	4  flags (reserved, 0)
+//	4  flags: bit 0 the region may be written, bit 1 it may not be read (a key of a
+//	   plain read registration has 0 here, as before writes existed); other bits 0
 //	5  reserved (3 bytes, 0)
 //	8  owner guard slot (uint32)
 //	12 length n of the UCX key (uint32)
@@ -82,7 +83,37 @@ type SealedKey struct {
 	Token  uint64
 	Base   uint64
 	Length uint64
+	// Access is what the owner's registration grants: the zero value means AccessRead, the
+	// access of every key before writes existed.
+	Access Access
 	UCXKey []byte // aliases the input of ParseSealedKey
+}
+
+// Flags of the sealed key's byte 4.
+const (
+	sealedFlagWrite  = 1 << 0
+	sealedFlagNoRead = 1 << 1
+	sealedFlagsKnown = sealedFlagWrite | sealedFlagNoRead
+)
+
+// access is what k grants, with the zero value read.
+func (k SealedKey) access() Access {
+	if k.Access == 0 {
+		return AccessRead
+	}
+	return k.Access
+}
+
+func (k SealedKey) flags() byte {
+	var f byte
+	a := k.access()
+	if a&AccessWrite != 0 {
+		f |= sealedFlagWrite
+	}
+	if a&AccessRead == 0 {
+		f |= sealedFlagNoRead
+	}
+	return f
 }
 
 var sealedMagic = [4]byte{'V', 'R', 'K', 1}
@@ -95,7 +126,7 @@ var crc32c = crc32.MakeTable(crc32.Castagnoli)
 func AppendSealedKey(dst []byte, k SealedKey) []byte {
 	start := len(dst)
 	dst = append(dst, sealedMagic[:]...)
-	dst = append(dst, 0, 0, 0, 0)
+	dst = append(dst, k.flags(), 0, 0, 0)
 	dst = binary.LittleEndian.AppendUint32(dst, k.Slot)
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(k.UCXKey)))
 	dst = binary.LittleEndian.AppendUint64(dst, k.Token)
@@ -126,8 +157,11 @@ func parseSealedKey(b []byte, memTypeLimit int) (SealedKey, error) {
 		}
 		return SealedKey{}, fmt.Errorf("%w: not a sealed key (bad magic %x); pass the bytes Registration.RemoteKey returned", ErrInvalidRemoteKey, b[:4])
 	}
-	if b[4] != 0 || b[5] != 0 || b[6] != 0 || b[7] != 0 {
+	if b[4]&^sealedFlagsKnown != 0 || b[5] != 0 || b[6] != 0 || b[7] != 0 {
 		return SealedKey{}, fmt.Errorf("%w: reserved envelope bytes are set", ErrInvalidRemoteKey)
+	}
+	if b[4] == sealedFlagNoRead {
+		return SealedKey{}, fmt.Errorf("%w: the key grants neither read nor write", ErrInvalidRemoteKey)
 	}
 	n := binary.LittleEndian.Uint32(b[12:])
 	if uint64(n) != uint64(len(b))-sealedHeaderLen-4 {
@@ -142,7 +176,14 @@ func parseSealedKey(b []byte, memTypeLimit int) (SealedKey, error) {
 		Token:  binary.LittleEndian.Uint64(b[16:]),
 		Base:   binary.LittleEndian.Uint64(b[24:]),
 		Length: binary.LittleEndian.Uint64(b[32:]),
+		Access: AccessRead,
 		UCXKey: body[sealedHeaderLen:],
+	}
+	if b[4]&sealedFlagWrite != 0 {
+		k.Access |= AccessWrite
+	}
+	if b[4]&sealedFlagNoRead != 0 {
+		k.Access &^= AccessRead
 	}
 	if k.Base+k.Length < k.Base {
 		return SealedKey{}, fmt.Errorf("%w: region %#x+%d wraps the address space", ErrInvalidRemoteKey, k.Base, k.Length)
@@ -190,6 +231,9 @@ func (k *RegionKey) Base() uint64 { return k.k.Base }
 
 // Len is the region's length in bytes.
 func (k *RegionKey) Len() uint64 { return k.k.Length }
+
+// Access is what the key says the owner's registration grants (the owner checks it again).
+func (k *RegionKey) Access() Access { return k.k.access() }
 
 // rangeErr refuses [offset, offset+n) unless it lies inside the region.
 func (k *RegionKey) rangeErr(offset, n uint64) error {
