@@ -1,11 +1,11 @@
 # Cross-module integration tests (module test/).
 .PHONY: test-integration
 TEST_TARGETS += test-integration
-# test/rdma, test/ucxstatic and test/faults run in their own targets (test-rendezvous-rdma in mk/rdma.mk,
+# test/rdmapath, test/ucxstatic and test/faults run in their own targets (test-rendezvous-rdma in mk/rdma.mk,
 # test-static in mk/ucx-static.mk, test-faults in mk/faults.mk); the first two under cgocheck2.
 # test/release runs in test-release (mk/release.mk). test/attack runs in test-attack (mk/attack.mk), linked with the static UCX its victim needs.
 test-integration: deps
-	cd test && $(GOTEST) $$($(GO) list ./... | grep -v -e '/test/rdma' -e '/test/ucxstatic' -e '/test/faults' -e '/test/firstmodule' -e '/test/release' -e '/test/attack')
+	cd test && $(GOTEST) $$($(GO) list ./... | grep -v -e '/test/rdmapath' -e '/test/ucxstatic' -e '/test/faults' -e '/test/firstmodule' -e '/test/release' -e '/test/attack')
 
 # The README's "Using velo from your own module" steps, word for word, in a fresh module outside
 # the workspace (GOWORK=off), building velo/examples/first, which must move its payloads on

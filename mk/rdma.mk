@@ -1,4 +1,4 @@
-# The rendezvous RDMA path (velo/rendezvous/rdma, test/rdma, the example): docs/rendezvous-rdma.md.
+# The rendezvous RDMA path (velo/rendezvous/rdma, test/rdmapath, the example): docs/rendezvous-rdma.md.
 #
 #   test-rdma-registry    the registry below the RMA seam: arenas, budget, reclaim, per-lease
 #                         registrations, descriptors, memlock in a constrained child; and the
@@ -44,17 +44,17 @@ test-rdma-registry: deps $(VELO_UCX_DEP)
 # (TestDirectGetIsRefusedByTheGuard); the direct read itself, the RDMA path as it runs on
 # InfiniBand short of the NIC, then runs once more on the system's UCX, trusting the network.
 test-rendezvous-rdma: deps $(VELO_UCX_DEP)
-	cd test && $(VELO_UCX_GO) $(RDMA_TEST_ENV) GOEXPERIMENT=cgocheck2 $(GOTEST) ./rdma/...
-	$(if $(VELO_UCX_DEP),cd test && $(RDMA_TEST_ENV) VELO_UCX_TRUST_NETWORK=1 $(GOTEST) -run 'TestDirectGetOverUCX' ./rdma/)
+	cd test && $(VELO_UCX_GO) $(RDMA_TEST_ENV) GOEXPERIMENT=cgocheck2 $(GOTEST) ./rdmapath/...
+	$(if $(VELO_UCX_DEP),cd test && $(RDMA_TEST_ENV) VELO_UCX_TRUST_NETWORK=1 $(GOTEST) -run 'TestDirectGetOverUCX' ./rdmapath/)
 
 # The two benchmarks put velo beside ucx_perftest -t ucp_get, which over tcp is the software RMA
 # that velo's static UCX refuses: they link the system's UCX, on which velo's UCX transport runs
 # only trusting the network (their processes talk over loopback).
 bench-rendezvous-rdma: deps
-	cd test && $(RDMA_TEST_ENV) VELO_UCX_TRUST_NETWORK=1 UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./rdma/cmd/rdmabench $(BENCH_ARGS)
+	cd test && $(RDMA_TEST_ENV) VELO_UCX_TRUST_NETWORK=1 UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./rdmapath/cmd/rdmabench $(BENCH_ARGS)
 
 bench-small: deps
-	cd test && $(RDMA_TEST_ENV) VELO_UCX_TRUST_NETWORK=1 UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./rdma/cmd/smallbench $(BENCH_ARGS)
+	cd test && $(RDMA_TEST_ENV) VELO_UCX_TRUST_NETWORK=1 UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./rdmapath/cmd/smallbench $(BENCH_ARGS)
 
 # The patched UCX's own figures: its engine and transport beside its own ucx_perftest.
 ifneq ($(strip $(UCX_DIR)),)
@@ -62,10 +62,10 @@ bench-small-static bench-rendezvous-rdma-static: deps
 	@echo "$@: skipped: UCX_DIR=$(UCX_DIR) selects a preinstalled UCX; the target without -static benchmarks it"
 else
 bench-small-static: ucx-static-tools
-	cd test && $(UCX_STATIC_GO) $(RDMA_TEST_ENV) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run -tags ucx_static ./rdma/cmd/smallbench $(BENCH_ARGS)
+	cd test && $(UCX_STATIC_GO) $(RDMA_TEST_ENV) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run -tags ucx_static ./rdmapath/cmd/smallbench $(BENCH_ARGS)
 
 bench-rendezvous-rdma-static: ucx-static-tools
-	cd test && $(UCX_STATIC_GO) $(RDMA_TEST_ENV) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run -tags ucx_static ./rdma/cmd/rdmabench $(BENCH_ARGS)
+	cd test && $(UCX_STATIC_GO) $(RDMA_TEST_ENV) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run -tags ucx_static ./rdmapath/cmd/rdmabench $(BENCH_ARGS)
 endif
 
 demo: deps $(VELO_UCX_DEP)

@@ -34,7 +34,7 @@ UCX_STATIC_GO = CGO_CPPFLAGS="$${CGO_CPPFLAGS:-} -DVELO_UCX_BUILD=$$(sha256sum $
 define ucx_static_suites
 	cd test && $(UCX_STATIC_GO) GOEXPERIMENT=cgocheck2 $(GOTEST) -tags ucx_static ./ucxstatic/...
 	cd ucx && $(UCX_STATIC_GO) GOEXPERIMENT=cgocheck2 $(GOTEST) -tags ucx_static -run '$(UCX_STATIC_UCX_TESTS)' ./...
-	cd velo && $(UCX_STATIC_GO) UCX_TLS=$${UCX_TLS:-tcp} $(GOTEST) -tags ucx_static ./transport/ucx/... ./rendezvous/rdma/...
+	cd velo && $(UCX_STATIC_GO) UCX_TLS=$${UCX_TLS:-tcp} $(GOTEST) -tags ucx_static ./transport/ucxtransport/... ./rendezvous/rdma/...
 	cd velo && $(UCX_STATIC_GO) $(RDMA_TEST_ENV) $(GOTEST) -tags ucx_static -run 'RDMA|GetPinned|UCXTransport' .
 endef
 
@@ -77,6 +77,6 @@ test-ctor-order: ucx-static
 	cd test && $(UCX_STATIC_GO) GOEXPERIMENT=cgocheck2 $(GOTEST) -tags ucx_static -run 'TestCtorOrder' -v ./ucxstatic/
 
 bench-static: ucx-static-tools
-	cd test && $(UCX_STATIC_GO) $(RDMA_TEST_ENV) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run -tags ucx_static ./rdma/cmd/rdmabench
+	cd test && $(UCX_STATIC_GO) $(RDMA_TEST_ENV) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run -tags ucx_static ./rdmapath/cmd/rdmabench
 	cd ucx && $(UCX_STATIC_GO) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run -tags ucx_static ./internal/benchrma
 endif

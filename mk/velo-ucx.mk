@@ -1,5 +1,5 @@
-# velo's UCX transport (velo/transport/ucx): frames over UCX active messages and the one-sided
-# reads of the rendezvous RDMA path. See the package documentation (go doc ./velo/transport/ucx).
+# velo's UCX transport (velo/transport/ucxtransport): frames over UCX active messages and the one-sided
+# reads of the rendezvous RDMA path. See the package documentation (go doc ./velo/transport/ucxtransport).
 #
 #   test-ucx-transport  the suite under -race, then again under GOEXPERIMENT=cgocheck2 with
 #                       UCX_TLS=tcp unless the caller set another UCX_TLS, both linked with velo's
@@ -21,10 +21,10 @@ BENCH_TARGETS += bench-ucx-transport
 UCX_POLICY_TESTS := Guard|Unguarded|TrustedNetwork
 
 test-ucx-transport: deps $(VELO_UCX_DEP)
-	cd velo && $(VELO_UCX_GO) $(GOTEST) -race ./transport/ucx/...
-	cd velo && $(VELO_UCX_GO) UCX_TLS=$${UCX_TLS:-tcp} GOEXPERIMENT=cgocheck2 $(GOTEST) ./transport/ucx/...
-	cd velo && env -u VELO_UCX_TRUST_NETWORK $(GOTEST) -run '$(UCX_POLICY_TESTS)' ./transport/ucx/
-	cd velo && CGO_ENABLED=0 $(GO) vet ./transport/ucx/...
+	cd velo && $(VELO_UCX_GO) $(GOTEST) -race ./transport/ucxtransport/...
+	cd velo && $(VELO_UCX_GO) UCX_TLS=$${UCX_TLS:-tcp} GOEXPERIMENT=cgocheck2 $(GOTEST) ./transport/ucxtransport/...
+	cd velo && env -u VELO_UCX_TRUST_NETWORK $(GOTEST) -run '$(UCX_POLICY_TESTS)' ./transport/ucxtransport/
+	cd velo && CGO_ENABLED=0 $(GO) vet ./transport/ucxtransport/...
 
 bench-ucx-transport: deps $(VELO_UCX_DEP)
-	cd velo && $(VELO_UCX_GO) UCX_TLS=$${UCX_TLS:-tcp} $(GO) test -run '^$$' -bench RoundTrip -benchtime 2000x ./transport/ucx
+	cd velo && $(VELO_UCX_GO) UCX_TLS=$${UCX_TLS:-tcp} $(GO) test -run '^$$' -bench RoundTrip -benchtime 2000x ./transport/ucxtransport

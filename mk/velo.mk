@@ -11,7 +11,7 @@ LINT_TARGETS += lint-velo
 
 # The UCX transport, the RDMA registry and the runtime's RDMA tests have suites of their own
 # (test-ucx-transport, test-rdma-registry), so this one leaves them out rather than run them twice.
-VELO_OWN_PACKAGES = $$($(GO) list ./... | grep -v -e /transport/ucx -e /rendezvous/rdma -e /examples/internal)
+VELO_OWN_PACKAGES = $$($(GO) list ./... | grep -v -e /transport/ucxtransport -e /rendezvous/rdma -e /examples/internal)
 # Some of package velo's own tests start a real UCX transport (the metric list, authentication), so
 # the suite links velo's static UCX like the other velo-level UCX suites (VELO_UCX_GO, Makefile).
 test-velo: deps $(VELO_UCX_DEP)

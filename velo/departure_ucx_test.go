@@ -8,14 +8,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	ucxt "github.com/velo-go/velo/velo/transport/ucx"
+	"github.com/velo-go/velo/velo/transport/ucxtransport"
 )
 
 // With TCP and UCX, each transport reports the departing peer lost as its connection closes; the
 // peer still reads departed, in the down event and in Peers, whichever transport spoke last.
 func TestCleanShutdownOverTCPAndUCXReadsAsDeparted(t *testing.T) {
 	node := func() *Velo {
-		u, err := ucxt.New(ucxt.Config{TLS: "tcp", Logger: quietLogger()})
+		u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", Logger: quietLogger()})
 		require.NoError(t, err)
 		return newInstance(t, WithTransport(mustTCP(t)), WithUCXTransport(u))
 	}

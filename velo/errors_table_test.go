@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	ucp "github.com/velo-go/velo/ucx"
+	"github.com/velo-go/velo/ucx"
 	"github.com/velo-go/velo/velo/messenger"
 	"github.com/velo-go/velo/velo/rendezvous"
 	"github.com/velo-go/velo/velo/rendezvous/rdma"
@@ -130,7 +130,7 @@ func TestErrorFamiliesHaveOneRoot(t *testing.T) {
 		require.ErrorIs(t, err, ErrProtocol, "%s's ErrProtocol", name)
 	}
 	for name, err := range map[string]error{
-		"ucx not compiled": ucp.ErrNotCompiled, "ucx platform": ucp.ErrUnsupported,
+		"ucx not compiled": ucx.ErrNotCompiled, "ucx platform": ucx.ErrUnsupported,
 		"pinned arenas": rdma.ErrUnsupported, "verbs": verbs.ErrNotSupported, "verbs memlock": verbs.ErrMemlock,
 	} {
 		require.ErrorIs(t, err, errors.ErrUnsupported, name)

@@ -31,7 +31,7 @@ const RDMAKillSwitchEnv = rdma.KillSwitchEnv
 var ErrNoPinnedMemory = errors.New("no pinned memory for the payload")
 
 // WithUCXTransport adds a transport that can also read remote memory (transport.RMA: the UCX
-// transport of package velo/transport/ucx) and creates the RDMA registry on it, which turns on
+// transport of package velo/transport/ucxtransport) and creates the RDMA registry on it, which turns on
 // the rendezvous RDMA path. Like WithTransport it joins the transport list in the order given, so
 // add the TCP control plane first. Added with WithTransport instead, the same transport carries
 // messages only and every transfer reports reason not_configured.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/velo-go/velo/velo"
 	"github.com/velo-go/velo/velo/transport/tcp"
-	"github.com/velo-go/velo/velo/transport/ucx"
+	"github.com/velo-go/velo/velo/transport/ucxtransport"
 )
 
 // An owner stages a payload in pinned memory and a consumer reads it with one GET over UCX (here
@@ -24,7 +24,7 @@ func ExampleVelo_RegisterDataPinned() {
 		if err != nil {
 			panic(err)
 		}
-		u, err := ucx.New(ucx.Config{TLS: "tcp", EagerEndpoints: true, Logger: quiet})
+		u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", EagerEndpoints: true, Logger: quiet})
 		if err != nil {
 			panic(err)
 		}

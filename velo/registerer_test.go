@@ -15,7 +15,7 @@ import (
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport"
 	"github.com/velo-go/velo/velo/transport/tcp"
-	ucxt "github.com/velo-go/velo/velo/transport/ucx"
+	"github.com/velo-go/velo/velo/transport/ucxtransport"
 )
 
 // families lists the metric family names a gatherer holds, by prefix.
@@ -37,7 +37,7 @@ func families(t *testing.T, g prometheus.Gatherer, prefix string) []string {
 // Registerer given to the transport explicitly still wins: its families go there and only there.
 func TestWithRegistererReachesTheUCXTransportAndItsEngine(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	u, err := ucxt.New(ucxt.Config{TLS: "tcp", Logger: quietLogger()})
+	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", Logger: quietLogger()})
 	require.NoError(t, err)
 	v, err := New(context.Background(), WithLogger(quietLogger()), WithRegisterer(reg), WithUCXTransport(u))
 	require.NoError(t, err)
@@ -48,7 +48,7 @@ func TestWithRegistererReachesTheUCXTransportAndItsEngine(t *testing.T) {
 	require.NotEmpty(t, families(t, reg, metrics.RDMAPathTotal), "velo's own families")
 
 	own, theirs := prometheus.NewRegistry(), prometheus.NewRegistry()
-	u2, err := ucxt.New(ucxt.Config{TLS: "tcp", Logger: quietLogger(), Metrics: own})
+	u2, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", Logger: quietLogger(), Metrics: own})
 	require.NoError(t, err)
 	v2, err := New(context.Background(), WithLogger(quietLogger()), WithRegisterer(theirs), WithUCXTransport(u2))
 	require.NoError(t, err)
@@ -65,7 +65,7 @@ func TestDocsListEveryMetricFamily(t *testing.T) {
 	doc, err := os.ReadFile("../docs/velo.md")
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
-	u, err := ucxt.New(ucxt.Config{TLS: "tcp", Logger: quietLogger()})
+	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", Logger: quietLogger()})
 	require.NoError(t, err)
 	v, err := New(context.Background(), WithLogger(quietLogger()), WithRegisterer(reg), WithUCXTransport(u), WithTransport(mustTCP(t)))
 	require.NoError(t, err)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport/tcp"
-	ucxt "github.com/velo-go/velo/velo/transport/ucx"
+	"github.com/velo-go/velo/velo/transport/ucxtransport"
 )
 
 // ucxNode starts an instance with a TCP control plane and a real UCX transport (UCX_TLS=tcp unless
@@ -20,7 +20,7 @@ func ucxNode(t *testing.T) *Velo {
 	t.Helper()
 	ctl, err := tcp.New(tcp.Config{})
 	require.NoError(t, err)
-	u, err := ucxt.New(ucxt.Config{TLS: "tcp", EagerEndpoints: true, Logger: quietLogger()})
+	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", EagerEndpoints: true, Logger: quietLogger()})
 	require.NoError(t, err)
 	v, err := New(context.Background(), WithLogger(quietLogger()), WithTransport(ctl), WithUCXTransport(u))
 	require.NoError(t, err)

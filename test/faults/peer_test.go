@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/velo-go/velo/velo/transport/ucx"
+	"github.com/velo-go/velo/velo/transport/ucxtransport"
 	"github.com/velo-go/velo/verbs/verbstest"
 )
 
@@ -83,7 +83,7 @@ func TestPeerBlobVersionSkew(t *testing.T) {
 	require.NotEmpty(t, r["error"])
 	assert.Contains(t, r["error"], "registered over tcp only")
 	assert.Contains(t, r["error"], "unsupported ucx blob version")
-	cons.logged(fmt.Sprintf("ucx: rejecting peer blob: unsupported ucx blob version %d (expected %d)", ucx.BlobVersion+1, ucx.BlobVersion))
+	cons.logged(fmt.Sprintf("ucx: rejecting peer blob: unsupported ucx blob version %d (expected %d)", ucxtransport.BlobVersion+1, ucxtransport.BlobVersion))
 	owner.ok("peer " + cons.info())
 	start := owner.stats()
 	p := stage(owner, 8<<20, true)

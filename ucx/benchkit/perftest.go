@@ -1,5 +1,5 @@
 // Package benchkit is what velo's three benchmark harnesses (ucx/internal/benchrma,
-// velo/internal/bench and test/rdma/cmd/rdmabench, in three modules) share: the baseline, UCX's
+// velo/internal/bench and test/rdmapath/cmd/rdmabench, in three modules) share: the baseline, UCX's
 // own ucx_perftest from the release this binary links (ucx.FindTool), run as one server and one
 // client process on loopback with this process's environment (UCX_TLS and the binding's UCX
 // defaults included), so the baseline and the measurement see the same UCX; and the second

@@ -12,7 +12,7 @@ import (
 )
 
 // The engine's active-message round trip between two processes, the measurement both
-// ucx/internal/benchrma and test/rdma/cmd/smallbench print beside ucx_perftest -t ucp_am_lat.
+// ucx/internal/benchrma and test/rdmapath/cmd/smallbench print beside ucx_perftest -t ucp_am_lat.
 // The parent runs a Pinger; the child, started with StartChild in a role of the caller's, runs
 // ServeEcho. They swap worker addresses over the child's stdin and stdout.
 

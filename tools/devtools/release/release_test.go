@@ -55,8 +55,8 @@ func TestChangeNames(t *testing.T) {
 	r := &Repo{Prefix: "github.com/velo-go/velo"}
 	m := &Module{Dir: "velo", Path: "github.com/velo-go/velo/velo"}
 	names := map[string][]string{
-		"github.com/velo-go/velo/velo":               {"velo"},
-		"github.com/velo-go/velo/velo/transport/ucx": {"ucxt", "ucx"},
+		"github.com/velo-go/velo/velo":                        {"velo"},
+		"github.com/velo-go/velo/velo/transport/ucxtransport": {"ucxt", "ucx"},
 	}
 	since := (&Changelog{Text: changelog}).Since("v0.1.0")
 	for msg, named := range map[string]bool{
@@ -64,15 +64,15 @@ func TestChangeNames(t *testing.T) {
 		"Handle: removed":         false, // velo.Handler is longer
 		"(*Velo).Handle: removed": true,
 		"Old: removed":            false, // named only before v0.1.0
-		"./transport/ucx.Config.RMA: changed from a to b":    true,
-		"./transport/ucx.Config.Other: removed":              false,
-		"package github.com/velo-go/velo/velo/gone: removed": false,
+		"./transport/ucxtransport.Config.RMA: changed from a to b": true,
+		"./transport/ucxtransport.Config.Other: removed":           false,
+		"package github.com/velo-go/velo/velo/gone: removed":       false,
 	} {
 		forms := ChangeNames(r, m, msg, names)
 		require.NotEmpty(t, forms, msg)
 		assert.Equal(t, named, Named(since, forms), "%s (forms %q)", msg, forms)
 	}
 	assert.Contains(t, ChangeNames(r, m, "package github.com/velo-go/velo/velo/gone: removed", names), "velo/gone")
-	assert.Contains(t, ChangeNames(r, m, "./transport/ucx.(*Engine).Close: removed", names), "ucxt.(*Engine).Close")
-	assert.Contains(t, ChangeNames(r, m, "./transport/ucx.(*Engine).Close: removed", names), "Engine.Close")
+	assert.Contains(t, ChangeNames(r, m, "./transport/ucxtransport.(*Engine).Close: removed", names), "ucxt.(*Engine).Close")
+	assert.Contains(t, ChangeNames(r, m, "./transport/ucxtransport.(*Engine).Close: removed", names), "Engine.Close")
 }

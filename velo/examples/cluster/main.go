@@ -38,7 +38,7 @@ import (
 	"github.com/velo-go/velo/velo/discovery/etcd"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport/tcp"
-	"github.com/velo-go/velo/velo/transport/ucx"
+	"github.com/velo-go/velo/velo/transport/ucxtransport"
 )
 
 func main() {
@@ -122,7 +122,7 @@ func member(ctx context.Context, dir, etcdURLs, name string, n, size int) error 
 	if err != nil {
 		return err
 	}
-	u, err := ucx.New(ucx.Config{EagerEndpoints: true})
+	u, err := ucxtransport.New(ucxtransport.Config{EagerEndpoints: true})
 	if err != nil {
 		return err
 	}

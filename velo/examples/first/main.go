@@ -31,7 +31,7 @@ import (
 	"github.com/velo-go/velo/velo"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport/tcp"
-	"github.com/velo-go/velo/velo/transport/ucx"
+	"github.com/velo-go/velo/velo/transport/ucxtransport"
 )
 
 const payloadSize = 32 << 20
@@ -66,7 +66,7 @@ func start(ctx context.Context) (*velo.Velo, error) {
 	if err != nil {
 		return nil, err
 	}
-	u, err := ucx.New(ucx.Config{EagerEndpoints: true})
+	u, err := ucxtransport.New(ucxtransport.Config{EagerEndpoints: true})
 	if err != nil {
 		ctl.Close()
 		return nil, err

@@ -41,7 +41,7 @@ import (
 	"github.com/velo-go/velo/velo/examples/internal/twoproc"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport/tcp"
-	"github.com/velo-go/velo/velo/transport/ucx"
+	"github.com/velo-go/velo/velo/transport/ucxtransport"
 )
 
 // offer is what the owner answers a join with.
@@ -160,7 +160,7 @@ func start(ctx context.Context, log *slog.Logger, listen, advertise string, opts
 		return node{}, err
 	}
 	// Eager endpoints move UCX wireup from the first GET to RegisterPeer.
-	u, err := ucx.New(ucx.Config{EagerEndpoints: true}) // logs through velo.WithLogger below
+	u, err := ucxtransport.New(ucxtransport.Config{EagerEndpoints: true}) // logs through velo.WithLogger below
 	if err != nil {
 		tr.Close()
 		return node{}, fmt.Errorf("UCX transport: %w", err)

@@ -72,7 +72,7 @@ import (
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport"
 	"github.com/velo-go/velo/velo/transport/tcp"
-	ucxt "github.com/velo-go/velo/velo/transport/ucx"
+	"github.com/velo-go/velo/velo/transport/ucxtransport"
 )
 
 // secretGlobal is the global an attacker reads or writes at its address: a marker repeated.
@@ -113,7 +113,7 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
-	u, err := ucxt.New(ucxt.Config{TLS: "tcp", Logger: log, EPIdleTimeout: *epIdle})
+	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", Logger: log, EPIdleTimeout: *epIdle})
 	if err != nil {
 		fatal(err)
 	}
@@ -586,7 +586,7 @@ func (r *recorder) check() []string {
 // recordingRMA is the owner's UCX transport with its registrations recorded; everything else is
 // the transport itself (its other methods are promoted, so velo sees every interface it has).
 type recordingRMA struct {
-	*ucxt.Transport
+	*ucxtransport.Transport
 	rec *recorder
 }
 

@@ -50,7 +50,7 @@ import (
 	"github.com/velo-go/velo/velo/discovery/etcd"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport/tcp"
-	"github.com/velo-go/velo/velo/transport/ucx"
+	"github.com/velo-go/velo/velo/transport/ucxtransport"
 )
 
 func main() {
@@ -59,7 +59,7 @@ func main() {
 	forceAfter := flag.Duration("force-close-after", 0, "RDMAConfig.ForceCloseAfter (0: the default)")
 	budget := flag.Int64("budget", 0, "RDMAPoolConfig.RegisteredBytesBudget (0: the default)")
 	arena := flag.Int("arena", 0, "RDMAPoolConfig.ArenaSize (0: the default)")
-	epIdle := flag.Duration("ep-idle", 0, "ucx.Config.EPIdleTimeout (0: the default)")
+	epIdle := flag.Duration("ep-idle", 0, "ucxtransport.Config.EPIdleTimeout (0: the default)")
 	discDir := flag.String("discovery", "", "find peers through the filesystem backend in this directory")
 	name := flag.String("name", "", "the member name under -discovery")
 	etcdEndpoints := flag.String("etcd", "", "find peers through etcd at these comma-separated client URLs")
@@ -85,7 +85,7 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
-	u, err := ucx.New(ucx.Config{TLS: "tcp", Logger: log, EPIdleTimeout: *epIdle})
+	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", Logger: log, EPIdleTimeout: *epIdle})
 	if err != nil {
 		fatal(err)
 	}

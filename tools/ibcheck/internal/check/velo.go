@@ -2,19 +2,19 @@ package check
 
 import (
 	"github.com/velo-go/velo/velo/rendezvous/rdma"
-	"github.com/velo-go/velo/velo/transport/ucx"
+	"github.com/velo-go/velo/velo/transport/ucxtransport"
 )
 
 // What ibcheck takes from the velo runtime rather than repeating: the pool defaults that size the
 // memlock need, the kill switch's variable and how velo reads it, the UCX wire version peers
 // must share, and the variable that lets velo run on a UCX without the software RMA guard.
 var (
-	veloUCXWireVersion        = ucx.BlobVersion
+	veloUCXWireVersion        = ucxtransport.BlobVersion
 	veloArenaSize             = uint64(rdma.DefaultArenaSize)
 	veloRegisteredBytesBudget = uint64(rdma.DefaultRegisteredBytesBudget)
 	veloKillSwitchEnv         = rdma.KillSwitchEnv
 	veloAffirmative           = rdma.Affirmative
-	veloTrustNetworkEnv       = ucx.TrustNetworkEnv
+	veloTrustNetworkEnv       = ucxtransport.TrustNetworkEnv
 )
 
 // DefaultMemlockNeed is what the memlock check asks for unless --need-memlock says otherwise: the

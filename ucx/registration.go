@@ -1,0 +1,191 @@
+// Registrations: memory the engine maps and serves to remote reads, and their revocation.
+
+package ucx
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"unsafe"
+)
+
+// Registration is memory the engine mapped (ucp_mem_map) and serves to guarded GETs.
+// Each registration has its own remote key; Unregister kills it.
+type Registration struct {
+	e      *Engine
+	addr   uint64
+	length int
+	key    []byte
+	done   chan struct{}
+	pin    runtime.Pinner
+
+	// Guarded by the engine's wmu.
+	memh    *MemHandle
+	slot    uint32
+	revoked bool
+	waiters []*Op
+	err     error
+}
+
+// Register maps mem for remote reads. mem must stay valid until Done: mmap'd memory
+// (AllocMemory) is the intended kind; Go memory is pinned for the registration's life.
+func (e *Engine) Register(ctx context.Context, mem []byte) (*Registration, error) {
+	regs, errs := e.RegisterMany(ctx, [][]byte{mem})
+	return regs[0], errs[0]
+}
+
+// RegisterMany is Register for many regions under one hold of the engine's lock: an owner that
+// grants many leases at once (a batch of small blocks) waits for the worker once, not once per
+// region behind a progressor that is busy serving reads. Each region gets its own registration
+// and key, or its own error.
+func (e *Engine) RegisterMany(ctx context.Context, mems [][]byte) ([]*Registration, []error) {
+	regs := make([]*Registration, len(mems))
+	errs := make([]error, len(mems))
+	failAll := func(err error) ([]*Registration, []error) {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+		return regs, errs
+	}
+	for i, mem := range mems {
+		if len(mem) == 0 {
+			errs[i] = fmt.Errorf("ucx: Register: %w: empty region", StatusInvalidParam)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return failAll(err)
+	}
+	if err := e.lockRunning(); err != nil {
+		return failAll(err)
+	}
+	defer e.wmu.Unlock()
+	for i, mem := range mems {
+		if errs[i] == nil {
+			regs[i], errs[i] = e.registerLocked(mem)
+		}
+	}
+	return regs, errs
+}
+
+// registerLocked maps mem, packs its key and enters it in the guard table. The caller holds wmu.
+func (e *Engine) registerLocked(mem []byte) (*Registration, error) {
+	r := &Registration{e: e, addr: uint64(uintptr(unsafe.Pointer(&mem[0]))), length: len(mem), done: make(chan struct{})}
+	r.pin.Pin(&mem[0])
+	memh, err := e.ctx.MapMemory(mem)
+	if err != nil {
+		r.pin.Unpin()
+		return nil, err
+	}
+	packed, err := memh.PackRemoteKey()
+	if err != nil {
+		memh.Unmap()
+		r.pin.Unpin()
+		return nil, err
+	}
+	token := e.tokens.Uint64()
+	slot, err := e.w.guardAdd(token, r.addr, uint64(r.length))
+	if err != nil {
+		memh.Unmap()
+		r.pin.Unpin()
+		return nil, err
+	}
+	r.memh, r.slot = memh, slot
+	r.key = AppendSealedKey(nil, SealedKey{Slot: slot, Token: token, Base: r.addr, Length: uint64(r.length), UCXKey: packed})
+	e.regs[r] = struct{}{}
+	return r, nil
+}
+
+// Addr is the registered region's address, the base a remote Get names.
+func (r *Registration) Addr() uint64 { return r.addr }
+
+// Len is the registered length.
+func (r *Registration) Len() int { return r.length }
+
+// RemoteKey is the sealed key a peer passes to Conn.Get. Every registration has its own.
+func (r *Registration) RemoteKey() []byte { return append([]byte(nil), r.key...) }
+
+// Done is closed once the registration is gone from UCX and no reply reads its memory:
+// from then on the memory may be freed.
+func (r *Registration) Done() <-chan struct{} { return r.done }
+
+// Unregister revokes the key at once (later guarded GETs with it fail without reading a
+// byte), waits for replies that are already reading the region, then unmaps it
+// (ucp_mem_unmap). If ctx ends first it returns ctx.Err() and the unmap still happens;
+// wait for Done before freeing the memory.
+func (r *Registration) Unregister(ctx context.Context) error {
+	e := r.e
+	e.lock()
+	if e.state == stateClosed {
+		e.wmu.Unlock()
+		<-r.done // the engine unmapped every registration as it closed
+		return nil
+	}
+	res := newOp()
+	e.revoke(r, res)
+	e.wmu.Unlock()
+	if err := e.await(ctx, res.done); err != nil {
+		return err
+	}
+	return res.err
+}
+
+// Revoke revokes the key at once, like Unregister, but returns without waiting for replies
+// that are already reading the region: later guarded GETs with the key are refused from the
+// moment it returns. Done says when the memory may be freed.
+func (r *Registration) Revoke(ctx context.Context) error {
+	e := r.e
+	e.lock()
+	defer e.wmu.Unlock()
+	if e.state != stateClosed {
+		e.revoke(r, nil)
+	}
+	return nil
+}
+
+func (e *Engine) revoke(r *Registration, waiter *Op) {
+	if waiter != nil {
+		select {
+		case <-r.done:
+			waiter.finish(r.err, 0)
+			return
+		default:
+		}
+		r.waiters = append(r.waiters, waiter)
+	}
+	if r.revoked {
+		return
+	}
+	r.revoked = true
+	delete(e.regs, r)
+	e.w.guardRevoke(r.slot)
+	e.unmapping = append(e.unmapping, r)
+	e.finishUnmaps()
+}
+
+// finishUnmaps unmaps revoked registrations whose replies have all completed.
+func (e *Engine) finishUnmaps() {
+	keep := e.unmapping[:0]
+	for _, r := range e.unmapping {
+		if e.w.guardInflight(r.slot) > 0 {
+			keep = append(keep, r)
+			continue
+		}
+		err := r.memh.Unmap()
+		e.w.guardRelease(r.slot)
+		r.finish(err)
+	}
+	clear(e.unmapping[len(keep):])
+	e.unmapping = keep
+}
+
+func (r *Registration) finish(err error) {
+	r.err = err
+	r.pin.Unpin()
+	close(r.done)
+	for _, w := range r.waiters {
+		w.finish(err, 0)
+	}
+	r.waiters = nil
+}

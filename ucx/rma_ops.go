@@ -1,0 +1,313 @@
+// One-sided operations on a Conn: GET (direct, guarded, vectored), PUT and flush.
+
+package ucx
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/velo-go/velo/ucx/internal/capi"
+)
+
+// Get reads len(dst) bytes at remoteAddr of the peer into dst, through the remote key a
+// peer's Registration.RemoteKey produced. It returns when the bytes are in dst or with an
+// error; if ctx ends first, Get still returns only once dst is no longer in UCX's hands.
+//
+// A key that fails validation, a range outside the registration, and (guarded path) a
+// registration the owner revoked all fail without reading any owner byte.
+func (c *Conn) Get(ctx context.Context, dst []byte, remoteAddr uint64, key []byte) error {
+	o := c.GetAsync(ctx, dst, remoteAddr, key)
+	c.e.awaitDone(o)
+	return o.Err()
+}
+
+// GetAsync starts Get and returns its Op; dst belongs to the operation until Done.
+func (c *Conn) GetAsync(ctx context.Context, dst []byte, remoteAddr uint64, key []byte) *Op {
+	k, err := ParseRegionKey(key)
+	if err != nil {
+		return completedOp(err)
+	}
+	if remoteAddr < k.Base() {
+		return completedOp(fmt.Errorf("%w: address %#x is below the key's region at %#x", ErrOutOfRange, remoteAddr, k.Base()))
+	}
+	return c.GetKeyAsync(ctx, dst, k, remoteAddr-k.Base())
+}
+
+// GetKey reads len(dst) bytes at offset of the region k names into dst; it is Get for a key
+// that was parsed already. It returns when the bytes are in dst or with an error.
+func (c *Conn) GetKey(ctx context.Context, dst []byte, k *RegionKey, offset uint64) error {
+	o := c.GetKeyAsync(ctx, dst, k, offset)
+	c.e.awaitDone(o)
+	return o.Err()
+}
+
+// GetKeyAsync starts GetKey and returns its Op; dst belongs to the operation until Done. A
+// range outside the region fails here, before anything is posted.
+func (c *Conn) GetKeyAsync(ctx context.Context, dst []byte, k *RegionKey, offset uint64) *Op {
+	if k == nil || k.raw == nil {
+		return completedOp(fmt.Errorf("%w: no key (use ParseRegionKey)", ErrInvalidRemoteKey))
+	}
+	if err := k.rangeErr(offset, uint64(len(dst))); err != nil {
+		return completedOp(err)
+	}
+	e := c.e
+	remoteAddr := k.Base() + offset
+	op := &engineOp{kind: opGetGuarded, op: newOp(), conn: c, dst: dst}
+	if len(dst) > 0 {
+		op.pin.Pin(&dst[0])
+	}
+	return e.run(ctx, op, func() {
+		if err := c.usable(); err != nil {
+			op.settle(err)
+			op.tryFinish(e)
+			return
+		}
+		if c.resolveRMA(e) == RMADirect {
+			op.kind = opGetDirect
+			e.getDirect(op, k.k, remoteAddr)
+			return
+		}
+		e.getGuarded(op, k.k, remoteAddr)
+	})
+}
+
+func (e *Engine) getDirect(op *engineOp, k SealedKey, remoteAddr uint64) {
+	if op.rk == nil {
+		rk, err := op.conn.ep.unpackChecked(k.UCXKey) // ParseRegionKey walked it already
+		if err != nil {
+			op.settle(err)
+			op.tryFinish(e)
+			return
+		}
+		op.rk = rk
+	}
+	req, err := op.conn.ep.Get(op.dst, remoteAddr, op.rk)
+	if err != nil {
+		op.dropRK()
+	}
+	e.started(op, req, err)
+}
+
+func (e *Engine) getGuarded(op *engineOp, k SealedKey, remoteAddr uint64) {
+	e.nextGetID++
+	op.getID = e.nextGetID
+	op.hdr = new([capi.GuardReqHdrLen]byte)
+	h := op.hdr[:]
+	binary.LittleEndian.PutUint32(h[0:], capi.GuardMagic)
+	binary.LittleEndian.PutUint32(h[4:], k.Slot)
+	binary.LittleEndian.PutUint64(h[8:], k.Token)
+	binary.LittleEndian.PutUint64(h[16:], remoteAddr)
+	binary.LittleEndian.PutUint64(h[24:], uint64(len(op.dst)))
+	binary.LittleEndian.PutUint64(h[32:], op.getID)
+	op.pin.Pin(op.hdr)
+	e.sendGuardRequest(op, guardReqID, h)
+}
+
+// sendGuardRequest sends a guarded GET's request (hdr, pinned by op) and files op as waiting
+// for the owner's reply, which carries its getID.
+func (e *Engine) sendGuardRequest(op *engineOp, id uint16, hdr []byte) {
+	op.waiting = true
+	e.gets[op.getID] = op
+	op.conn.gets[op.getID] = op
+	req, err := op.conn.ep.SendAM(id, hdr, nil, AMEager|AMReply)
+	if err != nil {
+		op.unwait(e)
+	}
+	op.sendReq = req
+	e.started(op, req, err)
+}
+
+// getGuardedV posts one vectored guarded GET for the reads of op (op.vdst, at remote addresses
+// addrs of keys ks): one request message naming every read's registration, range and token.
+func (e *Engine) getGuardedV(op *engineOp, ks []SealedKey, addrs []uint64) {
+	e.nextGetID++
+	op.getID = e.nextGetID
+	n := len(op.vdst)
+	h := make([]byte, capi.GuardVReqHdrLen+n*capi.GuardVEntryLen)
+	binary.LittleEndian.PutUint32(h[0:], capi.GuardVMagic)
+	binary.LittleEndian.PutUint32(h[4:], uint32(n))
+	binary.LittleEndian.PutUint64(h[8:], op.getID)
+	for j := range op.vdst {
+		ent := h[capi.GuardVReqHdrLen+j*capi.GuardVEntryLen:]
+		binary.LittleEndian.PutUint32(ent[0:], ks[j].Slot)
+		binary.LittleEndian.PutUint64(ent[8:], ks[j].Token)
+		binary.LittleEndian.PutUint64(ent[16:], addrs[j])
+		binary.LittleEndian.PutUint64(ent[24:], uint64(len(op.vdst[j])))
+	}
+	op.pin.Pin(&h[0])
+	e.sendGuardRequest(op, guardVReqID, h)
+}
+
+// onGuardVReply handles the owner's answer to a vectored guarded GET: a status per read, then the
+// bytes of the served reads back to back.
+func (e *Engine) onGuardVReply(am *AMEvent) {
+	hdr := am.Header
+	if len(hdr) < capi.GuardVRepHdrLen || binary.LittleEndian.Uint32(hdr[8:]) != capi.GuardVMagic {
+		e.metrics.amDropped.WithLabelValues("bad_guard_reply").Inc()
+		return
+	}
+	op := e.gets[binary.LittleEndian.Uint64(hdr[0:])]
+	if op == nil || op.kind != opGetGuardedV {
+		return // abandoned: the reply's data is released unread
+	}
+	op.unwait(e)
+	n := int(binary.LittleEndian.Uint32(hdr[12:]))
+	if n != len(op.vdst) || len(hdr) != capi.GuardVRepHdrLen+4*n {
+		e.metrics.amDropped.WithLabelValues("bad_guard_reply").Inc()
+		op.settle(fmt.Errorf("ucx: vectored guarded GET reply for %d reads, want %d: %w", n, len(op.vdst), StatusMessageTruncated))
+		op.tryFinish(e)
+		return
+	}
+	want := 0
+	for j := range op.vdst {
+		switch status := Status(int32(binary.LittleEndian.Uint32(hdr[capi.GuardVRepHdrLen+4*j:]))); {
+		case status == StatusOK:
+			want += len(op.vdst[j])
+		case status == StatusRejected:
+			op.verrs[j] = fmt.Errorf("%w: %w", ErrRemoteKeyRevoked, status)
+		case status == StatusInvalidAddr:
+			op.verrs[j] = fmt.Errorf("%w (checked by the owner): %w", ErrOutOfRange, status)
+		default:
+			op.verrs[j] = fmt.Errorf("ucx: guarded GET refused by the owner: %w", status)
+		}
+	}
+	switch {
+	case am.Length != want:
+		op.settle(fmt.Errorf("ucx: vectored guarded GET reply carried %d bytes, want %d: %w", am.Length, want, StatusMessageTruncated))
+	case am.Rendezvous:
+		// Straight into the served reads' destinations (pinned since the post).
+		var dsts [][]byte
+		for j, d := range op.vdst {
+			if op.verrs[j] == nil {
+				dsts = append(dsts, d)
+			}
+		}
+		req, err := e.w.ReceiveAMDataIov(am, dsts)
+		switch {
+		case err != nil:
+			op.settle(err)
+		case req == nil:
+			op.settle(nil)
+		default:
+			e.started(op, req, nil)
+			return
+		}
+	default:
+		op.scatter(am.Data)
+		op.settle(nil)
+	}
+	op.tryFinish(e)
+}
+
+// scatter copies a vectored reply's bytes to the destinations of the reads the owner served.
+func (op *engineOp) scatter(data []byte) {
+	off := 0
+	for j, dst := range op.vdst {
+		if op.verrs[j] == nil {
+			off += copy(dst, data[off:])
+		}
+	}
+}
+
+// onGuardReply handles the owner's answer to a guarded GET.
+func (e *Engine) onGuardReply(am *AMEvent) {
+	if len(am.Header) != capi.GuardRepHdrLen || binary.LittleEndian.Uint32(am.Header[12:]) != capi.GuardMagic {
+		e.metrics.amDropped.WithLabelValues("bad_guard_reply").Inc()
+		return
+	}
+	id := binary.LittleEndian.Uint64(am.Header[0:])
+	status := Status(int32(binary.LittleEndian.Uint32(am.Header[8:])))
+	op := e.gets[id]
+	if op == nil {
+		return // abandoned: the reply's data is released unread
+	}
+	op.unwait(e)
+	switch {
+	case status == StatusRejected:
+		op.settle(fmt.Errorf("%w: %w", ErrRemoteKeyRevoked, status))
+	case status == StatusInvalidAddr:
+		op.settle(fmt.Errorf("%w (checked by the owner): %w", ErrOutOfRange, status))
+	case status != StatusOK:
+		op.settle(fmt.Errorf("ucx: guarded GET refused by the owner: %w", status))
+	case am.Length != len(op.dst):
+		op.settle(fmt.Errorf("ucx: guarded GET reply carried %d bytes, want %d: %w", am.Length, len(op.dst), StatusMessageTruncated))
+	case am.Rendezvous:
+		req, err := e.w.ReceiveAMData(am, op.dst)
+		switch {
+		case err != nil:
+			op.settle(err)
+		case req == nil:
+			op.n = len(op.dst)
+			op.settle(nil)
+		default:
+			e.started(op, req, nil)
+			return
+		}
+	default:
+		op.n = copy(op.dst, am.Data)
+		op.settle(nil)
+	}
+	op.tryFinish(e)
+}
+
+// Put writes src to remoteAddr of the peer and returns when src is free again; call
+// Flush to make it visible at the target. Put exists only on the direct path: over
+// transports where UCX emulates RMA in software the owner would write wherever the
+// request says, so there Put fails with StatusUnsupported (configure RMADirect to allow
+// it anyway).
+func (c *Conn) Put(ctx context.Context, src []byte, remoteAddr uint64, key []byte) error {
+	e := c.e
+	k, err := parseSealedKey(key, capi.MemoryTypeLimit)
+	if err != nil {
+		return err
+	}
+	if !k.Covers(remoteAddr, uint64(len(src))) {
+		return fmt.Errorf("%w: [%#x, +%d) is outside the key's region [%#x, +%d)", ErrOutOfRange, remoteAddr, len(src), k.Base, k.Length)
+	}
+	ucxKey := append([]byte(nil), k.UCXKey...)
+	op := &engineOp{kind: opPut, op: newOp(), conn: c}
+	if len(src) > 0 {
+		op.pin.Pin(&src[0])
+	}
+	o := e.run(ctx, op, func() {
+		if err := c.usable(); err != nil {
+			op.settle(err)
+			op.tryFinish(e)
+			return
+		}
+		if c.resolveRMA(e) != RMADirect {
+			op.settle(fmt.Errorf("ucx: Put over a transport without keyed RMA: %w (set EngineConfig.RMA to RMADirect to allow unguarded writes)", StatusUnsupported))
+			op.tryFinish(e)
+			return
+		}
+		rk, err := c.ep.UnpackRemoteKey(ucxKey)
+		if err != nil {
+			op.settle(err)
+			op.tryFinish(e)
+			return
+		}
+		req, err := c.ep.Put(src, remoteAddr, rk)
+		rk.Destroy() // UCX copies what it needs from the key when it posts the put
+		e.started(op, req, err)
+	})
+	e.awaitDone(o)
+	return o.Err()
+}
+
+// Flush completes every RMA operation issued on the connection at origin and target.
+func (c *Conn) Flush(ctx context.Context) error {
+	e := c.e
+	op := &engineOp{kind: opFlush, op: newOp(), conn: c}
+	o := e.run(ctx, op, func() {
+		if err := c.usable(); err != nil {
+			op.settle(err)
+			op.tryFinish(e)
+			return
+		}
+		req, err := c.ep.Flush()
+		e.started(op, req, err)
+	})
+	e.awaitDone(o)
+	return o.Err()
+}

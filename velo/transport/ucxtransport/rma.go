@@ -1,0 +1,258 @@
+package ucxtransport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/velo-go/velo/ucx"
+	"github.com/velo-go/velo/velo/transport"
+)
+
+// RMABackend implements transport.RMA: "ucx".
+func (t *Transport) RMABackend() string { return Name }
+
+// CanGet implements transport.RMA: the peer was registered with AddPeer (a peer we only know
+// from its hello does not count: the runtime offers RDMA to owners it registered) and its
+// address says it serves one-sided reads.
+func (t *Transport) CanGet(id transport.InstanceID) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.peers[id]
+	return !t.closed && t.started && p != nil && p.added && p.addr.rma
+}
+
+// RegisterMemory implements transport.RMA: it maps mem with ucp_mem_map and packs its remote
+// key, sealed by the engine in an envelope that names the region and this registration (see
+// package ucx). Every call is its own registration with its own key.
+func (t *Transport) RegisterMemory(mem []byte) (transport.Registration, error) {
+	if len(mem) == 0 {
+		return nil, errors.New("ucx: RegisterMemory: empty region")
+	}
+	if t.isClosed() {
+		return nil, fmt.Errorf("ucx: RegisterMemory: %w", transport.ErrClosed)
+	}
+	// The engine registers in the calling goroutine (it waits for nothing but its lock), so no
+	// deadline is needed: a timer per registration would cost more than the registration.
+	r, err := t.eng.Register(context.Background(), mem)
+	if err != nil {
+		return nil, fmt.Errorf("ucx: registering %d bytes: %w", len(mem), err)
+	}
+	return &registration{r: r}, nil
+}
+
+// RegisterMemoryMany implements transport.ManyRegisterer: the engine registers every region
+// under one hold of its lock.
+func (t *Transport) RegisterMemoryMany(mems [][]byte) ([]transport.Registration, []error) {
+	out := make([]transport.Registration, len(mems))
+	errs := make([]error, len(mems))
+	if t.isClosed() {
+		for i := range errs {
+			errs[i] = fmt.Errorf("ucx: RegisterMemory: %w", transport.ErrClosed)
+		}
+		return out, errs
+	}
+	regs, rerrs := t.eng.RegisterMany(context.Background(), mems)
+	for i, r := range regs {
+		if rerrs[i] != nil {
+			errs[i] = fmt.Errorf("ucx: registering %d bytes: %w", len(mems[i]), rerrs[i])
+			continue
+		}
+		out[i] = &registration{r: r}
+	}
+	return out, errs
+}
+
+// registration is one engine registration behind transport.Registration.
+type registration struct {
+	r *ucx.Registration
+}
+
+func (g *registration) Len() int              { return g.r.Len() }
+func (g *registration) Key() []byte           { return g.r.RemoteKey() }
+func (g *registration) Dead() <-chan struct{} { return g.r.Done() }
+
+// Revoke implements transport.Registration: later guarded GETs with the key are refused. A
+// guarded reply that is already reading the region keeps it until the reply completed (the
+// consumer took the bytes), failed (the consumer died), or its endpoint was closed with force
+// (ForceClosePeer); the engine unmaps the region then and Dead is closed. Over InfiniBand RC/DC
+// the NIC checks the key itself, and the unmap kills it.
+func (g *registration) Revoke(ctx context.Context) error {
+	if err := g.r.Revoke(ctx); err != nil {
+		return fmt.Errorf("ucx: revoking the key of %d bytes at %#x: %w", g.r.Len(), g.r.Addr(), err)
+	}
+	return nil
+}
+
+// ForceClosePeer implements transport.RMA: every endpoint to the peer, the current one and the
+// retired ones, is closed with force. UCX cancels what is in flight on them, the guarded replies
+// this side is sending to the peer included (the peer's GET requests arrive on the endpoint this
+// side created for the same slot, so a reply goes out on one of ours). The peer is reported down:
+// it did not answer for longer than its keys may live. The next frame to it opens a new slot.
+func (t *Transport) ForceClosePeer(id transport.InstanceID) error {
+	t.mu.Lock()
+	p := t.peers[id]
+	var orphans []*peer
+	for o := range t.orphans {
+		if o.id == id {
+			orphans = append(orphans, o)
+		}
+	}
+	t.mu.Unlock()
+	if p == nil && len(orphans) == 0 {
+		return fmt.Errorf("ucx: ForceClosePeer %016x: %w", uint64(id), transport.ErrUnknownPeer)
+	}
+	var conns []*outConn
+	for _, q := range append(orphans, p) {
+		if q == nil {
+			continue
+		}
+		q.sendMu.Lock()
+		if q.conn != nil {
+			q.prevEpoch, q.prevSeq = q.conn.epoch, q.conn.seq
+			conns = append(conns, q.conn)
+			q.conn = nil
+		}
+		conns = append(conns, q.retired...)
+		q.retired = nil
+		q.sendMu.Unlock()
+	}
+	for _, oc := range conns {
+		oc.mu.Lock()
+		oc.state = connClosing
+		oc.mu.Unlock()
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), t.timings.finWait)
+			defer cancel()
+			if err := oc.c.Close(ctx, ucx.CloseForce); err != nil && !errors.Is(err, ucx.ErrClosed) {
+				t.log.Debug("ucx: force-closing an endpoint", "peer", fmt.Sprintf("%016x", uint64(id)), "slot", oc.epoch, "err", err)
+			}
+		}()
+	}
+	t.m.endpoints.WithLabelValues("forced").Add(float64(len(conns)))
+	t.log.Warn("ucx: closed every endpoint to an unresponsive peer with force", "peer", fmt.Sprintf("%016x", uint64(id)), "endpoints", len(conns))
+	if p != nil && len(conns) > 0 && !t.isClosed() {
+		t.host.PeerDown(id, fmt.Errorf("ucx: endpoints to %016x closed with force: %w: it held a revoked key's read past the bound", uint64(id), transport.ErrPeerUnreachable))
+	}
+	return nil
+}
+
+// Get implements transport.RMA: one GET of len(dst) bytes at offset of the region that the
+// sealed key (a registration of the peer's) names. The key's framing, checksum and UCX part are
+// checked here, once, before any of it reaches UCX (ucp_ep_rkey_unpack trusts its input to
+// describe its own length), and the engine checks the range once more than never: before it
+// posts. Where UCX does not check remote keys itself (tcp and other software-emulated RMA), the
+// engine uses its guarded GET: the owner checks the registration is live and covers the range
+// before it sends a byte, so a stale or forged key reads nothing. Get returns when the bytes are
+// in dst or with an error; if ctx ends first it still returns only once dst is out of UCX's hands.
+func (t *Transport) Get(ctx context.Context, id transport.InstanceID, key []byte, offset uint64, dst []byte) error {
+	k, err := ucx.ParseRegionKey(key)
+	if err != nil {
+		return fmt.Errorf("ucx: GET from %016x: %w", uint64(id), err)
+	}
+	p, _, err := t.lookup(id)
+	if err != nil {
+		return err
+	}
+	if !t.CanGet(id) {
+		return fmt.Errorf("ucx: GET from %016x: %w: the peer is not registered for one-sided reads (RegisterPeer with its UCX address)", uint64(id), transport.ErrUnknownPeer)
+	}
+	p.sendMu.Lock()
+	oc, err := t.connLocked(ctx, p)
+	if err != nil {
+		p.sendMu.Unlock()
+		return err
+	}
+	oc.beginGet()
+	p.sendMu.Unlock()
+	p.touch()
+	err = oc.c.GetKey(ctx, dst, k, offset)
+	p.touch()
+	t.opDone(oc, true)
+	if err != nil {
+		return fmt.Errorf("ucx: GET of %d bytes from %016x: %w", len(dst), uint64(id), err)
+	}
+	return nil
+}
+
+// ReadMany implements transport.ManyReader: every read goes through the engine's GetMany on the
+// peer's endpoint, up to window at a time, each completion posting the next from the goroutine
+// that saw it complete. Each distinct key is parsed and checked once for all the reads that name
+// it; a read with a key the check refuses fails alone, before anything is posted. The endpoint
+// counts the batch as one GET in flight (a fin waits for it, as for Get).
+func (t *Transport) ReadMany(ctx context.Context, id transport.InstanceID, reads []transport.Read, window int, done func(i int, err error)) {
+	if len(reads) == 0 {
+		return
+	}
+	report := func(i int, err error) {
+		if err != nil {
+			err = fmt.Errorf("ucx: GET of %d bytes from %016x: %w", len(reads[i].Dst), uint64(id), err)
+		}
+		if done != nil {
+			done(i, err)
+		}
+	}
+	failAll := func(err error) {
+		for i := range reads {
+			if done != nil {
+				done(i, err)
+			}
+		}
+	}
+	p, _, err := t.lookup(id)
+	if err != nil {
+		failAll(err)
+		return
+	}
+	if !t.CanGet(id) {
+		failAll(fmt.Errorf("ucx: GET from %016x: %w: the peer is not registered for one-sided reads (RegisterPeer with its UCX address)", uint64(id), transport.ErrUnknownPeer))
+		return
+	}
+	keys := map[string]*ucx.RegionKey{}
+	var bad []int
+	var badErr []error
+	kr := make([]ucx.KeyRead, 0, len(reads))
+	index := make([]int, 0, len(reads)) // kr[j] is reads[index[j]]
+	for i, r := range reads {
+		k, ok := keys[string(r.Key)]
+		if !ok {
+			var err error
+			if k, err = ucx.ParseRegionKey(r.Key); err != nil {
+				k = nil
+				bad, badErr = append(bad, i), append(badErr, err)
+				keys[string(r.Key)] = nil
+				continue
+			}
+			keys[string(r.Key)] = k
+		}
+		if k == nil {
+			bad, badErr = append(bad, i), append(badErr, fmt.Errorf("%w: the key failed its check", ucx.ErrInvalidRemoteKey))
+			continue
+		}
+		kr = append(kr, ucx.KeyRead{Key: k, Offset: r.Offset, Dst: r.Dst})
+		index = append(index, i)
+	}
+	for j, i := range bad {
+		report(i, badErr[j])
+	}
+	if len(kr) == 0 {
+		return
+	}
+	p.sendMu.Lock()
+	oc, err := t.connLocked(ctx, p)
+	if err != nil {
+		p.sendMu.Unlock()
+		for _, i := range index {
+			report(i, err)
+		}
+		return
+	}
+	oc.beginGet()
+	p.sendMu.Unlock()
+	p.touch()
+	oc.c.GetMany(ctx, kr, window, func(j int, err error) { report(index[j], err) })
+	p.touch()
+	t.opDone(oc, true)
+}

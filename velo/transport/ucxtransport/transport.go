@@ -1,0 +1,545 @@
+package ucxtransport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/velo-go/velo/ucx"
+	"github.com/velo-go/velo/velo/auth"
+	"github.com/velo-go/velo/velo/transport"
+)
+
+// amID is the active-message id of every frame of this transport (hello, data and fin share it,
+// so UCX's per-endpoint order covers all three).
+const amID uint16 = 0x0760
+
+// Transport is a velo transport over UCX active messages that also implements transport.RMA.
+// Create it with New and add it with velo.WithUCXTransport (RDMA path) or velo.WithTransport
+// (messages only).
+type Transport struct {
+	cfg     Config
+	log     *slog.Logger
+	follow  *followHandler // nil when Config.Logger was set: then that logger is kept
+	eng     *ucx.Engine
+	m       *metrics
+	worker  []byte
+	timings timings
+	guard   guardState // the linked UCX's software RMA guard, as New found it (guard.go)
+
+	host transport.Host
+	// gate is the runtime's authentication, when it requires authenticated peers: frames come
+	// only from authenticated incarnations, endpoints open only to authenticated peers.
+	gate     transport.AuthGate
+	gateLogs auth.LogLimiter
+	// rkeys are the frame keys of each peer incarnation's endpoints that a hello with a valid
+	// proof opened: with a gate, data and fins count only when their seal opens under one.
+	keysMu sync.Mutex
+	rkeys  map[transport.InstanceID]*recvKeys
+	self   transport.InstanceID
+	inc    uint64
+	blob   []byte
+
+	mu      sync.Mutex // guards the fields below and every peer's addr, added, learned
+	peers   map[transport.InstanceID]*peer
+	slots   map[slotKey]uint32 // endpoints created per peer incarnation (see conn.go)
+	orphans map[*peer]struct{} // forgotten peers whose retired endpoints still wait to close
+	started bool
+	closed  bool
+
+	recvMu  sync.Mutex // guards inbound and serialises Host.Deliver
+	inbound map[transport.InstanceID]*inboundState
+
+	stop      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+	wg        sync.WaitGroup
+}
+
+// timings are the lifecycle bounds of defaultFinWait and friends; tests shorten them.
+type timings struct {
+	finWait     time.Duration
+	holdTimeout time.Duration
+}
+
+// peer is one remote instance: registered with AddPeer, or learned from its hello.
+type peer struct {
+	id  transport.InstanceID
+	inc uint64
+
+	// Guarded by Transport.mu.
+	addr  *peerAddr // replaced, never changed, when a newer blob arrives
+	added bool      // AddPeer registered it
+	// removedThrough is the newest slot with the peer when RemovePeer forgot it: a hello for
+	// that slot or an older one is the peer joining a slot we already retired, not new contact.
+	removedThrough uint32
+	learned        bool // a hello introduced it, and its endpoint to us has not failed since
+
+	lastUse atomic.Int64 // unix nanoseconds of the last frame or GET either way
+
+	// sendMu orders everything submitted to the peer's current endpoint: the hello, data
+	// frames in seq order, the fin last. It guards the fields below.
+	sendMu    sync.Mutex
+	conn      *outConn   // our endpoint of the newest slot, that frames go on; nil when none
+	retired   []*outConn // endpoints taken out of use and not closed yet
+	prevEpoch uint32     // the last endpoint's slot and data seq, for the next hello
+	prevSeq   uint64
+	gone      bool // removed or transport closed: open nothing new
+	departed  bool // the peer said its transport is closing (finBye): it is down for good
+}
+
+// peerAddr is what a peer's blob says: where its worker is and what it accepts.
+type peerAddr struct {
+	worker   []byte
+	maxFrame int
+	rma      bool
+	getv     bool // its engine answers vectored guarded GETs
+}
+
+func (p *peer) touch() { p.lastUse.Store(time.Now().UnixNano()) }
+
+// inboundState is one sender's receive side: ordering across its endpoints.
+type inboundState struct {
+	inc uint64
+	inbound
+}
+
+// New creates the transport and its UCX engine: the UCX context and worker on their own locked
+// OS thread. TLS, NetDevices and KeepaliveInterval apply only where the UCX_* environment leaves
+// them unset; Start logs which value applied from where. Without cgo (or off Linux) it fails with an
+// error wrapping ucx.ErrNotCompiled (ucx.ErrUnsupported). On a UCX that does not enforce remote keys
+// on software RMA (no velo guard patch set: build with -tags ucx_static after make ucx-static) it
+// fails with an error wrapping ErrUnguardedUCX, unless Config.TrustNetwork or VELO_UCX_TRUST_NETWORK=1
+// opts in (guard.go).
+func New(cfg Config) (*Transport, error) {
+	var follow *followHandler
+	if cfg.Logger == nil {
+		follow = newFollowHandler()
+		cfg.Logger = slog.New(follow)
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	guard, err := checkGuard(cfg, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	settings := map[string]string{}
+	if cfg.KeepaliveInterval > 0 {
+		settings["KEEPALIVE_INTERVAL"] = fmt.Sprintf("%dus", cfg.KeepaliveInterval.Microseconds())
+	}
+	m, err := newMetrics(cfg.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	eng, err := ucx.NewEngine(ctx, ucx.EngineConfig{
+		Context:      ucx.ContextConfig{TLS: cfg.TLS, NetDevices: cfg.NetDevices, Settings: settings, Logger: cfg.Logger},
+		MaxEagerSize: cfg.EagerMax + sealedHeaderLen,
+		RMA:          cfg.RMA,
+		Name:         Name,
+		Logger:       cfg.Logger,
+		Metrics:      cfg.Metrics,
+	})
+	if err != nil {
+		m.unregister()
+		return nil, fmt.Errorf("ucx transport: %w", err)
+	}
+	t := &Transport{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		follow:  follow,
+		eng:     eng,
+		m:       m,
+		worker:  eng.Address(),
+		guard:   guard,
+		timings: timings{finWait: defaultFinWait, holdTimeout: defaultHoldTimeout},
+		peers:   map[transport.InstanceID]*peer{},
+		slots:   map[slotKey]uint32{},
+		orphans: map[*peer]struct{}{},
+		inbound: map[transport.InstanceID]*inboundState{},
+		stop:    make(chan struct{}),
+	}
+	if eng.MaxAMHeader() < sealedHeaderLen {
+		_ = eng.Close(context.Background())
+		m.unregister()
+		return nil, fmt.Errorf("ucx transport: the UCX worker carries active-message headers of at most %d bytes; frames need %d", eng.MaxAMHeader(), sealedHeaderLen)
+	}
+	return t, nil
+}
+
+// logSettings says where the UCX transport selection came from. A configuration header a
+// program prints can lie (the environment overrides it); this line is what the context used.
+func (t *Transport) logSettings() {
+	for _, want := range []struct{ name, field, value string }{
+		{"TLS", "TLS", t.cfg.TLS},
+		{"NET_DEVICES", "NetDevices", t.cfg.NetDevices},
+	} {
+		s, ok := t.setting(want.name)
+		if !ok {
+			continue
+		}
+		switch {
+		case s.Source == ucx.SourceEnvironment && want.value != "" && want.value != s.Value:
+			t.log.Info("ucx: UCX_"+want.name+" from the environment overrides Config."+want.field, "value", s.Value, "config", want.value)
+		case s.Source == ucx.SourceEnvironment:
+			t.log.Info("ucx: UCX_"+want.name+" from the environment", "value", s.Value)
+		case s.Source == ucx.SourceProgram:
+			t.log.Info("ucx: UCX_"+want.name+" from Config."+want.field+" (the variable is unset)", "value", s.Value)
+		default:
+			t.log.Info("ucx: UCX_"+want.name+" is UCX's default", "value", s.Value)
+		}
+	}
+}
+
+func (t *Transport) setting(name string) (ucx.Setting, bool) {
+	for _, s := range t.eng.Settings() {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return ucx.Setting{}, false
+}
+
+// Settings returns the UCX settings the transport's context runs with, each with its source
+// (environment, program, default). Trust these over any configuration a program prints.
+func (t *Transport) Settings() []ucx.Setting { return t.eng.Settings() }
+
+// Name implements transport.Transport: "ucx".
+func (t *Transport) Name() string { return Name }
+
+// MaxFrameSize implements transport.Transport: Config.EagerMax. Frames above it are refused with
+// transport.ErrFrameTooLarge, and the runtime carries them another way (TCP, or staging).
+func (t *Transport) MaxFrameSize() int { return t.cfg.EagerMax }
+
+// Start implements transport.Transport: it binds the runtime and starts receiving.
+func (t *Transport) Start(h transport.Host) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case t.closed:
+		return fmt.Errorf("ucx: Start: %w", transport.ErrClosed)
+	case t.started:
+		return errors.New("ucx: Start called twice")
+	}
+	if t.follow != nil && h.Logger() != nil {
+		t.follow.follow(h.Logger().Handler())
+	}
+	t.host, t.self, t.inc = h, h.LocalID(), h.Incarnation()
+	if g, ok := h.(transport.AuthGate); ok && g.AuthRequired() {
+		t.gate = g
+		t.gateLogs.Interval = 10 * time.Second
+	}
+	t.blob = appendBlob(nil, peerBlob{RMA: true, VectoredGet: true, MaxFrame: t.cfg.EagerMax, Incarnation: t.inc, Worker: t.worker})
+	if err := t.eng.HandleAM(amID, t.onAM); err != nil {
+		return fmt.Errorf("ucx: installing the frame handler: %w", err)
+	}
+	t.started = true
+	t.wg.Add(1)
+	go t.maintain()
+	t.logSettings()
+	t.logGuard()
+	return nil
+}
+
+// Address implements transport.Transport: the address blob (version, limits, incarnation, worker
+// address, checksum; see wire.go). Valid after Start.
+func (t *Transport) Address() []byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]byte(nil), t.blob...)
+}
+
+// AddPeer implements transport.Transport. A blob of another UCX wire version is refused with an
+// error wrapping transport.ErrInvalidEndpoint, and the refusal is logged at warn level. With
+// EagerEndpoints the endpoint is created and wired up here; a peer that cannot be reached yet is
+// kept (the next Send tries again) and the failure logged.
+func (t *Transport) AddPeer(ctx context.Context, pa transport.PeerAddress) error {
+	b, err := decodeBlob(pa.Blob)
+	if err != nil {
+		if errors.Is(err, errBlobVersion) {
+			t.log.Warn(fmt.Sprintf("ucx: rejecting peer blob: unsupported ucx blob version %d (expected %d)", b.Version, BlobVersion),
+				"peer", fmt.Sprintf("%016x", uint64(pa.ID)))
+		}
+		return fmt.Errorf("ucx: peer %016x: %w", uint64(pa.ID), err)
+	}
+	if pa.ID == 0 {
+		return fmt.Errorf("ucx: %w: instance ID 0", transport.ErrInvalidEndpoint)
+	}
+	t.mu.Lock()
+	started := t.started
+	t.mu.Unlock()
+	if !started {
+		return errors.New("ucx: AddPeer before Start: add the transport to a velo instance first")
+	}
+	if b.Incarnation != pa.Incarnation {
+		return fmt.Errorf("ucx: %w: peer %016x: the UCX address belongs to incarnation %016x, the peer info says %016x (stale peer info: fetch it again)",
+			transport.ErrInvalidEndpoint, uint64(pa.ID), b.Incarnation, pa.Incarnation)
+	}
+	p, err := t.record(pa.ID, b, true)
+	if err != nil {
+		return err
+	}
+	if !t.cfg.EagerEndpoints {
+		return nil
+	}
+	if err := t.wireUp(ctx, p); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("ucx: eager wireup to %016x: %w", uint64(pa.ID), ctx.Err())
+		}
+		t.log.Warn("ucx: eager endpoint wireup failed; the next send to the peer tries again", "peer", fmt.Sprintf("%016x", uint64(pa.ID)), "err", err)
+	}
+	return nil
+}
+
+// record adds or updates a peer from a decoded blob. added says AddPeer (as opposed to a hello).
+func (t *Transport) record(id transport.InstanceID, b peerBlob, added bool) (*peer, error) {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil, fmt.Errorf("ucx: %w", transport.ErrClosed)
+	}
+	p := t.peers[id]
+	var replaced *peer
+	if p != nil && p.inc != b.Incarnation {
+		replaced, p = p, nil
+		delete(t.peers, id)
+	}
+	if p == nil {
+		p = &peer{id: id, inc: b.Incarnation}
+		p.touch()
+		t.peers[id] = p
+	}
+	p.addr = &peerAddr{worker: append([]byte(nil), b.Worker...), maxFrame: b.MaxFrame, rma: b.RMA, getv: b.VectoredGet}
+	if added {
+		p.added = true
+	} else {
+		p.learned = true
+	}
+	t.mu.Unlock()
+	if replaced != nil {
+		t.log.Info("ucx: peer came back as another incarnation; forgetting the old one", "peer", fmt.Sprintf("%016x", uint64(id)))
+		t.retireAll(replaced, "removed")
+	}
+	return p, nil
+}
+
+// wireUp opens the endpoint to p and waits until its hello went out: UCX has wired it up.
+func (t *Transport) wireUp(ctx context.Context, p *peer) error {
+	p.sendMu.Lock()
+	oc, err := t.connLocked(ctx, p)
+	if err != nil {
+		p.sendMu.Unlock()
+		return err
+	}
+	hello := oc.helloOp
+	p.sendMu.Unlock()
+	return hello.Wait(ctx)
+}
+
+// RemovePeer implements transport.Transport: it forgets the peer and retires its endpoint (the
+// peer is told with a fin, so it stops its own endpoint to us too).
+func (t *Transport) RemovePeer(id transport.InstanceID) {
+	t.mu.Lock()
+	p := t.peers[id]
+	delete(t.peers, id)
+	if p != nil {
+		// In the same critical section as the delete, so a hello handled meanwhile finds the
+		// peer among the forgotten ones rather than nowhere (and would learn it again).
+		p.removedThrough = t.slots[slotKey{p.id, p.inc}]
+		t.orphans[p] = struct{}{}
+	}
+	t.mu.Unlock()
+	if p != nil {
+		// Its receive state stays until the retired endpoint closed: the peer's fin still
+		// has to be read against it.
+		t.retireAll(p, "removed")
+	}
+}
+
+// Reaches implements transport.Transport: the peer was added, or it introduced itself with a
+// hello and its endpoint to us has not failed since.
+func (t *Transport) Reaches(id transport.InstanceID) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.peers[id]
+	return !t.closed && p != nil && (p.added || p.learned)
+}
+
+// lookup finds a peer that Send can reach, with its current address.
+func (t *Transport) lookup(id transport.InstanceID) (*peer, *peerAddr, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, nil, fmt.Errorf("ucx: %w", transport.ErrClosed)
+	}
+	if !t.started {
+		return nil, nil, errors.New("ucx: the transport is not started (add it to a velo instance first)")
+	}
+	p := t.peers[id]
+	if p == nil || !(p.added || p.learned) {
+		return nil, nil, fmt.Errorf("ucx: %w: %016x (register it with RegisterPeer first)", transport.ErrUnknownPeer, uint64(id))
+	}
+	return p, p.addr, nil
+}
+
+// Send implements transport.Transport. The frame goes out as one eager active message on the
+// peer's endpoint (opened now when there is none); frames to one peer keep their order across
+// endpoint changes. A frame above MaxFrameSize or the peer's advertised limit fails with
+// transport.ErrFrameTooLarge before anything is sent. The parts are copied before Send waits, so
+// an early return on ctx leaves nothing of the caller's in UCX's hands.
+func (t *Transport) Send(ctx context.Context, id transport.InstanceID, parts ...[]byte) error {
+	n := 0
+	for _, b := range parts {
+		n += len(b)
+	}
+	p, pa, err := t.lookup(id)
+	if err != nil {
+		return err
+	}
+	if limit := min(t.cfg.EagerMax, pa.maxFrame); n > limit {
+		return fmt.Errorf("ucx: %w: %d bytes to %016x exceed the eager limit of %d (this side %d, the peer %d)",
+			transport.ErrFrameTooLarge, n, uint64(id), limit, t.cfg.EagerMax, pa.maxFrame)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ucx: send to %016x: %w", uint64(id), err) // before anything was taken
+	}
+	// Without a deadline of the caller's the send is bounded by SendTimeout. The bound is made
+	// only where something may wait (opening an endpoint, a send UCX did not finish at once): a
+	// timer per frame would cost more than the frame on the common path.
+	bounded := func() (context.Context, context.CancelFunc) {
+		if _, ok := ctx.Deadline(); ok {
+			return ctx, func() {}
+		}
+		return context.WithTimeout(ctx, t.cfg.SendTimeout)
+	}
+	p.sendMu.Lock()
+	oc := p.conn
+	if oc == nil {
+		octx, cancel := bounded()
+		oc, err = t.connLocked(octx, p)
+		cancel()
+		if err != nil {
+			p.sendMu.Unlock()
+			return err
+		}
+	}
+	oc.seq++
+	hdr := oc.header(frameHeader{Incarnation: t.inc, Sender: t.self, Kind: kindData, Epoch: oc.epoch, Seq: oc.seq}, parts)
+	op := t.submit(oc, hdr, parts)
+	p.sendMu.Unlock()
+	p.touch()
+	select {
+	case <-op.Done():
+		err = op.Err()
+	default:
+		wctx, cancel := bounded()
+		err = op.Wait(wctx)
+		cancel()
+	}
+	t.settle(oc, op)
+	if err != nil {
+		return t.sendError(id, err)
+	}
+	t.m.frames.WithLabelValues("sent").Inc()
+	return nil
+}
+
+func (t *Transport) sendError(id transport.InstanceID, err error) error {
+	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("ucx: send to %016x: %w", uint64(id), err)
+	case errors.Is(err, ucx.ErrMessageTooLarge):
+		return fmt.Errorf("ucx: send to %016x: %w: %w", uint64(id), transport.ErrFrameTooLarge, err)
+	case errors.Is(err, ucx.ErrClosed) && t.isClosed():
+		return fmt.Errorf("ucx: send to %016x: %w", uint64(id), transport.ErrClosed)
+	}
+	return fmt.Errorf("ucx: send to %016x: %w: %w", uint64(id), transport.ErrPeerUnreachable, err)
+}
+
+func (t *Transport) isClosed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.closed
+}
+
+// Close implements transport.Transport: it stops the maintenance loop, closes every endpoint and
+// the UCX engine (which revokes every registration), and waits for its goroutines.
+func (t *Transport) Close() error {
+	t.closeOnce.Do(func() {
+		t.mu.Lock()
+		t.closed = true
+		started := t.started
+		peers := make([]*peer, 0, len(t.peers))
+		for _, p := range t.peers {
+			peers = append(peers, p)
+		}
+		t.mu.Unlock()
+		close(t.stop)
+		// Say goodbye on each peer's current endpoint before the engine closes them all: the fin
+		// goes out behind every frame already sent there (the engine flushes endpoints as it
+		// closes), and the peer reports us down as departed instead of finding a failed
+		// endpoint and warning about it.
+		for _, p := range peers {
+			p.sendMu.Lock()
+			p.gone = true
+			if oc := p.conn; oc != nil && started {
+				oc.mu.Lock()
+				oc.finBye = true
+				oc.mu.Unlock()
+				t.retireLocked(p, oc, "closed", true)
+			}
+			p.sendMu.Unlock()
+		}
+		if started {
+			_ = t.eng.HandleAM(amID, nil)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		t.closeErr = t.eng.Close(ctx)
+		t.wg.Wait()
+		t.m.unregister()
+	})
+	return t.closeErr
+}
+
+// Endpoints is the number of UCX endpoints this transport holds to peer: the one frames go on
+// and those retired but not closed yet (the introspection page shows it).
+func (t *Transport) Endpoints(peer transport.InstanceID) int {
+	t.mu.Lock()
+	p := t.peers[peer]
+	t.mu.Unlock()
+	if p == nil {
+		return 0
+	}
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	n := len(p.retired)
+	if p.conn != nil {
+		n++
+	}
+	return n
+}
+
+// Describe lists the transport's settings for velo's introspection page: every UCX setting it
+// runs with and where it came from (environment, program, default), the frame limit, the RMA mode.
+func (t *Transport) Describe() map[string]string {
+	d := map[string]string{
+		"eager_max":       strconv.Itoa(t.cfg.EagerMax),
+		"rma":             fmt.Sprint(t.cfg.RMA),
+		"ep_idle_timeout": t.cfg.EPIdleTimeout.String(),
+		"rma_guard":       t.guard.describe(),
+	}
+	for _, s := range t.eng.Settings() {
+		d["UCX_"+s.Name] = s.Value + " (" + s.Source.String() + ")"
+	}
+	return d
+}
