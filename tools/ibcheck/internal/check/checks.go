@@ -27,6 +27,7 @@ var Checks = []Meta{
 	{"devx", GroupNode, "Does a DEVX context open on an mlx5 device, so that UCX gets its mlx5 memory domain?"},
 	{"ip", GroupNode, "Which device and port carry the address given with --ip?"},
 	{"ucx_net_devices", GroupEnv, "Is UCX_NET_DEVICES set, and does it name PORT_ACTIVE InfiniBand ports?"},
+	{"ucx_gpu_rails", GroupEnv, "Does UCX_NET_DEVICES name the ports nearest the job's GPUs (CUDA_VISIBLE_DEVICES), not a NIC across the socket from them?"},
 	{"ucx_tls", GroupEnv, "Is UCX_TLS pinned, with a UD transport beside every RC one?"},
 	{"ucx_proto_enable", GroupEnv, "Does UCX_PROTO_ENABLE leave RMA working on the linked UCX?"},
 	{"ucx_max_rma_rails", GroupEnv, "With several ports in UCX_NET_DEVICES, may a GET use them all?"},

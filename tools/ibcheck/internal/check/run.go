@@ -95,7 +95,7 @@ func Run(ctx context.Context, cfg Config, sys System) *Report {
 	for _, c := range []func(context.Context) Result{
 		r.checkDevices, r.checkPort, r.checkUverbs, r.checkPKey, r.checkMemlock, r.checkRegistration,
 		r.checkDEVX, r.checkIP,
-		r.checkNetDevices, r.checkTLS, r.checkProtoEnable, r.checkRMARails, r.checkRCache, r.checkKillSwitch,
+		r.checkNetDevices, r.checkNetDevicesGPU, r.checkTLS, r.checkProtoEnable, r.checkRMARails, r.checkRCache, r.checkKillSwitch,
 		r.checkUCXVersion, r.checkUCXBuild, r.checkRMAGuard,
 	} {
 		rep.Results = append(rep.Results, c(ctx))
