@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/velo-go/velo/velo"
+	"github.com/velo-go/velo/velo/discovery"
+	"github.com/velo-go/velo/velo/discovery/etcd"
+	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/transport/tcp"
+	"github.com/velo-go/velo/velo/transport/ucxtransport"
+)
+
+// node is one side: a velo instance with a TCP control plane and the UCX transport, a member of
+// the cluster in the discovery location, as a job's processes are.
+type node struct {
+	v     *velo.Velo
+	u     *ucxtransport.Transport
+	host  string // the host it advertised
+	where string // the discovery location, in words, for messages
+}
+
+// where describes the discovery location so that an error can name it.
+func (m meeting) where() string {
+	if m.Etcd != "" {
+		return fmt.Sprintf("etcd %s (cluster %q, keys /velo/clusters/%s/members/)", m.Etcd, m.Cluster, m.Cluster)
+	}
+	return fmt.Sprintf("directory %s (cluster %q, files in %s)", m.Dir, m.Cluster, filepath.Join(m.Dir, m.Cluster))
+}
+
+// budget is the registered-bytes budget of both sides: the staged blocks of a point and, on the
+// consumer, its per-lease registrations, with room for the transfers' own.
+func budget(memory int64) int64 {
+	return max(2*memory+(256<<20), 1<<30)
+}
+
+// startNode brings up a member called name. log receives velo's warnings.
+func startNode(ctx context.Context, m meeting, name string, memory int64, log *slog.Logger, opts ...velo.Option) (*node, error) {
+	var d velo.Discovery
+	var err error
+	if m.Etcd != "" {
+		d, err = etcd.New(etcd.Config{Endpoints: []string{m.Etcd}, Cluster: m.Cluster, TTL: 5 * time.Second, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("etcd discovery at %s: %w (check the URL and that etcd answers: etcdctl --endpoints %s endpoint health)", m.Etcd, err, m.Etcd)
+		}
+	} else {
+		if err := os.MkdirAll(m.Dir, 0o755); err != nil {
+			return nil, fmt.Errorf("--dir %s: %w (give a directory both sides can write)", m.Dir, err)
+		}
+		d, err = discovery.NewFilesystem(discovery.FilesystemConfig{Dir: m.Dir, Cluster: m.Cluster, Poll: 200 * time.Millisecond, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("filesystem discovery in %s: %w", m.Dir, err)
+		}
+	}
+	ln, err := net.Listen("tcp", m.Listen)
+	if err != nil {
+		d.Close()
+		return nil, fmt.Errorf("--listen %s: %w", m.Listen, err)
+	}
+	host, port := m.Advertise, ln.Addr().(*net.TCPAddr).Port
+	if h, p, err := net.SplitHostPort(m.Advertise); err == nil {
+		host = h
+		if n, err := strconv.Atoi(p); err == nil && n != 0 {
+			port = n
+		}
+	}
+	if host == "" {
+		if ip := ln.Addr().(*net.TCPAddr).IP; ip.IsLoopback() {
+			host = ip.String()
+		} else {
+			host = routableHost()
+		}
+	}
+	ctl, err := tcp.New(tcp.Config{Listener: ln, Advertise: net.JoinHostPort(host, strconv.Itoa(port))})
+	if err != nil {
+		ln.Close()
+		d.Close()
+		return nil, err
+	}
+	u, err := ucxtransport.New(ucxtransport.Config{EagerEndpoints: true, Logger: log})
+	if err != nil {
+		ctl.Close()
+		d.Close()
+		if errors.Is(err, ucxtransport.ErrUnguardedUCX) {
+			return nil, fmt.Errorf("velo's UCX transport: %w\nvelobench: build it with velo's static UCX (make velobench), or, on a network trusted with this process's memory, set VELO_UCX_TRUST_NETWORK=1", err)
+		}
+		return nil, fmt.Errorf("velo's UCX transport: %w", err)
+	}
+	all := append([]velo.Option{
+		velo.WithLogger(log), velo.WithTransport(ctl), velo.WithUCXTransport(u), velo.WithDiscovery(d, name),
+		velo.WithRDMA(velo.RDMAConfig{Pool: velo.RDMAPoolConfig{RegisteredBytesBudget: budget(memory)}}),
+	}, opts...)
+	v, err := velo.New(ctx, all...)
+	if err != nil {
+		ctl.Close()
+		u.Close()
+		d.Close()
+		return nil, err
+	}
+	return &node{v: v, u: u, host: host, where: m.where()}, nil
+}
+
+// routableHost is the address another node reaches this one at: the source address the routing
+// table picks for an outside destination, else the first global IPv4 address, else loopback.
+func routableHost() string {
+	if c, err := net.Dial("udp4", "192.0.2.1:9"); err == nil { // nothing is sent
+		ip := c.LocalAddr().(*net.UDPAddr).IP
+		c.Close()
+		if !ip.IsLoopback() && !ip.IsUnspecified() {
+			return ip.String()
+		}
+	}
+	ifs, _ := net.Interfaces()
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && n.IP.IsGlobalUnicast() {
+				return n.IP.String()
+			}
+		}
+	}
+	return "127.0.0.1"
+}
+
+// pathCounts reads velo_rendezvous_rdma_path_total as "path/reason" -> count.
+func pathCounts(g prometheus.Gatherer) map[string]float64 {
+	out := map[string]float64{}
+	if g == nil {
+		return out
+	}
+	mfs, err := g.Gather()
+	if err != nil {
+		return out
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != metrics.RDMAPathTotal {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var path, reason string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "path":
+					path = l.GetValue()
+				case "reason":
+					reason = l.GetValue()
+				}
+			}
+			out[path+"/"+reason] = m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+// pathDelta is after minus before, without the pairs that did not move.
+func pathDelta(before, after map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range after {
+		if d := v - before[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// cpuNanos is this process's user and system CPU time.
+func cpuNanos() int64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// quietLogger keeps velo's informational lines out of the benchmark's output; warnings and errors
+// go to w.
+func quietLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}

@@ -1,0 +1,292 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/velo-go/velo/ucx/benchkit"
+	"github.com/velo-go/velo/velo"
+)
+
+// target is the owner side: it stages what the initiator asks for and answers its requests until
+// it is stopped (or, with --once, until its initiator says bye or goes away).
+type target struct {
+	n      *node
+	log    *slog.Logger
+	env    Environment
+	name   string
+	once   bool // exit when the initiator is done
+	stdout io.Writer
+
+	mu        sync.Mutex
+	staged    map[stageKey][]velo.Handle
+	initiator velo.InstanceID // the one that said hello, for --once
+	bye       chan struct{}
+	byeOnce   sync.Once
+	perftest  *exec.Cmd
+}
+
+type stageKey struct {
+	from velo.InstanceID
+	id   uint64
+}
+
+func runTarget(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("target", stderr)
+	var m meeting
+	m.register(fs, true)
+	memory := int64(1 << 30)
+	fs.Func("memory", "largest number of bytes the target stages at once (default 1G; the initiator's --memory should not exceed it)", func(v string) error {
+		n, err := parseSize(v)
+		memory = n
+		return err
+	})
+	once := fs.Bool("once", false, "exit once the initiator is done (or gone)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: velobench target (--dir DIR | --etcd URL) [flags]\n\nThe owner side of a two-node run: it stages the payloads the initiator reads.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	if err := m.check(true); err != nil {
+		return err
+	}
+	if memory <= 0 {
+		return usageErr("--memory %d: give the bytes the target may stage, for example --memory 1G", memory)
+	}
+	osEnv := os.Environ()
+	t := &target{log: quietLogger(stderr), name: m.Name, once: *once, stdout: stdout, staged: map[stageKey][]velo.Handle{}, bye: make(chan struct{})}
+	handlers := []velo.Option{
+		velo.WithHandler(hHello, t.hello), velo.WithHandler(hStage, t.stage), velo.WithHandler(hFree, t.free),
+		velo.WithHandler(hStats, t.stats), velo.WithHandler(hEcho, echo), velo.WithHandler(hPerftest, t.startPerftest),
+		velo.WithHandler(hBye, t.sayBye),
+	}
+	n, err := startNode(ctx, m, m.Name, memory, t.log, handlers...)
+	if err != nil {
+		return err
+	}
+	t.n = n
+	defer n.v.Close()
+	defer t.stopPerftest()
+	t.env = captureEnv(osEnv)
+	t.env.UCXDefaults = engineDefaults(n.u.Settings())
+	exportDefaults(t.env.UCXDefaults)
+	fmt.Fprintf(stdout, "velobench %s target %q: ready (pid %d, %s, UCX %s), found through %s\n",
+		velobenchVersion(), m.Name, os.Getpid(), n.host, t.env.UCX, n.where)
+	events := n.v.WatchPeers(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			fmt.Fprintf(stdout, "velobench target %q: stopped\n", m.Name)
+			return nil
+		case <-t.bye:
+			fmt.Fprintf(stdout, "velobench target %q: the initiator is done\n", m.Name)
+			return nil
+		case ev, ok := <-events:
+			if !ok {
+				return nil
+			}
+			t.mu.Lock()
+			mine := ev.Peer.ID == t.initiator
+			t.mu.Unlock()
+			if mine && ev.Kind == velo.PeerDown {
+				t.dropFrom(ev.Peer.ID)
+				if *once {
+					return fmt.Errorf("the initiator %v went away before it said it was done: %s", ev.Peer.ID, ev.Peer.Err)
+				}
+				fmt.Fprintf(stdout, "velobench target %q: initiator %v went away (%s); its payloads are freed\n", m.Name, ev.Peer.ID, ev.Peer.Err)
+			}
+		}
+	}
+}
+
+// exportDefaults gives ucx_perftest, which this process starts, the settings velo's engine chose.
+func exportDefaults(m map[string]string) {
+	for k, v := range m {
+		if _, set := os.LookupEnv(k); !set {
+			os.Setenv(k, v)
+		}
+	}
+}
+
+func echo(_ context.Context, m *velo.Message) ([]byte, error) { return m.Payload, nil }
+
+func (t *target) hello(_ context.Context, m *velo.Message) ([]byte, error) {
+	var req helloReq
+	if err := json.Unmarshal(m.Payload, &req); err != nil {
+		return nil, fmt.Errorf("velobench target: a hello that is not JSON: %w", err)
+	}
+	if req.Version != velobenchVersion() || req.Protocol != protocol {
+		t.log.Warn("velobench target: an initiator of another version said hello; it will refuse this target",
+			"initiator", req.Version, "target", velobenchVersion())
+	} else {
+		t.mu.Lock()
+		t.initiator = m.From
+		t.mu.Unlock()
+	}
+	return json.Marshal(helloResp{Role: "target", Name: t.name, Version: velobenchVersion(), Protocol: protocol,
+		Host: t.n.host, PID: os.Getpid(), Env: t.env})
+}
+
+// accepted refuses work from an instance that did not say hello with this version.
+func (t *target) accepted(from velo.InstanceID) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if from != t.initiator {
+		return fmt.Errorf("velobench target %q serves the initiator that said hello with version %s; %v did not", t.name, velobenchVersion(), from)
+	}
+	return nil
+}
+
+func (t *target) stage(ctx context.Context, m *velo.Message) ([]byte, error) {
+	if err := t.accepted(m.From); err != nil {
+		return nil, err
+	}
+	var req stageReq
+	if err := json.Unmarshal(m.Payload, &req); err != nil {
+		return nil, err
+	}
+	if req.Count < 1 || req.Size < 1 {
+		return nil, fmt.Errorf("velobench target: staging %d payloads of %d bytes", req.Count, req.Size)
+	}
+	key := stageKey{m.From, req.ID}
+	var resp stageResp
+	var buf []byte
+	for k := 0; k < req.Count; k++ {
+		var h velo.Handle
+		var err error
+		if req.Plain {
+			// RegisterData keeps the slice itself: one buffer per payload.
+			b := make([]byte, req.Size)
+			fill(b, k, 0)
+			h, err = t.n.v.RegisterData(ctx, b)
+		} else {
+			// RegisterDataPinned copies into pinned memory: one buffer serves every payload.
+			if buf == nil {
+				buf = make([]byte, req.Size)
+			}
+			fill(buf, k, 0)
+			h, err = t.n.v.RegisterDataPinned(ctx, buf)
+		}
+		if err != nil {
+			t.unref(resp.Handles)
+			return nil, fmt.Errorf("velobench target: staging payload %d of %d (%s): %w", k+1, req.Count, human(req.Size), err)
+		}
+		resp.Handles = append(resp.Handles, h)
+	}
+	t.mu.Lock()
+	t.staged[key] = resp.Handles
+	t.mu.Unlock()
+	return json.Marshal(resp)
+}
+
+func (t *target) unref(hs []velo.Handle) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, h := range hs {
+		if err := t.n.v.Unref(ctx, h); err != nil {
+			t.log.Warn("velobench target: freeing a payload", "err", err)
+		}
+	}
+}
+
+func (t *target) free(_ context.Context, m *velo.Message) ([]byte, error) {
+	var req freeReq
+	if err := json.Unmarshal(m.Payload, &req); err != nil {
+		return nil, err
+	}
+	key := stageKey{m.From, req.ID}
+	t.mu.Lock()
+	hs := t.staged[key]
+	delete(t.staged, key)
+	t.mu.Unlock()
+	t.unref(hs)
+	return []byte("{}"), nil
+}
+
+// dropFrom frees what a departed initiator had staged.
+func (t *target) dropFrom(from velo.InstanceID) {
+	t.mu.Lock()
+	var hs []velo.Handle
+	for k, v := range t.staged {
+		if k.from == from {
+			hs = append(hs, v...)
+			delete(t.staged, k)
+		}
+	}
+	t.mu.Unlock()
+	t.unref(hs)
+}
+
+func (t *target) stats(context.Context, *velo.Message) ([]byte, error) {
+	return json.Marshal(statsResp{CPUNanos: cpuNanos(), Paths: pathCounts(t.n.v.Metrics())})
+}
+
+func (t *target) sayBye(_ context.Context, m *velo.Message) ([]byte, error) {
+	if t.accepted(m.From) != nil {
+		return []byte("{}"), nil
+	}
+	t.dropFrom(m.From)
+	if t.once {
+		t.byeOnce.Do(func() { close(t.bye) })
+	} else {
+		fmt.Fprintf(t.stdout, "velobench target %q: initiator %v is done; waiting for the next\n", t.name, m.From)
+	}
+	return []byte("{}"), nil
+}
+
+// startPerftest starts a ucx_perftest server for one client run of the initiator's, on a free
+// port, killed after the request's timeout if the client never comes.
+func (t *target) startPerftest(_ context.Context, m *velo.Message) ([]byte, error) {
+	if err := t.accepted(m.From); err != nil {
+		return nil, err
+	}
+	var req perftestReq
+	if err := json.Unmarshal(m.Payload, &req); err != nil {
+		return nil, err
+	}
+	t.stopPerftest()
+	tool, err := benchkit.Find()
+	if err != nil {
+		return json.Marshal(perftestResp{Err: err.Error()})
+	}
+	ln, err := net.Listen("tcp", ":0")
+	if err != nil {
+		return json.Marshal(perftestResp{Err: err.Error()})
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	timeout := time.Duration(max(req.TimeoutSec, 1)) * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	cmd := exec.CommandContext(ctx, tool.Path, "-p", strconv.Itoa(port))
+	cmd.Env = os.Environ()
+	if err := cmd.Start(); err != nil {
+		cancel()
+		return json.Marshal(perftestResp{Err: fmt.Sprintf("%s: %v", tool.Path, err)})
+	}
+	t.mu.Lock()
+	t.perftest = cmd
+	t.mu.Unlock()
+	go func() { _ = cmd.Wait(); cancel() }()
+	return json.Marshal(perftestResp{Port: port, Version: tool.Version})
+}
+
+func (t *target) stopPerftest() {
+	t.mu.Lock()
+	cmd := t.perftest
+	t.perftest = nil
+	t.mu.Unlock()
+	if cmd != nil && cmd.Process != nil {
+		_ = cmd.Process.Kill()
+	}
+}
