@@ -90,8 +90,9 @@ type Engine struct {
 	inflight  int // operations started and not finished
 	closing   *closeState
 
-	guardServed, guardRefused uint64 // last values folded into the metrics
-	unclaimed                 uint64 // likewise: messages the worker dropped for want of a handler
+	guardServed, guardRefused uint64    // last values folded into the metrics
+	puts                      putTarget // the guarded PUT as target: counts folded, refusals logged
+	unclaimed                 uint64    // likewise: messages the worker dropped for want of a handler
 	// tokens draws each registration's token: ChaCha8 seeded from crypto/rand, a stream as
 	// unpredictable as crypto/rand itself without a system call per registration.
 	tokens *mrand.ChaCha8
@@ -350,6 +351,9 @@ func (e *Engine) start() error {
 	if err := w.enableGuardV(guardVReqID, guardVRepID); err != nil {
 		return fail(err)
 	}
+	if err := w.enableGuardPut(guardPutReqID, guardPutRepID); err != nil {
+		return fail(err)
+	}
 	if ctx.replyBroken {
 		e.log.Warn("ucx: WARNING: protocol v2 is enabled on UCX 1.13, where it is experimental: AM sends with the reply " +
 			"flag abort the process (refused here, so guarded GETs fail with UCS_ERR_UNSUPPORTED), and an RMA " +
@@ -362,7 +366,7 @@ func (e *Engine) start() error {
 				"or link a newer UCX (make ucx-static)", n, Version().Major, Version().Minor))
 		})
 	}
-	for _, id := range []uint16{guardRepID, guardVRepID} {
+	for _, id := range []uint16{guardRepID, guardVRepID, guardPutRepID} {
 		if err := w.SetAMHandler(id); err != nil {
 			liveEngines.Add(-1)
 			return fail(err)
@@ -387,6 +391,7 @@ func (e *Engine) foldWorkerCounts() {
 		e.metrics.guardReplies.WithLabelValues("refused").Add(float64(refused - e.guardRefused))
 		e.guardRefused = refused
 	}
+	e.foldPutCounts()
 }
 
 // sleep waits for the worker's next event with UCX's arm protocol: announce the intent to
@@ -633,6 +638,9 @@ func (e *Engine) onEvent(ev *Event) {
 			return
 		case guardVRepID:
 			e.onGuardVReply(am)
+			return
+		case guardPutRepID:
+			e.onGuardPutReply(am)
 			return
 		}
 		e.onUserAM(am)

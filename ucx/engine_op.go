@@ -24,9 +24,11 @@ const (
 	opFlush
 	opRecvAM
 	opClose
+	opPutGuarded // one piece of a guarded write (put.go)
+	opPutDirect  // ucp_put_nbx and the flush behind it (put.go)
 )
 
-var opNames = [...]string{"send_am", "get_guarded", "get_guarded_vector", "get_direct", "put", "flush", "recv_am", "close"}
+var opNames = [...]string{"send_am", "get_guarded", "get_guarded_vector", "get_direct", "put", "flush", "recv_am", "close", "put_guarded", "put_direct"}
 
 // engineOp is one operation of the engine, its state guarded by wmu. It may own several UCX requests (a
 // guarded GET owns its request message and the receive of the reply); it settles on the
@@ -61,6 +63,8 @@ type engineOp struct {
 	hdr     *[capi.GuardReqHdrLen]byte
 	waiting bool     // guarded: request sent, reply not yet seen
 	sendReq *Request // guarded: the request message, while UCX holds it
+	// direct PUT: the flush behind the write was posted, and its completion settles the op
+	flushing bool
 	// received AM (rendezvous)
 	recvBuf []byte
 	amID    uint16
@@ -99,8 +103,13 @@ func (e *Engine) started(op *engineOp, req *Request, err error) {
 // immediate handles a request that completed inside the posting call.
 func (op *engineOp) immediate(e *Engine) {
 	switch op.kind {
-	case opGetGuarded, opGetGuardedV:
+	case opGetGuarded, opGetGuardedV, opPutGuarded:
 		// The request message went out; the reply is still to come.
+	case opPutDirect:
+		// The write is only complete at the target once the flush behind it is.
+		if op.flushing && len(op.live) == 0 {
+			op.settle(nil)
+		}
 	case opGetDirect:
 		op.dropRK()
 		op.n = len(op.dst)
@@ -126,7 +135,13 @@ func (op *engineOp) completed(e *Engine, req *Request) {
 	}
 	err := req.Err()
 	switch op.kind {
-	case opGetGuarded, opGetGuardedV:
+	case opPutDirect:
+		if err != nil {
+			op.settle(err)
+		} else if op.flushing && len(op.live) == 0 {
+			op.settle(nil)
+		}
+	case opGetGuarded, opGetGuardedV, opPutGuarded:
 		if req == op.sendReq {
 			op.sendReq = nil
 			if err != nil {
@@ -136,7 +151,7 @@ func (op *engineOp) completed(e *Engine, req *Request) {
 			}
 			break
 		}
-		// The receive of the reply's data.
+		// The receive of the reply's data (a guarded PUT has none).
 		if op.kind == opGetGuardedV {
 			op.settle(err) // received in place (ReceiveAMDataIov)
 			break
@@ -182,7 +197,7 @@ func (op *engineOp) abandon(e *Engine, err error) {
 	if op.settled {
 		return
 	}
-	if (op.kind == opGetGuarded || op.kind == opGetGuardedV) && op.waiting {
+	if (op.kind == opGetGuarded || op.kind == opGetGuardedV || op.kind == opPutGuarded) && op.waiting {
 		op.unwait(e)
 		op.settle(err)
 	}

@@ -146,6 +146,10 @@ var (
 	// ErrRemoteKeyRevoked: the owner no longer serves that registration (it was unmapped,
 	// or the key belongs to another engine). No owner bytes were read.
 	ErrRemoteKeyRevoked = errors.New("ucx: remote key revoked or unknown to the owner")
+	// ErrAccessDenied: the key's registration does not grant the access the operation needs (a
+	// write through a key registered for reading, or a read through one registered for writing
+	// only). Nothing was written or read.
+	ErrAccessDenied = errors.New("ucx: the remote key does not grant this access")
 	// ErrOutOfRange: the requested range lies outside the registration the key covers.
 	ErrOutOfRange = errors.New("ucx: range outside the registered region")
 	// ErrMessageTooLarge: an eager active message above the engine's eager limit, or a

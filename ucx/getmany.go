@@ -179,7 +179,7 @@ func (b *getBatch) pump() {
 				b.record(i, fmt.Errorf("%w: no key (use ParseRegionKey)", ErrInvalidRemoteKey))
 				continue
 			}
-			if err := rd.Key.rangeErr(rd.Offset, uint64(len(rd.Dst))); err != nil {
+			if err := rd.Key.readErr(rd.Offset, uint64(len(rd.Dst))); err != nil {
 				b.next++
 				b.record(i, err)
 				continue

@@ -21,7 +21,11 @@ type engineMetrics struct {
 	amReceived   prometheus.Counter
 	amDropped    *prometheus.CounterVec
 	guardReplies *prometheus.CounterVec
-	rmaGuard     *rmaGuardCollector
+	// The guarded PUT as target: requests by outcome (served, or the refusal's reason), and the
+	// bytes written for served ones.
+	guardPuts     *prometheus.CounterVec
+	guardPutBytes prometheus.Counter
+	rmaGuard      *rmaGuardCollector
 }
 
 func newEngineMetrics(name string, reg prometheus.Registerer) (*engineMetrics, error) {
@@ -60,6 +64,14 @@ func newEngineMetrics(name string, reg prometheus.Registerer) (*engineMetrics, e
 			Namespace: "ucx", Subsystem: "engine", Name: "guarded_get_requests_total", ConstLabels: labels,
 			Help: "Guarded GET requests this engine answered as owner, served or refused.",
 		}, []string{"outcome"}),
+		guardPuts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "ucx", Subsystem: "engine", Name: "guarded_put_requests_total", ConstLabels: labels,
+			Help: "Guarded PUT requests this engine answered as target: served, or refused by reason (malformed, revoked, read_only, out_of_range).",
+		}, []string{"outcome"}),
+		guardPutBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "ucx", Subsystem: "engine", Name: "guarded_put_bytes_total", ConstLabels: labels,
+			Help: "Bytes peers wrote into this engine's registrations through served guarded PUTs.",
+		}),
 	}
 	// Closed label sets exist at zero from the start: a reader sees "refused 0", not a family
 	// that is missing until the first refusal.
@@ -69,8 +81,12 @@ func newEngineMetrics(name string, reg prometheus.Registerer) (*engineMetrics, e
 	for _, r := range []string{"no_handler", "too_large", "bad_guard_reply"} {
 		m.amDropped.WithLabelValues(r)
 	}
+	m.guardPuts.WithLabelValues("served")
+	for _, r := range putRefusalReasons {
+		m.guardPuts.WithLabelValues(r)
+	}
 	m.rmaGuard = newRMAGuardCollector(labels)
-	m.collectors = []prometheus.Collector{m.ops, m.opsRejected, m.inflight, m.parks, m.handoffs, m.amReceived, m.amDropped, m.guardReplies, m.rmaGuard}
+	m.collectors = []prometheus.Collector{m.ops, m.opsRejected, m.inflight, m.parks, m.handoffs, m.amReceived, m.amDropped, m.guardReplies, m.guardPuts, m.guardPutBytes, m.rmaGuard}
 	if reg != nil {
 		for i, c := range m.collectors {
 			if err := reg.Register(c); err != nil {

@@ -9,12 +9,14 @@ import (
 	"unsafe"
 )
 
-// Registration is memory the engine mapped (ucp_mem_map) and serves to guarded GETs.
-// Each registration has its own remote key; Unregister kills it.
+// Registration is memory the engine mapped (ucp_mem_map) and serves to guarded GETs, and to
+// guarded PUTs when it was made with write access. Each registration has its own remote key;
+// Unregister kills it.
 type Registration struct {
 	e      *Engine
 	addr   uint64
 	length int
+	access Access
 	key    []byte
 	done   chan struct{}
 	pin    runtime.Pinner
@@ -34,11 +36,35 @@ func (e *Engine) Register(ctx context.Context, mem []byte) (*Registration, error
 	return regs[0], errs[0]
 }
 
+// RegisterOptions configure RegisterWith.
+type RegisterOptions struct {
+	// Access is what the registration's key lets a peer do (default AccessRead). The engine
+	// refuses a guarded GET through a key without AccessRead and a guarded PUT through one
+	// without AccessWrite; on InfiniBand RC/DC the HCA does not look at it (see Access).
+	Access Access
+}
+
+// RegisterWith is Register with options: RegisterOptions{Access: AccessWrite} makes memory a
+// peer may write (PutKey) and not read.
+func (e *Engine) RegisterWith(ctx context.Context, mem []byte, opts RegisterOptions) (*Registration, error) {
+	regs, errs := e.RegisterManyWith(ctx, [][]byte{mem}, opts)
+	return regs[0], errs[0]
+}
+
 // RegisterMany is Register for many regions under one hold of the engine's lock: an owner that
 // grants many leases at once (a batch of small blocks) waits for the worker once, not once per
 // region behind a progressor that is busy serving reads. Each region gets its own registration
 // and key, or its own error.
 func (e *Engine) RegisterMany(ctx context.Context, mems [][]byte) ([]*Registration, []error) {
+	return e.RegisterManyWith(ctx, mems, RegisterOptions{})
+}
+
+// RegisterManyWith is RegisterMany with options, the same for every region.
+func (e *Engine) RegisterManyWith(ctx context.Context, mems [][]byte, opts RegisterOptions) ([]*Registration, []error) {
+	access := opts.Access
+	if access == 0 {
+		access = AccessRead
+	}
 	regs := make([]*Registration, len(mems))
 	errs := make([]error, len(mems))
 	failAll := func(err error) ([]*Registration, []error) {
@@ -54,6 +80,9 @@ func (e *Engine) RegisterMany(ctx context.Context, mems [][]byte) ([]*Registrati
 			errs[i] = fmt.Errorf("ucx: Register: %w: empty region", StatusInvalidParam)
 		}
 	}
+	if err := access.valid(); err != nil {
+		return failAll(fmt.Errorf("ucx: Register: %w", err))
+	}
 	if err := ctx.Err(); err != nil {
 		return failAll(err)
 	}
@@ -63,15 +92,15 @@ func (e *Engine) RegisterMany(ctx context.Context, mems [][]byte) ([]*Registrati
 	defer e.wmu.Unlock()
 	for i, mem := range mems {
 		if errs[i] == nil {
-			regs[i], errs[i] = e.registerLocked(mem)
+			regs[i], errs[i] = e.registerLocked(mem, access)
 		}
 	}
 	return regs, errs
 }
 
 // registerLocked maps mem, packs its key and enters it in the guard table. The caller holds wmu.
-func (e *Engine) registerLocked(mem []byte) (*Registration, error) {
-	r := &Registration{e: e, addr: uint64(uintptr(unsafe.Pointer(&mem[0]))), length: len(mem), done: make(chan struct{})}
+func (e *Engine) registerLocked(mem []byte, access Access) (*Registration, error) {
+	r := &Registration{e: e, addr: uint64(uintptr(unsafe.Pointer(&mem[0]))), length: len(mem), access: access, done: make(chan struct{})}
 	r.pin.Pin(&mem[0])
 	memh, err := e.ctx.MapMemory(mem)
 	if err != nil {
@@ -85,14 +114,14 @@ func (e *Engine) registerLocked(mem []byte) (*Registration, error) {
 		return nil, err
 	}
 	token := e.tokens.Uint64()
-	slot, err := e.w.guardAdd(token, r.addr, uint64(r.length))
+	slot, err := e.w.guardAddAccess(token, r.addr, uint64(r.length), access)
 	if err != nil {
 		memh.Unmap()
 		r.pin.Unpin()
 		return nil, err
 	}
 	r.memh, r.slot = memh, slot
-	r.key = AppendSealedKey(nil, SealedKey{Slot: slot, Token: token, Base: r.addr, Length: uint64(r.length), UCXKey: packed})
+	r.key = AppendSealedKey(nil, SealedKey{Slot: slot, Token: token, Base: r.addr, Length: uint64(r.length), Access: access, UCXKey: packed})
 	e.regs[r] = struct{}{}
 	return r, nil
 }
@@ -102,6 +131,9 @@ func (r *Registration) Addr() uint64 { return r.addr }
 
 // Len is the registered length.
 func (r *Registration) Len() int { return r.length }
+
+// Access is what the registration's key lets a peer do.
+func (r *Registration) Access() Access { return r.access }
 
 // RemoteKey is the sealed key a peer passes to Conn.Get. Every registration has its own.
 func (r *Registration) RemoteKey() []byte { return append([]byte(nil), r.key...) }

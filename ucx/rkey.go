@@ -235,6 +235,15 @@ func (k *RegionKey) Len() uint64 { return k.k.Length }
 // Access is what the key says the owner's registration grants (the owner checks it again).
 func (k *RegionKey) Access() Access { return k.k.access() }
 
+// readErr refuses a read of [offset, offset+n) through a key without read access or outside
+// the region.
+func (k *RegionKey) readErr(offset, n uint64) error {
+	if !k.Access().Has(AccessRead) {
+		return fmt.Errorf("%w: the key's registration grants %v, a read needs read access", ErrAccessDenied, k.Access())
+	}
+	return k.rangeErr(offset, n)
+}
+
 // rangeErr refuses [offset, offset+n) unless it lies inside the region.
 func (k *RegionKey) rangeErr(offset, n uint64) error {
 	if n > k.k.Length || offset > k.k.Length-n {

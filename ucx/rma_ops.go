@@ -48,7 +48,7 @@ func (c *Conn) GetKeyAsync(ctx context.Context, dst []byte, k *RegionKey, offset
 	if k == nil || k.raw == nil {
 		return completedOp(fmt.Errorf("%w: no key (use ParseRegionKey)", ErrInvalidRemoteKey))
 	}
-	if err := k.rangeErr(offset, uint64(len(dst))); err != nil {
+	if err := k.readErr(offset, uint64(len(dst))); err != nil {
 		return completedOp(err)
 	}
 	e := c.e

@@ -443,11 +443,6 @@ func (w *Worker) enableGuardV(reqID, repID uint16) error {
 	return statusErr("vectored guarded GET handler", Status(capi.GuardVEnable(w.ring, reqID, repID)))
 }
 
-func (w *Worker) guardAdd(token, base, length uint64) (uint32, error) {
-	slot, s := capi.GuardAdd(w.ring, token, base, length)
-	return slot, statusErr("guard table", Status(s))
-}
-
 func (w *Worker) guardRevoke(slot uint32)          { capi.GuardRevoke(w.ring, slot) }
 func (w *Worker) guardInflight(slot uint32) uint32 { return capi.GuardInflight(w.ring, slot) }
 func (w *Worker) guardRelease(slot uint32)         { capi.GuardRelease(w.ring, slot) }

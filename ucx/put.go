@@ -1,0 +1,391 @@
+// Writes into a peer's registered memory: PutKey and PutMany, on the direct path (ucp_put_nbx
+// and a flush, where the NIC checks the key) or the guarded one (velo's write request, checked
+// by the target's engine), and PutNotify, a write whose active message reaches the peer only
+// after every byte it covers is in the peer's memory.
+
+package ucx
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+
+	"github.com/velo-go/velo/ucx/internal/capi"
+)
+
+// The guarded PUT's request header has the guarded GET's size, so an operation keeps either in
+// the same field.
+var _ [capi.GuardReqHdrLen]byte = [capi.GuardPutReqHdrLen]byte{}
+
+// putChunkMax bounds one guarded write request. A write goes out eagerly (the target copies it
+// inside its callback and answers there, guardput.c), so it is cut into pieces that the target
+// buffers whole; a window of them keeps the link busy. 256 KiB measured the same as 1 MiB over
+// tcp here and keeps what a target buffers per writer small.
+const putChunkMax = 256 << 10
+
+// DefaultPutWindow is PutKey's window: pieces of one write in flight at once.
+const DefaultPutWindow = 8
+
+// KeyWrite is one write of PutMany: Src to Offset of the region Key names.
+type KeyWrite struct {
+	Key    *RegionKey
+	Offset uint64
+	Src    []byte
+}
+
+// PutKey writes src at offset of the region k names and returns once every byte is in the peer's
+// memory, or with an error. On the direct path (hardware-keyed lanes, or RMADirect) it is
+// ucp_put_nbx followed by ucp_ep_flush_nbx, which completes only when the write is complete at
+// the target; on the guarded path the target's engine checks the key's slot, token, write access
+// and range and copies the bytes before it answers. A key without write access and a range
+// outside the region fail here, before anything is sent. If ctx ends first PutKey still returns
+// only once src is no longer in UCX's hands; a write that failed or was abandoned may have
+// written part of the range.
+func (c *Conn) PutKey(ctx context.Context, src []byte, k *RegionKey, offset uint64) error {
+	var err error
+	c.PutMany(ctx, []KeyWrite{{Key: k, Offset: offset, Src: src}}, DefaultPutWindow, func(_ int, e error) { err = e })
+	return err
+}
+
+// PutNotify writes src at offset of the region k names and then sends the active message id
+// (header and parts, eager, as SendAM) on the same connection. The message is posted only after
+// the write completed at the target (the guarded write's answer, or the flush on the direct
+// path), so a handler of id on the peer that reads the range sees the new bytes. If the write
+// fails, no message is sent. A message the engine would refuse (reserved id, above the eager
+// limit) fails before anything is written.
+func (c *Conn) PutNotify(ctx context.Context, src []byte, k *RegionKey, offset uint64, id uint16, header []byte, parts ...[]byte) error {
+	if err := c.e.checkAM(id, header, parts); err != nil {
+		return err
+	}
+	if err := c.PutKey(ctx, src, k, offset); err != nil {
+		return fmt.Errorf("ucx: PutNotify: the write failed, no notification was sent: %w", err)
+	}
+	return c.SendAM(ctx, id, header, parts...)
+}
+
+// checkAM refuses what SendAMAsync would refuse, without sending.
+func (e *Engine) checkAM(id uint16, header []byte, parts [][]byte) error {
+	if id >= ReservedAMIDs {
+		return fmt.Errorf("ucx: AM id %#x is reserved for the engine", id)
+	}
+	total := len(header)
+	for _, p := range parts {
+		total += len(p)
+	}
+	if total > e.cfg.MaxEagerSize {
+		return fmt.Errorf("%w: %d bytes of header and payload exceed the eager limit of %d (EngineConfig.MaxEagerSize)", ErrMessageTooLarge, total, e.cfg.MaxEagerSize)
+	}
+	if len(header) > e.maxAMHeader {
+		return fmt.Errorf("%w: AM header of %d bytes exceeds the worker's %d", ErrMessageTooLarge, len(header), e.maxAMHeader)
+	}
+	return nil
+}
+
+// PutMany writes every entry of writes into the peer's memory, with up to window requests in
+// flight (at least one). done(i, err) is called once for every write, on the calling goroutine,
+// once that write completed at the target (every byte in the peer's memory) or failed; one
+// write's failure fails only that write. A write whose key lacks write access (ErrAccessDenied)
+// or whose range lies outside its key's region (ErrOutOfRange) fails without being sent. On the
+// guarded path a write is cut into pieces of up to 256 KiB, and the window counts pieces; the
+// pieces of a write that failed are not sent. PutMany returns once no Src is in UCX's hands.
+// When ctx ends, pieces not yet posted fail with ctx.Err() and pieces waiting for their answer
+// are abandoned (their bytes may still land).
+func (c *Conn) PutMany(ctx context.Context, writes []KeyWrite, window int, done func(i int, err error)) {
+	if len(writes) == 0 {
+		return
+	}
+	e := c.e
+	b := &putBatch{c: c, writes: writes, window: max(window, 1), inflight: map[*engineOp]struct{}{},
+		wake: make(chan struct{}, 1), left: len(writes), rks: map[*RegionKey]*RemoteKey{},
+		pending: make([]int, len(writes)), errs: make([]error, len(writes))}
+	b.chunk = min(putChunkMax, max(e.cfg.MaxEagerSize, 1))
+	if err := ctx.Err(); err != nil {
+		b.failRest(err)
+	} else if err := e.lockRunning(); err != nil {
+		b.failRest(err)
+	} else {
+		b.pump()
+		if b.left > b.reported() && ctx.Done() != nil {
+			b.stop = context.AfterFunc(ctx, func() {
+				e.wmu.Lock()
+				b.cancel(ctx.Err())
+				e.wmu.Unlock()
+			})
+		}
+		e.wmu.Unlock()
+	}
+	var out []batchResult
+	for {
+		b.mu.Lock()
+		out = append(out[:0], b.results...)
+		b.results = b.results[:0]
+		b.mu.Unlock()
+		for _, r := range out {
+			b.left--
+			if done != nil {
+				done(r.i, r.err)
+			}
+		}
+		if b.left == 0 {
+			break
+		}
+		_ = e.await(context.Background(), b.wake)
+	}
+	if b.stop != nil {
+		b.stop()
+	}
+	if len(b.rks) > 0 {
+		e.wmu.Lock()
+		for _, rk := range b.rks {
+			rk.Destroy()
+		}
+		e.wmu.Unlock()
+	}
+}
+
+// putBatch is one PutMany. Its fields up to mu are guarded by the engine's wmu.
+type putBatch struct {
+	c        *Conn
+	writes   []KeyWrite
+	window   int
+	chunk    int                    // the largest guarded piece
+	next     int                    // the write the next piece comes from
+	nextOff  int                    // where in it the next piece starts
+	started  bool                   // the next write's first piece was cut (or it failed)
+	pending  []int                  // pieces of each write posted and not finished
+	errs     []error                // each write's first failure
+	inflight map[*engineOp]struct{} // posted, not finished
+	pumping  bool
+	canceled error
+	rks      map[*RegionKey]*RemoteKey // direct path: one unpacked key per region
+	stop     func() bool
+	left     int // writes not yet reported to done; the caller's
+
+	mu      sync.Mutex
+	results []batchResult
+	posted  int // results recorded (under mu)
+	wake    chan struct{}
+}
+
+func (b *putBatch) reported() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.posted
+}
+
+// record files one write's outcome for the caller, waking it as GetMany's batches do.
+func (b *putBatch) record(i int, err error) {
+	b.mu.Lock()
+	b.results = append(b.results, batchResult{i, err})
+	b.posted++
+	wake := len(b.results) >= max(b.window/4, 1) || b.posted == len(b.writes)
+	b.mu.Unlock()
+	if wake {
+		select {
+		case b.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// fail ends write i with err once its posted pieces are done.
+func (b *putBatch) fail(i int, err error) {
+	if b.errs[i] == nil {
+		b.errs[i] = err
+	}
+	if b.pending[i] == 0 {
+		b.record(i, b.errs[i])
+	}
+}
+
+// failRest fails the write being cut and every later one.
+func (b *putBatch) failRest(err error) {
+	for ; b.next < len(b.writes); b.next++ {
+		b.fail(b.next, err)
+		b.nextOff, b.started = 0, false
+	}
+}
+
+// cancel runs under wmu when the caller's context ends.
+func (b *putBatch) cancel(err error) {
+	if b.canceled != nil {
+		return
+	}
+	b.canceled = err
+	b.failRest(err)
+	for op := range b.inflight {
+		op.abandon(b.c.e, err)
+	}
+}
+
+// pump posts pieces until the window is full. It runs under wmu; a piece that finishes inside
+// its post re-enters through finished, which leaves the posting to the loop here.
+func (b *putBatch) pump() {
+	if b.pumping {
+		return
+	}
+	b.pumping = true
+	defer func() { b.pumping = false }()
+	c, e := b.c, b.c.e
+	for len(b.inflight) < b.window && b.next < len(b.writes) && b.canceled == nil {
+		if err := c.usable(); err != nil {
+			b.failRest(err)
+			return
+		}
+		i := b.next
+		w := b.writes[i]
+		if !b.started {
+			if err := writeErr(w); err != nil {
+				b.next++
+				b.fail(i, err)
+				continue
+			}
+			b.started = true
+		}
+		if b.errs[i] != nil {
+			// An earlier piece failed: the rest of this write is not sent.
+			b.next, b.nextOff, b.started = i+1, 0, false
+			b.fail(i, b.errs[i])
+			continue
+		}
+		direct := c.resolveRMA(e) == RMADirect
+		n := len(w.Src) - b.nextOff
+		if !direct {
+			n = min(n, b.chunk)
+		}
+		off := b.nextOff
+		b.nextOff += n
+		if b.nextOff == len(w.Src) {
+			b.next, b.nextOff, b.started = i+1, 0, false
+		}
+		op := &engineOp{kind: opPutGuarded, op: newOp(), conn: c, onFinish: b.finished, batchIdx: i}
+		src := w.Src[off : off+n]
+		if n > 0 {
+			op.pin.Pin(&src[0])
+		}
+		b.inflight[op] = struct{}{}
+		b.pending[i]++
+		e.track(op)
+		addr := w.Key.Base() + w.Offset + uint64(off)
+		if direct {
+			op.kind = opPutDirect
+			b.postDirect(op, w.Key, addr, src)
+		} else {
+			e.putGuarded(op, w.Key.k, addr, src)
+		}
+	}
+}
+
+// writeErr refuses a write that cannot succeed, before anything is sent.
+func writeErr(w KeyWrite) error {
+	k := w.Key
+	if k == nil || k.raw == nil {
+		return fmt.Errorf("%w: no key (use ParseRegionKey)", ErrInvalidRemoteKey)
+	}
+	if !k.Access().Has(AccessWrite) {
+		return fmt.Errorf("%w: the key's registration grants %v, a write needs write access (register with AccessWrite)", ErrAccessDenied, k.Access())
+	}
+	return k.rangeErr(w.Offset, uint64(len(w.Src)))
+}
+
+// postDirect posts one write as ucp_put_nbx and a flush of the endpoint behind it: the op
+// settles when the flush says the write is complete at the target.
+func (b *putBatch) postDirect(op *engineOp, k *RegionKey, addr uint64, src []byte) {
+	c, e := b.c, b.c.e
+	rk := b.rks[k]
+	if rk == nil {
+		var err error
+		if rk, err = c.ep.unpackChecked(k.k.UCXKey); err != nil {
+			op.settle(err)
+			op.tryFinish(e)
+			return
+		}
+		b.rks[k] = rk
+	}
+	req, err := c.ep.Put(src, addr, rk)
+	e.started(op, req, err)
+	if op.settled {
+		return
+	}
+	op.flushing = true
+	req, err = c.ep.Flush()
+	e.started(op, req, err)
+}
+
+// putGuarded sends one guarded write request: the header names the registration (slot, token),
+// the address and the length, and src follows it eagerly. op waits for the target's answer,
+// which carries its id.
+func (e *Engine) putGuarded(op *engineOp, k SealedKey, remoteAddr uint64, src []byte) {
+	e.nextGetID++
+	op.getID = e.nextGetID
+	op.hdr = new([capi.GuardReqHdrLen]byte)
+	h := op.hdr[:]
+	binary.LittleEndian.PutUint32(h[0:], capi.GuardPutMagic)
+	binary.LittleEndian.PutUint32(h[4:], k.Slot)
+	binary.LittleEndian.PutUint64(h[8:], k.Token)
+	binary.LittleEndian.PutUint64(h[16:], remoteAddr)
+	binary.LittleEndian.PutUint64(h[24:], uint64(len(src)))
+	binary.LittleEndian.PutUint64(h[32:], op.getID)
+	op.pin.Pin(op.hdr)
+	op.waiting = true
+	e.gets[op.getID] = op
+	op.conn.gets[op.getID] = op
+	req, err := op.conn.ep.SendAM(guardPutReqID, h, src, AMEager|AMReply)
+	if err != nil {
+		op.unwait(e)
+	}
+	op.sendReq = req
+	e.started(op, req, err)
+}
+
+// finished runs under wmu when one piece finished: it settles its write once every posted piece
+// of it is done, and refills the window.
+func (b *putBatch) finished(op *engineOp) {
+	delete(b.inflight, op)
+	i := op.batchIdx
+	b.pending[i]--
+	if op.result != nil && b.errs[i] == nil {
+		b.errs[i] = op.result
+	}
+	cutting := b.next == i && b.started
+	if b.pending[i] == 0 && (!cutting || b.errs[i] != nil) {
+		if cutting {
+			b.next, b.nextOff, b.started = i+1, 0, false
+		}
+		b.record(i, b.errs[i])
+	}
+	b.pump()
+}
+
+// onGuardPutReply handles the target's answer to a guarded write.
+func (e *Engine) onGuardPutReply(am *AMEvent) {
+	if len(am.Header) != capi.GuardPutRepHdrLen || binary.LittleEndian.Uint32(am.Header[12:]) != capi.GuardPutMagic {
+		e.metrics.amDropped.WithLabelValues("bad_guard_reply").Inc()
+		return
+	}
+	op := e.gets[binary.LittleEndian.Uint64(am.Header[0:])]
+	if op == nil || op.kind != opPutGuarded {
+		return // abandoned
+	}
+	op.unwait(e)
+	op.settle(putStatusErr(Status(int32(binary.LittleEndian.Uint32(am.Header[8:])))))
+	op.tryFinish(e)
+}
+
+// putStatusErr is the error of a guarded write the target answered with status.
+func putStatusErr(status Status) error {
+	switch status {
+	case StatusOK:
+		return nil
+	case StatusRejected:
+		return fmt.Errorf("%w (the target has no live registration for the key): %w", ErrRemoteKeyRevoked, status)
+	case StatusUnsupported:
+		return fmt.Errorf("%w (checked by the target: the registration is not writable): %w", ErrAccessDenied, status)
+	case StatusInvalidAddr:
+		return fmt.Errorf("%w (checked by the target): %w", ErrOutOfRange, status)
+	case StatusMessageTruncated:
+		return fmt.Errorf("ucx: the target refused the write request as malformed (a peer of another release?): %w", status)
+	}
+	return fmt.Errorf("ucx: guarded PUT refused by the target: %w", status)
+}
