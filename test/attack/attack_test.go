@@ -21,6 +21,11 @@ package attack
 //	software RMA: no atomic at any of those                       TestAtomics/{same}
 //	guarded GET: a bad, revoked or foreign token, or a range     TestGuardedGetByHand/{bad_token,revoked,
 //	  past a registration, reads nothing (single and vectored)     foreign,across_end,global,vectored}
+//	guarded PUT: no key, a read-only key, a revoked key, a range   TestGuardedPutByHand/{no_key_*,
+//	  past a registration or outside it, a length that lies or     read_only_key,revoked_key,
+//	  data by rendezvous write nothing; a write-only key reads     past_the_registration,write_key_*,
+//	  nothing (guardput_test.go, against cmd/putvictim)            length_lies,by_rendezvous,
+//	                                                               get_through_the_write_key}
 //	UCX frames: none forged in an authenticated peer's name is   TestForgedFrames/{every_epoch,
 //	  delivered, at any epoch it opened or any seq; a forged bye    while_streaming,bye}
 //	  does not end the peer; its own messages are all delivered

@@ -7,7 +7,8 @@
 //   - through the ucx binding's low layer (a UCP context, worker and endpoint of its own to the
 //     victim's worker): GET, PUT and atomics at any address, with a key packed from its own
 //     memory or any key bytes it was given; velo's guarded GET request, single and vectored,
-//     written by hand; velo's UCX transport frames, written by hand, in another peer's name;
+//     and its guarded PUT request (guardput.go), written by hand; velo's UCX transport frames,
+//     written by hand, in another peer's name;
 //   - through a plain TCP socket to the victim's UCX tcp listening port, speaking UCX's tcp
 //     transport wire protocol itself (rawtcp.go): the tcp transport's PUT request and ucp's
 //     software RMA messages with raw addresses and guessed or forged endpoint ids;
@@ -53,8 +54,10 @@ type cmd struct {
 	Atomics []string `json:"atomics,omitempty"` // add, swap, cswap, and, or, xor: posted together
 	Value   uint64   `json:"value,omitempty"`
 
-	// Guarded GET requests.
+	// Guarded GET requests, and the one write of a guarded PUT (with Data, sent by rendezvous
+	// with Rndv).
 	Reads []guardRead `json:"reads,omitempty"`
+	Rndv  bool        `json:"rndv,omitempty"`
 
 	// Forged frames.
 	Frames []forgedFrame `json:"frames,omitempty"`
@@ -128,6 +131,8 @@ func main() {
 			m, err = a.guardedGet(c, false, timeout)
 		case "guarded_getv":
 			m, err = a.guardedGet(c, true, timeout)
+		case "guarded_put":
+			m, err = a.guardedPut(c, timeout)
 		case "forge":
 			m, err = a.forge(c, timeout)
 		case "observe_start":

@@ -1,0 +1,132 @@
+package attack
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestGuardedPutByHand writes velo's guarded PUT request (what a writer's engine sends where the
+// lanes have no hardware RMA) by hand, from a process with no key of the target's at all or with
+// the wrong one, at a target that holds a read-only registration, a write-only one and a revoked
+// one (cmd/putvictim, a bare ucx engine: the protocol is the engine's, below any velo
+// credentials). Each attempt must be answered with a refusal, write nothing anywhere (the global,
+// the heap buffer, every registration and the guard area after each), be counted by the target
+// under its reason, and leave the target serving: at the end a write with the right key in range
+// lands, and only there.
+//
+//	claim (docs/security.md)                                        case
+//	-----------------------------------------------------------------------------------------------
+//	guarded PUT: no write without a key the target issued           no_key_guessed_slots, no_key_global
+//	guarded PUT: a read-only key does not write                      read_only_key
+//	guarded PUT: a revoked key does not write                        revoked_key
+//	guarded PUT: a write key writes only inside its registration     past_the_registration,
+//	                                                                 write_key_at_the_global,
+//	                                                                 write_key_at_another_registration
+//	guarded PUT: a request whose length lies, or whose data comes    length_lies, by_rendezvous
+//	  by rendezvous, writes nothing
+//	guarded GET: a write-only key does not read                      get_through_the_write_key
+func TestGuardedPutByHand(t *testing.T) {
+	bin := buildPutVictim(t)
+	marker := make([]byte, 16)
+	_, _ = rand.Read(marker)
+	v := start(t, "putvictim", bin, env(false), "-marker", hex.EncodeToString(marker))
+	atk := start(t, "attacker", bins.attacker, env(false))
+	info := v.ok("info")
+	regs := info["regs"].(map[string]any)
+	key := func(name string) sealedKey {
+		return parseSealedKey(t, regs[name].(map[string]any)["key"].(string))
+	}
+	read, write, revoked := key("read"), key("write"), key("revoked")
+	global := regionOf(info["global"])
+	t.Logf("target: UCX %v, pid %v; read slot %d, write slot %d, revoked slot %d", info["ucx_version"], info["pid"], read.slot, write.slot, revoked.slot)
+	atk.ok(map[string]any{"op": "connect", "blob": info["blob"]})
+	require.Empty(t, v.ok("check")["changed"])
+
+	data := hex.EncodeToString(attackerBytes)
+	guessedToken := uint64(0x0123456789abcdef)
+	cases := []struct {
+		name    string
+		writes  []guardRead
+		data    string
+		rndv    bool
+		outcome string
+	}{
+		{"no_key_guessed_slots", []guardRead{
+			{Slot: 0, Token: 0, Addr: write.base, Len: 64}, {Slot: 1, Token: 0, Addr: write.base, Len: 64},
+			{Slot: 2, Token: guessedToken, Addr: write.base, Len: 64}, {Slot: 7, Token: 1, Addr: write.base, Len: 64},
+		}, data, false, "revoked"},
+		{"no_key_global", []guardRead{{Slot: write.slot, Token: guessedToken, Addr: global.addr + 64, Len: 64}}, data, false, "revoked"},
+		{"read_only_key", []guardRead{{Slot: read.slot, Token: read.token, Addr: read.base, Len: 64}}, data, false, "read_only"},
+		{"revoked_key", []guardRead{{Slot: revoked.slot, Token: revoked.token, Addr: revoked.base, Len: 64}}, data, false, "revoked"},
+		{"past_the_registration", []guardRead{{Slot: write.slot, Token: write.token, Addr: write.base + write.size - 32, Len: 64}}, data, false, "out_of_range"},
+		{"write_key_at_the_global", []guardRead{{Slot: write.slot, Token: write.token, Addr: global.addr, Len: 64}}, data, false, "out_of_range"},
+		{"write_key_at_another_registration", []guardRead{{Slot: write.slot, Token: write.token, Addr: read.base, Len: 64}}, data, false, "out_of_range"},
+		{"length_lies", []guardRead{{Slot: write.slot, Token: write.token, Addr: write.base, Len: 16}}, data, false, "malformed"},
+		{"by_rendezvous", []guardRead{{Slot: write.slot, Token: write.token, Addr: write.base, Len: 64 << 10}}, hex.EncodeToString(make([]byte, 64<<10)), true, "malformed"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := putCounters(t, v)
+			for _, w := range c.writes {
+				r := atk.ok(map[string]any{"op": "guarded_put", "reads": []guardRead{w}, "data": c.data, "rndv": c.rndv})
+				t.Logf("guarded PUT %+v: replied %v, status %v", w, r["replied"], r["reply_status"])
+				assert.Equal(t, true, r["replied"], "the target did not answer (it should refuse, not go quiet)")
+				assert.NotEqual(t, float64(0), r["reply_status"], "the target served the write")
+			}
+			assert.Empty(t, v.ok("check")["changed"], "the target's memory changed")
+			after := putCounters(t, v)
+			assert.Equal(t, before["put:"+c.outcome]+float64(len(c.writes)), after["put:"+c.outcome], "refusals counted as %s: %v", c.outcome, after)
+			assert.Equal(t, before["put:served"], after["put:served"], "the target counted a write as served")
+		})
+	}
+
+	t.Run("get_through_the_write_key", func(t *testing.T) {
+		r := atk.ok(map[string]any{"op": "guarded_get", "reads": []guardRead{{Slot: write.slot, Token: write.token, Addr: write.base, Len: 64}}})
+		assert.Equal(t, true, r["replied"])
+		assert.NotEqual(t, float64(0), r["reply_status"], "a write-only registration was read")
+		assert.Zero(t, num(r["data_len"]), "bytes came back")
+		assert.Empty(t, v.ok("check")["changed"])
+	})
+
+	// The target is alive and serves the right key, in range, and nowhere else.
+	t.Run("legit_write_still_served", func(t *testing.T) {
+		r := atk.ok(map[string]any{"op": "guarded_put", "reads": []guardRead{{Slot: write.slot, Token: write.token, Addr: write.base + 128, Len: 64}}, "data": data})
+		require.Equal(t, float64(0), r["reply_status"], "the right key in range was refused: %v", r)
+		changed := v.ok("check")["changed"].([]any)
+		require.Len(t, changed, 1, "%v", changed)
+		assert.Contains(t, changed[0], "write: byte 128 is \"PWNED")
+		assert.Equal(t, float64(1), putCounters(t, v)["put:served"])
+	})
+}
+
+// putCounters is the target's guarded-PUT and guarded-GET counters.
+func putCounters(t *testing.T, v *proc) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for k, x := range v.ok("counters")["counters"].(map[string]any) {
+		out[k], _ = x.(float64)
+	}
+	return out
+}
+
+// buildPutVictim builds cmd/putvictim with the suite's tags into the test's temporary directory.
+func buildPutVictim(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "putvictim")
+	args := []string{"build", "-o", bin}
+	if buildTags != "" {
+		args = append(args, "-tags", buildTags)
+	}
+	cmd := exec.Command("go", append(args, "./cmd/putvictim")...)
+	cmd.Env = os.Environ()
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build ./cmd/putvictim (tags %q):\n%s", buildTags, out)
+	return bin
+}
