@@ -9,7 +9,9 @@
 #                                         commit, then the current branch fast-forwards to it and
 #                                         gets the tags; nothing is pushed
 #   make test-release                     the release command's own tests, the API check against
-#                                         the last release tags, and test/release: a release commit
+#                                         the last release tags, the naming rules (release names:
+#                                         no two packages share a name, no file is named after a
+#                                         folder beside it), and test/release: a release commit
 #                                         of HEAD (in a clone) built by fresh modules from a file
 #                                         module proxy, with GOWORK=off and an empty module cache
 #   make devtools                         the tools pinned in tools/devtools/go.mod (staticcheck,
@@ -43,6 +45,7 @@ release: deps devtools
 test-release: deps devtools
 	$(DEVTOOLS_GO) $(GOTEST) ./...
 	$(RELEASE_TOOL) apicheck
+	$(RELEASE_TOOL) names
 	cd test && $(GOTEST) ./release/...
 
 lint-devtools: devtools

@@ -124,6 +124,37 @@ func TestCheckRefusesAFileNoModuleZipMayHold(t *testing.T) {
 	must(t, dir, nil, tool, "check", "-version", "v0.1.0")
 }
 
+func TestNamesRefusesACollision(t *testing.T) {
+	dir := newRepo(t, smallRepo())
+	out := must(t, dir, nil, tool, "names")
+	assert.Contains(t, out, "no two packages")
+
+	// A second package a, in a module that is never released, and a file named after a folder.
+	writeFiles(t, dir, map[string]string{
+		"test/helpers/a/a.go": "// Package a helps the tests.\npackage a\n",
+		"b/greet.go":          "package b\n",
+		"b/greet/greet.go":    "// Package greet greets.\npackage greet\n",
+	})
+	r := execIn(t, dir, nil, tool, "names")
+	assert.Equal(t, 1, r.code, r.out)
+	assert.Contains(t, r.out, "2 naming problem(s)")
+	assert.Contains(t, r.out, "b/greet.go is named after the folder b/greet/ beside it")
+	assert.Contains(t, r.out, "package name a is used by 2 packages: example.com/rel/a, example.com/rel/test/helpers/a;")
+
+	// A release refuses it too, before it writes anything.
+	commitAll(t, dir, "a second package a")
+	r = execIn(t, dir, nil, tool, "check", "-version", "v0.1.0")
+	assert.Equal(t, 1, r.code, r.out)
+	assert.Contains(t, r.out, "package name a is used by 2 packages")
+
+	must(t, dir, nil, "git", "mv", "test/helpers/a", "test/helpers/greeter")
+	writeFiles(t, dir, map[string]string{"test/helpers/greeter/a.go": "// Package greeter helps the tests.\npackage greeter\n"})
+	must(t, dir, nil, "git", "mv", "b/greet.go", "b/hello.go")
+	commitAll(t, dir, "rename")
+	must(t, dir, nil, tool, "names")
+	must(t, dir, nil, tool, "check", "-version", "v0.1.0")
+}
+
 func TestPrepareRefusesAReleasedModuleThatNeedsAnUnreleasedOne(t *testing.T) {
 	files := smallRepo()
 	files["a/go.mod"] = "module example.com/rel/a\n\ngo 1.26.0\n\nrequire example.com/rel/test " + placeholder + "\n"

@@ -89,7 +89,8 @@ func (c *Changelog) Since(v string) string {
 }
 
 // preflight refuses a malformed version, a dirty working tree, an existing tag of any released
-// module and a changelog without an entry for v. It returns the changelog.
+// module, a changelog without an entry for v, a file no module zip may hold and the naming
+// problems of CheckNames. It returns the changelog.
 func preflight(r *Repo, v string) (*Changelog, error) {
 	if err := CheckVersion(v); err != nil {
 		return nil, err
@@ -128,6 +129,14 @@ func preflight(r *Repo, v string) (*Changelog, error) {
 		return nil, fmt.Errorf("CHANGELOG.md has no entry for %s: add a section headed \"## [%s] - Unreleased\" that says what changed (the release dates it)", v, v)
 	}
 	if err := checkZippable(r, v); err != nil {
+		return nil, err
+	}
+	// The first release freezes the package names, and every later one keeps them.
+	files, err := r.Files()
+	if err != nil {
+		return nil, err
+	}
+	if err := reportNames(io.Discard, r.Root, CheckNames(os.DirFS(r.Root), files)); err != nil {
 		return nil, err
 	}
 	return cl, nil

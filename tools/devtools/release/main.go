@@ -9,8 +9,9 @@
 //
 // Subcommands (each takes -repo, the repository, "." by default; -h lists the flags):
 //
-//	check    -version V   refuses a malformed version, a dirty tree, an existing tag or a
-//	                      CHANGELOG.md without an entry for V
+//	check    -version V   refuses a malformed version, a dirty tree, an existing tag, a
+//	                      CHANGELOG.md without an entry for V, a file no module zip may hold and
+//	                      what names refuses
 //	prepare  -version V   does what check does, then writes the release commit on the checked-out
 //	                      branch and tags every released module on it (locally; nothing is pushed)
 //	proxy    -version V -out DIR
@@ -23,6 +24,10 @@
 //	apicheck              compares the exported API of every released module with its last
 //	                      release tag (golang.org/x/exp/apidiff) and fails on an incompatible
 //	                      change that CHANGELOG.md does not name
+//	names                 fails when two packages of the repository (any module, released or
+//	                      not; main and x_test packages aside) share a package name, or a Go
+//	                      file is named after a folder beside it (x.go or x_test.go next to x/):
+//	                      the first release freezes the names, so check runs this too
 //	modules               lists the modules, their paths and whether they are released
 //
 // Which modules are released is decided by folder, not by package: all of them except the
@@ -56,6 +61,7 @@ var commands = []command{
 	{"proxy", "-version V -out DIR: a file-system module proxy of the release", runProxy},
 	{"verify", "-version V -proxy DIR: the release commit builds without the workspace", runVerify},
 	{"apicheck", "compare every released module's API with its last release", runAPICheck},
+	{"names", "no two packages share a name, no file is named after a folder", runNames},
 	{"modules", "list the modules", runModules},
 }
 

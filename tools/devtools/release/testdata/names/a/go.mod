@@ -1,0 +1,3 @@
+module example.com/n/a
+
+go 1.26.0

@@ -1,0 +1,2 @@
+// Package ucx is the binding.
+package ucx

@@ -1,0 +1,4 @@
+package b
+
+// Authenticate is in the wrong file.
+func Authenticate() {}

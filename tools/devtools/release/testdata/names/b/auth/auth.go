@@ -1,0 +1,2 @@
+// Package auth checks secrets.
+package auth

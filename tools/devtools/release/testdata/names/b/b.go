@@ -1,0 +1,2 @@
+// Package b holds things.
+package b

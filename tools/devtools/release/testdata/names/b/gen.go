@@ -1,0 +1,4 @@
+//go:build ignore
+
+// A generator, run by hand.
+package other

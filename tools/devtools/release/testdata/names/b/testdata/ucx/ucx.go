@@ -1,0 +1,2 @@
+// Package ucx is a fixture no build sees.
+package ucx

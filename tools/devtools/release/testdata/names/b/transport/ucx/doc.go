@@ -1,0 +1,2 @@
+// Package ucx is a transport over the binding.
+package ucx

@@ -1,0 +1,2 @@
+// Package messenger sends.
+package messenger

@@ -1,0 +1,2 @@
+// Package other is the only other.
+package other

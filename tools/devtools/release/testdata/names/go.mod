@@ -1,0 +1,3 @@
+module example.com/n
+
+go 1.26.0
