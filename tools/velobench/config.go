@@ -197,6 +197,9 @@ func (s *sweep) check() error {
 	if s.Perftest != "auto" && s.Perftest != "off" {
 		return usageErr("--perftest %q: want auto or off", s.Perftest)
 	}
+	if run, _ := plan(*s); len(run) == 0 {
+		return usageErr("no point of the sweep fits --memory %s; raise --memory or choose smaller --blocks, --batch or --callers", human(s.Memory))
+	}
 	return nil
 }
 

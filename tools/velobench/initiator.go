@@ -114,9 +114,6 @@ type initiator struct {
 
 func initiate(ctx context.Context, cfg initConfig) (err error) {
 	specs, skipped := plan(cfg.sweep)
-	if len(specs) == 0 {
-		return usageErr("no point of the sweep fits --memory %s; raise --memory or choose smaller --blocks, --batch or --callers", human(cfg.sweep.Memory))
-	}
 	rep := &Report{Schema: schemaVersion, Velobench: velobenchVersion(), Started: time.Now().UTC(), Mode: cfg.mode,
 		Discovery: cfg.meet.where(), Sweep: cfg.sweep, Skipped: skipped, Points: []Point{}}
 	in := &initiator{cfg: cfg, log: quietLogger(cfg.stderr)}
@@ -133,7 +130,7 @@ func initiate(ctx context.Context, cfg initConfig) (err error) {
 	if err := in.findTarget(ctx); err != nil {
 		return err
 	}
-	rep.Target = in.hello.Env
+	rep.Target, rep.TargetAddress = in.hello.Env, in.hello.Host
 	in.base = newBaseline(in, cfg.sweep.Perftest == "off")
 	rep.Initiator.Perftest = in.base.describe()
 
@@ -143,7 +140,7 @@ func initiate(ctx context.Context, cfg initConfig) (err error) {
 
 	var runErr error
 	for i, s := range specs {
-		prog.starting(i, s)
+		prog.starting(s)
 		pt, err := in.measure(ctx, s)
 		if err != nil {
 			runErr = in.explain(ctx, err, i, len(specs), s)
@@ -293,6 +290,15 @@ func (in *initiator) explain(ctx context.Context, err error, i, total int, s spe
 		return fmt.Errorf("%w at point %d of %d (%s)", errInterrupted, i+1, total, s.point().label())
 	}
 	gone, why := in.targetGone()
+	if !gone && !errors.Is(err, velo.ErrPeerUnreachable) {
+		// The failure may have come from UCX before velo marked the peer down: ask the target.
+		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		_, serr := in.stats(sctx)
+		cancel()
+		if serr != nil {
+			gone, why = true, fmt.Sprintf("%v (and it does not answer: %v)", err, serr)
+		}
+	}
 	if gone || errors.Is(err, velo.ErrPeerUnreachable) {
 		if why == "" {
 			why = err.Error()

@@ -64,9 +64,17 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		exited <- err
 	}()
 	defer func() {
+		// After a finished run the target exits on its own (bye, or this side's instance
+		// closing); after a failed one it may wait for an initiator that never comes.
 		select {
 		case <-exited:
-		case <-time.After(10 * time.Second):
+			return
+		case <-time.After(3 * time.Second):
+		}
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
 			_ = cmd.Process.Kill()
 			<-exited
 		}

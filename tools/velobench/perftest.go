@@ -70,7 +70,10 @@ func (b *baseline) remote() bool { return b.in.cfg.mode != "local" }
 // perftestArgs maps a point onto ucx_perftest: the test and its arguments, or why it has no
 // counterpart.
 func perftestArgs(s spec, ops int) (test string, args []string, none string) {
-	n := func(k int) string { return strconv.Itoa(min(max(k, 1), 100000)) }
+	// As many operations as velo made, but no fewer than about 64 MiB's worth, up to a thousand:
+	// perftest's figures of a few dozen iterations are mostly its warm-up.
+	floor := int(min(1000, max(8, (64<<20)/s.block)))
+	n := func(k int) string { return strconv.Itoa(min(max(k, floor), 100000)) }
 	size := strconv.FormatInt(s.block, 10)
 	switch s.op {
 	case opGet:

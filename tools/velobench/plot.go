@@ -36,14 +36,13 @@ var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#
 // plotSeries groups the report's points into series, each velo series followed by its perftest
 // one where the points have perftest figures.
 func plotSeries(r *Report) []series {
-	multiBatch, multiCallers := false, false
+	multiCallers := false
 	for _, p := range r.Points {
-		multiBatch = multiBatch || (batched(p.Op) && p.Batch != r.Points[0].Batch)
 		multiCallers = multiCallers || p.Callers != r.Points[0].Callers
 	}
 	name := func(p Point) string {
 		n := p.Op
-		if batched(p.Op) && multiBatch {
+		if batched(p.Op) {
 			n += fmt.Sprintf(" x%d", p.Batch)
 		}
 		if multiCallers {

@@ -35,7 +35,6 @@ type progress struct {
 	mu      sync.Mutex
 	done    int
 	current string
-	began   time.Time // of the current point
 	stop    chan struct{}
 	stopped sync.Once
 	wg      sync.WaitGroup
@@ -86,10 +85,14 @@ func guardWord(g bool) string {
 	return ""
 }
 
-func (p *progress) starting(i int, s spec) {
+// starting shows, on a terminal, the point that now runs.
+func (p *progress) starting(s spec) {
 	p.mu.Lock()
-	p.current, p.began = s.point().label(), time.Now()
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	p.current = s.point().label()
+	if p.live {
+		fmt.Fprintf(p.w, "\r\x1b[K%s", p.statusLocked())
+	}
 }
 
 func (p *progress) finished(pt Point) {
@@ -101,7 +104,7 @@ func (p *progress) finished(pt Point) {
 	}
 	line := fmt.Sprintf("[%*d/%d] %s", len(fmt.Sprint(p.total)), p.done, p.total, pointLine(pt))
 	if p.live {
-		fmt.Fprintf(p.w, "\r\x1b[K%s\n%s", line, p.statusLocked())
+		fmt.Fprintf(p.w, "\r\x1b[K%s\n", line)
 		return
 	}
 	fmt.Fprintf(p.w, "%s  (ETA %s)\n", line, p.etaLocked())
@@ -148,7 +151,7 @@ func (p *progress) statusLocked() string {
 	if p.done >= p.total {
 		return ""
 	}
-	return fmt.Sprintf("[%d/%d done] %s … %s elapsed, ETA %s", p.done, p.total, p.current, clock(time.Since(p.start)), p.etaLocked())
+	return fmt.Sprintf("[%d/%d done] now %s … %s elapsed, ETA %s", p.done, p.total, p.current, clock(time.Since(p.start)), p.etaLocked())
 }
 
 func clock(d time.Duration) string {

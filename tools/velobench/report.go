@@ -31,6 +31,8 @@ type Report struct {
 	Sweep     sweep       `json:"sweep"`
 	Initiator Environment `json:"initiator"`
 	Target    Environment `json:"target"`
+	// TargetAddress is the host the target advertised (where the initiator reached it).
+	TargetAddress string `json:"target_address"`
 	// PerftestNote says why some or all points have no ucx_perftest figure.
 	PerftestNote string    `json:"perftest_note,omitempty"`
 	Skipped      []Skipped `json:"skipped,omitempty"`

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/velo-go/velo/velo/discovery/etcd/etcdtest"
+)
+
+// host is a network namespace with one end of a veth pair: a node of the two-node tests, whose
+// processes see only its loopback and its veth, so the bytes cross the link as between two hosts.
+type host struct {
+	ns, dev, ip string
+}
+
+// wrap is the command prefix that runs a program inside the namespace.
+func (h host) wrap() []string { return []string{"ip", "netns", "exec", h.ns} }
+
+var pairSeq atomic.Uint32
+
+// twoHosts makes two namespaces joined by a veth pair on a /30 of their own, removed when the test
+// ends. Without root or iproute2 it skips the test, saying why.
+func twoHosts(t *testing.T) (a, b host) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the two-node test needs root to create network namespaces; run it as root (make test-velobench does)")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("the two-node test needs the ip command (Debian package iproute2): run make deps")
+	}
+	n := pairSeq.Add(1)
+	id := fmt.Sprintf("%d%d", os.Getpid()%100000, n) // interface names stay under 15 bytes
+	block := (uint32(os.Getpid())*8 + n*4) % (1 << 14)
+	third, fourth := 64+byte(block>>8)%64, byte(block)&0xfc
+	a = host{ns: "vbench-a" + id, dev: "vba" + id, ip: fmt.Sprintf("10.202.%d.%d", third, fourth+1)}
+	b = host{ns: "vbench-b" + id, dev: "vbb" + id, ip: fmt.Sprintf("10.202.%d.%d", third, fourth+2)}
+	ipCmd := func(args ...string) error {
+		out, err := exec.Command("ip", args...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+		}
+		return nil
+	}
+	cleanup := func() {
+		_ = ipCmd("netns", "del", a.ns)
+		_ = ipCmd("netns", "del", b.ns)
+	}
+	for _, s := range [][]string{
+		{"netns", "add", a.ns}, {"netns", "add", b.ns},
+		{"link", "add", a.dev, "type", "veth", "peer", "name", b.dev},
+		{"link", "set", a.dev, "netns", a.ns}, {"link", "set", b.dev, "netns", b.ns},
+		{"-n", a.ns, "addr", "add", a.ip + "/30", "dev", a.dev}, {"-n", b.ns, "addr", "add", b.ip + "/30", "dev", b.dev},
+		{"-n", a.ns, "link", "set", a.dev, "up"}, {"-n", b.ns, "link", "set", b.dev, "up"},
+		{"-n", a.ns, "link", "set", "lo", "up"}, {"-n", b.ns, "link", "set", "lo", "up"},
+	} {
+		if err := ipCmd(s...); err != nil {
+			cleanup()
+			if strings.Contains(err.Error(), "Operation not permitted") {
+				t.Skipf("this machine does not allow network namespaces: %v", err)
+			}
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(cleanup)
+	return a, b
+}
+
+// The target on one host and the initiator on another find each other through the filesystem
+// backend and through etcd, sweep a few points over the veth on the RDMA path, and the report
+// says where the target was reached. Over the filesystem the ucx_perftest baseline runs across
+// the link too (a server the target starts, a client on the initiator's host).
+func TestTwoNodes(t *testing.T) {
+	a, b := twoHosts(t)
+	for _, backend := range []string{"filesystem", "etcd"} {
+		t.Run(backend, func(t *testing.T) {
+			dir := t.TempDir()
+			js := filepath.Join(dir, "r.json")
+			var meet []string
+			perftest := "auto"
+			if backend == "etcd" {
+				meet = []string{"--etcd", startEtcd(t, a, b), "--cluster", "twonodes"}
+				perftest = "off"
+			} else {
+				meet = []string{"--dir", filepath.Join(dir, "disc")}
+			}
+			target := start(t, "target", childEnv("UCX_NET_DEVICES="+a.dev), a.wrap(), append([]string{"target", "--once"}, meet...)...)
+			target.waitLine("ready", 30*time.Second)
+			init := start(t, "initiator", childEnv("UCX_NET_DEVICES="+b.dev), b.wrap(), append(append([]string{"initiator", "--wait", "30s",
+				"--ops", "get,batch", "--blocks", "64K,1M", "--batch", "4", "--perftest", perftest, "--json", js}, meet...), quickSweep()...)...)
+			require.Equal(t, 0, init.wait(90*time.Second), init.errOut())
+			require.Equal(t, 0, target.wait(20*time.Second), "the target did not exit after the initiator's bye (--once)")
+
+			_, r := readJSONReport(t, js)
+			assert.True(t, r.Complete)
+			assert.Equal(t, "two-node", r.Mode)
+			assert.Equal(t, a.ip, r.TargetAddress, "the target advertised an address the other host cannot reach")
+			assert.Equal(t, a.dev, r.Target.UCXEnv["UCX_NET_DEVICES"])
+			assert.Equal(t, b.dev, r.Initiator.UCXEnv["UCX_NET_DEVICES"])
+			if backend == "etcd" {
+				assert.Contains(t, r.Discovery, "etcd "+meet[1])
+			} else {
+				assert.Contains(t, r.Discovery, "directory "+meet[1])
+			}
+			require.Len(t, r.Points, 4)
+			for _, pt := range r.Points {
+				assert.GreaterOrEqual(t, pt.PathsInitiator["rdma/ok"], float64(pt.Operations*pt.Batch), pt.label())
+				assert.GreaterOrEqual(t, pt.PathsTarget["rdma/ok"], float64(pt.Operations*pt.Batch), pt.label())
+				assert.Positive(t, pt.GBps, pt.label())
+			}
+			if backend == "filesystem" && !r.Initiator.UCXGuard && !strings.HasPrefix(r.Initiator.Perftest, "none") {
+				for _, pt := range r.Points {
+					require.NotNil(t, pt.Perftest, pt.label())
+					assert.Positive(t, pt.Perftest.GBps, "%s: %s", pt.label(), pt.Perftest.Note)
+				}
+			}
+		})
+	}
+}
+
+// startEtcd runs a one-member etcd on host a's address (Debian's etcd-server, which make deps
+// installs), waits until it answers from host b, and stops it when the test ends. (etcdtest's
+// own health check dials from this process's namespace, which has no route to the pair.)
+func startEtcd(t *testing.T, a, b host) string {
+	t.Helper()
+	bin := etcdtest.Binary(t)
+	url := "http://" + a.ip + ":2379"
+	var out bytes.Buffer
+	cmd := exec.Command("ip", append(a.wrap(), bin, "--name", "vbench", "--data-dir", t.TempDir(),
+		"--listen-client-urls", url, "--advertise-client-urls", url,
+		"--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
+		"--initial-cluster", "vbench=http://127.0.0.1:2380", "--log-level", "warn")[1:]...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if healthy, err := etcdHealthFrom(b, a.ip+":2379"); err == nil && healthy {
+			return url
+		}
+		select {
+		case <-exited:
+			t.Fatalf("etcd exited:\n%s", out.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("etcd on %s did not answer from %s within 30s:\n%s", url, b.ns, out.String())
+		}
+	}
+}
+
+// etcdHealthFrom asks etcd's /health from inside host h's namespace: the socket is made on an OS
+// thread that entered the namespace and is discarded afterwards.
+func etcdHealthFrom(h host, addr string) (bool, error) {
+	type answer struct {
+		ok  bool
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		fd, err := unix.Open("/run/netns/"+h.ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			done <- answer{err: err}
+			return
+		}
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(time.Second))
+		if _, err := fmt.Fprintf(c, "GET /health HTTP/1.0\r\nHost: %s\r\n\r\n", addr); err != nil {
+			done <- answer{err: err}
+			return
+		}
+		var body strings.Builder
+		_, err = bufio.NewReader(c).WriteTo(&body)
+		done <- answer{ok: strings.Contains(body.String(), `"health":"true"`), err: err}
+	}()
+	r := <-done
+	return r.ok, r.err
+}
