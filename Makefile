@@ -9,7 +9,7 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 GO ?= go
-MODULES := velo velo/discovery/etcd velo/examples/cluster ucx verbs mlx5dv rdmacm lanes tools/ibcheck test
+MODULES := velo velo/discovery/etcd velo/examples/cluster ucx verbs mlx5dv rdmacm lanes tools/ibcheck tools/velobench test
 
 # Tests must never wait forever; a package that runs past this fails with a goroutine dump.
 TEST_TIMEOUT ?= 600s
@@ -47,6 +47,8 @@ help:
 	@echo "make demo-cluster  N members (default 4) found through discovery, payloads all-to-all"
 	@echo "make test      run every test (installs Debian packages when missing)"
 	@echo "make bench     print the benchmark ratio tables"
+	@echo "make velobench bin/velobench, the two-node benchmark (velobench local, or target and initiator; docs/velobench.md)"
+	@echo "make test-velobench  velobench's tests: local sweeps, outputs, refusals, two namespaces over filesystem and etcd"
 	@echo "make soak      owners and consumers with random stalls, kills and restarts for SOAK (10m)"
 	@echo "make build     build every module"
 	@echo "make lint      gofmt, go vet and staticcheck"

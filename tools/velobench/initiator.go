@@ -175,7 +175,10 @@ func initiate(ctx context.Context, cfg initConfig) (err error) {
 		}
 		return fmt.Errorf("%w (give --json FILE to keep the points measured before that)", runErr)
 	}
-	fmt.Fprintf(cfg.stdout, "velobench: %d points in %s%s\n", len(rep.Points), rep.Finished.Sub(rep.Started).Round(time.Second), savedNote(cfg.out))
+	if rep.PerftestNote != "" && cfg.out.Progress != "off" {
+		fmt.Fprintf(cfg.stdout, "perftest: %s\n", rep.PerftestNote)
+	}
+	fmt.Fprintf(cfg.stdout, "velobench: %s in %s%s\n", plural(len(rep.Points), "point"), rep.Finished.Sub(rep.Started).Round(time.Second), savedNote(cfg.out))
 	return nil
 }
 

@@ -30,7 +30,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
+
+	"github.com/velo-go/velo/ucx"
 )
 
 func main() {
@@ -69,7 +72,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "compare":
 		err = runCompare(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
-		fmt.Fprintf(stdout, "velobench %s (schema %s, protocol %d)\n", velobenchVersion(), schemaVersion, protocol)
+		fmt.Fprintf(stdout, "velobench %s (schema %s, protocol %d), %s, %s\n", velobenchVersion(), schemaVersion, protocol, linkedUCX(), runtime.Version())
 		return 0
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
@@ -91,4 +94,16 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "velobench %s: %v\n", args[0], err)
 		return 1
 	}
+}
+
+// linkedUCX names the UCX this binary links, and whether it is velo's guarded static build.
+func linkedUCX() string {
+	g, err := ucx.SoftwareRMAGuard()
+	if err != nil {
+		return "UCX: " + err.Error()
+	}
+	if g.Enforced {
+		return fmt.Sprintf("UCX %s (velo's static build, %s)", g.UCX, g.Version)
+	}
+	return fmt.Sprintf("UCX %s (without velo's guard: VELO_UCX_TRUST_NETWORK=1 needed)", ucx.Version().String)
 }

@@ -122,7 +122,7 @@ func pointLine(pt Point) string {
 		if pf.GBps > 0 {
 			s += fmt.Sprintf("  | perftest %.3f GB/s (%.2fx)", pf.GBps, pt.GBps/pf.GBps)
 		} else if pf.Test != "" {
-			s += "  | perftest: none"
+			s += "  | perftest: none (see the note at the end)"
 		}
 	}
 	return s

@@ -1,0 +1,40 @@
+# velobench, the benchmark operators run between two nodes (module tools/velobench). See
+# docs/velobench.md.
+#
+#   make velobench        bin/velobench, linked with cgo against the same UCX as velo: the static
+#                         one of make ucx-static (VELO_UCX_GO, Makefile), so it runs without
+#                         VELO_UCX_TRUST_NETWORK; its version is git describe's, which the initiator
+#                         and the target compare. A smoke run prints it and the UCX it links
+#   make test-velobench   velobench local sweeps (JSON schema, CSV, SVG, the progress line on a
+#                         pseudo-terminal, a target killed mid-sweep, SIGINT), the refusals, and a
+#                         target and an initiator in two network namespaces over the filesystem
+#                         and etcd backends; under -race, on the system's shared UCX (whose
+#                         ucx_perftest GET over tcp gives the baseline; the tests trust the network
+#                         of their own loopback and veth); about 30 s on 2 cores with a warm cache
+#   make lint-velobench   vet for CGO_ENABLED=0 too (the binary builds without cgo and says UCX is
+#                         not compiled in)
+#
+# VELOBENCH_ARGS go to make velobench-local: VELOBENCH_ARGS='--blocks 4K-64M --plot out.svg'.
+VELOBENCH_BIN ?= bin/velobench
+VELOBENCH_VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+
+.PHONY: velobench test-velobench lint-velobench velobench-local
+TEST_TARGETS += test-velobench
+LINT_TARGETS += lint-velobench
+
+# The sweeps run the test binary itself as velobench (its TestMain), so no build comes first.
+test-velobench: deps
+	cd tools/velobench && $(GOTEST) -race ./...
+
+velobench: deps $(VELO_UCX_DEP)
+	@mkdir -p $(dir $(VELOBENCH_BIN))
+	cd tools/velobench && $(VELO_UCX_GO) $(GO) build -ldflags '-X main.version=$(VELOBENCH_VERSION)' -o $(abspath $(VELOBENCH_BIN)) .
+	$(VELOBENCH_BIN) version
+	@echo "wrote $(VELOBENCH_BIN) (try: $(VELOBENCH_BIN) local --plot velobench.svg)"
+
+# A default sweep of this host with the binary make velobench wrote.
+velobench-local: velobench
+	UCX_TLS=$${UCX_TLS:-tcp} $(VELOBENCH_BIN) local $(VELOBENCH_ARGS)
+
+lint-velobench: deps
+	cd tools/velobench && CGO_ENABLED=0 $(GO) vet ./... && CGO_ENABLED=0 $(GO) build -o /dev/null .
