@@ -13,12 +13,13 @@ import (
 // frame header layout (since version 2 every header starts with the sender's incarnation), so
 // peers on different versions refuse each other's addresses rather than misread every frame.
 // Version 3 added the checksum; version 4 the seal after the header (UCXFrameKey), which a
-// version-3 receiver would read as a header of the wrong length.
-const UCXBlobVersion = 4
+// version-3 receiver would read as a header of the wrong length; version 5 made the seal a GCM
+// tag with its nonce counter (24 bytes, where version 4 sent a 16-byte HMAC).
+const UCXBlobVersion = 5
 
-// Address blob, version 4 (the same layout as version 3):
+// Address blob, version 5 (the same layout as versions 3 and 4):
 //
-//	0     version (4)
+//	0     version (5)
 //	1     flags: bit 0 = serves one-sided reads (RMA); bit 1 = answers vectored guarded GETs
 //	      (many reads in one request); other bits are ignored, so a peer of an earlier release
 //	      that does not know a bit still takes the address, and is not sent what it cannot answer
@@ -108,7 +109,7 @@ func DecodeUCXBlob(b []byte) (UCXBlob, error) {
 	}, nil
 }
 
-// UCX frame header (wire version 4), the header of every active message the UCX transport
+// UCX frame header (wire version 5), the header of every active message the UCX transport
 // sends; the runtime's frame is the message's payload, untouched.
 //
 //	0  sender's incarnation (uint64): first, so a receiver (and its idle reaper) can tell
@@ -121,7 +122,8 @@ func DecodeUCXBlob(b []byte) (UCXBlob, error) {
 //	20 epoch (uint32): the sender's endpoint the frame travels on, unique per sender
 //	24 seq (uint64): data frames count 1, 2, 3 … per epoch; a fin carries the last data seq
 //	   of its epoch; a hello carries the last data seq of the previous epoch
-//	32 seal (UCXSealLen bytes), on a sealed data frame or fin only (see UCXFrameKey)
+//	32 seal (UCXSealLen bytes: nonce counter, tag), on a sealed data frame or fin only (see
+//	   UCXFrameKey)
 //
 // A transport whose runtime has no credentials sends the 32 bytes alone, as in version 3.
 const UCXHeaderLen = 32

@@ -174,7 +174,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 
 // BenchmarkSealPair: the UCX round trip without and with the seal, each on its own, so that
 // -benchmem shows what the seal adds per round trip in allocations (nothing: each endpoint
-// keeps its HMAC state) as well as in time. BenchmarkRoundTrip puts the two side by side with
+// keeps its cipher state) as well as in time. BenchmarkRoundTrip puts the two side by side with
 // TCP in one run for the ratios.
 func BenchmarkSealPair(b *testing.B) {
 	mkUCX := func() transport.Transport {

@@ -19,7 +19,7 @@
 // trip, and the eager limit (Config.EagerMax, advertised in the address blob) bounds what any peer
 // must buffer. Larger payloads are the runtime's business: it stages them and sends a handle.
 //
-// Address blob and wire, version 4. The blob a peer publishes holds the wire version, its
+// Address blob and wire, version 5. The blob a peer publishes holds the wire version, its
 // incarnation, its UCX worker address, its frame limit and a CRC-32C of all that; AddPeer refuses
 // any other version, because the frame header may differ, and a blob whose checksum does not
 // match. Every frame header starts with the sender's 8-byte incarnation,
@@ -30,13 +30,13 @@
 // Sealed frames. A UCX receiver cannot tell which remote endpoint a message came from, so a
 // header is only what its sender wrote. When the runtime requires authenticated peers
 // (transport.AuthGate) the hello carries a proof under the control plane's session key, and
-// every data frame and fin after it a 16-byte seal (wire.UCXFrameKey): an HMAC-SHA256 under a
-// key the runtime derives from that session key and that hello — one key per endpoint and
+// every data frame and fin after it a 24-byte seal (wire.UCXFrameKey): a nonce counter and an
+// AES-256-GCM tag under a key the runtime derives from that session key and that hello — one key per endpoint and
 // direction — over the header, the payload and the receiver's identity. The receiver checks
 // proof or seal in one place (admit, in recv.go) before it believes any header field; a frame
 // that fails moves no sequence, retires no endpoint and reports no peer down, and is counted
 // (velo_ucx_transport_frames_dropped_total: unauthenticated, bad_seal, replayed) and logged at
-// most once per sender per 10 s. Each side keeps one HMAC state per endpoint and direction, so
+// most once per sender per 10 s. Each side keeps one cipher state per endpoint and direction, so
 // sealing allocates nothing. Without credentials frames carry no seal and cost nothing more.
 //
 // Endpoints and slots. UCX pairs the n-th endpoint each side creates toward the other into one

@@ -174,7 +174,7 @@ func TestBlobVersionRefused(t *testing.T) {
 	if !errors.Is(err, transport.ErrInvalidEndpoint) {
 		t.Fatalf("version-1 blob: %v", err)
 	}
-	line := "ucx: rejecting peer blob: unsupported ucx blob version 1 (expected 4)"
+	line := "ucx: rejecting peer blob: unsupported ucx blob version 1 (expected 5)"
 	log := a.h.logBuf.String()
 	if !strings.Contains(log, "level=WARN msg=\""+line+"\"") {
 		t.Fatalf("no warning %q at warn level; log:\n%s", line, log)
@@ -188,7 +188,8 @@ func TestBlobVersionRefused(t *testing.T) {
 		"truncated":         good[:blobFixedLen-1],
 		"address overrun":   good[:len(good)-1],
 		"trailing bytes":    append(append([]byte(nil), good...), 0),
-		"version 5":         append([]byte{5}, good[1:]...),
+		"version 6":         append([]byte{6}, good[1:]...),
+		"version 4":         append([]byte{4}, good[1:]...), // the HMAC seal before GCM
 		"version 3":         append([]byte{3}, good[1:]...), // the layout before frames were sealed
 		"damaged":           append(append([]byte(nil), good[:len(good)-5]...), good[len(good)-5]^1, 0, 0, 0, 0),
 		"other incarnation": appendBlob(nil, peerBlob{MaxFrame: MinEagerMax, Incarnation: b.h.inc + 1, Worker: []byte{1}}),
@@ -197,8 +198,8 @@ func TestBlobVersionRefused(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if !strings.Contains(a.h.logBuf.String(), "unsupported ucx blob version 5 (expected 4)") {
-		t.Error("version 5 refused without the warning")
+	if !strings.Contains(a.h.logBuf.String(), "unsupported ucx blob version 6 (expected 5)") {
+		t.Error("version 6 refused without the warning")
 	}
 	if err := a.AddPeer(testCtx(t), b.addr()); err != nil {
 		t.Fatalf("the real blob after the refusals: %v", err)

@@ -50,12 +50,13 @@ func guardVRequest(reads []guardRead, reqID uint64) []byte {
 }
 
 // Velo's UCX transport frame header (big-endian): incarnation, sender ID, kind, flags, header
-// flags, a reserved byte, epoch, seq. Wire version 4 adds header flag 1 (sealed): a 16-byte seal
-// (a MAC under a key of the endpoint, which only the two authenticated sides know) follows the
-// 32 bytes. Version 3 has neither; its header flags byte is reserved and zero.
+// flags, a reserved byte, epoch, seq. Since wire version 4, header flag 1 (sealed) says a seal
+// follows the 32 bytes (version 5: an 8-byte nonce counter and a 16-byte GCM tag under a key of
+// the endpoint, which only the two authenticated sides know). Version 3 has neither; its header
+// flags byte is reserved and zero.
 const (
 	frameHeaderLen = 32
-	sealLen        = 16
+	sealLen        = 24
 	headerSealed   = 1 << 0
 	kindData       = 0
 	kindHello      = 1
@@ -101,11 +102,11 @@ func oneWayMessage(name string, payload []byte) []byte {
 }
 
 // ucxBlobWorker takes the UCX worker address out of velo's published address blob (versions 3
-// and 4: version, flags, two reserved bytes, largest frame, incarnation, the address's length,
+// to 5: version, flags, two reserved bytes, largest frame, incarnation, the address's length,
 // the address, a CRC-32C).
 func ucxBlobWorker(blob []byte) ([]byte, error) {
-	if len(blob) < 24 || (blob[0] != 3 && blob[0] != 4) {
-		return nil, fmt.Errorf("not a velo UCX address blob of version 3 or 4 (%d bytes)", len(blob))
+	if len(blob) < 24 || blob[0] < 3 || blob[0] > 5 {
+		return nil, fmt.Errorf("not a velo UCX address blob of version 3 to 5 (%d bytes)", len(blob))
 	}
 	n := binary.BigEndian.Uint32(blob[16:])
 	if uint64(n)+24 != uint64(len(blob)) {

@@ -2,7 +2,7 @@ package main
 
 // The seal table (-only seal): what sealing UCX frames costs an RDMA-path get.
 //
-// With credentials every UCX transport frame after the hello carries an HMAC-SHA256 seal. A
+// With credentials every UCX transport frame after the hello carries a GCM seal (wire.UCXFrameKey). A
 // get's bytes never pass through a frame (the GET reads the owner's registration), only its
 // acquire and its release do, and only when those messages travel over UCX: the runtime sends a
 // message on the first of its transports, in the order given to New, that reaches the peer. So

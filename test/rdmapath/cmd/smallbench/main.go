@@ -528,7 +528,7 @@ func frames(ctx context.Context, peer *benchkit.Child, info peerInfo, tool ucx.T
 		return d, nil
 	}
 	fmt.Printf("\nvelo transport frame round trip, two processes (µs, p50; median of the rounds); sealed: every frame\n")
-	fmt.Printf("carries the 16-byte HMAC-SHA256 seal of a runtime with credentials; perftest: ucx_perftest -t ucp_am_lat\n")
+	fmt.Printf("carries the 24-byte GCM seal of a runtime with credentials; perftest: ucx_perftest -t ucp_am_lat\n")
 	fmt.Printf("%-7s %9s %9s %9s %9s %8s %8s %8s %8s %8s\n", "size", "perftest", "velo tcp", "velo ucx", "sealed",
 		"ucx/tcp", "sld/tcp", "sld/ucx", "ucx/perf", "sld/perf")
 	pairs := []struct {
