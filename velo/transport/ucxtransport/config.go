@@ -19,6 +19,12 @@ const (
 	// DefaultEagerMax is the default largest frame: 1 MiB. Larger payloads travel as rendezvous
 	// handles (the runtime stages them), never as one active message.
 	DefaultEagerMax = 1 << 20
+	// tcpSegSize is the segment size the transport gives UCX's tcp transport (UCX_TCP_TX_SEG_SIZE
+	// and UCX_TCP_RX_SEG_SIZE, where the environment sets neither): room for a 64 KiB frame and
+	// its headers in one segment. Each worker's tcp interface then keeps its send and receive
+	// buffers in pools grown eight buffers at a time (640 KiB to send, 1.25 MiB to receive, the
+	// receive buffers being twice the segment).
+	tcpSegSize = "80kb"
 	// MinEagerMax is the smallest EagerMax accepted (and advertised by a peer): room for any
 	// control message of the runtime.
 	MinEagerMax = 4 << 10
