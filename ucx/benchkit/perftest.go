@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/velo-go/velo/ucx"
@@ -89,25 +90,44 @@ func ParseFinal(out []byte) (Result, error) {
 
 // Run runs tool as a server and a client on a free loopback port, the client with args (for
 // example "-t", "ucp_get", "-s", "1048576", "-n", "100"), and returns the client's Final line.
-// The client retries its connect while the server starts.
+// The client retries its connect while the server starts. The port is free when it is picked but
+// not reserved: on a busy host another process can bind it before perftest's server does, and
+// then the server exits at once; Run starts again on another port (up to three ports).
 func Run(ctx context.Context, tool ucx.Tool, args ...string) (Result, error) {
 	if tool.Path == "" {
 		return Result{}, errors.New("benchkit: no ucx_perftest (use Find)")
 	}
+	var err error
+	for try := 0; try < 3; try++ {
+		var res Result
+		var portTaken bool
+		res, portTaken, err = runOnFreePort(ctx, tool, args)
+		if !portTaken {
+			return res, err
+		}
+	}
+	return Result{}, err
+}
+
+// runOnFreePort is one try of Run. portTaken reports that the server could not bind the port it
+// was given, which a new port may fix.
+func runOnFreePort(ctx context.Context, tool ucx.Tool, args []string) (res Result, portTaken bool, err error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return Result{}, err
+		return Result{}, false, err
 	}
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	ln.Close()
 	srv := exec.CommandContext(ctx, tool.Path, "-p", port)
 	srv.Env = os.Environ()
-	var srvOut strings.Builder
+	var srvOut lockedBuffer
 	srv.Stdout, srv.Stderr = &srvOut, &srvOut
 	if err := srv.Start(); err != nil {
-		return Result{}, fmt.Errorf("perftest: %s: %w", tool.Path, err)
+		return Result{}, false, fmt.Errorf("perftest: %s: %w", tool.Path, err)
 	}
-	defer srv.Wait()
+	exited := make(chan struct{})
+	go func() { srv.Wait(); close(exited) }()
+	defer func() { <-exited }()
 	defer srv.Process.Kill()
 	var out []byte
 	for attempt := 0; ; attempt++ {
@@ -117,10 +137,36 @@ func Run(ctx context.Context, tool ucx.Tool, args ...string) (Result, error) {
 		if err == nil || attempt == 50 || ctx.Err() != nil {
 			break
 		}
-		time.Sleep(100 * time.Millisecond) // the server may not listen yet
+		select {
+		case <-exited:
+			// The server is gone before any client got through: the port was taken.
+			if strings.Contains(srvOut.String(), "Address already in use") {
+				return Result{}, true, fmt.Errorf("perftest: server could not bind port %s:\n%s", port, srvOut.String())
+			}
+		case <-time.After(100 * time.Millisecond): // the server may not listen yet
+		}
 	}
 	if err != nil {
-		return Result{}, fmt.Errorf("perftest: client %v: %w\n%s\nserver:\n%s", args, err, out, srvOut.String())
+		return Result{}, false, fmt.Errorf("perftest: client %v: %w\n%s\nserver:\n%s", args, err, out, srvOut.String())
 	}
-	return ParseFinal(out)
+	res, err = ParseFinal(out)
+	return res, false, err
+}
+
+// lockedBuffer collects a process's output while another goroutine may read it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
