@@ -57,6 +57,8 @@ type Environment struct {
 	LineRateGbps float64 `json:"line_rate_gbps,omitempty"`
 	LineRatePort string  `json:"line_rate_port,omitempty"`
 	Perftest     string  `json:"ucx_perftest,omitempty"`
+	// Auth is how this side's control plane authenticates peers (auth.FromEnv), in words.
+	Auth string `json:"auth"`
 }
 
 // DevicePort is one RDMA port as the verbs package reads it from sysfs.
@@ -93,6 +95,9 @@ func captureEnv(env []string) Environment {
 		case strings.HasPrefix(k, "UCX_"):
 			e.UCXEnv[k] = v
 		case strings.HasPrefix(k, "VELO_"):
+			if strings.Contains(k, "SECRET") || strings.HasSuffix(k, "_KEY") {
+				v = "(set; not recorded)" // a credential never goes into a report
+			}
 			e.VeloEnv[k] = v
 		}
 	}

@@ -124,7 +124,7 @@ func initiate(ctx context.Context, cfg initConfig) (err error) {
 	in.n = n
 	defer n.v.Close()
 	rep.Initiator = captureEnv(cfg.osEnv)
-	rep.Initiator.UCXDefaults = engineDefaults(n.u.Settings())
+	rep.Initiator.UCXDefaults, rep.Initiator.Auth = engineDefaults(n.u.Settings()), n.auth
 	exportDefaults(rep.Initiator.UCXDefaults)
 
 	if err := in.findTarget(ctx); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/velo-go/velo/velo"
+	"github.com/velo-go/velo/velo/auth"
 	"github.com/velo-go/velo/velo/discovery"
 	"github.com/velo-go/velo/velo/discovery/etcd"
 	"github.com/velo-go/velo/velo/metrics"
@@ -30,6 +31,7 @@ type node struct {
 	u     *ucxtransport.Transport
 	host  string // the host it advertised
 	where string // the discovery location, in words, for messages
+	auth  string // how the control plane authenticates peers, in words
 }
 
 // where describes the discovery location so that an error can name it.
@@ -83,7 +85,15 @@ func startNode(ctx context.Context, m meeting, name string, memory int64, log *s
 			host = routableHost()
 		}
 	}
-	ctl, err := tcp.New(tcp.Config{Listener: ln, Advertise: net.JoinHostPort(host, strconv.Itoa(port))})
+	// The credentials a job's processes get (a cluster secret or mutual TLS, from VELO_* variables),
+	// so that the control plane and the UCX frames are authenticated and sealed as in the job.
+	cred, err := auth.FromEnv()
+	if err != nil {
+		ln.Close()
+		d.Close()
+		return nil, fmt.Errorf("velo's credentials from the environment: %w", err)
+	}
+	ctl, err := tcp.New(tcp.Config{Listener: ln, Advertise: net.JoinHostPort(host, strconv.Itoa(port)), Auth: cred})
 	if err != nil {
 		ln.Close()
 		d.Close()
@@ -109,7 +119,7 @@ func startNode(ctx context.Context, m meeting, name string, memory int64, log *s
 		d.Close()
 		return nil, err
 	}
-	return &node{v: v, u: u, host: host, where: m.where()}, nil
+	return &node{v: v, u: u, host: host, where: m.where(), auth: cred.String()}, nil
 }
 
 // routableHost is the address another node reaches this one at: the source address the routing

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"time"
 )
@@ -218,14 +217,4 @@ func readReport(name string) (*Report, error) {
 		return nil, fmt.Errorf("%s has schema %q; this velobench reads %q (compare it with the velobench that wrote it)", name, r.Schema, schemaVersion)
 	}
 	return &r, nil
-}
-
-// sortedKeys lists a map's keys in order.
-func sortedKeys(m map[string]float64) []string {
-	var ks []string
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }

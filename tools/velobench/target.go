@@ -79,7 +79,7 @@ func runTarget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer n.v.Close()
 	defer t.stopPerftest()
 	t.env = captureEnv(osEnv)
-	t.env.UCXDefaults = engineDefaults(n.u.Settings())
+	t.env.UCXDefaults, t.env.Auth = engineDefaults(n.u.Settings()), n.auth
 	exportDefaults(t.env.UCXDefaults)
 	fmt.Fprintf(stdout, "velobench %s target %q: ready (pid %d, %s, UCX %s), found through %s\n",
 		velobenchVersion(), m.Name, os.Getpid(), n.host, t.env.UCX, n.where)

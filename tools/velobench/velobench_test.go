@@ -236,7 +236,9 @@ func TestTargetKilledMidSweep(t *testing.T) {
 func TestInterruptWritesPartialResults(t *testing.T) {
 	dir := t.TempDir()
 	js, svg := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.svg")
-	p := start(t, "local", childEnv(), nil, append([]string{"local", "--ops", "get", "--blocks", "4K-32M", "--perftest", "off",
+	// With a cluster secret, as a job would run: it is used, and never written into a report.
+	secret := "velobench-test-secret-" + strings.Repeat("x", 40)
+	p := start(t, "local", childEnv("VELO_CLUSTER_SECRET="+secret), nil, append([]string{"local", "--ops", "get", "--blocks", "4K-32M", "--perftest", "off",
 		"--json", js, "--plot", svg}, quickSweep()...)...)
 	p.waitLine("[ 1/14]", 60*time.Second)
 	require.NoError(t, p.cmd.Process.Signal(os.Interrupt))
@@ -247,6 +249,11 @@ func TestInterruptWritesPartialResults(t *testing.T) {
 	assert.Contains(t, r.Ended, "interrupted")
 	assert.NotEmpty(t, r.Points)
 	checkSVG(t, mustRead(t, svg))
+	assert.Contains(t, r.Initiator.Auth, "cluster secret")
+	assert.Contains(t, r.Target.Auth, "cluster secret")
+	assert.NotContains(t, string(mustRead(t, js)), secret)
+	assert.Equal(t, "(set; not recorded)", r.Initiator.VeloEnv["VELO_CLUSTER_SECRET"])
+	assert.Positive(t, r.Points[0].PathsInitiator["rdma/ok"], "an authenticated peer reads on the RDMA path")
 }
 
 // Flags that contradict each other are refused before anything starts, with exit code 2 and a
