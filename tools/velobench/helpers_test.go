@@ -28,9 +28,13 @@ import (
 const (
 	asMainEnv      = "VELOBENCH_TEST_AS_MAIN"
 	testVersionEnv = "VELOBENCH_TEST_VERSION"
+	healthEnv      = "VELOBENCH_TEST_ETCD_HEALTH" // netns_test.go
 )
 
 func TestMain(m *testing.M) {
+	if url := os.Getenv(healthEnv); url != "" {
+		os.Exit(healthCheck(url))
+	}
 	if os.Getenv(asMainEnv) == "1" {
 		if v := os.Getenv(testVersionEnv); v != "" {
 			version = v

@@ -1,21 +1,18 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
-	"net"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -149,7 +146,8 @@ func startEtcd(t *testing.T, a, b host) string {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	require.NoError(t, cmd.Start())
 	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -166,7 +164,7 @@ func startEtcd(t *testing.T, a, b host) string {
 		}
 		select {
 		case <-exited:
-			t.Fatalf("etcd exited:\n%s", out.String())
+			t.Fatalf("etcd (%s) exited: %v\n%s", strings.Join(cmd.Args, " "), waitErr, out.String())
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
@@ -175,41 +173,31 @@ func startEtcd(t *testing.T, a, b host) string {
 	}
 }
 
-// etcdHealthFrom asks etcd's /health from inside host h's namespace: the socket is made on an OS
-// thread that entered the namespace and is discarded afterwards.
+// etcdHealthFrom asks etcd's /health from inside host h's namespace, by running this test binary
+// there in its health-check role (healthEnv). A thread of this process that entered the namespace
+// would have to die afterwards, and a dying thread takes with it the children it forked under
+// Pdeathsig, etcd's among them.
 func etcdHealthFrom(h host, addr string) (bool, error) {
-	type answer struct {
-		ok  bool
-		err error
+	exe, err := os.Executable()
+	if err != nil {
+		return false, err
 	}
-	done := make(chan answer, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		fd, err := unix.Open("/run/netns/"+h.ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			done <- answer{err: err}
-			return
-		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			done <- answer{err: err}
-			return
-		}
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err != nil {
-			done <- answer{err: err}
-			return
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(time.Second))
-		if _, err := fmt.Fprintf(c, "GET /health HTTP/1.0\r\nHost: %s\r\n\r\n", addr); err != nil {
-			done <- answer{err: err}
-			return
-		}
-		var body strings.Builder
-		_, err = bufio.NewReader(c).WriteTo(&body)
-		done <- answer{ok: strings.Contains(body.String(), `"health":"true"`), err: err}
-	}()
-	r := <-done
-	return r.ok, r.err
+	cmd := exec.Command("ip", "netns", "exec", h.ns, exe)
+	cmd.Env = append(os.Environ(), healthEnv+"=http://"+addr+"/health")
+	return cmd.Run() == nil, nil
+}
+
+// healthCheck is the health-check role: exit 0 when the URL answers that etcd is healthy.
+func healthCheck(url string) int {
+	c := &http.Client{Timeout: time.Second}
+	r, err := c.Get(url)
+	if err != nil {
+		return 1
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	if strings.Contains(string(b), `"health":"true"`) {
+		return 0
+	}
+	return 1
 }
