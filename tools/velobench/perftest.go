@@ -146,8 +146,9 @@ func (b *baseline) figure(ctx context.Context, s spec, ops int) *Perftest {
 		p.LatencyP50 = r.LatencyP50
 		if inFlight := s.batch * s.callers; inFlight > 1 && r.RateOverall > 0 {
 			// With GETs in flight perftest's latency is per GET; velo's is per call (a batch,
-			// or one caller's get among several). The comparable figure is the time perftest
-			// takes for as many GETs as one call moves, at its rate.
+			// or one caller's get among several). With that many in flight, a GET takes
+			// in-flight over rate (Little's law), and so does a call whose GETs are in flight
+			// together: that is the figure beside velo's.
 			p.LatencyP50 = float64(inFlight) / r.RateOverall * 1e6
 		}
 	}

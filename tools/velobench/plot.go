@@ -98,7 +98,7 @@ const (
 func writeSVG(w io.Writer, r *Report) error {
 	bw := bufio.NewWriter(w)
 	ss := plotSeries(r)
-	height := marginTop + 2*panelH + panelGap + 60
+	height := max(marginTop+2*panelH+panelGap+60, marginTop+20*len(ss)+20) // the legend fits
 	fmt.Fprintf(bw, `<?xml version="1.0" encoding="UTF-8"?>`+"\n")
 	fmt.Fprintf(bw, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", plotW, height, plotW, height)
 	fmt.Fprintf(bw, "<title>%s</title>\n", esc("velobench "+r.Velobench+": GB/s and latency against block size"))
