@@ -260,6 +260,10 @@ func (in *initiator) findTarget(ctx context.Context) error {
 					"the two exchange their own messages, so both must be the same build; install one velobench on both nodes",
 					h.Name, h.PID, h.Host, h.Version, h.Protocol, velobenchVersion(), protocol)
 			}
+			if h.Memory > 0 && in.cfg.sweep.Memory > h.Memory {
+				return usageErr("--memory %s is more than the target %q stages (its --memory %s): give the initiator --memory %s or less, or start the target with --memory %s",
+					human(in.cfg.sweep.Memory), h.Name, human(h.Memory), human(h.Memory), human(in.cfg.sweep.Memory))
+			}
 			in.target, in.hello = p.ID, h
 			return nil
 		}

@@ -34,6 +34,7 @@ type helloResp struct {
 	Protocol int         `json:"protocol"`
 	Host     string      `json:"host"` // the address it advertised, for ucx_perftest's client
 	PID      int         `json:"pid"`
+	Memory   int64       `json:"memory"` // its --memory: the most it stages at once
 	Env      Environment `json:"env"`
 }
 

@@ -24,7 +24,8 @@ type target struct {
 	log    *slog.Logger
 	env    Environment
 	name   string
-	once   bool // exit when the initiator is done
+	once   bool  // exit when the initiator is done
+	memory int64 // --memory
 	stdout io.Writer
 
 	mu        sync.Mutex
@@ -65,7 +66,7 @@ func runTarget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usageErr("--memory %d: give the bytes the target may stage, for example --memory 1G", memory)
 	}
 	osEnv := os.Environ()
-	t := &target{log: quietLogger(stderr), name: m.Name, once: *once, stdout: stdout, staged: map[stageKey][]velo.Handle{}, bye: make(chan struct{})}
+	t := &target{log: quietLogger(stderr), name: m.Name, once: *once, stdout: stdout, memory: memory, staged: map[stageKey][]velo.Handle{}, bye: make(chan struct{})}
 	handlers := []velo.Option{
 		velo.WithHandler(hHello, t.hello), velo.WithHandler(hStage, t.stage), velo.WithHandler(hFree, t.free),
 		velo.WithHandler(hStats, t.stats), velo.WithHandler(hEcho, echo), velo.WithHandler(hPerftest, t.startPerftest),
@@ -135,7 +136,7 @@ func (t *target) hello(_ context.Context, m *velo.Message) ([]byte, error) {
 		t.mu.Unlock()
 	}
 	return json.Marshal(helloResp{Role: "target", Name: t.name, Version: velobenchVersion(), Protocol: protocol,
-		Host: t.n.host, PID: os.Getpid(), Env: t.env})
+		Host: t.n.host, PID: os.Getpid(), Memory: t.memory, Env: t.env})
 }
 
 // accepted refuses work from an instance that did not say hello with this version.

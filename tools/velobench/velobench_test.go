@@ -330,3 +330,14 @@ func waitTimeout(cmd *exec.Cmd, d time.Duration) error {
 		return fmt.Errorf("%s did not exit within %s", cmd.Path, d)
 	}
 }
+
+// An initiator that would stage more than the target allows is refused before any point, naming
+// both --memory values.
+func TestMemoryBeyondTheTargetsIsRefused(t *testing.T) {
+	disc := t.TempDir()
+	target := start(t, "target", childEnv(), nil, "target", "--dir", disc, "--listen", "127.0.0.1:0", "--memory", "16M")
+	target.waitLine("ready", 30*time.Second)
+	init := start(t, "initiator", childEnv(), nil, "initiator", "--dir", disc, "--listen", "127.0.0.1:0", "--wait", "20s", "--memory", "64M", "--ops", "get", "--blocks", "4K")
+	require.Equal(t, 2, init.wait(40*time.Second))
+	assert.Contains(t, init.errOut(), `--memory 64 MiB is more than the target "target" stages (its --memory 16 MiB): give the initiator --memory 16 MiB or less, or start the target with --memory 64 MiB`)
+}
