@@ -56,6 +56,7 @@ help:
 	@echo "               runs make test on it and makes the release commit and tags here (never pushed)"
 	@echo "make test-release  the release command's tests, the API check, the naming rules and the"
 	@echo "               file-proxy test of a release of HEAD (part of make test)"
+	@echo "make tidy      go mod tidy for every module, run on a release of HEAD in a clone (go.mod and go.sum committed first)"
 	@echo "make devtools  build the pinned tools (staticcheck, apidiff) and the release command into bin/devtools"
 	@echo "make deps      install the Debian packages of scripts/debian-packages.txt"
 

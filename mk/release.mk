@@ -14,6 +14,12 @@
 #                                         folder beside it), and test/release: a release commit
 #                                         of HEAD (in a clone) built by fresh modules from a file
 #                                         module proxy, with GOWORK=off and an empty module cache
+#   make tidy                             go mod tidy for every module, which cannot run in the
+#                                         workspace (no proxy has the siblings' version): a release
+#                                         of HEAD in a clone, go mod tidy there against its file
+#                                         proxy, and the changes to go.mod and go.sum carried back
+#                                         here with the siblings at their versions here (release
+#                                         tidy -write); commit your go.mod and go.sum files first
 #   make devtools                         the tools pinned in tools/devtools/go.mod (staticcheck,
 #                                         apidiff) and the release command, into bin/devtools
 #
@@ -28,7 +34,7 @@ DEVTOOLS_GO := cd $(DEVTOOLS_DIR) && GOWORK=off
 DRY_RUN ?= 1
 RELEASE_SUITE ?= $(MAKE) test
 
-.PHONY: devtools release test-release lint-devtools
+.PHONY: devtools release test-release tidy lint-devtools
 TEST_TARGETS += test-release
 LINT_TARGETS += lint-devtools
 
@@ -47,6 +53,21 @@ test-release: deps devtools
 	$(RELEASE_TOOL) apicheck
 	$(RELEASE_TOOL) names
 	cd test && $(GOTEST) ./release/...
+
+# The version is the first CHANGELOG.md has a section for (a clone without tags never has it
+# released already); the commit and the tags stay in the clone, which goes away.
+tidy: devtools
+	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/velo-tidy.XXXXXX"); \
+	trap 'chmod -R u+w "$$tmp" 2>/dev/null; rm -rf "$$tmp"' EXIT; \
+	v=$$(sed -nE 's/^##[[:space:]]+\[?(v[0-9]+\.[0-9]+\.[0-9]+[^] [:space:]]*)\]?.*/\1/p' CHANGELOG.md | head -n1); \
+	if [ -z "$$v" ]; then echo "tidy: CHANGELOG.md has no version section (## [vX.Y.Z] - ...)"; exit 1; fi; \
+	git clone -q --no-tags . "$$tmp/repo"; \
+	git -C "$$tmp/repo" config user.name "make tidy"; git -C "$$tmp/repo" config user.email tidy@localhost; \
+	git -C "$$tmp/repo" config commit.gpgsign false; git -C "$$tmp/repo" config tag.gpgsign false; \
+	echo "tidy: a release $$v of HEAD in $$tmp/repo"; \
+	$(RELEASE_TOOL) prepare -repo "$$tmp/repo" -version "$$v" >/dev/null; \
+	$(RELEASE_TOOL) proxy -repo "$$tmp/repo" -version "$$v" -out "$$tmp/proxy"; \
+	$(RELEASE_TOOL) tidy -repo "$$tmp/repo" -version "$$v" -proxy "$$tmp/proxy" -write "$(CURDIR)"
 
 lint-devtools: devtools
 	@echo "vet $(DEVTOOLS_DIR) (GOWORK=off)"

@@ -51,7 +51,8 @@ func theRelease(t *testing.T) release {
 
 // TestReleaseFromAFileProxy builds, in fresh modules outside the workspace and with a module cache
 // of their own, what users build from a release: the first example from the velo module, a
-// verbs-only program that must stay free of cgo, and ibcheck by go install. This repository's
+// verbs-only program that must stay free of cgo, and ibcheck by go install; and it checks that
+// every module of the release commit is tidy. This repository's
 // modules can only come from the file proxy (nothing else has these versions); the rest come from
 // the public proxy, so it needs the network the way any fresh module does.
 func TestReleaseFromAFileProxy(t *testing.T) {
@@ -148,6 +149,15 @@ func TestReleaseFromAFileProxy(t *testing.T) {
 		assert.True(t, strings.HasPrefix(report.Schema, "ibcheck/"), "schema %q", report.Schema)
 		assert.Equal(t, "mlx5_0:1", report.Port)
 		t.Logf("go install tools/ibcheck@%s and a run: %.1fs", rel.version, time.Since(start).Seconds())
+	})
+
+	// Every go.mod and go.sum of the release commit is what go mod tidy makes of it, with the
+	// siblings from the file proxy (the module cache above already holds most of what it reads).
+	t.Run("tidy", func(t *testing.T) {
+		start := time.Now()
+		r := execIn(t, rel.repo, nil, tool, "tidy", "-version", rel.version, "-proxy", rel.proxy, "-modcache", cache)
+		assert.Equal(t, 0, r.code, "%s", r.out)
+		t.Logf("go mod tidy -diff in every module of the release commit: %.1fs\n%s", time.Since(start).Seconds(), r.out)
 	})
 }
 

@@ -221,6 +221,64 @@ func TestPrepareMakesTheReleaseCommit(t *testing.T) {
 	must(t, dir, nil, tool, "verify", "-version", "v0.1.0", "-proxy", proxy)
 }
 
+// A module whose go.mod misses a sibling it imports: the workspace builds it (go.work has every
+// module), go mod tidy cannot run there, and only on the release commit does tidy see it. tidy
+// fails with the diff; tidy -write puts the requirement, at the placeholder, into the checkout.
+func TestTidy(t *testing.T) {
+	files := smallRepo()
+	files["go.work"] = strings.Replace(files["go.work"], "\t./b\n", "\t./b\n\t./c\n", 1)
+	files["test/go.mod"] = "module example.com/rel/test\n\ngo 1.26.0\n" // no packages, so no requirements
+	files["c/go.mod"] = "module example.com/rel/c\n\ngo 1.26.0\n\nrequire example.com/rel/b " + placeholder + "\n"
+	files["c/c.go"] = "// Package c greets twice.\npackage c\n\nimport (\n\t\"example.com/rel/a\"\n\t\"example.com/rel/b\"\n)\n\n" +
+		"// Twice greets twice.\nfunc Twice() string { return a.Hello() + b.Hi() }\n"
+	dir := newRepo(t, files)
+	must(t, dir, nil, "go", "build", "./c")
+
+	release := func() (string, string) {
+		tmp := t.TempDir()
+		repo, proxy := filepath.Join(tmp, "repo"), filepath.Join(tmp, "proxy")
+		must(t, tmp, nil, "git", "clone", "-q", "--no-tags", dir, repo)
+		must(t, repo, nil, tool, "prepare", "-version", "v0.1.0")
+		must(t, repo, nil, tool, "proxy", "-version", "v0.1.0", "-out", proxy)
+		return repo, proxy
+	}
+	repo, proxy := release()
+	r := execIn(t, repo, nil, tool, "tidy", "-version", "v0.1.0", "-proxy", proxy)
+	assert.Equal(t, 1, r.code, r.out)
+	assert.Contains(t, r.out, "tidy c                        would change")
+	assert.Contains(t, r.out, "tidy b                        ok")
+	assert.Contains(t, r.out, "go mod tidy would change 1 module(s)")
+	assert.Contains(t, r.out, "+\texample.com/rel/a v0.1.0")
+	assert.Contains(t, r.out, "make tidy")
+
+	// Not on a checkout with changes of its own to the files it would write.
+	writeFiles(t, dir, map[string]string{"c/go.sum": "\n"})
+	r = execIn(t, repo, nil, tool, "tidy", "-version", "v0.1.0", "-proxy", proxy, "-write", dir)
+	assert.Equal(t, 1, r.code, r.out)
+	assert.Contains(t, r.out, "has changes of its own (?? c/go.sum)")
+	require.NoError(t, os.Remove(filepath.Join(dir, "c", "go.sum")))
+
+	out := must(t, repo, nil, tool, "tidy", "-version", "v0.1.0", "-proxy", proxy, "-write", dir)
+	assert.Contains(t, out, "tidy c                        wrote c/go.mod")
+	cmod := readFile(t, filepath.Join(dir, "c", "go.mod"))
+	assert.Contains(t, cmod, "example.com/rel/a "+placeholder)
+	assert.NotContains(t, cmod, "v0.1.0")
+	assert.NoFileExists(t, filepath.Join(dir, "c", "go.sum"), "no line for a sibling at the placeholder")
+	assert.Equal(t, files["b/go.mod"], readFile(t, filepath.Join(dir, "b", "go.mod")), "b was tidy; its replace stays")
+	must(t, dir, nil, "go", "build", "./c")
+	commitAll(t, dir, "tidy")
+
+	repo, proxy = release()
+	out = must(t, repo, nil, tool, "tidy", "-version", "v0.1.0", "-proxy", proxy)
+	assert.Contains(t, out, "tidy c                        ok")
+	// The release commit holds the hashes tidy keeps: c's go.sum names a and b, b's names a.
+	assert.Contains(t, readFile(t, filepath.Join(repo, "c", "go.sum")), "example.com/rel/a v0.1.0/go.mod")
+
+	r = execIn(t, dir, nil, tool, "tidy", "-version", "v0.1.0", "-proxy", proxy)
+	assert.Equal(t, 1, r.code, r.out)
+	assert.Contains(t, r.out, "not a release commit of v0.1.0 (release prepare makes one)")
+}
+
 func TestAPICheck(t *testing.T) {
 	files := smallRepo()
 	files["CHANGELOG.md"] = "# Changelog\n\n## [v0.1.0] - 2026-01-01\n\nThe first release, with `a.Hello`.\n"

@@ -21,6 +21,11 @@
 //	                      on the release commit: no go.mod names the placeholder, no released
 //	                      go.mod has a replace, and each released module builds and vets with
 //	                      GOWORK=off against that proxy and nothing else of ours
+//	tidy     -version V -proxy DIR [-write CHECKOUT]
+//	                      on the release commit: go mod tidy -diff in every module, with GOWORK=off
+//	                      against that proxy, fails when a go.mod or go.sum would change; with
+//	                      -write, runs go mod tidy and carries the changes into CHECKOUT (go mod
+//	                      tidy cannot run in the workspace, whose sibling versions no proxy has)
 //	apicheck              compares the exported API of every released module with its last
 //	                      release tag (golang.org/x/exp/apidiff) and fails on an incompatible
 //	                      change that CHANGELOG.md does not name
@@ -60,6 +65,7 @@ var commands = []command{
 	{"prepare", "-version V: write the release commit and the tags", runPrepare},
 	{"proxy", "-version V -out DIR: a file-system module proxy of the release", runProxy},
 	{"verify", "-version V -proxy DIR: the release commit builds without the workspace", runVerify},
+	{"tidy", "-version V -proxy DIR: every go.mod and go.sum of the release commit is tidy", runTidy},
 	{"apicheck", "compare every released module's API with its last release", runAPICheck},
 	{"names", "no two packages share a name, no file is named after a folder", runNames},
 	{"modules", "list the modules", runModules},

@@ -38,8 +38,11 @@ func runPrepare(args []string) error {
 // released module on it. In the commit:
 //
 //   - every go.mod requires its siblings at v, and no go.mod replaces a sibling;
-//   - every go.sum holds the hashes of the siblings it needs at v, computed from the module zips
-//     the tags will produce (in dependency order: a module's zip holds its go.sum);
+//   - every go.sum holds the hashes of the siblings its go.mod requires at v, computed from the
+//     module zips the tags will produce (in dependency order: a module's zip holds its go.sum).
+//     These are the sibling lines go mod tidy keeps: with module graph pruning (go 1.17 on) the go
+//     command reads the go.mod and zip of a module the main module lists, and a tidy go.mod lists
+//     every module that provides one of the packages it builds;
 //   - go.work points its per-version replaces at v, so the workspace keeps working;
 //   - the changelog's heading for v is dated if it said Unreleased.
 //
@@ -97,7 +100,7 @@ func Prepare(r *Repo, v string, now time.Time) (commit string, tags []string, er
 	// go.sum is final before anything that requires it is hashed.
 	hashes := map[*Module][2]string{}
 	for _, m := range order {
-		did, err := writeGoSum(r, m, v, Closure(m, reqs), hashes)
+		did, err := writeGoSum(r, m, v, reqs[m], hashes)
 		if did {
 			changed = append(changed, rel(r, filepath.Join(m.Abs(), "go.sum")))
 		}
@@ -242,31 +245,23 @@ func rewriteGoWork(r *Repo, v string) (bool, error) {
 	return true, os.WriteFile(name, out, 0o644)
 }
 
-// writeGoSum replaces m's go.sum lines for siblings with the hashes of the siblings in need at v.
-// Siblings that are never released get no line (they cannot be downloaded anyway).
+// writeGoSum replaces m's go.sum lines for siblings with the hashes at v of need, the siblings m's
+// go.mod requires. Siblings that are never released get no line (they cannot be downloaded anyway).
 func writeGoSum(r *Repo, m *Module, v string, need []*Module, hashes map[*Module][2]string) (bool, error) {
 	name := filepath.Join(m.Abs(), "go.sum")
 	data, err := os.ReadFile(name)
 	if err != nil && !os.IsNotExist(err) {
 		return false, err
 	}
-	type line struct {
-		mod  module.Version
-		hash string
+	all, err := parseGoSum(data)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", rel(r, name), err)
 	}
-	var lines []line
-	for _, l := range strings.Split(string(data), "\n") {
-		fs := strings.Fields(l)
-		if len(fs) != 3 {
-			if strings.TrimSpace(l) != "" {
-				return false, fmt.Errorf("%s: malformed line %q", rel(r, name), l)
-			}
-			continue
+	var lines []sumLine
+	for _, l := range all {
+		if _, ok := r.Sibling(l.mod.Path); !ok {
+			lines = append(lines, l)
 		}
-		if _, ok := r.Sibling(fs[0]); ok {
-			continue
-		}
-		lines = append(lines, line{module.Version{Path: fs[0], Version: fs[1]}, fs[2]})
 	}
 	for _, s := range need {
 		if !s.Released {
@@ -277,9 +272,41 @@ func writeGoSum(r *Repo, m *Module, v string, need []*Module, hashes map[*Module
 			return false, fmt.Errorf("internal error: %s is needed by %s before its hash is known", s.Path, m.Path)
 		}
 		lines = append(lines,
-			line{module.Version{Path: s.Path, Version: v}, h[0]},
-			line{module.Version{Path: s.Path, Version: v + "/go.mod"}, h[1]})
+			sumLine{module.Version{Path: s.Path, Version: v}, h[0]},
+			sumLine{module.Version{Path: s.Path, Version: v + "/go.mod"}, h[1]})
 	}
+	out := formatGoSum(lines)
+	if bytes.Equal(out, data) || len(out) == 0 && data == nil {
+		return false, nil
+	}
+	return true, os.WriteFile(name, out, 0o644)
+}
+
+// sumLine is one line of a go.sum file: a module version ("/go.mod" appended for the hash of its
+// go.mod alone) and a hash.
+type sumLine struct {
+	mod  module.Version
+	hash string
+}
+
+func parseGoSum(data []byte) ([]sumLine, error) {
+	var lines []sumLine
+	for _, l := range strings.Split(string(data), "\n") {
+		fs := strings.Fields(l)
+		if len(fs) != 3 {
+			if strings.TrimSpace(l) != "" {
+				return nil, fmt.Errorf("malformed line %q", l)
+			}
+			continue
+		}
+		lines = append(lines, sumLine{module.Version{Path: fs[0], Version: fs[1]}, fs[2]})
+	}
+	return lines, nil
+}
+
+// formatGoSum writes go.sum lines the way the go command does: sorted by module and version, each
+// line once.
+func formatGoSum(lines []sumLine) []byte {
 	mods := make([]module.Version, len(lines))
 	byMod := map[module.Version][]string{}
 	for i, l := range lines {
@@ -296,15 +323,14 @@ func writeGoSum(r *Repo, m *Module, v string, need []*Module, hashes map[*Module
 		seen[mv] = true
 		hs := byMod[mv]
 		sort.Strings(hs)
-		for _, h := range hs {
+		for i, h := range hs {
+			if i > 0 && hs[i-1] == h {
+				continue
+			}
 			fmt.Fprintf(&b, "%s %s %s\n", mv.Path, mv.Version, h)
 		}
 	}
-	out := []byte(b.String())
-	if bytes.Equal(out, data) || len(out) == 0 && data == nil {
-		return false, nil
-	}
-	return true, os.WriteFile(name, out, 0o644)
+	return []byte(b.String())
 }
 
 // moduleHashes returns the go.sum hashes of m at v ("h1:" of the zip, and of its go.mod) as the

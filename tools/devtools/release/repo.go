@@ -195,27 +195,6 @@ func (r *Repo) Ordered(reqs map[*Module][]*Module) ([]*Module, error) {
 	return out, nil
 }
 
-// Closure returns the siblings m needs, directly or through other siblings, sorted by path.
-func Closure(m *Module, reqs map[*Module][]*Module) []*Module {
-	seen := map[*Module]bool{}
-	var walk func(x *Module)
-	walk = func(x *Module) {
-		for _, s := range reqs[x] {
-			if !seen[s] {
-				seen[s] = true
-				walk(s)
-			}
-		}
-	}
-	walk(m)
-	var out []*Module
-	for s := range seen {
-		out = append(out, s)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
-	return out
-}
-
 func readModFile(name string) (*modfile.File, error) {
 	data, err := os.ReadFile(name)
 	if err != nil {
