@@ -3,11 +3,25 @@ module github.com/velo-go/velo/tools/ibcheck
 go 1.26.0
 
 require (
-	github.com/cilium/ebpf v0.22.0
+	github.com/stretchr/testify v1.12.1
 	github.com/velo-go/velo/lanes v0.0.0-00010101000000-000000000000
 	github.com/velo-go/velo/mlx5dv v0.0.0-00010101000000-000000000000
 	github.com/velo-go/velo/rdmacm v0.0.0-00010101000000-000000000000
 	github.com/velo-go/velo/ucx v0.0.0-00010101000000-000000000000
 	github.com/velo-go/velo/velo v0.0.0-00010101000000-000000000000
 	github.com/velo-go/velo/verbs v0.0.0-00010101000000-000000000000
+)
+
+require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/cilium/ebpf v0.22.0 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/client_golang v1.25.0 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/common v0.72.0 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 )
