@@ -156,7 +156,7 @@ func TestReleaseFromAFileProxy(t *testing.T) {
 	t.Run("tidy", func(t *testing.T) {
 		start := time.Now()
 		r := execIn(t, rel.repo, nil, tool, "tidy", "-version", rel.version, "-proxy", rel.proxy, "-modcache", cache)
-		assert.Equal(t, 0, r.code, "%s", r.out)
+		require.Equal(t, 0, r.code, "%s", r.out)
 		t.Logf("go mod tidy -diff in every module of the release commit: %.1fs\n%s", time.Since(start).Seconds(), r.out)
 	})
 }
