@@ -13,7 +13,8 @@
 #                                         no two packages share a name, no file is named after a
 #                                         folder beside it), and test/release: a release commit
 #                                         of HEAD (in a clone) built by fresh modules from a file
-#                                         module proxy, with GOWORK=off and an empty module cache
+#                                         module proxy, with GOWORK=off and an empty module cache,
+#                                         and every module of it checked with go mod tidy -diff
 #   make tidy                             go mod tidy for every module, which cannot run in the
 #                                         workspace (no proxy has the siblings' version): a release
 #                                         of HEAD in a clone, go mod tidy there against its file
