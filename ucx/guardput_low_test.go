@@ -38,6 +38,9 @@ const lowGuard = 4096
 
 func newGuardPutTarget(t *testing.T, regLen int) *guardPutTarget {
 	p := newLowPair(t)
+	if p.ctx.protoV2 && p.ctx.traits.v2Experimental {
+		t.Skip("protocol v2 on UCX 1.13: the binding refuses AM sends with the reply flag, which the guarded requests need")
+	}
 	require.NoError(t, p.b.enableGuard(guardReqID, guardRepID))
 	require.NoError(t, p.b.enableGuardPut(guardPutReqID, guardPutRepID))
 	require.NoError(t, p.a.SetAMHandler(guardPutRepID))
