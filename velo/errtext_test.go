@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -22,6 +23,9 @@ func TestErrorTexts(t *testing.T) {
 	l, err := cons.Get(tctx(t), h)
 	require.NoError(t, err)
 	require.NoError(t, l.Release(tctx(t)))
+	// The owner ends the lease after Release returns; until then a Get names the ending lease
+	// rather than the freed slot, so wait for the slot to go.
+	require.Eventually(t, func() bool { s, l := owner.StagedCounts(); return s == 0 && l == 0 }, 5*time.Second, time.Millisecond)
 	ownerID := fmt.Sprintf("%016x", uint64(owner.ID()))
 	released := "rendezvous handle already released: handle{owner " + ownerID + ", slot 1, 1024 bytes}: its slot was freed" +
 		" (a handle is staged with one reference and Get then Release spends it: Ref it once per further Get, or end the lease with Detach to fetch again)"
