@@ -347,6 +347,13 @@ func (g *Messenger) maxInline(peer transport.InstanceID, overhead int) int {
 	return limit
 }
 
+// MaxInline is the largest payload a call of name to peer carries in its own frame: above it the
+// payload is staged by rendezvous (internal handlers get the staged token, not the bytes, so velo's
+// own protocols that carry data keep their requests at or below it).
+func (g *Messenger) MaxInline(peer transport.InstanceID, name string) int {
+	return g.maxInline(peer, wire.HeaderLen+1+len(name))
+}
+
 // prepare stages payload when it is too large to travel inline.
 func (g *Messenger) prepare(ctx context.Context, peer transport.InstanceID, overhead int, payload []byte) ([]byte, wire.Flags, error) {
 	if len(payload) <= g.maxInline(peer, overhead) {

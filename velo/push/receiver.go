@@ -1,0 +1,521 @@
+package push
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/rendezvous/rdma"
+	"github.com/velo-go/velo/velo/transport"
+)
+
+// GrantOptions configure Service.Grant.
+type GrantOptions struct {
+	// Ranges are the ranges of the region the writer may write (default: the whole region). They
+	// must lie inside the region, must not overlap each other, and must not overlap a live grant
+	// of another writer on the same region.
+	Ranges []Range
+	// TTL bounds the grant's life (default DefaultTTL).
+	TTL time.Duration
+	// OnNotify, when set, receives each notification, in order, on a goroutine of the service:
+	// keep it short (the writer's next notification waits for it). Without it notifications go to
+	// the Notifications channel.
+	OnNotify func(Notification)
+	// NotifyBuffer is the capacity of the Notifications channel (default DefaultNotifyBuffer). A
+	// receiver that does not read it holds up the writer's notifications, never its writes.
+	NotifyBuffer int
+}
+
+// Notification is what a writer said after a put: which ranges are now written, and its payload.
+type Notification struct {
+	Writer  transport.InstanceID
+	Grant   uint64
+	Ranges  []Range
+	Payload []byte
+}
+
+// Grant is a receiver's write grant: ranges of one region that one writer may write until the
+// grant ends. Its methods are safe for concurrent use.
+type Grant struct {
+	s         *Service
+	id        uint64
+	nonce     [16]byte
+	writer    transport.InstanceID
+	writerInc uint64
+	region    *rdma.Region
+	ranges    []Range
+	expires   time.Time
+	onNotify  func(Notification)
+	ch        chan Notification
+	unstage   func()
+	timer     *time.Timer
+
+	mu       sync.RWMutex // read-held by a chunk's copy; written to end the grant
+	ended    bool
+	why      error
+	decided  bool
+	rdmaPath bool
+	reason   metrics.Reason
+	keys     [][]byte
+	regEnds  []func()
+	deads    []<-chan struct{}
+	stop     chan struct{} // closed when the grant ends: a blocked delivery gives up
+	done     chan struct{}
+
+	dmu     sync.Mutex // one delivery at a time, in order
+	cmu     sync.Mutex
+	covered []Range       // sorted, merged: what notifications said is written
+	chunks  uint64        // chunks copied in (under cmu: orders the copies before notifications)
+	changed chan struct{} // closed and replaced when covered grows or the grant ends
+}
+
+// Grant gives writer ranges of region g for writing. The writer must be an instance this one knows
+// (RegisterPeer, or discovery): the grant is bound to its incarnation as known now. The handle goes
+// to the writer; the key behind it is given only to that writer, on its first put.
+func (s *Service) Grant(writer transport.InstanceID, inc uint64, g *rdma.Region, opts GrantOptions) (*Grant, error) {
+	if g == nil {
+		return nil, errors.New("push: Grant: nil region")
+	}
+	if writer == 0 || writer == s.cfg.Self {
+		return nil, fmt.Errorf("push: Grant: %w: the writer must be another instance", ErrNotGrantee)
+	}
+	size := uint64(len(g.Bytes()))
+	ranges := append([]Range(nil), opts.Ranges...)
+	if len(ranges) == 0 {
+		ranges = []Range{{0, size}}
+	}
+	if len(ranges) > MaxRanges {
+		return nil, fmt.Errorf("push: Grant: %w: %d ranges (at most %d)", ErrOutOfGrant, len(ranges), MaxRanges)
+	}
+	sort.Slice(ranges, func(i, j int) bool { return ranges[i].Offset < ranges[j].Offset })
+	for i, r := range ranges {
+		if r.Length == 0 || r.End() < r.Offset || r.End() > size {
+			return nil, fmt.Errorf("push: Grant: %w: range [%d, +%d) is empty or outside the %d-byte region", ErrOutOfGrant, r.Offset, r.Length, size)
+		}
+		if i > 0 && ranges[i-1].overlaps(r) {
+			return nil, fmt.Errorf("push: Grant: %w: ranges [%d, +%d) and [%d, +%d) overlap", ErrOverlap, ranges[i-1].Offset, ranges[i-1].Length, r.Offset, r.Length)
+		}
+	}
+	ttl := opts.TTL
+	if ttl == 0 {
+		ttl = DefaultTTL
+	}
+	if ttl < 0 {
+		return nil, fmt.Errorf("push: Grant: TTL %v is negative", ttl)
+	}
+	buf := opts.NotifyBuffer
+	if buf <= 0 {
+		buf = DefaultNotifyBuffer
+	}
+	gr := &Grant{s: s, writer: writer, writerInc: inc, region: g, ranges: ranges, expires: time.Now().Add(ttl),
+		onNotify: opts.OnNotify, stop: make(chan struct{}), done: make(chan struct{}), changed: make(chan struct{})}
+	if gr.onNotify == nil {
+		gr.ch = make(chan Notification, buf)
+	}
+	if _, err := rand.Read(gr.nonce[:]); err != nil {
+		return nil, fmt.Errorf("push: Grant: drawing its nonce: %w", err)
+	}
+	o, err := g.Stage()
+	if err != nil {
+		return nil, fmt.Errorf("push: Grant: %w", err)
+	}
+	gr.unstage = o.OnFree
+	s.mu.Lock()
+	switch {
+	case s.closed:
+		s.mu.Unlock()
+		o.OnFree()
+		return nil, fmt.Errorf("push: Grant: %w", ErrClosed)
+	case s.draining:
+		s.mu.Unlock()
+		o.OnFree()
+		return nil, fmt.Errorf("push: Grant: this instance drains: %w", ErrDraining)
+	}
+	for _, other := range s.grants {
+		if other.region != g || other.writer == writer {
+			continue
+		}
+		for _, a := range other.ranges {
+			for _, b := range ranges {
+				if a.overlaps(b) {
+					s.mu.Unlock()
+					o.OnFree()
+					return nil, fmt.Errorf("push: Grant: %w: [%d, +%d) overlaps grant %d of writer %016x", ErrOverlap, b.Offset, b.Length, other.id, uint64(other.writer))
+				}
+			}
+		}
+	}
+	s.nextID++
+	gr.id = s.nextID
+	s.grants[gr.id] = gr
+	s.m.grants.Set(float64(len(s.grants)))
+	s.mu.Unlock()
+	gr.timer = time.AfterFunc(ttl, func() { gr.end(ErrGrantEnded, "it expired") })
+	return gr, nil
+}
+
+// ID is the grant's number on this receiver.
+func (gr *Grant) ID() uint64 { return gr.id }
+
+// Writer is the instance the grant names.
+func (gr *Grant) Writer() transport.InstanceID { return gr.writer }
+
+// Ranges are the granted ranges, in the region's offsets.
+func (gr *Grant) Ranges() []Range { return append([]Range(nil), gr.ranges...) }
+
+// Handle is what the writer needs: give it to the writer in a message.
+func (gr *Grant) Handle() GrantHandle {
+	return GrantHandle{Receiver: gr.s.cfg.Self, Writer: gr.writer, ID: gr.id, Nonce: gr.nonce,
+		Expires: uint64(gr.expires.UnixMilli()), Ranges: gr.Ranges()}
+}
+
+// Notifications delivers the writer's notifications in order when GrantOptions.OnNotify is not
+// set (nil otherwise). It is closed once the grant ended.
+func (gr *Grant) Notifications() <-chan Notification { return gr.ch }
+
+// Done is closed once the grant ended and no write through its keys can land any more: from then on
+// the region's memory is the receiver's alone.
+func (gr *Grant) Done() <-chan struct{} { return gr.done }
+
+// Err is why the grant ended (nil while it lives).
+func (gr *Grant) Err() error {
+	gr.mu.RLock()
+	defer gr.mu.RUnlock()
+	return gr.why
+}
+
+// Revoke ends the grant now: later puts fail with ErrGrantEnded, its keys are revoked, and Done
+// says when no write in flight can land any more (a writer stalled in the middle of a put does not
+// keep the memory: its endpoints are closed with force past the registry's ForceCloseAfter, as a
+// stalled reader's are). It is idempotent.
+func (gr *Grant) Revoke(ctx context.Context) error {
+	gr.end(ErrGrantEnded, "the receiver revoked it")
+	return ctx.Err()
+}
+
+// Wait returns once notifications have covered every byte of ranges (all the grant's ranges when
+// none are given), or with the grant's end or ctx's error.
+func (gr *Grant) Wait(ctx context.Context, ranges ...Range) error {
+	if len(ranges) == 0 {
+		ranges = gr.ranges
+	}
+	for {
+		gr.cmu.Lock()
+		all := true
+		for _, r := range ranges {
+			if !covers(gr.covered, r) {
+				all = false
+				break
+			}
+		}
+		ch := gr.changed
+		gr.cmu.Unlock()
+		if all {
+			return nil
+		}
+		select {
+		case <-gr.stop:
+			return fmt.Errorf("push: Wait: %w", gr.Err())
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// end ends the grant once: no chunk is copied after it returns from taking the lock, its keys are
+// revoked (quarantined by the registry while a write may be in flight), and Done closes once they
+// are dead.
+func (gr *Grant) end(sentinel error, why string) {
+	gr.mu.Lock()
+	if gr.ended {
+		gr.mu.Unlock()
+		return
+	}
+	gr.ended = true
+	gr.why = fmt.Errorf("grant %d of writer %016x ended: %s: %w", gr.id, uint64(gr.writer), why, sentinel)
+	close(gr.stop)
+	ends, deads := gr.regEnds, gr.deads
+	gr.regEnds = nil
+	gr.mu.Unlock()
+	if gr.timer != nil {
+		gr.timer.Stop()
+	}
+	s := gr.s
+	s.mu.Lock()
+	if s.grants[gr.id] == gr {
+		delete(s.grants, gr.id)
+	}
+	s.m.grants.Set(float64(len(s.grants)))
+	s.mu.Unlock()
+	for _, e := range ends {
+		e()
+	}
+	if gr.ch != nil {
+		gr.dmu.Lock() // a delivery in progress sees stop and returns
+		close(gr.ch)
+		gr.dmu.Unlock()
+	}
+	gr.cmu.Lock()
+	close(gr.changed)
+	gr.changed = make(chan struct{})
+	gr.cmu.Unlock()
+	s.log.Debug("push: a write grant ended", "grant", gr.id, "writer", fmt.Sprintf("%016x", uint64(gr.writer)), "why", why)
+	go func() {
+		for _, d := range deads {
+			<-d
+		}
+		gr.unstage()
+		close(gr.done)
+	}()
+}
+
+// lookup finds the live grant ref names for from, checking the nonce, the writer and its
+// incarnation.
+func (s *Service) lookup(ref grantRef, from transport.InstanceID) (*Grant, error) {
+	s.mu.Lock()
+	gr := s.grants[ref.ID]
+	closed, draining := s.closed, s.draining
+	s.mu.Unlock()
+	switch {
+	case closed:
+		return nil, receiverErr(opErrorf(ErrGrantEnded, "the receiver closed"))
+	case draining:
+		return nil, receiverErr(opErrorf(ErrGrantEnded, "the receiver drains"))
+	case gr == nil:
+		return nil, receiverErr(opErrorf(ErrGrantEnded, "no live grant %d on this receiver (revoked, expired, or never granted)", ref.ID))
+	case gr.nonce != ref.Nonce:
+		return nil, receiverErr(opErrorf(ErrBadGrant, "grant %d's nonce does not match", ref.ID))
+	case gr.writer != from:
+		return nil, receiverErr(opErrorf(ErrNotGrantee, "grant %d names writer %016x, not %016x", ref.ID, uint64(gr.writer), uint64(from)))
+	}
+	if s.cfg.Incarnation != nil && gr.writerInc != 0 {
+		if inc, ok := s.cfg.Incarnation(from); ok && inc != gr.writerInc {
+			gr.end(ErrGrantEnded, "its writer restarted")
+			return nil, receiverErr(opErrorf(ErrGrantEnded, "grant %d was given to incarnation %016x of its writer, which restarted", ref.ID, gr.writerInc))
+		}
+	}
+	return gr, nil
+}
+
+func (s *Service) onAcquire(ctx context.Context, from transport.InstanceID, p []byte) ([][]byte, func(), error) {
+	req, err := decodeAcquireRequest(p)
+	if err != nil {
+		return nil, nil, receiverErr(opErrorf(ErrBadGrant, "acquire: %v", err))
+	}
+	if err := s.authorize(from); err != nil {
+		return nil, nil, err
+	}
+	gr, err := s.lookup(req.Ref, from)
+	if err != nil {
+		return nil, nil, err
+	}
+	resp, err := gr.acquire(req.Offer)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := resp.append(nil)
+	return [][]byte{b}, nil, err
+}
+
+// acquire decides the grant's path for its writer, once: with an offer and pinned memory it
+// registers every range for writing (one key each), and otherwise, or when a registration fails,
+// it answers chunked with the reason.
+func (gr *Grant) acquire(offer bool) (acquireResponse, error) {
+	s := gr.s
+	gr.mu.Lock()
+	defer gr.mu.Unlock()
+	if gr.ended {
+		return acquireResponse{}, receiverErr(gr.why)
+	}
+	if !gr.decided || (!gr.rdmaPath && offer && gr.reason == metrics.ReasonNoOffer) {
+		gr.decide(offer)
+	}
+	resp := acquireResponse{RDMA: gr.rdmaPath, Reason: string(gr.reason), ChunkSize: uint32(s.cfg.ChunkSize),
+		TTLMillis: uint64(max(time.Until(gr.expires), 0) / time.Millisecond)}
+	if gr.rdmaPath {
+		resp.Keys = gr.keys
+	}
+	path := metrics.PathChunked
+	if gr.rdmaPath {
+		path = metrics.PathRDMA
+	}
+	s.m.countPath("receiver", path, gr.reason, 1)
+	return resp, nil
+}
+
+// decide runs under gr.mu.
+func (gr *Grant) decide(offer bool) {
+	s := gr.s
+	gr.decided = true
+	switch {
+	case s.cfg.Registry == nil:
+		gr.reason = metrics.ReasonNotConfigured
+		return
+	case !offer:
+		gr.reason = metrics.ReasonNoOffer
+		return
+	}
+	keys := make([][]byte, 0, len(gr.ranges))
+	var ends []func()
+	var deads []<-chan struct{}
+	for _, r := range gr.ranges {
+		key, end, dead, reason, err := s.cfg.Registry.ServeWrite(gr.region, int(r.Offset), int(r.Length), gr.writer, gr.id)
+		if err != nil {
+			for _, e := range ends {
+				e()
+			}
+			gr.deads = append(gr.deads, deads...)
+			gr.reason = reason
+			s.log.Debug("push: a grant takes the chunked path", "grant", gr.id, "reason", reason, "err", err)
+			return
+		}
+		keys, ends, deads = append(keys, key), append(ends, end), append(deads, dead)
+	}
+	gr.rdmaPath, gr.reason, gr.keys, gr.regEnds = true, metrics.ReasonOK, keys, ends
+	gr.deads = append(gr.deads, deads...)
+}
+
+func (s *Service) onWrite(ctx context.Context, from transport.InstanceID, p []byte) ([][]byte, func(), error) {
+	h, data, err := decodeWrite(p)
+	if err != nil {
+		return nil, nil, receiverErr(opErrorf(ErrBadGrant, "write: %v", err))
+	}
+	if err := s.authorize(from); err != nil {
+		return nil, nil, err
+	}
+	gr, err := s.lookup(h.Ref, from)
+	if err != nil {
+		return nil, nil, err
+	}
+	n := uint64(len(data))
+	if n == 0 || gr.rangeOf(h.Offset, n) < 0 {
+		return nil, nil, receiverErr(opErrorf(ErrOutOfGrant, "[%d, +%d) is not inside a range of grant %d", h.Offset, n, gr.id))
+	}
+	gr.mu.RLock()
+	if gr.ended {
+		gr.mu.RUnlock()
+		return nil, nil, receiverErr(gr.why)
+	}
+	copy(gr.region.Bytes()[h.Offset:], data)
+	gr.mu.RUnlock()
+	// The copy happens before every later notification's delivery and Wait (both take cmu), so a
+	// receiver that reads the range after either sees the bytes, as the memory model says it.
+	gr.cmu.Lock()
+	gr.chunks++
+	gr.cmu.Unlock()
+	s.m.addBytes("received", metrics.PathChunked, len(data))
+	return nil, nil, nil
+}
+
+func (gr *Grant) rangeOf(off, n uint64) int {
+	for i, r := range gr.ranges {
+		if r.contains(off, n) {
+			return i
+		}
+	}
+	return -1
+}
+
+func (s *Service) onNotify(ctx context.Context, from transport.InstanceID, p []byte) ([][]byte, func(), error) {
+	m, err := decodeNotify(p)
+	if err != nil {
+		return nil, nil, receiverErr(opErrorf(ErrBadGrant, "notify: %v", err))
+	}
+	if err := s.authorize(from); err != nil {
+		return nil, nil, err
+	}
+	gr, err := s.lookup(m.Ref, from)
+	if err != nil {
+		return nil, nil, err
+	}
+	codes := make([]byte, len(m.Entries))
+	gr.dmu.Lock()
+	defer gr.dmu.Unlock()
+	for i, e := range m.Entries {
+		ok := true
+		for _, r := range e.Ranges {
+			if gr.rangeOf(r.Offset, r.Length) < 0 {
+				ok = false
+			}
+		}
+		if !ok {
+			codes[i] = notifyRange
+			continue
+		}
+		select {
+		case <-gr.stop:
+			codes[i] = notifyEnded
+			continue
+		default:
+		}
+		n := Notification{Writer: from, Grant: gr.id, Ranges: e.Ranges, Payload: e.Payload}
+		gr.cover(e.Ranges)
+		if gr.onNotify != nil {
+			gr.onNotify(n)
+			continue
+		}
+		select {
+		case gr.ch <- n:
+		case <-gr.stop:
+			codes[i] = notifyEnded
+		}
+	}
+	return [][]byte{codes}, nil, nil
+}
+
+// cover adds ranges to what notifications said is written and wakes Wait.
+func (gr *Grant) cover(rs []Range) {
+	gr.cmu.Lock()
+	for _, r := range rs {
+		gr.covered = addRange(gr.covered, r)
+	}
+	close(gr.changed)
+	gr.changed = make(chan struct{})
+	gr.cmu.Unlock()
+}
+
+// addRange adds r to a sorted list of disjoint ranges, merging what touches it.
+func addRange(set []Range, r Range) []Range {
+	out := make([]Range, 0, len(set)+1)
+	lo, hi := r.Offset, r.End()
+	placed := false
+	for _, x := range set {
+		switch {
+		case x.End() < lo:
+			out = append(out, x)
+		case x.Offset > hi:
+			if !placed {
+				out = append(out, Range{lo, hi - lo})
+				placed = true
+			}
+			out = append(out, x)
+		default:
+			lo, hi = min(lo, x.Offset), max(hi, x.End())
+		}
+	}
+	if !placed {
+		out = append(out, Range{lo, hi - lo})
+	}
+	return out
+}
+
+// covers reports whether the sorted disjoint set holds every byte of r.
+func covers(set []Range, r Range) bool {
+	for _, x := range set {
+		if x.Offset <= r.Offset && x.End() >= r.End() {
+			return true
+		}
+	}
+	return false
+}
+
+// opErrorf is an error wrapping sentinel with a message.
+func opErrorf(sentinel error, format string, args ...any) error {
+	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), sentinel)
+}

@@ -1,0 +1,451 @@
+package push
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/velo-go/velo/velo/messenger"
+	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/transport"
+)
+
+// PutRequest is one entry of PutBatch: Src to Offset of the receiver's region (inside one of the
+// grant's ranges), with a notification after it when Notify is set.
+type PutRequest struct {
+	Offset  uint64
+	Src     []byte
+	Notify  bool
+	Payload []byte
+}
+
+// BatchOptions configure PutBatch.
+type BatchOptions struct {
+	// Notify sends one notification after every entry of the batch succeeded, covering all their
+	// ranges, with Payload; it is not sent when an entry failed.
+	Notify  bool
+	Payload []byte
+	// Window is how many writes (or chunks) are in flight at once (default Config.Window).
+	Window int
+}
+
+// heldKey names a grant this side acquired.
+type heldKey struct {
+	receiver transport.InstanceID
+	id       uint64
+}
+
+// held is an acquired grant: the path the receiver chose and, on the RDMA path, its keys.
+type held struct {
+	mu       sync.Mutex
+	acquired bool
+	rdma     bool
+	reason   metrics.Reason
+	keys     [][]byte
+	chunk    int
+}
+
+// Put writes src at offset of the receiver's region through h, and then, with notify, sends
+// payload as a notification that reaches the receiver only after the bytes. It returns once the
+// bytes are in the receiver's memory (and the notification was delivered, when asked for).
+func (s *Service) Put(ctx context.Context, h GrantHandle, offset uint64, src []byte, notify bool, payload []byte) error {
+	errs, nerr := s.PutBatch(ctx, h, []PutRequest{{Offset: offset, Src: src, Notify: notify, Payload: payload}}, BatchOptions{})
+	if errs[0] != nil {
+		return errs[0]
+	}
+	return nerr
+}
+
+// PutBatch writes every entry through h, window at a time, each failing alone; an entry's own
+// notification goes out as soon as its bytes are in the receiver's memory, and the batch's (opts)
+// once all are. It returns one error per entry (nil: written, and its notification delivered) and
+// the batch notification's error (nil when it was delivered or not asked for). Nothing is sent for
+// an entry that fails the local checks (empty, outside the grant, a payload above the limit), and
+// nothing at all when the handle is not this instance's.
+func (s *Service) PutBatch(ctx context.Context, h GrantHandle, reqs []PutRequest, opts BatchOptions) ([]error, error) {
+	errs := make([]error, len(reqs))
+	failAll := func(err error) ([]error, error) {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+		if opts.Notify {
+			return errs, fmt.Errorf("push: the batch notification was not sent: %w", err)
+		}
+		return errs, nil
+	}
+	switch {
+	case h.IsZero() || len(h.Ranges) == 0:
+		return failAll(opErr("put", fmt.Errorf("a zero grant handle: %w", ErrBadGrant)))
+	case h.Writer != s.cfg.Self:
+		return failAll(opErr("put", fmt.Errorf("the handle grants writer %016x, this is %016x: %w", uint64(h.Writer), uint64(s.cfg.Self), ErrNotGrantee)))
+	case opts.Notify && len(opts.Payload) > s.cfg.MaxNotify:
+		return failAll(opErr("put", fmt.Errorf("a batch notification of %d bytes exceeds %d: %w", len(opts.Payload), s.cfg.MaxNotify, ErrNotifyTooLarge)))
+	}
+	if err := ctx.Err(); err != nil {
+		return failAll(err)
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return failAll(opErr("put", ErrClosed))
+	}
+	var valid []int
+	for i, r := range reqs {
+		n := uint64(len(r.Src))
+		switch {
+		case n == 0:
+			errs[i] = opErr("put", fmt.Errorf("entry %d: %w", i, ErrEmptyPut))
+		case h.rangeOf(r.Offset, n) < 0:
+			errs[i] = opErr("put", fmt.Errorf("entry %d: [%d, +%d) is not inside a range of grant %d: %w", i, r.Offset, n, h.ID, ErrOutOfGrant))
+		case r.Notify && len(r.Payload) > s.cfg.MaxNotify:
+			errs[i] = opErr("put", fmt.Errorf("entry %d: a notification of %d bytes exceeds %d: %w", i, len(r.Payload), s.cfg.MaxNotify, ErrNotifyTooLarge))
+		default:
+			valid = append(valid, i)
+		}
+	}
+	if len(valid) == 0 {
+		if opts.Notify {
+			return errs, errors.New("push: the batch notification was not sent: no entry was written")
+		}
+		return errs, nil
+	}
+	hd, err := s.acquire(ctx, h)
+	if err != nil {
+		for _, i := range valid {
+			errs[i] = err
+		}
+		if opts.Notify {
+			return errs, fmt.Errorf("push: the batch notification was not sent: %w", err)
+		}
+		return errs, nil
+	}
+	window := opts.Window
+	if window <= 0 {
+		window = s.cfg.Window
+	}
+	ref := grantRef{ID: h.ID, Nonce: h.Nonce}
+	nt := s.notifier(h.Receiver)
+	var notes sync.WaitGroup
+	var nmu sync.Mutex
+	written := func(i int, err error) {
+		if err != nil {
+			errs[i] = err
+			return
+		}
+		r := reqs[i]
+		if !r.Notify {
+			return
+		}
+		notes.Add(1)
+		nt.enqueue(ref, notifyEntry{Ranges: []Range{{r.Offset, uint64(len(r.Src))}}, Payload: r.Payload}, func(err error) {
+			if err != nil {
+				nmu.Lock()
+				errs[i] = opErr("notify", err)
+				nmu.Unlock()
+			}
+			notes.Done()
+		})
+	}
+	if hd.rdma {
+		s.putRDMA(ctx, h, hd, reqs, valid, window, written)
+	} else {
+		s.putChunked(ctx, h, hd, ref, reqs, valid, window, written)
+	}
+	notes.Wait()
+	if !opts.Notify {
+		return errs, nil
+	}
+	var ranges []Range
+	for _, i := range valid {
+		if errs[i] != nil {
+			return errs, fmt.Errorf("push: the batch notification was not sent: entry %d failed: %w", i, errs[i])
+		}
+		ranges = append(ranges, Range{reqs[i].Offset, uint64(len(reqs[i].Src))})
+	}
+	if len(ranges) > MaxRanges {
+		ranges = coalesce(ranges)
+	}
+	done := make(chan error, 1)
+	nt.enqueue(ref, notifyEntry{Ranges: ranges, Payload: opts.Payload}, func(err error) { done <- err })
+	return errs, opErr("notify", <-done)
+}
+
+// coalesce merges ranges (a batch notification over more than MaxRanges entries).
+func coalesce(rs []Range) []Range {
+	var set []Range
+	for _, r := range rs {
+		set = addRange(set, r)
+	}
+	return set
+}
+
+// acquire returns the grant's path, asking the receiver on the first put.
+func (s *Service) acquire(ctx context.Context, h GrantHandle) (*held, error) {
+	k := heldKey{h.Receiver, h.ID}
+	s.wmu.Lock()
+	hd := s.held[k]
+	if hd == nil {
+		hd = &held{}
+		s.held[k] = hd
+	}
+	s.wmu.Unlock()
+	hd.mu.Lock()
+	defer hd.mu.Unlock()
+	if hd.acquired {
+		return hd, nil
+	}
+	offer := s.cfg.Writer != nil && s.cfg.CanRMA != nil && s.cfg.CanRMA(h.Receiver)
+	req := acquireRequest{Ref: grantRef{ID: h.ID, Nonce: h.Nonce}, Offer: offer}
+	ans, err := s.cfg.Messenger.Request(ctx, h.Receiver, opAcquire, req.append(nil))
+	if err != nil {
+		s.forget(k)
+		return nil, opErr("acquire", err)
+	}
+	resp, err := decodeAcquireResponse(ans)
+	if err != nil {
+		s.forget(k)
+		return nil, opErr("acquire", fmt.Errorf("%w: the receiver's answer: %v", messenger.ErrProtocol, err))
+	}
+	if resp.RDMA && len(resp.Keys) != len(h.Ranges) {
+		s.forget(k)
+		return nil, opErr("acquire", fmt.Errorf("%w: %d keys for %d ranges", messenger.ErrProtocol, len(resp.Keys), len(h.Ranges)))
+	}
+	hd.acquired, hd.rdma, hd.keys = true, resp.RDMA, resp.Keys
+	hd.reason = metrics.Reason(resp.Reason)
+	// A chunk travels inside its request: above what the messenger sends inline it would be staged,
+	// and the receiver's handler would get a token instead of the bytes.
+	inline := s.cfg.Messenger.MaxInline(h.Receiver, opWrite) - writeHeaderLen
+	hd.chunk = max(min(int(resp.ChunkSize), s.cfg.ChunkSize, inline), 1<<10)
+	if !resp.RDMA && offer {
+		s.log.Debug("push: the receiver answered a grant on the chunked path", "receiver", fmt.Sprintf("%016x", uint64(h.Receiver)), "grant", h.ID, "reason", resp.Reason)
+	}
+	return hd, nil
+}
+
+// forget drops an acquired grant (it ended, or its acquire failed).
+func (s *Service) forget(k heldKey) {
+	s.wmu.Lock()
+	delete(s.held, k)
+	s.wmu.Unlock()
+}
+
+// putRDMA writes the valid entries through the grant's keys.
+func (s *Service) putRDMA(ctx context.Context, h GrantHandle, hd *held, reqs []PutRequest, valid []int, window int, written func(int, error)) {
+	ws := make([]transport.Write, len(valid))
+	for j, i := range valid {
+		r := reqs[i]
+		k := h.rangeOf(r.Offset, uint64(len(r.Src)))
+		ws[j] = transport.Write{Key: hd.keys[k], Offset: r.Offset - h.Ranges[k].Offset, Src: r.Src}
+	}
+	s.m.countPath("writer", metrics.PathRDMA, metrics.ReasonOK, len(valid))
+	s.cfg.Writer.WriteMany(ctx, h.Receiver, ws, window, func(j int, err error) {
+		i := valid[j]
+		if err != nil {
+			// The next put asks the receiver again, and learns why (or gets a fresh path).
+			s.forget(heldKey{h.Receiver, h.ID})
+			if errors.Is(err, transport.ErrKeyRevoked) {
+				err = fmt.Errorf("the receiver revoked the grant's key: %w: %w", ErrGrantEnded, err)
+			}
+			written(i, opErr("put", err))
+			return
+		}
+		s.m.addBytes("sent", metrics.PathRDMA, len(reqs[i].Src))
+		written(i, nil)
+	})
+}
+
+// putChunked sends the valid entries to the receiver in chunks, window of them in flight.
+func (s *Service) putChunked(ctx context.Context, h GrantHandle, hd *held, ref grantRef, reqs []PutRequest, valid []int, window int, written func(int, error)) {
+	s.m.countPath("writer", metrics.PathChunked, hd.reason, len(valid))
+	type piece struct {
+		i   int
+		off int
+		n   int
+	}
+	var pieces []piece
+	left := map[int]int{}
+	for _, i := range valid {
+		for off := 0; off < len(reqs[i].Src); off += hd.chunk {
+			pieces = append(pieces, piece{i, off, min(hd.chunk, len(reqs[i].Src)-off)})
+			left[i]++
+		}
+	}
+	var mu sync.Mutex
+	failed := map[int]error{}
+	finish := func(p piece, err error) {
+		mu.Lock()
+		if err != nil && failed[p.i] == nil {
+			failed[p.i] = err
+		}
+		left[p.i]--
+		last := left[p.i] == 0
+		ferr := failed[p.i]
+		mu.Unlock()
+		if last {
+			if ferr == nil {
+				s.m.addBytes("sent", metrics.PathChunked, len(reqs[p.i].Src))
+			}
+			written(p.i, ferr)
+		}
+	}
+	work := make(chan piece)
+	var wg sync.WaitGroup
+	for range min(window, len(pieces)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range work {
+				mu.Lock()
+				skip := failed[p.i]
+				mu.Unlock()
+				if skip != nil {
+					finish(p, skip)
+					continue
+				}
+				finish(p, s.sendChunk(ctx, h, ref, reqs[p.i], p.off, p.n))
+			}
+		}()
+	}
+	for _, p := range pieces {
+		work <- p
+	}
+	close(work)
+	wg.Wait()
+}
+
+func (s *Service) sendChunk(ctx context.Context, h GrantHandle, ref grantRef, r PutRequest, off, n int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	hdr := writeHeader{Ref: ref, Offset: r.Offset + uint64(off)}
+	msg := make([]byte, 0, writeHeaderLen+n)
+	msg = hdr.append(msg)
+	msg = append(msg, r.Src[off:off+n]...)
+	if _, err := s.cfg.Messenger.Request(ctx, h.Receiver, opWrite, msg); err != nil {
+		err = opErr("put", err)
+		if errors.Is(err, ErrGrantEnded) || errors.Is(err, ErrBadGrant) {
+			s.forget(heldKey{h.Receiver, h.ID})
+		}
+		return err
+	}
+	return nil
+}
+
+// notifier sends one writer's notifications to one receiver: one message at a time, each carrying
+// every notification queued meanwhile (of one grant), so they arrive in the order they were queued
+// and none overtakes another.
+type notifier struct {
+	s    *Service
+	peer transport.InstanceID
+
+	mu    sync.Mutex
+	queue []pendingNote
+	busy  bool
+}
+
+type pendingNote struct {
+	ref   grantRef
+	entry notifyEntry
+	done  func(error)
+}
+
+func (s *Service) notifier(peer transport.InstanceID) *notifier {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	n := s.notifiers[peer]
+	if n == nil {
+		n = &notifier{s: s, peer: peer}
+		s.notifiers[peer] = n
+	}
+	return n
+}
+
+// enqueue queues a notification whose bytes are already in the receiver's memory; done gets its
+// outcome.
+func (n *notifier) enqueue(ref grantRef, e notifyEntry, done func(error)) {
+	n.mu.Lock()
+	n.queue = append(n.queue, pendingNote{ref, e, done})
+	start := !n.busy
+	n.busy = true
+	n.mu.Unlock()
+	if start {
+		go n.run()
+	}
+}
+
+// maxNotifyBytes bounds the payload bytes of one notification message.
+const maxNotifyBytes = 4 << 20
+
+func (n *notifier) run() {
+	for {
+		n.mu.Lock()
+		if len(n.queue) == 0 {
+			n.busy = false
+			n.mu.Unlock()
+			return
+		}
+		ref := n.queue[0].ref
+		k, bytes := 0, 0
+		for k < len(n.queue) && k < maxNotifyEntries && n.queue[k].ref == ref && (k == 0 || bytes+len(n.queue[k].entry.Payload) <= maxNotifyBytes) {
+			bytes += len(n.queue[k].entry.Payload)
+			k++
+		}
+		batch := append([]pendingNote(nil), n.queue[:k]...)
+		n.queue = append(n.queue[:0], n.queue[k:]...)
+		n.mu.Unlock()
+		n.send(ref, batch)
+	}
+}
+
+func (n *notifier) send(ref grantRef, batch []pendingNote) {
+	m := notifyMessage{Ref: ref}
+	for _, p := range batch {
+		m.Entries = append(m.Entries, p.entry)
+	}
+	fail := func(err error) {
+		for _, p := range batch {
+			p.done(err)
+		}
+	}
+	b, err := m.append(nil)
+	if err != nil {
+		fail(err)
+		return
+	}
+	ctx, cancel := bg()
+	defer cancel()
+	start := time.Now()
+	ans, err := n.s.cfg.Messenger.Request(ctx, n.peer, opNotify, b)
+	if err != nil {
+		if errors.Is(opErr("notify", err), ErrGrantEnded) {
+			n.s.forget(heldKey{n.peer, ref.ID})
+		}
+		fail(err)
+		return
+	}
+	codes, err := decodeNotifyAnswer(ans, len(batch))
+	if err != nil {
+		fail(fmt.Errorf("%w: %v", messenger.ErrProtocol, err))
+		return
+	}
+	for i, p := range batch {
+		switch codes[i] {
+		case notifyOK:
+			p.done(nil)
+		case notifyEnded:
+			p.done(fmt.Errorf("grant %d ended before the notification was delivered: %w", ref.ID, ErrGrantEnded))
+		case notifyRange:
+			p.done(fmt.Errorf("the notification names a range outside grant %d: %w", ref.ID, ErrOutOfGrant))
+		default:
+			p.done(fmt.Errorf("%w: notification answer code %d", messenger.ErrProtocol, codes[i]))
+		}
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		n.s.log.Warn("push: a notification took long to be delivered (the receiver's handler or channel holds it up)", "receiver", fmt.Sprintf("%016x", uint64(n.peer)), "took", d)
+	}
+}

@@ -1,0 +1,326 @@
+package velo
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/push"
+)
+
+// Push tests that need no RDMA: every put takes the chunked path over the TCP control plane. The
+// same behaviours over the real UCX transport are in push_ucx_test.go.
+
+// pushGuard is how many bytes on each side of a granted range no put may touch.
+const pushGuard = 4096
+
+// pushFixture is a receiver with a region whose middle is granted to the writer, and guard bytes
+// around the grant that the tests check after every step.
+type pushFixture struct {
+	recv, writer *Velo
+	region       *Region
+	grant        *WriteGrant
+	h            GrantHandle
+	span         GrantRange // the granted range
+	guard        []byte     // the region's bytes as the tests expect them
+}
+
+func newPushFixture(t *testing.T, recv, writer *Velo, size int, opts GrantOptions) *pushFixture {
+	t.Helper()
+	ctx := tctx(t)
+	g, err := recv.NewRegion(size + 2*pushGuard)
+	require.NoError(t, err)
+	t.Cleanup(g.Free)
+	copy(g.Bytes(), payload(len(g.Bytes()), 999))
+	f := &pushFixture{recv: recv, writer: writer, region: g, span: GrantRange{Offset: pushGuard, Length: uint64(size)},
+		guard: append([]byte(nil), g.Bytes()...)}
+	if len(opts.Ranges) == 0 {
+		opts.Ranges = []GrantRange{f.span}
+	}
+	f.grant, err = recv.GrantWrite(ctx, writer.ID(), g, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.grant.Revoke(context.Background()) })
+	f.h = f.grant.Handle()
+	// The handle travels as text, as an application would send it.
+	text, err := f.h.MarshalText()
+	require.NoError(t, err)
+	var back GrantHandle
+	require.NoError(t, back.UnmarshalText(text))
+	require.Equal(t, f.h, back)
+	return f
+}
+
+// put writes src at off (in the grant's terms) and records what the region should hold.
+func (f *pushFixture) put(t *testing.T, off int, src []byte, opts *PutOptions) error {
+	t.Helper()
+	err := f.writer.Put(tctx(t), f.h, f.span.Offset+uint64(off), src, opts)
+	if err == nil {
+		copy(f.guard[f.span.Offset+uint64(off):], src)
+	}
+	return err
+}
+
+// check compares the whole region, guard bytes included, with what the tests wrote.
+func (f *pushFixture) check(t *testing.T, what string) {
+	t.Helper()
+	got := f.region.Bytes()
+	if bytes.Equal(got, f.guard) {
+		return
+	}
+	for i := range got {
+		if got[i] != f.guard[i] {
+			where := "inside the grant"
+			if uint64(i) < f.span.Offset || uint64(i) >= f.span.End() {
+				where = "OUTSIDE the grant"
+			}
+			t.Fatalf("%s: byte %d (%s) is %#x, want %#x", what, i, where, got[i], f.guard[i])
+		}
+	}
+}
+
+// pushPair is a receiver and a writer that registered each other.
+func pushPair(t *testing.T, opts ...Option) (recv, writer *Velo) {
+	t.Helper()
+	recv, writer = pair(t, opts...)
+	require.NoError(t, writer.RegisterPeer(tctx(t), recv.PeerInfo()))
+	return recv, writer
+}
+
+// checkGuards compares only the bytes outside the grant, which no put may ever write: a test may
+// read them while puts are in flight (reading the granted bytes then would race with the
+// receiver's copies, which the race detector cannot see ordered by the network).
+func (f *pushFixture) checkGuards(t *testing.T, what string) {
+	t.Helper()
+	got := f.region.Bytes()
+	for _, r := range [][2]uint64{{0, f.span.Offset}, {f.span.End(), uint64(len(got))}} {
+		if !bytes.Equal(got[r[0]:r[1]], f.guard[r[0]:r[1]]) {
+			t.Fatalf("%s: the bytes in [%d, %d), outside the grant, changed", what, r[0], r[1])
+		}
+	}
+}
+
+func pushPath(t *testing.T, v *Velo, side string, p metrics.Path, r metrics.Reason) float64 {
+	t.Helper()
+	return metric(t, v, push.PathTotal, map[string]string{"side": side, "path": string(p), "reason": string(r)})
+}
+
+// TestPushChunked: without RDMA every put goes by chunks over the control plane, sizes across the
+// chunk boundary are written byte for byte, the guard bytes stay, and the path metric says chunked
+// with the pull path's reason on both sides.
+func TestPushChunked(t *testing.T) {
+	recv, writer := pushPair(t)
+	f := newPushFixture(t, recv, writer, 20<<20, GrantOptions{})
+	// The ranges overlap: each put rewrites part of the one before. The receiver reads the region
+	// once the last notification came (reading it while the writer writes would be a race).
+	sizes := []int{1, 1 << 10, push.DefaultChunkSize - 1, push.DefaultChunkSize, push.DefaultChunkSize + 1, 16 << 20}
+	for i, n := range sizes {
+		require.NoError(t, f.put(t, i*7, payload(n, uint64(i)), &PutOptions{Notify: true}), "%d bytes", n)
+	}
+	for i, n := range sizes {
+		nt := <-f.grant.Notifications()
+		require.Equal(t, []GrantRange{{Offset: f.span.Offset + uint64(i*7), Length: uint64(n)}}, nt.Ranges, "notifications come in order")
+	}
+	f.check(t, "after the puts")
+	assert.Equal(t, 6.0, pushPath(t, writer, "writer", metrics.PathChunked, metrics.ReasonNotConfigured))
+	assert.Equal(t, 1.0, pushPath(t, recv, "receiver", metrics.PathChunked, metrics.ReasonNotConfigured))
+}
+
+// TestPushNotificationsAfterData: a batch of 1,000 puts of 64 KiB into a 64 MiB region with a
+// notification each; the receiver checks every notified range the moment its notification arrives
+// and never finds it incomplete; every notification arrives once, and in the writer's order for
+// puts of one notifier message. Wait sees the ranges covered.
+func TestPushNotificationsAfterData(t *testing.T) {
+	recv, writer := pushPair(t)
+	testPushNotifications(t, recv, writer, metrics.PathChunked)
+}
+
+func testPushNotifications(t *testing.T, recv, writer *Velo, want metrics.Path) {
+	const n, size = 1000, 64 << 10
+	src := payload(n*size, 77)
+	sums := make([][32]byte, n)
+	for i := range sums {
+		sums[i] = sha256.Sum256(src[i*size : (i+1)*size])
+	}
+	var early, seen atomic.Int64
+	var mu sync.Mutex
+	count := map[uint32]int{}
+	var f *pushFixture
+	f = newPushFixture(t, recv, writer, n*size, GrantOptions{OnNotify: func(nt Notification) {
+		seen.Add(1)
+		if string(nt.Payload) == "batch done" {
+			if len(nt.Ranges) != n {
+				early.Add(1000000) // the batch notification covers every entry's range
+			}
+			return
+		}
+		i := binary.BigEndian.Uint32(nt.Payload)
+		r := nt.Ranges[0]
+		got := f.region.Bytes()[r.Offset : r.Offset+r.Length]
+		if sha256.Sum256(got) != sums[i] {
+			early.Add(1)
+		}
+		mu.Lock()
+		count[i]++
+		mu.Unlock()
+	}})
+	reqs := make([]PutRequest, n)
+	for i := range reqs {
+		slot := i * 7 % n // neighbours in the batch are not neighbours in memory
+		reqs[i] = PutRequest{Offset: f.span.Offset + uint64(slot*size), Src: src[i*size : (i+1)*size], Notify: true,
+			Payload: binary.BigEndian.AppendUint32(nil, uint32(i))}
+	}
+	errs, nerr := writer.PutBatch(tctx(t), f.h, reqs, &PutBatchOptions{Notify: true, Payload: []byte("batch done")})
+	for i, err := range errs {
+		require.NoError(t, err, "entry %d", i)
+		copy(f.guard[reqs[i].Offset:], reqs[i].Src)
+	}
+	require.NoError(t, nerr)
+	require.NoError(t, f.grant.Wait(tctx(t)), "the whole grant is covered")
+	require.EqualValues(t, n+1, seen.Load())
+	require.Zero(t, early.Load(), "notifications arrived before their data")
+	for i := range n {
+		require.Equal(t, 1, count[uint32(i)], "notification %d", i)
+	}
+	f.check(t, "after the batch")
+	if want == metrics.PathRDMA {
+		assert.Equal(t, float64(n), pushPath(t, writer, "writer", metrics.PathRDMA, metrics.ReasonOK))
+	}
+}
+
+// TestPushBadInput: each bad input gets its own error naming what to do, nothing outside the
+// grant is written, and the grant serves on for the good puts.
+func TestPushBadInput(t *testing.T) {
+	recv, writer := pushPair(t)
+	third := newInstance(t)
+	ctx := tctx(t)
+	require.NoError(t, recv.RegisterPeer(ctx, third.PeerInfo()))
+	require.NoError(t, third.RegisterPeer(ctx, recv.PeerInfo()))
+	f := newPushFixture(t, recv, writer, 1<<20, GrantOptions{})
+	src := payload(4096, 1)
+
+	// Refused before anything is sent.
+	require.ErrorIs(t, f.put(t, 0, nil, nil), ErrEmptyPut)
+	require.ErrorIs(t, f.put(t, 1<<20-10, src, nil), ErrOutOfGrant)
+	require.ErrorIs(t, writer.Put(ctx, f.h, 0, src, nil), ErrOutOfGrant, "the guard bytes before the grant")
+	require.ErrorIs(t, f.put(t, 0, src, &PutOptions{Notify: true, Payload: make([]byte, push.DefaultMaxNotify+1)}), ErrNotifyTooLarge)
+	err := third.Put(ctx, f.h, f.span.Offset, src, nil)
+	require.ErrorIs(t, err, ErrNotGrantee, "another instance holding the handle")
+	t.Logf("%v", err)
+
+	// Refused by the receiver.
+	forged := f.h
+	forged.Nonce[0] ^= 1
+	require.ErrorIs(t, writer.Put(ctx, forged, f.span.Offset, src, nil), ErrBadGrant)
+	stolen := f.h
+	stolen.Writer = third.ID() // a handle rewritten to name the thief: the receiver still knows
+	require.ErrorIs(t, third.Put(ctx, stolen, f.span.Offset, src, nil), ErrNotGrantee)
+	wider := f.h
+	wider.Ranges = []GrantRange{{Offset: 0, Length: uint64(len(f.region.Bytes()))}}
+	err = writer.Put(ctx, wider, 0, src, nil)
+	require.ErrorIs(t, err, ErrOutOfGrant, "a handle stretched over the guard bytes: the receiver checks its own ranges")
+	t.Logf("%v", err)
+	f.checkGuards(t, "after the refused puts")
+
+	// Grants the receiver refuses to make.
+	_, err = recv.GrantWrite(ctx, third.ID(), f.region, GrantOptions{Ranges: []GrantRange{{Offset: f.span.Offset + 100, Length: 10}}})
+	require.ErrorIs(t, err, ErrOverlap)
+	_, err = recv.GrantWrite(ctx, third.ID(), f.region, GrantOptions{Ranges: []GrantRange{{Offset: uint64(len(f.region.Bytes())) - 10, Length: 100}}})
+	require.ErrorIs(t, err, ErrOutOfGrant)
+	_, err = recv.GrantWrite(ctx, InstanceID(12345), f.region, GrantOptions{Ranges: []GrantRange{{Offset: 0, Length: 10}}})
+	require.ErrorIs(t, err, ErrUnknownPeer)
+
+	// A good put still lands.
+	require.NoError(t, f.put(t, 10, src, &PutOptions{Notify: true, Payload: []byte("ok")}))
+	n := <-f.grant.Notifications()
+	require.Equal(t, []GrantRange{{Offset: f.span.Offset + 10, Length: 4096}}, n.Ranges)
+	require.Equal(t, writer.ID(), n.Writer)
+	require.Equal(t, []byte("ok"), n.Payload)
+	require.Equal(t, src, f.region.Bytes()[n.Ranges[0].Offset:n.Ranges[0].End()], "the notified range holds the put")
+	f.checkGuards(t, "after a good put")
+
+	// A context cancelled in the middle of a batch: every entry reports, none hangs.
+	cctx, cancel := context.WithCancel(ctx)
+	// The batch writes the upper half of the grant: the bytes the test read above stay untouched
+	// (the race detector cannot see the network order those reads and later copies have).
+	const batchAt = 512 << 10
+	reqs := make([]PutRequest, 64)
+	for i := range reqs {
+		reqs[i] = PutRequest{Offset: f.span.Offset + batchAt + uint64(i*4096), Src: src}
+	}
+	go cancel()
+	errs, _ := writer.PutBatch(cctx, f.h, reqs, nil)
+	require.Len(t, errs, 64)
+	for i, err := range errs {
+		if err == nil {
+			copy(f.guard[reqs[i].Offset:], src)
+		} else {
+			require.ErrorIs(t, err, context.Canceled, "entry %d", i)
+		}
+	}
+
+	// Revoked: the key is dead and the next put says so. Once Done, nothing lands any more.
+	require.NoError(t, f.grant.Revoke(ctx))
+	err = f.put(t, 0, src, nil)
+	require.ErrorIs(t, err, ErrGrantEnded)
+	t.Logf("%v", err)
+	<-f.grant.Done()
+	// A cancelled chunk may have landed without its answer: inside the grant, the writer's anyway.
+	copy(f.guard[f.span.Offset+batchAt:f.span.Offset+batchAt+64*4096], f.region.Bytes()[f.span.Offset+batchAt:])
+	f.check(t, "after the revocation")
+	require.Zero(t, recv.PushGrants())
+}
+
+// TestPushGrantEnds: a grant ends at its TTL, when its writer goes away, and when the receiver
+// drains; each time Done closes and later puts fail with ErrGrantEnded.
+func TestPushGrantEnds(t *testing.T) {
+	ctx := tctx(t)
+	t.Run("ttl", func(t *testing.T) {
+		recv, writer := pushPair(t)
+		f := newPushFixture(t, recv, writer, 64<<10, GrantOptions{TTL: 100 * time.Millisecond})
+		require.NoError(t, f.put(t, 0, payload(100, 1), nil))
+		<-f.grant.Done()
+		require.ErrorIs(t, f.grant.Err(), ErrGrantEnded)
+		require.ErrorIs(t, f.put(t, 0, payload(100, 2), nil), ErrGrantEnded)
+		f.check(t, "after the expiry")
+	})
+	t.Run("writer_gone", func(t *testing.T) {
+		recv, writer := pushPair(t)
+		f := newPushFixture(t, recv, writer, 64<<10, GrantOptions{})
+		require.NoError(t, f.put(t, 0, payload(100, 1), nil))
+		require.NoError(t, writer.Close())
+		select {
+		case <-f.grant.Done():
+		case <-time.After(testWait):
+			t.Fatal("the grant outlived its writer")
+		}
+		require.ErrorIs(t, f.grant.Err(), ErrGrantEnded)
+		assert.Contains(t, f.grant.Err().Error(), "writer")
+	})
+	t.Run("drain", func(t *testing.T) {
+		recv, writer := pushPair(t)
+		f := newPushFixture(t, recv, writer, 64<<10, GrantOptions{})
+		recv.BeginDrain()
+		<-f.grant.Done()
+		err := f.put(t, 0, payload(100, 1), nil)
+		require.True(t, errors.Is(err, ErrGrantEnded) || errors.Is(err, ErrDraining), "%v", err)
+		_, err = recv.GrantWrite(ctx, writer.ID(), f.region, GrantOptions{})
+		require.ErrorIs(t, err, ErrDraining)
+	})
+	t.Run("receiver_closes", func(t *testing.T) {
+		recv, writer := pushPair(t)
+		f := newPushFixture(t, recv, writer, 64<<10, GrantOptions{})
+		require.NoError(t, recv.Close())
+		<-f.grant.Done()
+		require.Error(t, f.put(t, 0, payload(100, 1), nil))
+	})
+}

@@ -1,0 +1,107 @@
+package ucxtransport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/velo-go/velo/ucx"
+	"github.com/velo-go/velo/velo/transport"
+)
+
+var _ transport.RMAWriter = (*Transport)(nil)
+
+// RegisterMemoryWritable implements transport.RMAWriter: an engine registration with write access
+// only. Its sealed key says so, and the engine refuses a guarded GET through it and a guarded PUT
+// outside it (package ucx).
+func (t *Transport) RegisterMemoryWritable(mem []byte) (transport.Registration, error) {
+	if len(mem) == 0 {
+		return nil, errors.New("ucx: RegisterMemoryWritable: empty region")
+	}
+	if t.isClosed() {
+		return nil, fmt.Errorf("ucx: RegisterMemoryWritable: %w", transport.ErrClosed)
+	}
+	r, err := t.eng.RegisterWith(context.Background(), mem, ucx.RegisterOptions{Access: ucx.AccessWrite})
+	if err != nil {
+		return nil, fmt.Errorf("ucx: registering %d bytes for writing: %w", len(mem), err)
+	}
+	return &registration{r: r}, nil
+}
+
+// WriteMany implements transport.RMAWriter through the engine's PutMany on the peer's endpoint:
+// ucp_put_nbx and a flush where the lanes are hardware-keyed, the guarded PUT elsewhere, each write
+// reported once its bytes are in the peer's memory. Each distinct key is parsed and checked once;
+// a write with a key the check refuses, without write access or outside the key's region fails
+// alone, before anything is sent. The endpoint counts the batch as one operation in flight (a fin
+// waits for it, as for a GET).
+func (t *Transport) WriteMany(ctx context.Context, id transport.InstanceID, writes []transport.Write, window int, done func(i int, err error)) {
+	if len(writes) == 0 {
+		return
+	}
+	report := func(i int, err error) {
+		switch {
+		case errors.Is(err, ucx.ErrRemoteKeyRevoked):
+			err = fmt.Errorf("ucx: PUT of %d bytes to %016x: %w: %w", len(writes[i].Src), uint64(id), transport.ErrKeyRevoked, err)
+		case err != nil:
+			err = fmt.Errorf("ucx: PUT of %d bytes to %016x: %w", len(writes[i].Src), uint64(id), err)
+		}
+		if done != nil {
+			done(i, err)
+		}
+	}
+	failAll := func(err error) {
+		for i := range writes {
+			if done != nil {
+				done(i, err)
+			}
+		}
+	}
+	p, _, err := t.lookup(id)
+	if err != nil {
+		failAll(err)
+		return
+	}
+	if !t.CanGet(id) {
+		failAll(fmt.Errorf("ucx: PUT to %016x: %w: the peer is not registered for one-sided operations (RegisterPeer with its UCX address)", uint64(id), transport.ErrUnknownPeer))
+		return
+	}
+	keys := map[string]*ucx.RegionKey{}
+	kw := make([]ucx.KeyWrite, 0, len(writes))
+	index := make([]int, 0, len(writes)) // kw[j] is writes[index[j]]
+	for i, w := range writes {
+		k, ok := keys[string(w.Key)]
+		if !ok {
+			var err error
+			if k, err = ucx.ParseRegionKey(w.Key); err != nil {
+				keys[string(w.Key)] = nil
+				report(i, err)
+				continue
+			}
+			keys[string(w.Key)] = k
+		}
+		if k == nil {
+			report(i, fmt.Errorf("%w: the key failed its check", ucx.ErrInvalidRemoteKey))
+			continue
+		}
+		kw = append(kw, ucx.KeyWrite{Key: k, Offset: w.Offset, Src: w.Src})
+		index = append(index, i)
+	}
+	if len(kw) == 0 {
+		return
+	}
+	p.sendMu.Lock()
+	oc, err := t.connLocked(ctx, p)
+	if err != nil {
+		p.sendMu.Unlock()
+		for _, i := range index {
+			report(i, err)
+		}
+		return
+	}
+	oc.beginGet()
+	p.sendMu.Unlock()
+	p.touch()
+	oc.c.PutMany(ctx, kw, window, func(j int, err error) { report(index[j], err) })
+	p.touch()
+	t.opDone(oc, true)
+}
