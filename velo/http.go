@@ -102,7 +102,9 @@ type PeerInfoJSON struct {
 	RTTMicros  map[string]float64 `json:"rtt_us,omitempty"`
 	// Endpoints counts the open connections or endpoints to the peer, by transport.
 	Endpoints map[string]int `json:"endpoints,omitempty"`
-	Error     string         `json:"error,omitempty"`
+	// Rails are the rails reads from the peer can use (WithRails with Slice).
+	Rails []string `json:"rails,omitempty"`
+	Error string   `json:"error,omitempty"`
 	// Auth is "authenticated" (with the credentials' name, if any), "no" when this instance
 	// authenticates peers and this one is not, or "off" when it authenticates nobody.
 	Auth string `json:"auth"`
@@ -154,7 +156,7 @@ func (v *Velo) Introspect() Introspection {
 		in.Transports = append(in.Transports, ti)
 	}
 	for _, p := range v.Peers() {
-		pj := PeerInfoJSON{ID: fmt.Sprintf("%016x", uint64(p.ID)), State: string(p.State), Since: p.Since, Transports: p.Transports, Error: p.Err}
+		pj := PeerInfoJSON{ID: fmt.Sprintf("%016x", uint64(p.ID)), State: string(p.State), Since: p.Since, Transports: p.Transports, Error: p.Err, Rails: p.Rails}
 		switch {
 		case v.authMode == auth.ModeNone:
 			pj.Auth = "off"
@@ -300,8 +302,8 @@ th{background:#f4f4f4}.state-ready,.state-up{color:#176b2c}.state-draining,.stat
 {{range .Rails}}<tr><td>{{.Device}}</td><td>{{.Relation}}</td><td>{{if .Relation}}{{.Distance}}{{end}}</td><td>{{if ge .NUMANode 0}}{{.NUMANode}}{{end}}</td></tr>{{else}}<tr><td colspan="4">UCX's own choice</td></tr>{{end}}</table>
 {{range .Notes}}<p class="note">{{.}}</p>{{end}}{{end}}
 <h2>Peers</h2>
-<table id="peers"><tr><th>id</th><th>state</th><th>since</th><th>transports</th><th>RTT (µs)</th><th>endpoints</th><th>auth</th></tr>
-{{range .Peers}}<tr><td><code>{{.ID}}</code></td><td class="state-{{.State}}">{{.State}}</td><td>{{.Since.Format "15:04:05"}}</td><td>{{range .Transports}}{{.}} {{end}}</td><td>{{range $k, $v := .RTTMicros}}{{$k}} {{printf "%.0f" $v}} {{end}}</td><td>{{range $k, $v := .Endpoints}}{{$k}} {{$v}} {{end}}</td><td>{{.Auth}}</td></tr>{{else}}<tr><td colspan="7">none</td></tr>{{end}}</table>
+<table id="peers"><tr><th>id</th><th>state</th><th>since</th><th>transports</th><th>RTT (µs)</th><th>endpoints</th><th>rails</th><th>auth</th></tr>
+{{range .Peers}}<tr><td><code>{{.ID}}</code></td><td class="state-{{.State}}">{{.State}}</td><td>{{.Since.Format "15:04:05"}}</td><td>{{range .Transports}}{{.}} {{end}}</td><td>{{range $k, $v := .RTTMicros}}{{$k}} {{printf "%.0f" $v}} {{end}}</td><td>{{range $k, $v := .Endpoints}}{{$k}} {{$v}} {{end}}</td><td>{{range .Rails}}{{.}} {{end}}</td><td>{{.Auth}}</td></tr>{{else}}<tr><td colspan="8">none</td></tr>{{end}}</table>
 <h2>Handlers</h2>
 <table id="handlers"><tr><th>name</th><th>messages</th><th>per second</th><th>outcomes</th><th>mean (µs)</th><th>bytes in / out</th></tr>
 {{range .Handlers}}<tr><td>{{.Name}}</td><td>{{.Messages}}</td><td>{{printf "%.2f" .PerSecond}}</td><td>{{range $k, $v := .Outcomes}}{{if $v}}{{$k}} {{$v}} {{end}}{{end}}</td><td>{{printf "%.1f" .MeanMicros}}</td><td>{{.BytesIn}} / {{.BytesOut}}</td></tr>{{end}}</table>

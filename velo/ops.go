@@ -57,6 +57,9 @@ type PeerStatus struct {
 	// name; empty for a cluster secret).
 	Authenticated bool
 	Identity      string
+	// Rails are the rails (WithRails with Slice) that reads from this peer can use: those on
+	// which both sides published an address. Empty with one rail.
+	Rails []string
 }
 
 // peerTable is the instance's record of its peers.
@@ -163,6 +166,13 @@ func (v *Velo) Peers() []PeerStatus {
 	for i := range ps {
 		if e, ok := v.auth.lookup(ps[i].ID, ps[i].Incarnation); ok {
 			ps[i].Authenticated, ps[i].Identity = true, e.identity
+		}
+		for _, t := range v.transports {
+			if rt, ok := t.(interface {
+				RailsTo(transport.InstanceID) []string
+			}); ok {
+				ps[i].Rails = rt.RailsTo(ps[i].ID)
+			}
 		}
 	}
 	return ps

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/velo-go/velo/velo/transport"
+	"github.com/velo-go/velo/velo/transport/rails"
 	"github.com/velo-go/velo/verbs"
 	"github.com/velo-go/velo/verbs/topo"
 )
@@ -65,6 +66,15 @@ type RailPolicy struct {
 	MaxRails int
 	// Sysfs is the sysfs root to read (default /sys); tests point it at a fixture tree.
 	Sysfs verbs.Paths
+	// Slice, with two or more rails chosen, makes one UCX transport per rail (each its own UCX
+	// context, restricted to its device) and reads every large transfer in slices over all of
+	// them, pausing a rail that fails and reading its slices again over the others (package
+	// velo/transport/rails; docs/rails.md). Without it, every chosen device goes to one UCX
+	// context as one UCX_NET_DEVICES value, and UCX spreads what it can itself.
+	Slice bool
+	// Slicing tunes Slice: slice size, split threshold, window, cool-downs (zero: the defaults
+	// of package velo/transport/rails).
+	Slicing rails.Config
 }
 
 // NUMA returns a pointer to n, for RailPolicy.NUMANode.
@@ -515,9 +525,16 @@ func WithRails(p RailPolicy, newTransport NewRailTransport) Option {
 		if err != nil {
 			return err
 		}
-		t, err := newTransport(c.NetDevices())
+		var t transport.Transport
+		if p.Slice && len(c.Rails) >= 2 {
+			t, err = newRailSet(c, p.Slicing, newTransport)
+		} else {
+			if t, err = newTransport(c.NetDevices()); err != nil {
+				err = fmt.Errorf("velo: WithRails: the UCX transport for %s: %w", c, err)
+			}
+		}
 		if err != nil {
-			return fmt.Errorf("velo: WithRails: the UCX transport for %s: %w", c, err)
+			return err
 		}
 		if err := WithUCXTransport(t)(o); err != nil {
 			t.Close()
@@ -558,4 +575,33 @@ func (v *Velo) logRails() {
 	default:
 		v.log.Info("velo: rails chosen: "+c.String(), args...)
 	}
+}
+
+// newRailSet makes one transport per rail and joins them (velo/transport/rails).
+func newRailSet(c RailChoice, cfg rails.Config, newTransport NewRailTransport) (transport.Transport, error) {
+	if len(c.Rails) > rails.MaxRails {
+		c.Rails = c.Rails[:rails.MaxRails]
+		c.Notes = append(c.Notes, fmt.Sprintf("only the first %d rails are sliced over", rails.MaxRails))
+	}
+	var members []transport.Transport
+	closeAll := func() {
+		for _, m := range members {
+			m.Close()
+		}
+	}
+	for _, r := range c.Rails {
+		m, err := newTransport(r.Device)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("velo: WithRails: the UCX transport of rail %s: %w", r.Device, err)
+		}
+		members = append(members, m)
+	}
+	cfg.Devices = c.Devices()
+	t, err := rails.New(cfg, members...)
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("velo: WithRails: %w", err)
+	}
+	return t, nil
 }

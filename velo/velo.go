@@ -403,6 +403,11 @@ func (v *Velo) PeerInfo() PeerInfo {
 	p := PeerInfo{ID: v.id, Incarnation: v.incarnation, Addresses: map[string][]byte{}}
 	for _, t := range v.transports {
 		p.Addresses[t.Name()] = t.Address()
+		if ra, ok := t.(transport.RailAddresser); ok {
+			for name, blob := range ra.RailAddresses() {
+				p.Addresses[name] = blob
+			}
+		}
 	}
 	return p
 }
@@ -434,6 +439,14 @@ func (v *Velo) RegisterPeer(ctx context.Context, p PeerInfo) error {
 		if len(blob) > 0 {
 			// The transport's error names itself and the peer; the text here does not repeat them.
 			err = t.AddPeer(ctx, transport.PeerAddress{ID: p.ID, Incarnation: p.Incarnation, Blob: blob})
+		}
+		if ra, ok := t.(transport.RailAddresser); ok && err == nil {
+			// The other rails of a transport of several: one that refuses is left out for this
+			// peer, and the first rail carries on.
+			if rerr := ra.AddRailPeers(ctx, transport.PeerAddress{ID: p.ID, Incarnation: p.Incarnation}, p.Addresses); rerr != nil {
+				v.log.Warn("velo: a rail refused the peer's address; transfers with the peer leave it out",
+					"peer", fmt.Sprintf("%016x", uint64(p.ID)), "transport", t.Name(), "err", rerr)
+			}
 		}
 		if err != nil {
 			v.log.Warn("velo: a transport refused the peer's address; the peer keeps the transports that accepted theirs",

@@ -264,7 +264,11 @@ func (o *Owner) ServeMany(ctx context.Context, slots []rendezvous.Slot, offer []
 		regions = append(regions, region)
 		idx = append(idx, i)
 	}
-	regs, errs := r.register(regions)
+	consumers := make([]transport.InstanceID, len(idx))
+	for k, i := range idx {
+		consumers[k] = slots[i].Lease.Consumer
+	}
+	regs, errs := r.register(regions, consumers)
 	for k, i := range idx {
 		s, region, sl := mems[i], regions[k], slots[i]
 		if errs[k] != nil {
@@ -296,10 +300,35 @@ func (o *Owner) ServeMany(ctx context.Context, slots []rendezvous.Slot, offer []
 	return out
 }
 
-// register registers each region with its own key: in one call where the transport can.
-func (r *Registry) register(regions [][]byte) ([]transport.Registration, []error) {
+// register registers each region with its own key: in one call where the transport can. A
+// transport whose keys depend on the reader (transport.PeerRegisterer: several rails) is told
+// the consumer of each region's lease, in one call per consumer (one acquire's leases are all
+// one consumer's).
+func (r *Registry) register(regions [][]byte, consumers []transport.InstanceID) ([]transport.Registration, []error) {
 	if len(regions) == 0 {
 		return nil, nil
+	}
+	if pr, ok := r.rma.(transport.PeerRegisterer); ok {
+		regs := make([]transport.Registration, len(regions))
+		errs := make([]error, len(regions))
+		done := make([]bool, len(regions))
+		for k := range regions {
+			if done[k] {
+				continue
+			}
+			var group [][]byte
+			var at []int
+			for j := k; j < len(regions); j++ {
+				if !done[j] && consumers[j] == consumers[k] {
+					group, at, done[j] = append(group, regions[j]), append(at, j), true
+				}
+			}
+			gr, ge := pr.RegisterMemoryFor(consumers[k], group)
+			for n, j := range at {
+				regs[j], errs[j] = gr[n], ge[n]
+			}
+		}
+		return regs, errs
 	}
 	if mr, ok := r.rma.(transport.ManyRegisterer); ok && len(regions) > 1 {
 		return mr.RegisterMemoryMany(regions)

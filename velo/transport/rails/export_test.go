@@ -1,0 +1,7 @@
+package rails
+
+// For the external tests: build and parse rail-set keys.
+var (
+	AppendRailKey = appendRailKey
+	ParseRailKey  = parseRailKey
+)
