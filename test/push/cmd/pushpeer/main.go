@@ -1,0 +1,438 @@
+// Command pushpeer is one velo instance that the push fault suite (package push) drives from its
+// standard input, one command a line, answering each with one JSON line on standard output. The
+// same program plays the receiver (a region, grants over it, the notifications that arrive) and
+// the writer (puts through a grant handle); the suite kills and stops writers in the middle of
+// their puts and reads the receiver's region and registry afterwards.
+//
+// Commands:
+//
+//	info                              this instance's PeerInfo and ID
+//	peer <PeerInfo JSON>              RegisterPeer
+//	region <bytes> <seed>             NewRegion, filled with Fill(seed) (the only region; a second
+//	                                  command frees the first)
+//	grant <writer> <off> <len> <ttl>  GrantWrite of [off, off+len) of the region to the writer (hex
+//	                                  ID); answers the grant's ID and its handle as text
+//	revoke <grant>                    Revoke
+//	done <grant> <timeout>            wait up to timeout for Done; answers whether it closed, how
+//	                                  long it took, and Err
+//	notes <grant>                     the notifications so far, each with the SHA-256 of its range
+//	                                  as the receiver read it the moment the notification arrived
+//	sum <off> <len>                   SHA-256 of the region's bytes [off, off+len)
+//	guards <off> <len>                compare every byte of the region outside [off, off+len) with
+//	                                  the fill it was given; answers the first that differs
+//	drain                             BeginDrain
+//	stats                             RDMA registry counts and PushGrants
+//	put <handle> <off> <bytes> <seed> [note]
+//	                                  Put of Fill(seed) at off (the region's offsets), with a
+//	                                  notification carrying note when given; answers its SHA-256
+//	putloop <handle> <off> <bytes> <seed> <max>
+//	                                  the same put again and again, up to max times or until one
+//	                                  fails; answers how many completed and the error
+//	batch <handle> <off> <bytes> <n> <seed> <window> <rounds>
+//	                                  PutBatch of n entries of bytes each (entry i the fill of
+//	                                  seed+i), back to back from off, again up to rounds times
+//	                                  until an entry fails; answers the last round's SHA-256 of
+//	                                  each completed entry, its errors, and how many of them are
+//	                                  neither ErrGrantEnded nor ErrDraining
+//	quit                              Close; the process exits 0
+//
+// The instance runs a TCP control plane on 127.0.0.1 and the UCX transport (UCX_TLS=tcp unless the
+// environment names transports), with the RDMA registry, so a region is pinned and a put takes
+// the RDMA path (velo's guarded PUT over tcp).
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/velo-go/velo/velo"
+	"github.com/velo-go/velo/velo/transport/tcp"
+	"github.com/velo-go/velo/velo/transport/ucxtransport"
+)
+
+func main() {
+	forceAfter := flag.Duration("force-close-after", 0, "RDMAConfig.ForceCloseAfter (0: the default)")
+	logLevel := flag.String("log", "warn", "log level on standard error")
+	flag.Parse()
+
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
+		fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fatal(err)
+	}
+	ctl, err := tcp.New(tcp.Config{Listener: ln})
+	if err != nil {
+		fatal(err)
+	}
+	tls := os.Getenv("UCX_TLS")
+	if tls == "" {
+		tls = "tcp"
+	}
+	u, err := ucxtransport.New(ucxtransport.Config{TLS: tls, Logger: log})
+	if err != nil {
+		fatal(err)
+	}
+	v, err := velo.New(context.Background(), velo.WithLogger(log), velo.WithTransport(ctl), velo.WithUCXTransport(u),
+		velo.WithRDMA(velo.RDMAConfig{ForceCloseAfter: *forceAfter}))
+	if err != nil {
+		fatal(err)
+	}
+	n := &node{v: v, out: json.NewEncoder(os.Stdout), grants: map[uint64]*grant{}}
+	n.reply(map[string]any{"ready": true})
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 1<<20), 1<<20)
+	for in.Scan() {
+		cmd, arg, _ := strings.Cut(strings.TrimSpace(in.Text()), " ")
+		if cmd == "quit" {
+			err := v.Close()
+			n.reply(map[string]any{"closed": true, "err": errString(err)})
+			return
+		}
+		n.run(cmd, strings.Fields(arg))
+	}
+	v.Close()
+}
+
+type node struct {
+	v      *velo.Velo
+	out    *json.Encoder
+	region *velo.Region
+	seed   uint64
+
+	mu     sync.Mutex
+	grants map[uint64]*grant
+}
+
+// grant is a receiver's grant and the notifications it got.
+type grant struct {
+	g     *velo.WriteGrant
+	mu    sync.Mutex
+	notes []note
+}
+
+type note struct {
+	Payload string `json:"payload"`
+	Offset  uint64 `json:"offset"`
+	Length  uint64 `json:"length"`
+	SHA256  string `json:"sha256"`
+}
+
+func (n *node) reply(m map[string]any) {
+	if err := n.out.Encode(m); err != nil {
+		os.Exit(3)
+	}
+}
+
+func (n *node) fail(err error) { n.reply(map[string]any{"error": err.Error()}) }
+
+func (n *node) run(cmd string, args []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var err error
+	num := func(i int) uint64 {
+		if err != nil {
+			return 0
+		}
+		if i >= len(args) {
+			err = fmt.Errorf("%s: argument %d missing", cmd, i+1)
+			return 0
+		}
+		var x uint64
+		x, err = strconv.ParseUint(args[i], 0, 64)
+		return x
+	}
+	switch cmd {
+	case "info":
+		n.reply(map[string]any{"info": n.v.PeerInfo(), "id": fmt.Sprintf("%016x", uint64(n.v.ID()))})
+	case "peer":
+		var p velo.PeerInfo
+		if err := json.Unmarshal([]byte(strings.Join(args, " ")), &p); err != nil {
+			n.fail(err)
+			return
+		}
+		if err := n.v.RegisterPeer(ctx, p); err != nil {
+			n.fail(err)
+			return
+		}
+		n.reply(map[string]any{"ok": true})
+	case "region":
+		size, seed := num(0), num(1)
+		if err != nil {
+			n.fail(err)
+			return
+		}
+		if n.region != nil {
+			n.region.Free()
+		}
+		g, err := n.v.NewRegion(int(size))
+		if err != nil {
+			n.fail(err)
+			return
+		}
+		Fill(g.Bytes(), 0, seed)
+		n.region, n.seed = g, seed
+		n.reply(map[string]any{"pinned": g.Pinned(), "reason": string(g.Reason())})
+	case "grant":
+		var writer uint64
+		writer, err = strconv.ParseUint(argOr(args, 0), 16, 64)
+		off, length := num(1), num(2)
+		var ttl time.Duration
+		if err == nil {
+			ttl, err = time.ParseDuration(argOr(args, 3))
+		}
+		if err != nil {
+			n.fail(err)
+			return
+		}
+		gr := &grant{}
+		wg, err := n.v.GrantWrite(ctx, velo.InstanceID(writer), n.region, velo.GrantOptions{
+			Ranges: []velo.GrantRange{{Offset: off, Length: length}}, TTL: ttl,
+			OnNotify: func(nt velo.Notification) {
+				// Read the notified range the moment the notification arrives: its bytes must
+				// be there already.
+				r := nt.Ranges[0]
+				sum := sha256.Sum256(n.region.Bytes()[r.Offset:r.End()])
+				gr.mu.Lock()
+				gr.notes = append(gr.notes, note{Payload: string(nt.Payload), Offset: r.Offset, Length: r.Length, SHA256: hex.EncodeToString(sum[:])})
+				gr.mu.Unlock()
+			}})
+		if err != nil {
+			n.fail(err)
+			return
+		}
+		gr.g = wg
+		n.mu.Lock()
+		n.grants[wg.ID()] = gr
+		n.mu.Unlock()
+		text, err := wg.Handle().MarshalText()
+		if err != nil {
+			n.fail(err)
+			return
+		}
+		n.reply(map[string]any{"grant": wg.ID(), "handle": string(text)})
+	case "revoke", "done", "notes":
+		id := num(0)
+		gr := n.grant(id)
+		if err == nil && gr == nil {
+			err = fmt.Errorf("%s: no grant %d", cmd, id)
+		}
+		if err != nil {
+			n.fail(err)
+			return
+		}
+		switch cmd {
+		case "revoke":
+			n.reply(map[string]any{"ok": true, "err": errString(gr.g.Revoke(ctx))})
+		case "done":
+			timeout, err := time.ParseDuration(argOr(args, 1))
+			if err != nil {
+				n.fail(err)
+				return
+			}
+			start := time.Now()
+			closed := true
+			select {
+			case <-gr.g.Done():
+			case <-time.After(timeout):
+				closed = false
+			}
+			n.reply(map[string]any{"done": closed, "seconds": time.Since(start).Seconds(), "err": errString(gr.g.Err())})
+		case "notes":
+			gr.mu.Lock()
+			notes := append([]note{}, gr.notes...)
+			gr.mu.Unlock()
+			n.reply(map[string]any{"notes": notes})
+		}
+	case "sum":
+		off, length := num(0), num(1)
+		if err == nil && (n.region == nil || off+length > uint64(len(n.region.Bytes()))) {
+			err = errors.New("sum: no region, or the range is outside it")
+		}
+		if err != nil {
+			n.fail(err)
+			return
+		}
+		n.reply(map[string]any{"sha256": sum(n.region.Bytes()[off : off+length])})
+	case "guards":
+		off, length := num(0), num(1)
+		if err == nil && n.region == nil {
+			err = errors.New("guards: no region")
+		}
+		if err != nil {
+			n.fail(err)
+			return
+		}
+		mem := n.region.Bytes()
+		for _, r := range [][2]uint64{{0, off}, {off + length, uint64(len(mem))}} {
+			if i := differs(mem, r[0], r[1], n.seed); i >= 0 {
+				n.reply(map[string]any{"ok": false, "first": i, "range": r})
+				return
+			}
+		}
+		n.reply(map[string]any{"ok": true})
+	case "drain":
+		n.v.BeginDrain()
+		n.reply(map[string]any{"ok": true})
+	case "stats":
+		st := n.v.RDMAStats()
+		n.reply(map[string]any{"lease_registrations": st.LeaseRegistrations, "quarantined": st.QuarantinedRegistrations,
+			"held_slots": st.HeldSlots, "pinned_bytes": st.PinnedBytes, "arena_bytes": st.ArenaBytes, "grants": n.v.PushGrants()})
+	case "put", "putloop":
+		var h velo.GrantHandle
+		err = h.UnmarshalText([]byte(argOr(args, 0)))
+		off, size, seed := num(1), num(2), num(3)
+		var opts *velo.PutOptions
+		max := uint64(1)
+		if cmd == "put" && len(args) > 4 {
+			opts = &velo.PutOptions{Notify: true, Payload: []byte(args[4])}
+		}
+		if cmd == "putloop" {
+			max = num(4)
+		}
+		if err != nil {
+			n.fail(err)
+			return
+		}
+		src := make([]byte, size)
+		Fill(src, 0, seed)
+		start := time.Now()
+		done := uint64(0)
+		for ; done < max; done++ {
+			if err = n.v.Put(ctx, h, off, src, opts); err != nil {
+				break
+			}
+		}
+		n.reply(map[string]any{"puts": done, "error": errString(err), "sha256": sum(src), "seconds": time.Since(start).Seconds(),
+			"ended": errors.Is(err, velo.ErrGrantEnded), "draining": errors.Is(err, velo.ErrDraining)})
+	case "batch":
+		var h velo.GrantHandle
+		err = h.UnmarshalText([]byte(argOr(args, 0)))
+		off, size, count, seed, window, rounds := num(1), num(2), num(3), num(4), num(5), num(6)
+		if err != nil {
+			n.fail(err)
+			return
+		}
+		reqs := make([]velo.PutRequest, count)
+		for i := range reqs {
+			src := make([]byte, size)
+			Fill(src, 0, seed+uint64(i))
+			reqs[i] = velo.PutRequest{Offset: off + uint64(i)*size, Src: src}
+		}
+		start := time.Now()
+		var errs []error
+		round := uint64(0)
+		failed := false
+		for round < rounds && !failed {
+			round++
+			errs, _ = n.v.PutBatch(ctx, h, reqs, &velo.PutBatchOptions{Window: int(window)})
+			for _, e := range errs {
+				failed = failed || e != nil
+			}
+		}
+		sums := make([]string, len(reqs)) // "" for an entry that failed
+		var texts []string
+		unclear := 0
+		for i, e := range errs {
+			if e == nil {
+				sums[i] = sum(reqs[i].Src)
+				continue
+			}
+			if !errors.Is(e, velo.ErrGrantEnded) && !errors.Is(e, velo.ErrDraining) {
+				unclear++
+			}
+			texts = append(texts, e.Error())
+		}
+		n.reply(map[string]any{"rounds": round, "sums": sums, "errors": texts, "unclear": unclear, "seconds": time.Since(start).Seconds()})
+	default:
+		n.fail(fmt.Errorf("unknown command %q", cmd))
+	}
+}
+
+func (n *node) grant(id uint64) *grant {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.grants[id]
+}
+
+func argOr(args []string, i int) string {
+	if i < len(args) {
+		return args[i]
+	}
+	return ""
+}
+
+func sum(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// word is the fill's 8 bytes at word index i for seed (splitmix64): any byte of a fill can be
+// computed on its own, so the guard check needs no copy of the region.
+func word(seed, i uint64) uint64 {
+	z := seed + (i+1)*0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// Fill writes the fill of seed into b, b[0] being the fill's byte at position at.
+func Fill(b []byte, at, seed uint64) {
+	var w [8]byte
+	i := 0
+	for ; i < len(b) && (at+uint64(i))%8 != 0; i++ { // up to the first whole word
+		p := at + uint64(i)
+		binary.LittleEndian.PutUint64(w[:], word(seed, p/8))
+		b[i] = w[p%8]
+	}
+	for ; i+8 <= len(b); i += 8 {
+		binary.LittleEndian.PutUint64(b[i:], word(seed, (at+uint64(i))/8))
+	}
+	if i < len(b) {
+		binary.LittleEndian.PutUint64(w[:], word(seed, (at+uint64(i))/8))
+		copy(b[i:], w[:])
+	}
+}
+
+// differs returns the first index in [lo, hi) where mem is not the fill of seed, or -1.
+func differs(mem []byte, lo, hi, seed uint64) int64 {
+	var w [8]byte
+	for p := lo; p < hi; p++ {
+		if p == lo || p%8 == 0 {
+			binary.LittleEndian.PutUint64(w[:], word(seed, p/8))
+		}
+		if mem[p] != w[p%8] {
+			return int64(p)
+		}
+	}
+	return -1
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "pushpeer:", err)
+	os.Exit(1)
+}

@@ -1,0 +1,268 @@
+package push
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+var (
+	buildOnce sync.Once
+	peerBin   string
+	buildErr  error
+)
+
+// pushpeer builds cmd/pushpeer once per test binary. The go command takes the build tag and the
+// UCX flags from the environment (GOFLAGS, CGO_CPPFLAGS), so the program links the UCX the suite
+// was built with.
+func pushpeer(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "velo-pushpeer-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		peerBin = filepath.Join(dir, "pushpeer")
+		out, err := exec.Command("go", "build", "-o", peerBin, "github.com/velo-go/velo/test/push/cmd/pushpeer").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build pushpeer: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, buildErr)
+	return peerBin
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if peerBin != "" {
+		os.RemoveAll(filepath.Dir(peerBin))
+	}
+	os.Exit(code)
+}
+
+// peer is one pushpeer process.
+type peer struct {
+	t      *testing.T
+	name   string
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  chan string
+	exited chan struct{}
+	stderr *buffer
+	ident  string
+}
+
+// buffer collects a process's standard error.
+type buffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// startPeer starts a pushpeer with flags and waits until it is ready; the test's cleanup ends it
+// and prints its standard error when the test failed.
+func startPeer(t *testing.T, name string, flags ...string) *peer {
+	t.Helper()
+	cmd := exec.Command(pushpeer(t), append([]string{"-log", "info"}, flags...)...)
+	cmd.Env = os.Environ()
+	if os.Getenv("UCX_TLS") == "" {
+		cmd.Env = append(cmd.Env, "UCX_TLS=tcp")
+	}
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	p := &peer{t: t, name: name, cmd: cmd, stdin: stdin, lines: make(chan string, 16), exited: make(chan struct{}), stderr: &buffer{}}
+	cmd.Stderr = p.stderr
+	require.NoError(t, cmd.Start())
+	go func() {
+		s := bufio.NewScanner(stdout)
+		s.Buffer(make([]byte, 1<<20), 1<<20)
+		for s.Scan() {
+			p.lines <- s.Text()
+		}
+		close(p.lines)
+	}()
+	go func() {
+		_ = cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		p.signal(syscall.SIGCONT)
+		p.stdin.Close()
+		select {
+		case <-p.exited:
+		case <-time.After(15 * time.Second):
+			p.kill()
+		}
+		if t.Failed() {
+			t.Logf("%s stderr:\n%s", name, p.stderr.String())
+		}
+	})
+	r := p.read(time.Minute)
+	require.Equal(t, true, r["ready"], "%s: first line %v", name, r)
+	p.ident = p.ok("info")["id"].(string)
+	return p
+}
+
+// read returns the next answer (a JSON object on its own line; any other line, which a library
+// may print, goes to the peer's standard error record).
+func (p *peer) read(timeout time.Duration) map[string]any {
+	p.t.Helper()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case line, ok := <-p.lines:
+			if !ok {
+				<-p.exited
+				p.t.Fatalf("%s exited (%v) without answering", p.name, p.cmd.ProcessState)
+			}
+			if !strings.HasPrefix(line, "{") {
+				fmt.Fprintf(p.stderr, "(stdout) %s\n", line)
+				continue
+			}
+			var m map[string]any
+			require.NoError(p.t, json.Unmarshal([]byte(line), &m), "%s said %q", p.name, line)
+			return m
+		case <-deadline:
+			p.t.Fatalf("%s did not answer within %v", p.name, timeout)
+		}
+	}
+}
+
+// send writes a command without waiting for its answer.
+func (p *peer) send(format string, args ...any) {
+	p.t.Helper()
+	_, err := fmt.Fprintf(p.stdin, format+"\n", args...)
+	require.NoError(p.t, err, "%s", p.name)
+}
+
+// do sends a command and returns its answer.
+func (p *peer) do(format string, args ...any) map[string]any {
+	p.t.Helper()
+	p.send(format, args...)
+	return p.read(2 * time.Minute)
+}
+
+// ok is do, failing the test on an error answer.
+func (p *peer) ok(format string, args ...any) map[string]any {
+	p.t.Helper()
+	r := p.do(format, args...)
+	require.Empty(p.t, r["error"], "%s: %s", p.name, fmt.Sprintf(format, args...))
+	return r
+}
+
+func (p *peer) signal(s syscall.Signal) { _ = p.cmd.Process.Signal(s) }
+
+// kill kills the process and waits for it.
+func (p *peer) kill() {
+	p.signal(syscall.SIGKILL)
+	<-p.exited
+}
+
+// link registers a and b with each other (the receiver must know a writer to grant it; the
+// writer must know the receiver's UCX address to write into it).
+func link(t *testing.T, a, b *peer) {
+	t.Helper()
+	for _, x := range [][2]*peer{{a, b}, {b, a}} {
+		r := x[1].ok("info")
+		info, err := json.Marshal(r["info"])
+		require.NoError(t, err)
+		x[0].ok("peer %s", info)
+	}
+}
+
+// stats is what a receiver holds: registrations for grants, quarantined ones, and live grants.
+type stats struct {
+	LeaseRegistrations int `json:"lease_registrations"`
+	Quarantined        int `json:"quarantined"`
+	HeldSlots          int `json:"held_slots"`
+	Grants             int `json:"grants"`
+}
+
+func (p *peer) stats() stats {
+	p.t.Helper()
+	r := p.ok("stats")
+	b, err := json.Marshal(r)
+	require.NoError(p.t, err)
+	var st stats
+	require.NoError(p.t, json.Unmarshal(b, &st))
+	return st
+}
+
+// waitStats polls the peer's stats until cond holds.
+func (p *peer) waitStats(what string, timeout time.Duration, cond func(stats) bool) stats {
+	p.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		st := p.stats()
+		if cond(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("%s: %s: not within %v: %+v", p.name, what, timeout, st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// clean waits until the receiver holds no grant and no registration for one, quarantined or not.
+func (p *peer) clean() {
+	p.t.Helper()
+	p.waitStats("nothing registered and no grant left", 30*time.Second, func(s stats) bool {
+		return s.LeaseRegistrations == 0 && s.Quarantined == 0 && s.HeldSlots == 0 && s.Grants == 0
+	})
+}
+
+// guards checks that every byte of the receiver's region outside [off, off+n) still holds the
+// fill the region was given.
+func (p *peer) guards(what string, off, n uint64) {
+	p.t.Helper()
+	r := p.ok("guards %d %d", off, n)
+	require.Equal(p.t, true, r["ok"], "%s: the region outside the grant was written: first differing byte %v in %v", what, r["first"], r["range"])
+}
+
+// sum is the SHA-256 of the receiver's bytes [off, off+n).
+func (p *peer) sum(off, n uint64) string {
+	p.t.Helper()
+	return p.ok("sum %d %d", off, n)["sha256"].(string)
+}
+
+// grant grants [off, off+n) of the receiver's region to writer; it returns the grant's ID and
+// handle.
+func (p *peer) grant(writer *peer, off, n uint64, ttl time.Duration) (uint64, string) {
+	p.t.Helper()
+	r := p.ok("grant %s %d %d %s", writer.ident, off, n, ttl)
+	return uint64(r["grant"].(float64)), r["handle"].(string)
+}
+
+// done waits for the grant's Done; it returns how long that took and the grant's Err.
+func (p *peer) done(id uint64, within time.Duration) (time.Duration, string) {
+	p.t.Helper()
+	r := p.ok("done %d %s", id, within)
+	require.Equal(p.t, true, r["done"], "%s: grant %d: Done not closed within %v (err %q)", p.name, id, within, r["err"])
+	return time.Duration(r["seconds"].(float64) * float64(time.Second)), r["err"].(string)
+}
