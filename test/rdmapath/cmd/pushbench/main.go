@@ -118,7 +118,11 @@ func main() {
 
 // startRDMA brings up an instance with a TCP control plane and the UCX transport beside it (so
 // the RDMA registry, and push's RDMA path).
-func startRDMA(ctx context.Context, mode ucx.RMAMode) (*velo.Velo, *ucxtransport.Transport, error) {
+//
+// With ucxFirst the UCX transport comes first in the instance's list, so its messages (a push
+// notification among them) go over UCX wherever it reaches the peer; otherwise the TCP control
+// plane carries them, as the runtime's documentation recommends.
+func startRDMA(ctx context.Context, mode ucx.RMAMode, ucxFirst bool) (*velo.Velo, *ucxtransport.Transport, error) {
 	ctl, err := tcp.New(tcp.Config{})
 	if err != nil {
 		return nil, nil, err
@@ -128,8 +132,12 @@ func startRDMA(ctx context.Context, mode ucx.RMAMode) (*velo.Velo, *ucxtransport
 		ctl.Close()
 		return nil, nil, err
 	}
-	v, err := velo.New(ctx, velo.WithTransport(ctl), velo.WithUCXTransport(u), velo.WithLogger(quiet),
-		velo.WithRDMA(velo.RDMAConfig{Pool: velo.RDMAPoolConfig{RegisteredBytesBudget: 1 << 30}}))
+	opts := []velo.Option{velo.WithTransport(ctl), velo.WithUCXTransport(u)}
+	if ucxFirst {
+		opts = []velo.Option{velo.WithUCXTransport(u), velo.WithTransport(ctl)}
+	}
+	opts = append(opts, velo.WithLogger(quiet), velo.WithRDMA(velo.RDMAConfig{Pool: velo.RDMAPoolConfig{RegisteredBytesBudget: 1 << 30}}))
+	v, err := velo.New(ctx, opts...)
 	return v, u, err
 }
 
@@ -156,6 +164,7 @@ type bench struct {
 	quick         bool
 	rounds        int
 	rdma, plain   *velo.Velo
+	ucxFirst      *velo.Velo // messages over UCX (startRDMA's ucxFirst)
 	direct        *velo.Velo // writes with ucp_put_nbx and a flush (nil: directErr says why)
 	directErr     error
 	recv          *benchkit.Child
@@ -181,10 +190,17 @@ func run(quick bool, only string, rounds int) error {
 	defer recv.Stop()
 	b.recv, b.dec = recv, json.NewDecoder(recv.Out)
 	var u *ucxtransport.Transport
-	if b.rdma, u, err = startRDMA(ctx, ucx.RMAAuto); err != nil {
+	if b.rdma, u, err = startRDMA(ctx, ucx.RMAAuto, false); err != nil {
 		return err
 	}
 	defer b.rdma.Close()
+	if b.ucxFirst, _, err = startRDMA(ctx, ucx.RMAAuto, true); err != nil {
+		return err
+	}
+	defer b.ucxFirst.Close()
+	if err := b.ucxFirst.RegisterPeer(ctx, hello.RDMA); err != nil {
+		return err
+	}
 	if b.plain, err = startPlain(ctx); err != nil {
 		return err
 	}
@@ -195,13 +211,13 @@ func run(quick bool, only string, rounds int) error {
 	if err := b.plain.RegisterPeer(ctx, hello.Plain); err != nil {
 		return err
 	}
-	wh := writerHello{RDMA: b.rdma.PeerInfo(), Plain: b.plain.PeerInfo()}
+	wh := writerHello{RDMA: b.rdma.PeerInfo(), Plain: b.plain.PeerInfo(), UCXFirst: b.ucxFirst.PeerInfo()}
 	// The direct writer: ucp_put_nbx and a flush, the operation ucp_put_bw measures, which over
 	// tcp is UCX's software RMA. A guarded UCX refuses it there.
 	if g, gerr := ucx.SoftwareRMAGuard(); gerr == nil && g.Enforced {
 		b.directErr = fmt.Errorf("the linked UCX's guard (%s) refuses a direct PUT over UCX_TLS=%s (software RMA); make bench-push measures it on the system's UCX", g.Version, os.Getenv("UCX_TLS"))
 	} else {
-		if b.direct, _, err = startRDMA(ctx, ucx.RMADirect); err != nil {
+		if b.direct, _, err = startRDMA(ctx, ucx.RMADirect, false); err != nil {
 			return err
 		}
 		defer b.direct.Close()
@@ -561,6 +577,7 @@ func (b *bench) notifyTable() error {
 	}{
 		{"Put + notify", b.rdma, b.grants.Pinned, notify, metrics.PathRDMA, metrics.ReasonOK},
 		{"Put (no notification)", b.rdma, b.grants.Pinned, nil, metrics.PathRDMA, metrics.ReasonOK},
+		{"Put + notify, msgs on UCX", b.ucxFirst, b.grants.UCXFirst, notify, metrics.PathRDMA, metrics.ReasonOK},
 		{"chunked Put + notify", b.plain, b.grants.Plain, notify, metrics.PathChunked, plainReason},
 		{"chunked Put", b.plain, b.grants.Plain, nil, metrics.PathChunked, plainReason},
 	}

@@ -33,12 +33,16 @@ type receiverHello struct {
 type writerHello struct {
 	RDMA, Plain velo.PeerInfo
 	Direct      *velo.PeerInfo
+	// UCXFirst is a writer whose messages (a notification among them) go over its UCX transport,
+	// listed before the TCP control plane.
+	UCXFirst velo.PeerInfo
 }
 
 // grantsHello is the receiver's second line: the grants and how their regions are held.
 type grantsHello struct {
 	Pinned, Plain             velo.GrantHandle
 	Direct                    velo.GrantHandle `json:",omitzero"`
+	UCXFirst                  velo.GrantHandle
 	PinnedReason, PlainReason string
 }
 
@@ -61,7 +65,7 @@ const grantTTL = 24 * time.Hour
 
 func runReceiver() error {
 	ctx := context.Background()
-	rv, _, err := startRDMA(ctx, ucx.RMAAuto)
+	rv, _, err := startRDMA(ctx, ucx.RMAAuto, false)
 	if err != nil {
 		return err
 	}
@@ -98,6 +102,9 @@ func runReceiver() error {
 		if err := rv.RegisterPeer(ctx, *w.Direct); err != nil {
 			return err
 		}
+	}
+	if err := rv.RegisterPeer(ctx, w.UCXFirst); err != nil {
+		return err
 	}
 
 	pinned, err := rv.NewRegion(regionSize)
@@ -140,6 +147,17 @@ func runReceiver() error {
 		defer gd.Revoke(ctx)
 		hello.Direct = gd.Handle()
 	}
+	small, err := rv.NewRegion(1 << 20)
+	if err != nil {
+		return err
+	}
+	defer small.Free()
+	gu, err := rv.GrantWrite(ctx, w.UCXFirst.ID, small, velo.GrantOptions{TTL: grantTTL, OnNotify: onNotify})
+	if err != nil {
+		return err
+	}
+	defer gu.Revoke(ctx)
+	hello.UCXFirst = gu.Handle()
 	go serveRaw(ln, plain.Bytes())
 	if err := benchkit.Announce(hello); err != nil {
 		return err
