@@ -21,6 +21,7 @@ var thePatchSet = []string{
 	"0003-ucp-refuse-software-rma.patch",
 	"0004-tcp-refuse-put-requests.patch",
 	"0005-ucp-bound-wire-offsets.patch",
+	"0006-tcp-one-event-per-wait.patch",
 }
 
 // patchSources are the releases whose source is at hand here, as the recipe's environment that
