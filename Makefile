@@ -74,7 +74,7 @@ build: deps
 # interface it finds when it starts, fails to connect (UCS_ERR_UNREACHABLE) or stalls when that
 # interface goes away under it.
 TEST_JOBS ?= 2
-TEST_ALONE = test-faults
+TEST_ALONE = test-faults test-rails
 TEST_ORDER = $(filter test-static,$(TEST_TARGETS)) $(filter-out test-static $(TEST_ALONE),$(TEST_TARGETS))
 test: deps
 	@start=$$(date +%s); \

@@ -29,16 +29,23 @@
 // (it takes no read) for Config.CoolDown, doubling with each failure in a row up to
 // Config.MaxCoolDown (30 s to 5 min by default, as Mooncake's transfer engine does), when the
 // failure is the rail's: the slice outlived the rail's slice timeout (eight times its recent read
-// time, within 1 s and 30 s), the rail's transport lost the peer, or the same bytes then came
-// over another rail. A slice that fails on every rail (a key the owner revoked fails everywhere)
-// fails its read and pauses nothing. Once a pause ends the rail is probing: the next transfer
-// gives it one slice, which takes it back up or pauses it again. When no rail is left, the read
-// fails and the rendezvous falls back to the chunked path (reason get_failed), as a failed GET
-// always has.
+// time, within 1 s and 30 s), or the same bytes then came over another rail. A slice that fails on
+// every rail (a key the owner revoked fails everywhere) fails its read and pauses nothing; nor
+// does a peer that a rail other than the first loses (a peer that closed or died is no fault of
+// the NIC; a rail that loses a live peer shows it in its reads). Once a pause ends the rail is
+// probing: the next transfer gives it one slice, which takes it back up or pauses it again; only
+// the probe does (a read that was in flight when the rail was paused proves nothing). When no
+// rail is left, the read fails and the rendezvous falls back to the chunked path (reason
+// get_failed), as a failed GET always has.
 //
-// A read that timed out on a rail is read again only once the rail's read returned: the UCX
-// transport's guarded GET gives up a read whose context ended at once and never writes its
-// buffer afterwards, so no two reads ever write the same bytes at the same time.
+// A read that timed out on a rail is read again only once the rail's read returned, so no two
+// reads ever write the same bytes at the same time. The UCX transport gives up at once a read
+// still waiting for its reply, but a read whose bytes are arriving is UCX's until UCX ends it,
+// which over a link that went down is the endpoint's own timeout (many seconds). So when a timed
+// out read has not returned within a short grace, the rail's endpoints to that peer are closed
+// with force (transport.RMA.ForceClosePeer): the stalled reads end, their slices go to the other
+// rails, and the rail's next read, its probe, opens a new endpoint. The loss that close reports
+// stays with the rail, the first rail's included.
 //
 // # Observing it
 //

@@ -41,6 +41,9 @@ type rail struct {
 	probe   bool          // a probing read is out
 	lastErr string
 
+	forcing  atomic.Bool  // the rail set is closing the rail's endpoints to a peer (forceClose)
+	forcedAt atomic.Int64 // when it last did (Unix nanoseconds)
+
 	bytes, slices, failures atomic.Uint64
 	inflight                atomic.Int64 // bytes of reads in flight
 	readNanos               atomic.Int64 // moving average of one read's time, 0 before the first

@@ -162,22 +162,19 @@ func (t *Transport) Name() string { return t.rails[0].t.Name() }
 // RailAddressName is the PeerInfo name of rail i's address (i >= 1): "ucx.rail1".
 func (t *Transport) RailAddressName(i int) string { return t.Name() + ".rail" + strconv.Itoa(i) }
 
-// Start starts every rail: the first with the runtime's host, the others with a host that keeps
-// their losses to themselves (a rail that loses a peer pauses; the peer is not down while its
-// first rail carries its messages).
+// Start starts every rail, each with a host of its own around the runtime's: the first passes
+// a lost peer on (it carries the messages), unless the rail set itself closed the endpoints (a
+// stalled read, see forceClose); the others keep their losses to themselves (the peer is not down
+// while its first rail carries its messages).
 func (t *Transport) Start(h transport.Host) error {
 	if t.cfg.Logger == nil {
 		t.log = h.Logger().With("rails", len(t.rails))
 	}
 	for i, r := range t.rails {
-		var rh transport.Host = h
-		if i > 0 {
-			base := &railHost{Host: h, t: t, r: r}
-			if g, ok := h.(transport.AuthGate); ok {
-				rh = &gatedRailHost{railHost: base, AuthGate: g}
-			} else {
-				rh = base
-			}
+		base := &railHost{Host: h, t: t, r: r}
+		var rh transport.Host = base
+		if g, ok := h.(transport.AuthGate); ok {
+			rh = &gatedRailHost{railHost: base, AuthGate: g}
 		}
 		if err := r.t.Start(rh); err != nil {
 			for _, s := range t.rails[:i] {
@@ -193,16 +190,22 @@ func (t *Transport) Start(h transport.Host) error {
 	return nil
 }
 
-// railHost is the host of a rail other than the first.
+// railHost is the host of one rail.
 type railHost struct {
 	transport.Host
 	t *Transport
 	r *rail
 }
 
-// PeerDown on a rail other than the first pauses the rail, not the peer.
+// PeerDown on the first rail is the runtime's, but for the endpoints the rail set closed itself.
+// On another rail it pauses nothing: a peer that closed or died is no fault of the NIC, and a
+// rail that did lose a live peer shows it in its reads, which fail or time out and pause it.
 func (h *railHost) PeerDown(peer transport.InstanceID, err error) {
-	h.t.railFailed(h.r, fmt.Errorf("lost peer %s: %w", peer, err))
+	if h.r.idx == 0 && !h.r.forcing.Load() {
+		h.Host.PeerDown(peer, err)
+		return
+	}
+	h.t.log.Info("rails: a rail lost a peer; its next read to it opens a new endpoint", "rail", h.r.idx, "device", h.r.name, "peer", peer, "err", err)
 }
 
 type gatedRailHost struct {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -381,4 +382,54 @@ func railKey(t *testing.T, keys ...[]byte) []byte {
 	k, err := rails.AppendRailKey(nil, keys)
 	require.NoError(t, err)
 	return k
+}
+
+// stuckRail is a member whose reads ignore their context, as a UCX read whose bytes were arriving
+// when the link went down does: they return only once the rail's endpoints to the peer are closed.
+type stuckRail struct {
+	*rdmatest.Transport
+	stuck  chan struct{}
+	closes atomic.Int32
+}
+
+func (s *stuckRail) Get(ctx context.Context, peer transport.InstanceID, key []byte, off uint64, dst []byte) error {
+	<-s.stuck
+	return errors.New("endpoint closed")
+}
+
+func (s *stuckRail) ForceClosePeer(peer transport.InstanceID) error {
+	if s.closes.Add(1) == 1 {
+		close(s.stuck)
+	}
+	return nil
+}
+
+// TestStalledReadIsEndedByClosingTheRail: reads that outlive their timeout and do not return are
+// ended by closing the rail's endpoints to the peer, and their slices are read over the other
+// rail; the loss that close reports on the first rail does not reach the runtime.
+func TestStalledReadIsEndedByClosingTheRail(t *testing.T) {
+	fs := fabrics(2)
+	cfg := rails.Config{SliceSize: 64 << 10, SliceTimeout: 200 * time.Millisecond, CoolDown: time.Hour}
+	owner := newNode(t, fs, cfg)
+	m0, err := fs[0].New("ucx")
+	require.NoError(t, err)
+	m1, err := fs[1].New("ucx")
+	require.NoError(t, err)
+	stuck := &stuckRail{Transport: m1, stuck: make(chan struct{})}
+	rs, err := rails.New(cfg, m0, stuck)
+	require.NoError(t, err)
+	v, err := velo.New(context.Background(), velo.WithLogger(logger()), velo.WithUCXTransport(rs))
+	require.NoError(t, err)
+	defer v.Close()
+	consumer := node{v: v, rails: rs}
+	link(t, owner, consumer)
+	start := time.Now()
+	payload := randomBytes(4<<20, 14)
+	getOver(t, owner, consumer, payload)
+	assert.Less(t, time.Since(start), 10*time.Second)
+	assert.Equal(t, int32(1), stuck.closes.Load(), "the stalled rail's endpoints were not closed once")
+	st := status(consumer)
+	assert.Equal(t, uint64(len(payload)), st[0].Bytes)
+	assert.Equal(t, rails.StatePaused, st[1].State)
+	assert.Equal(t, 1.0, pathCount(t, consumer.v, "rdma", "ok"))
 }

@@ -381,6 +381,23 @@ func (s *sched) read(r *rail, ps []*piece, probe bool) (railFailed bool) {
 	defer r.inflight.Add(-int64(bytes))
 	ctx, cancel := context.WithTimeout(s.ctx, s.t.sliceTimeout(r))
 	defer cancel()
+	// A read past the rail's timeout may not return at once: the member gives up a read still
+	// waiting for its reply, but one whose bytes are arriving is UCX's until UCX ends it, and
+	// over a link that went down that is the endpoint's own timeout (many seconds). Past a short
+	// grace the rail's endpoints to the peer are closed, which ends those reads, so their pieces
+	// go to the other rails now instead.
+	returned := make(chan struct{})
+	stopWatch := context.AfterFunc(ctx, func() {
+		if s.ctx.Err() != nil {
+			return // the caller's end: the member gives its reads up itself
+		}
+		select {
+		case <-returned:
+		case <-time.After(forceGrace):
+			s.t.forceClose(r, s.peer)
+		}
+	})
+	defer stopWatch()
 	errs := make([]error, len(ps))
 	start := time.Now()
 	if r.many != nil && len(ps) > 1 {
@@ -400,6 +417,7 @@ func (s *sched) read(r *rail, ps []*piece, probe bool) (railFailed bool) {
 		}
 		wg.Wait()
 	}
+	close(returned)
 	took := time.Since(start)
 	timedOut := ctx.Err() != nil && s.ctx.Err() == nil
 	var railErr error
@@ -445,6 +463,26 @@ func (s *sched) read(r *rail, ps []*piece, probe bool) (railFailed bool) {
 	}
 	s.cond.Broadcast()
 	return railFailed
+}
+
+// forceGrace is how long a read past its rail's timeout may take to return before the rail's
+// endpoints to the peer are closed under it.
+const forceGrace = 250 * time.Millisecond
+
+// forceClose closes r's endpoints to peer, which ends the reads stalled on them (they fail, and
+// their pieces are read over the other rails); the rail's next read to the peer opens a new
+// endpoint. The loss this reports is the rail set's own doing and stays with the rail.
+func (t *Transport) forceClose(r *rail, peer transport.InstanceID) {
+	now := time.Now().UnixNano()
+	if last := r.forcedAt.Load(); now-last < int64(forceGrace) || !r.forcedAt.CompareAndSwap(last, now) {
+		return // another lane's stalled reads just closed them: these end with that close
+	}
+	r.forcing.Store(true)
+	defer r.forcing.Store(false)
+	t.log.Warn("rails: reads stalled past the rail's timeout; closing its endpoints to the peer to end them", "rail", r.idx, "device", r.name, "peer", peer)
+	if err := r.rma.ForceClosePeer(peer); err != nil {
+		t.log.Debug("rails: closing a stalled rail's endpoints", "rail", r.idx, "device", r.name, "peer", peer, "err", err)
+	}
 }
 
 // untriedRails reports whether some rail with a key for p has not failed it and may still take

@@ -1,0 +1,376 @@
+package rails
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The hosts of the suite: two network namespaces joined by n veth pairs, one per rail, each on a
+// subnet of its own (10.77.<rail>.0/24) and shaped on the owner's side, where the bytes of a GET
+// leave, with a token bucket; plus one unshaped pair for velo's TCP control plane
+// (10.77.100.0/24). The addresses live inside the namespaces only, so they cannot clash with
+// anything outside.
+
+const ctlSubnet = 100
+
+// host is one namespace: its name, its rails' interfaces and addresses.
+type host struct {
+	ns   string
+	devs []string
+	ips  []string
+	ctl  string // the control-plane address
+}
+
+var seq atomic.Uint32
+
+// requireRoot skips the test, saying why, where namespaces or tc cannot be used.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("rails: needs root to create network namespaces and shape links; run the suite as root (make test-rails)")
+	}
+	for _, c := range []string{"ip", "tc"} {
+		if _, err := exec.LookPath(c); err != nil {
+			t.Skipf("rails: the %s command (Debian package iproute2) is not installed; run make deps", c)
+		}
+	}
+}
+
+// newHosts makes the owner's and the consumer's namespaces with rails shaped to rates (one entry
+// per rail, tc's notation: "200mbit"), and removes them when the test ends.
+func newHosts(t *testing.T, rates ...string) (owner, consumer host) {
+	t.Helper()
+	requireRoot(t)
+	id := fmt.Sprintf("%d-%d", os.Getpid()%100000, seq.Add(1))
+	owner, consumer = host{ns: "velo-rlo" + id}, host{ns: "velo-rlc" + id}
+	cleanup := func() {
+		_ = ipRun("netns", "del", owner.ns)
+		_ = ipRun("netns", "del", consumer.ns)
+	}
+	t.Cleanup(cleanup)
+	steps := [][]string{
+		{"ip", "netns", "add", owner.ns},
+		{"ip", "netns", "add", consumer.ns},
+		{"ip", "-n", owner.ns, "link", "set", "lo", "up"},
+		{"ip", "-n", consumer.ns, "link", "set", "lo", "up"},
+	}
+	link := func(od, cd string, subnet int) {
+		oip, cip := fmt.Sprintf("10.77.%d.1", subnet), fmt.Sprintf("10.77.%d.2", subnet)
+		steps = append(steps,
+			[]string{"ip", "-n", owner.ns, "link", "add", od, "type", "veth", "peer", "name", cd, "netns", consumer.ns},
+			[]string{"ip", "-n", owner.ns, "addr", "add", oip + "/24", "dev", od},
+			[]string{"ip", "-n", consumer.ns, "addr", "add", cip + "/24", "dev", cd},
+			[]string{"ip", "-n", owner.ns, "link", "set", od, "up"},
+			[]string{"ip", "-n", consumer.ns, "link", "set", cd, "up"},
+		)
+		if subnet == ctlSubnet {
+			owner.ctl, consumer.ctl = oip, cip
+			return
+		}
+		owner.devs, owner.ips = append(owner.devs, od), append(owner.ips, oip)
+		consumer.devs, consumer.ips = append(consumer.devs, cd), append(consumer.ips, cip)
+	}
+	link("ctlo", "ctlc", ctlSubnet)
+	for i, rate := range rates {
+		od := fmt.Sprintf("ro%d", i)
+		link(od, fmt.Sprintf("rc%d", i), i)
+		steps = append(steps, append([]string{"tc", "-n", owner.ns, "qdisc", "add", "dev", od, "root"}, tbf(rate)...))
+	}
+	for _, s := range steps {
+		out, err := exec.Command(s[0], s[1:]...).CombinedOutput()
+		if err != nil && strings.Contains(string(out), "Operation not permitted") {
+			t.Skipf("rails: this machine does not allow network namespaces: %s: %s", strings.Join(s, " "), out)
+		}
+		require.NoError(t, err, "%s: %s", strings.Join(s, " "), out)
+	}
+	// A veth reads up only once both ends are: wait, so that the rail choice finds them up.
+	waitUp(t, owner, owner.devs...)
+	waitUp(t, consumer, consumer.devs...)
+	return owner, consumer
+}
+
+// waitUp waits until every named interface of h reads up (operstate).
+func waitUp(t *testing.T, h host, devs ...string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := exec.Command("ip", "-n", h.ns, "-j", "link", "show").Output()
+		require.NoError(t, err)
+		var links []struct {
+			Name  string `json:"ifname"`
+			State string `json:"operstate"`
+		}
+		require.NoError(t, json.Unmarshal(out, &links))
+		state := map[string]string{}
+		for _, l := range links {
+			state[l.Name] = l.State
+		}
+		var down []string
+		for _, d := range devs {
+			if state[d] != "UP" {
+				down = append(down, d+" "+state[d])
+			}
+		}
+		if len(down) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rails: interfaces of %s not up after 10 s: %v", h.ns, down)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// tbf is the token bucket of a shaped rail: rate, a burst of 128 KiB (a few GSO packets) and a
+// queue of at most 50 ms.
+func tbf(rate string) []string {
+	return []string{"tbf", "rate", rate, "burst", "128kb", "latency", "50ms"}
+}
+
+// shape changes rail i's rate on h.
+func shape(t *testing.T, h host, i int, rate string) {
+	t.Helper()
+	args := append([]string{"-n", h.ns, "qdisc", "change", "dev", h.devs[i], "root"}, tbf(rate)...)
+	out, err := exec.Command("tc", args...).CombinedOutput()
+	require.NoError(t, err, "tc %v: %s", args, out)
+}
+
+// setLink sets rail i of h up or down.
+func setLink(t *testing.T, h host, i int, state string) {
+	t.Helper()
+	require.NoError(t, ipRun("-n", h.ns, "link", "set", h.devs[i], state))
+}
+
+func ipRun(args ...string) error {
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// txBytes reads the kernel's transmit counters of h's rails (/sys/class/net/<dev>/statistics as
+// ip -s reports them), by rail.
+func txBytes(t *testing.T, h host) []uint64 {
+	t.Helper()
+	out, err := exec.Command("ip", "-n", h.ns, "-s", "-j", "link", "show").Output()
+	require.NoError(t, err)
+	var links []struct {
+		Name  string `json:"ifname"`
+		Stats struct {
+			TX struct {
+				Bytes uint64 `json:"bytes"`
+			} `json:"tx"`
+		} `json:"stats64"`
+	}
+	require.NoError(t, json.Unmarshal(out, &links))
+	by := map[string]uint64{}
+	for _, l := range links {
+		by[l.Name] = l.Stats.TX.Bytes
+	}
+	got := make([]uint64, len(h.devs))
+	for i, d := range h.devs {
+		got[i] = by[d]
+	}
+	return got
+}
+
+// ------------------------------------------------------------------------------------ railnode
+
+var (
+	buildOnce sync.Once
+	nodeBin   string
+	buildErr  error
+)
+
+// railnodeBin builds cmd/railnode once per test binary (the go command takes the build tag of the
+// static UCX from GOFLAGS, as make test-rails sets it).
+func railnodeBin(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "velo-railnode-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		nodeBin = filepath.Join(dir, "railnode")
+		out, err := exec.Command("go", "build", "-o", nodeBin, "github.com/velo-go/velo/test/rails/cmd/railnode").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build railnode: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, buildErr)
+	return nodeBin
+}
+
+// node is one railnode process in a namespace.
+type node struct {
+	name   string
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	lines  chan []byte
+	stderr *syncBuffer
+	mu     sync.Mutex
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startNode starts railnode in h's namespace over h's rails, with args, and waits until it is up.
+func startNode(t *testing.T, name string, h host, args ...string) *node {
+	t.Helper()
+	a := append([]string{"netns", "exec", h.ns, railnodeBin(t), "-devices", strings.Join(h.devs, ","), "-ctl", h.ctl + ":0"}, args...)
+	cmd := exec.Command("ip", a...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "UCX_NET_DEVICES=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	if os.Getenv("UCX_TLS") == "" {
+		cmd.Env = append(cmd.Env, "UCX_TLS=tcp")
+	}
+	n := &node{name: name, cmd: cmd, lines: make(chan []byte, 16), stderr: &syncBuffer{}}
+	cmd.Stderr = n.stderr
+	var err error
+	n.in, err = cmd.StdinPipe()
+	require.NoError(t, err)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<20), 16<<20)
+		for sc.Scan() {
+			n.lines <- append([]byte(nil), sc.Bytes()...)
+		}
+		close(n.lines)
+	}()
+	t.Cleanup(func() {
+		n.in.Close()
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() || os.Getenv("VELO_TEST_LOG") != "" {
+			t.Logf("%s's log:\n%s", name, n.stderr.String())
+		}
+	})
+	select {
+	case l, ok := <-n.lines:
+		require.True(t, ok, "%s exited before it was up:\n%s", name, n.stderr.String())
+		require.JSONEq(t, `{"ready":true}`, string(l), "%s", name)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s did not come up in 60 s:\n%s", name, n.stderr.String())
+	}
+	return n
+}
+
+// answer is railnode's answer to a command.
+type answer struct {
+	Error   string          `json:"error"`
+	Peer    json.RawMessage `json:"peer"`
+	Handle  json.RawMessage `json:"handle"`
+	SHA256  string          `json:"sha256"`
+	SHA256s []string        `json:"sha256s"`
+	Seconds float64         `json:"seconds"`
+	Bytes   int             `json:"bytes"`
+	Path    string          `json:"path"`
+	Reason  string          `json:"reason"`
+	Rails   []railStatus    `json:"rails"`
+	Health  []string        `json:"health"`
+}
+
+type railStatus struct {
+	Rail     int     `json:"rail"`
+	Device   string  `json:"device"`
+	Bytes    float64 `json:"bytes"`
+	Reads    float64 `json:"reads"`
+	Failures float64 `json:"failures"`
+	Paused   bool    `json:"paused"`
+}
+
+// call sends one command and returns its answer (an error the command reports fails the test).
+func (n *node) call(t *testing.T, cmd map[string]any) answer {
+	t.Helper()
+	a, err := n.try(cmd)
+	require.NoError(t, err)
+	return a
+}
+
+// try is call without the test: it returns the command's error.
+func (n *node) try(cmd map[string]any) (answer, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	b, err := json.Marshal(cmd)
+	if err != nil {
+		return answer{}, err
+	}
+	if _, err := n.in.Write(append(b, '\n')); err != nil {
+		return answer{}, fmt.Errorf("%s: %w\n%s", n.name, err, n.stderr.String())
+	}
+	select {
+	case l, ok := <-n.lines:
+		if !ok {
+			return answer{}, fmt.Errorf("%s exited during %s:\n%s", n.name, cmd["op"], n.stderr.String())
+		}
+		var a answer
+		if err := json.Unmarshal(l, &a); err != nil {
+			return answer{}, fmt.Errorf("%s: answer %q: %w", n.name, l, err)
+		}
+		if a.Error != "" {
+			return a, fmt.Errorf("%s: %s: %s", n.name, cmd["op"], a.Error)
+		}
+		return a, nil
+	case <-time.After(2 * time.Minute):
+		return answer{}, fmt.Errorf("%s: no answer to %s in 2 minutes:\n%s", n.name, cmd["op"], n.stderr.String())
+	}
+}
+
+// pair starts an owner and a consumer on the hosts and registers each with the other.
+func pair(t *testing.T, owner, consumer host, args ...string) (o, c *node) {
+	t.Helper()
+	o = startNode(t, "owner", owner, args...)
+	c = startNode(t, "consumer", consumer, args...)
+	op, cp := o.call(t, map[string]any{"op": "info"}).Peer, c.call(t, map[string]any{"op": "info"}).Peer
+	c.call(t, map[string]any{"op": "register", "peer": op})
+	o.call(t, map[string]any{"op": "register", "peer": cp})
+	return o, c
+}
+
+// stage stages size bytes on the owner; it returns the handle and the SHA-256.
+func stage(t *testing.T, o *node, size int, seed uint64) (json.RawMessage, string) {
+	t.Helper()
+	a := o.call(t, map[string]any{"op": "stage", "size": size, "seed": seed})
+	return a.Handle, a.SHA256
+}
