@@ -527,6 +527,10 @@ func WithRails(p RailPolicy, newTransport NewRailTransport) Option {
 		}
 		var t transport.Transport
 		if p.Slice && len(c.Rails) >= 2 {
+			if len(c.Rails) > rails.MaxRails {
+				c.Rails = c.Rails[:rails.MaxRails]
+				c.Notes = append(c.Notes, fmt.Sprintf("Slice: only the first %d rails are used; a rail set has at most %d", rails.MaxRails, rails.MaxRails))
+			}
 			t, err = newRailSet(c, p.Slicing, newTransport)
 		} else {
 			if t, err = newTransport(c.NetDevices()); err != nil {
@@ -577,12 +581,9 @@ func (v *Velo) logRails() {
 	}
 }
 
-// newRailSet makes one transport per rail and joins them (velo/transport/rails).
+// newRailSet makes one transport per rail of c (at most rails.MaxRails) and joins them
+// (velo/transport/rails).
 func newRailSet(c RailChoice, cfg rails.Config, newTransport NewRailTransport) (transport.Transport, error) {
-	if len(c.Rails) > rails.MaxRails {
-		c.Rails = c.Rails[:rails.MaxRails]
-		c.Notes = append(c.Notes, fmt.Sprintf("only the first %d rails are sliced over", rails.MaxRails))
-	}
 	var members []transport.Transport
 	closeAll := func() {
 		for _, m := range members {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/velo-go/velo/velo/rendezvous/rdma/rdmatest"
 	"github.com/velo-go/velo/velo/transport"
+	"github.com/velo-go/velo/velo/transport/rails"
 	"github.com/velo-go/velo/verbs"
 )
 
@@ -272,4 +273,56 @@ func TestWithRailsShowsTheChoice(t *testing.T) {
 	require.ErrorContains(t, err, "no UCX here")
 	_, err = New(context.Background(), WithRails(RailPolicy{}, nil))
 	require.ErrorContains(t, err, "no NewRailTransport")
+}
+
+// TestWithRailsSliceMakesOneTransportPerRail: with Slice, WithRails makes one transport per
+// chosen rail, each for its one device, joined into the instance's UCX transport; its settings
+// go in (a refused one fails New), and a choice of one rail, or the operator's UCX_NET_DEVICES,
+// makes one plain transport.
+func TestWithRailsSliceMakesOneTransportPerRail(t *testing.T) {
+	t.Setenv(NetDevicesEnv, "")
+	os.Unsetenv(NetDevicesEnv)
+	f := rdmatest.NewFabric()
+	var got []string
+	newT := func(dev string) (transport.Transport, error) {
+		got = append(got, dev)
+		return f.New("ucx")
+	}
+	dgx := fixture("dgx-h100-like")
+	v, err := New(context.Background(), WithLogger(quietLogger()), WithRails(RailPolicy{Auto: true, GPU: "0", Sysfs: dgx, Slice: true}, newT))
+	require.NoError(t, err)
+	defer v.Close()
+	assert.Equal(t, []string{"mlx5_0:1", "mlx5_1:1"}, got)
+	in := v.Introspect()
+	var settings map[string]string
+	for _, tr := range in.Transports {
+		if tr.Settings["rails"] != "" {
+			settings = tr.Settings
+		}
+	}
+	require.NotNil(t, settings, "no transport on the introspection page reports rails")
+	assert.Equal(t, "2", settings["rails"])
+	assert.Contains(t, settings["rail1"], "mlx5_1:1 up")
+	assert.Contains(t, v.PeerInfo().Addresses, "ucx.rail1")
+
+	// A slicing setting the rails package refuses fails New.
+	got = nil
+	_, err = New(context.Background(), WithLogger(quietLogger()), WithRails(RailPolicy{Auto: true, GPU: "0", Sysfs: dgx, Slice: true, Slicing: rails.Config{SliceSize: 1000}}, newT))
+	require.ErrorContains(t, err, "SliceSize")
+
+	// One rail: nothing to slice, one plain transport.
+	got = nil
+	v1, err := New(context.Background(), WithLogger(quietLogger()), WithRails(RailPolicy{Auto: true, GPU: "0", Sysfs: dgx, Slice: true, MaxRails: 1}, newT))
+	require.NoError(t, err)
+	defer v1.Close()
+	assert.Equal(t, []string{"mlx5_0:1"}, got)
+	assert.NotContains(t, v1.PeerInfo().Addresses, "ucx.rail1")
+
+	// The operator's UCX_NET_DEVICES wins: one transport with that value.
+	t.Setenv(NetDevicesEnv, "mlx5_0:1,mlx5_1:1")
+	got = nil
+	v2, err := New(context.Background(), WithLogger(quietLogger()), WithRails(RailPolicy{Auto: true, GPU: "0", Sysfs: dgx, Slice: true}, newT))
+	require.NoError(t, err)
+	defer v2.Close()
+	assert.Equal(t, []string{"mlx5_0:1,mlx5_1:1"}, got)
 }
