@@ -5,16 +5,17 @@
 #   make test-rails   the rails package under -race over an in-process RMA (one fabric per rail:
 #                     slicing, batches and ranges, failover, probes after the cool-down, mixed
 #                     releases); velo's rail choice; and, as root, two hosts in network namespaces
-#                     joined by two veth rails shaped with tc to 200 Mbit/s (test/rails): one 48 MiB
-#                     GET over both by the kernel's counters, a rail at half the rate carrying a
-#                     third, a rail set down mid-GET (right bytes on the RDMA path, the rail paused,
-#                     back after its cool-down), both set down (chunked fallback, right bytes).
-#                     About 40 s on 2 cores. It adds network interfaces, so make test runs it alone
+#                     joined by two, then four, veth rails shaped with tc to 200 Mbit/s (test/rails):
+#                     one 48 MiB GET over all of them in equal shares by the kernel's counters, a
+#                     rail at half the rate carrying a third, a rail set down mid-GET (right bytes
+#                     on the RDMA path, the rail paused, back after its cool-down), both set down
+#                     (chunked fallback, right bytes). About a minute on 2 cores. It adds network interfaces, so make test runs it alone
 #                     (TEST_ALONE). The hosts link velo's static UCX (VELO_UCX_GO, Makefile; the
 #                     suite builds cmd/railnode with the go command, which takes the tag from GOFLAGS).
 #   make bench-rails  one 256 MiB GET and a batch of 64 KiB GETs over 1, 2 and 4 rails shaped to
 #                     the same rate, each as a ratio of one rail's in the same run, and the time a
-#                     rail lost mid-GET costs (prints, asserts nothing; as root)
+#                     rail lost mid-GET costs (prints; asserts only the bytes; as root; about a
+#                     minute). Figures in docs/performance.md
 .PHONY: test-rails bench-rails
 TEST_TARGETS += test-rails
 

@@ -140,14 +140,6 @@ func tbf(rate string) []string {
 	return []string{"tbf", "rate", rate, "burst", "128kb", "latency", "50ms"}
 }
 
-// shape changes rail i's rate on h.
-func shape(t *testing.T, h host, i int, rate string) {
-	t.Helper()
-	args := append([]string{"-n", h.ns, "qdisc", "change", "dev", h.devs[i], "root"}, tbf(rate)...)
-	out, err := exec.Command("tc", args...).CombinedOutput()
-	require.NoError(t, err, "tc %v: %s", args, out)
-}
-
 // setLink sets rail i of h up or down.
 func setLink(t *testing.T, h host, i int, state string) {
 	t.Helper()
