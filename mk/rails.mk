@@ -5,7 +5,7 @@
 #   make test-rails   the rails package under -race over an in-process RMA (one fabric per rail:
 #                     slicing, batches and ranges, failover, probes after the cool-down, mixed
 #                     releases); velo's rail choice; and, as root, two hosts in network namespaces
-#                     joined by two, then four, veth rails shaped with tc to 200 Mbit/s (test/rails):
+#                     joined by two, then four, veth rails shaped with tc to 200 Mbit/s (test/multirail):
 #                     one 48 MiB GET over all of them in equal shares by the kernel's counters, a
 #                     rail at half the rate carrying a third, a rail set down mid-GET (right bytes
 #                     on the RDMA path, the rail paused, back after its cool-down), both set down
@@ -22,7 +22,7 @@ TEST_TARGETS += test-rails
 test-rails: deps $(VELO_UCX_DEP)
 	cd velo && $(GOTEST) -race ./transport/rails/...
 	cd velo && $(GOTEST) -race -run 'Rail' .
-	cd test && $(VELO_UCX_GO) $(RDMA_TEST_ENV) $(GOTEST) ./rails/...
+	cd test && $(VELO_UCX_GO) $(RDMA_TEST_ENV) $(GOTEST) ./multirail/...
 
 bench-rails: deps $(VELO_UCX_DEP)
-	cd test && $(VELO_UCX_GO) $(RDMA_TEST_ENV) RAILS_BENCH=1 $(GOTEST) -v -run 'TestBenchRails' ./rails/
+	cd test && $(VELO_UCX_GO) $(RDMA_TEST_ENV) RAILS_BENCH=1 $(GOTEST) -v -run 'TestBenchRails' ./multirail/

@@ -1,4 +1,4 @@
-// Command railnode is one host of the rails suite (test/rails) and of make bench-rails: a velo
+// Command railnode is one host of the rails suite (test/multirail) and of make bench-rails: a velo
 // instance whose UCX transport is a rail set (velo.WithRails with Slice), one UCX transport per
 // named network interface, driven one command at a time.
 //

@@ -1,4 +1,4 @@
-package rails
+package multirail
 
 import (
 	"bufio"
@@ -199,7 +199,7 @@ func railnodeBin(t *testing.T) string {
 			return
 		}
 		nodeBin = filepath.Join(dir, "railnode")
-		out, err := exec.Command("go", "build", "-o", nodeBin, "github.com/velo-go/velo/test/rails/cmd/railnode").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", nodeBin, "github.com/velo-go/velo/test/multirail/cmd/railnode").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build railnode: %v\n%s", err, out)
 		}

@@ -1,4 +1,4 @@
-package push
+package pushfaults
 
 import (
 	"bufio"
@@ -35,7 +35,7 @@ func pushpeer(t *testing.T) string {
 			return
 		}
 		peerBin = filepath.Join(dir, "pushpeer")
-		out, err := exec.Command("go", "build", "-o", peerBin, "github.com/velo-go/velo/test/push/cmd/pushpeer").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", peerBin, "github.com/velo-go/velo/test/pushfaults/cmd/pushpeer").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build pushpeer: %v\n%s", err, out)
 		}
