@@ -11,3 +11,21 @@ TEST_TARGETS += test-push
 
 test-push: deps $(VELO_UCX_DEP)
 	cd test && $(VELO_UCX_GO) $(RDMA_TEST_ENV) $(GOTEST) ./pushfaults/...
+
+# make soak-push (not part of make test): the writer puts PUSH_SOAK_PUTS notified puts of 4 to
+# 64 KiB, in rounds of PutBatch over a 16 MiB span whose boundaries move each round, each put the
+# fill of a seed of its own, into the receiver's region, while PUSH_SOAK_BURN busy threads (a
+# pushpeer -burn process) share the writer's CPU, both bound to the last CPU; the receiver's
+# handler hashes each notified range the moment its notification arrives and compares it with
+# the SHA-256 the notification carries. Fails on any range that did not yet hold its put's bytes;
+# prints puts/s and the counts. Then the same on the chunked path (the receiver with the kill
+# switch), PUSH_SOAK_CHUNKED_PUTS puts (0 skips it). Results: docs/performance.md, "Push".
+PUSH_SOAK_PUTS ?= 100000
+PUSH_SOAK_CHUNKED_PUTS ?= $(PUSH_SOAK_PUTS)
+PUSH_SOAK_BURN ?= 2
+PUSH_SOAK_TIMEOUT ?= 2h
+.PHONY: soak-push
+soak-push: deps $(VELO_UCX_DEP)
+	cd test && $(VELO_UCX_GO) $(RDMA_TEST_ENV) VELO_PUSH_SOAK=$(PUSH_SOAK_PUTS) \
+		VELO_PUSH_SOAK_CHUNKED=$(PUSH_SOAK_CHUNKED_PUTS) VELO_PUSH_SOAK_BURN=$(PUSH_SOAK_BURN) \
+		$(GO) test -count=1 -timeout $(PUSH_SOAK_TIMEOUT) -v -run 'TestPushSoak' ./pushfaults/

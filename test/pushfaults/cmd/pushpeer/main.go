@@ -34,7 +34,20 @@
 //	                                  until an entry fails; answers the last round's SHA-256 of
 //	                                  each completed entry, its errors, and how many of them are
 //	                                  neither ErrGrantEnded nor ErrDraining
+//	checkgrant <writer> <off> <len> <ttl>
+//	                                  a grant like grant's whose handler checks soak notifications:
+//	                                  it hashes the notified range at once and compares it with the
+//	                                  SHA-256 the payload carries (soak.go)
+//	checks <grant>                    what a checkgrant's handler counted: notifications, ranges
+//	                                  not yet written when notified, canaries, examples
+//	soak <handle> <off> <span> <puts> <window> <seed> <min> <max>
+//	                                  rounds of PutBatch of notified puts of min to max bytes laid
+//	                                  end to end in [off, off+span), until puts are done or an
+//	                                  entry fails, then one canary put (soak.go)
 //	quit                              Close; the process exits 0
+//
+// With -burn N the program is no velo instance but N busy threads, until standard input closes
+// (the soak's CPU load); with -cpu C every thread of the process is bound to CPU C.
 //
 // The instance runs a TCP control plane on 127.0.0.1 and the UCX transport (UCX_TLS=tcp unless the
 // environment names transports), with the RDMA registry, so a region is pinned and a put takes
@@ -67,7 +80,18 @@ import (
 func main() {
 	forceAfter := flag.Duration("force-close-after", 0, "RDMAConfig.ForceCloseAfter (0: the default)")
 	logLevel := flag.String("log", "warn", "log level on standard error")
+	cpu := flag.Int("cpu", -1, "bind every thread of the process to this CPU (-1: no binding)")
+	burners := flag.Int("burn", 0, "be N busy threads, not a velo instance, until standard input closes")
 	flag.Parse()
+
+	if *cpu >= 0 {
+		if err := pinTo(*cpu); err != nil {
+			fatal(err)
+		}
+	}
+	if *burners > 0 {
+		burn(*burners)
+	}
 
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -95,7 +119,7 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
-	n := &node{v: v, out: json.NewEncoder(os.Stdout), grants: map[uint64]*grant{}}
+	n := &node{v: v, out: json.NewEncoder(os.Stdout), grants: map[uint64]*grant{}, checkers: map[uint64]*checker{}}
 	n.reply(map[string]any{"ready": true})
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(make([]byte, 1<<20), 1<<20)
@@ -117,8 +141,9 @@ type node struct {
 	region *velo.Region
 	seed   uint64
 
-	mu     sync.Mutex
-	grants map[uint64]*grant
+	mu       sync.Mutex
+	grants   map[uint64]*grant
+	checkers map[uint64]*checker // soak grants (checkgrant)
 }
 
 // grant is a receiver's grant and the notifications it got.
@@ -361,6 +386,8 @@ func (n *node) run(cmd string, args []string) {
 			texts = append(texts, e.Error())
 		}
 		n.reply(map[string]any{"rounds": round, "sums": sums, "errors": texts, "unclear": unclear, "seconds": time.Since(start).Seconds()})
+	case "checkgrant", "checks", "soak":
+		n.soakCommand(ctx, cmd, args)
 	default:
 		n.fail(fmt.Errorf("unknown command %q", cmd))
 	}
