@@ -4,8 +4,10 @@ TEST_TARGETS += test-integration
 # test/rdmapath, test/ucxstatic and test/faults run in their own targets (test-rendezvous-rdma in mk/rdma.mk,
 # test-static in mk/ucx-static.mk, test-faults in mk/faults.mk); the first two under cgocheck2.
 # test/release runs in test-release (mk/release.mk). test/attack runs in test-attack (mk/attack.mk), linked with the static UCX its victim needs.
+# test/pushfaults runs in test-push (mk/push.mk) and test/multirail in test-rails (mk/rails.mk), both
+# linked with the static UCX (their processes run velo's UCX transport); test-rails runs alone.
 test-integration: deps
-	cd test && $(GOTEST) $$($(GO) list ./... | grep -v -e '/test/rdmapath' -e '/test/ucxstatic' -e '/test/faults' -e '/test/firstmodule' -e '/test/release' -e '/test/attack')
+	cd test && $(GOTEST) $$($(GO) list ./... | grep -v -e '/test/rdmapath' -e '/test/ucxstatic' -e '/test/faults' -e '/test/firstmodule' -e '/test/release' -e '/test/attack' -e '/test/pushfaults' -e '/test/multirail')
 
 # The README's "Using velo from your own module" steps, word for word, in a fresh module outside
 # the workspace (GOWORK=off), building velo/examples/first, which must move its payloads on
