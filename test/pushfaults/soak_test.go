@@ -80,7 +80,7 @@ type soakChecks struct {
 	Mismatches   uint64   `json:"mismatches"`
 	Settled      uint64   `json:"settled"`
 	WrongRange   uint64   `json:"wrong_range"`
-	OutOfOrder   uint64   `json:"out_of_order"`
+	Repeated     uint64   `json:"repeated"`
 	BadPayload   uint64   `json:"bad_payload"`
 	CanaryCaught uint64   `json:"canary_caught"`
 	CanaryMissed uint64   `json:"canary_missed"`
@@ -146,7 +146,7 @@ func runSoak(t *testing.T, total uint64, chunked bool) {
 	assert.Equal(t, total, c.Notes, "one notification checked per put")
 	assert.Zero(t, c.Mismatches, "notifications observed before their data")
 	assert.Zero(t, c.WrongRange, "notifications naming another range than their put's")
-	assert.Zero(t, c.OutOfOrder, "notifications out of order")
+	assert.Zero(t, c.Repeated, "notifications delivered twice")
 	assert.Zero(t, c.BadPayload, "notifications with a payload the check cannot read")
 	require.Empty(t, res["canary_error"], "the canary put")
 	assert.EqualValues(t, 1, c.CanaryCaught, "the canary (a notification claiming a wrong SHA-256) was not caught: the check checks nothing")
