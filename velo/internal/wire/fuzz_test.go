@@ -207,18 +207,30 @@ func FuzzDecodeRDMADescriptor(f *testing.F) {
 	f.Add(b)
 	f.Add([]byte{RDMADescriptorVersion, 0, 0})
 	f.Add([]byte{1, 0, 1, 9})
+	for _, mt := range []uint8{RDMAMemoryHost, RDMAMemoryCUDA, 2, 0xff} {
+		b, _ := AppendRDMADescriptor(nil, RDMADescriptor{Version: RDMADescriptorMemoryVersion, Memory: mt, Key: []byte{5, 6, 7}})
+		f.Add(b)
+		f.Add([]byte{RDMADescriptorMemoryVersion, mt, 0, 1, 9})
+	}
+	f.Add([]byte{RDMADescriptorMemoryVersion})
+	f.Add([]byte{RDMADescriptorMemoryVersion, 1, 0})
 	f.Fuzz(fuzzFixed(DecodeRDMADescriptor, func(d RDMADescriptor) ([]byte, error) { return AppendRDMADescriptor(nil, d) }))
 }
 
 func FuzzCheckRDMAOffer(f *testing.F) {
 	f.Add(AppendRDMAOffer(nil))
+	f.Add(AppendRDMAOfferVersion(nil, RDMALegacyOfferVersion))
 	f.Add([]byte{1})
 	f.Add([]byte{1, 1})
+	f.Add([]byte{3, 2})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		err := CheckRDMAOffer(b)
+		v, err := RDMAOfferVersionOf(b)
 		checkErr(t, err)
-		if err == nil && !bytes.Equal(b, AppendRDMAOffer(nil)) {
+		if err == nil && !bytes.Equal(b, AppendRDMAOfferVersion(nil, v)) {
 			t.Fatalf("accepted offer %x", b)
+		}
+		if (CheckRDMAOffer(b) == nil) != (err == nil) {
+			t.Fatalf("CheckRDMAOffer and RDMAOfferVersionOf disagree on %x", b)
 		}
 	})
 }
@@ -239,6 +251,18 @@ func TestRDMADescriptorRefusesWhatItCannotAccountFor(t *testing.T) {
 		if _, err := DecodeRDMADescriptor(in); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+	for name, in := range map[string][]byte{
+		"v3 no memory type":      {RDMADescriptorMemoryVersion},
+		"v3 unknown memory type": {RDMADescriptorMemoryVersion, 2, 0, 1, 9},
+		"v3 no key":              {RDMADescriptorMemoryVersion, 1, 0, 0},
+	} {
+		if _, err := DecodeRDMADescriptor(in); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := AppendRDMADescriptor(nil, RDMADescriptor{Memory: RDMAMemoryCUDA, Key: []byte{1}}); !errors.Is(err, ErrMalformed) {
+		t.Errorf("a version-2 descriptor named CUDA memory: %v", err)
 	}
 	if _, err := DecodeRDMADescriptor(append([]byte{9}, good[1:]...)); !errors.Is(err, ErrVersion) {
 		t.Errorf("another version is not ErrVersion: %v", err)
@@ -308,4 +332,40 @@ func FuzzDecodeUCXHelloBody(f *testing.F) {
 			t.Fatalf("proof split of %x does not put back together", b)
 		}
 	})
+}
+
+// The memory-type descriptor and the offers of two releases: an owner answers each offer with
+// the descriptor version the consumer reads, and a consumer of this build reads both.
+func TestRDMADescriptorVersionsAcrossReleases(t *testing.T) {
+	for _, c := range []struct {
+		offer, desc uint8
+	}{{RDMALegacyOfferVersion, RDMADescriptorVersion}, {RDMAOfferVersion, RDMADescriptorMemoryVersion}} {
+		v, err := RDMAOfferVersionOf(AppendRDMAOfferVersion(nil, c.offer))
+		if err != nil || v != c.offer {
+			t.Fatalf("offer %d: %d, %v", c.offer, v, err)
+		}
+		if got := DescriptorVersionFor(v); got != c.desc {
+			t.Fatalf("offer %d answered with descriptor %d, want %d", c.offer, got, c.desc)
+		}
+		b, err := AppendRDMADescriptor(nil, RDMADescriptor{Version: c.desc, Key: []byte{1, 2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b[0] != c.desc {
+			t.Fatalf("descriptor version byte %d, want %d", b[0], c.desc)
+		}
+		d, err := DecodeRDMADescriptor(b)
+		if err != nil || d.Memory != RDMAMemoryHost || !bytes.Equal(d.Key, []byte{1, 2}) {
+			t.Fatalf("decoded %+v, %v", d, err)
+		}
+	}
+	// What a release before memory types encoded decodes to host memory.
+	d, err := DecodeRDMADescriptor([]byte{2, 0, 1, 7})
+	if err != nil || d.Memory != RDMAMemoryHost || d.Version != RDMADescriptorVersion {
+		t.Fatalf("a version-2 descriptor decoded to %+v, %v", d, err)
+	}
+	b, err := AppendRDMADescriptor(nil, RDMADescriptor{Version: RDMADescriptorMemoryVersion, Memory: RDMAMemoryCUDA, Key: []byte{7}})
+	if err != nil || !bytes.Equal(b, []byte{3, 1, 0, 1, 7}) {
+		t.Fatalf("a CUDA descriptor encoded to %x, %v", b, err)
+	}
 }

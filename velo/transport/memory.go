@@ -1,0 +1,55 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+)
+
+// MemoryType is the kind of memory a buffer lives in. The zero value is host memory, the kind
+// every method of this package took before memory types existed.
+type MemoryType uint8
+
+const (
+	// MemoryHost is ordinary host memory.
+	MemoryHost MemoryType = 0
+	// MemoryCUDA is memory of a CUDA device (a device pointer from cuMemAlloc or cudaMalloc).
+	MemoryCUDA MemoryType = 1
+)
+
+// String names the memory type: "host", "cuda", or "memory type N" for one this package does not
+// know.
+func (t MemoryType) String() string {
+	switch t {
+	case MemoryHost:
+		return "host"
+	case MemoryCUDA:
+		return "cuda"
+	}
+	return fmt.Sprintf("memory type %d", uint8(t))
+}
+
+// Device memory travels through the RMA seam as a []byte that views it
+// (unsafe.Slice((*byte)(unsafe.Pointer(ptr)), n)): its address and length are what the methods
+// below need, and nothing above the backend dereferences it. Code that may hold such a view
+// checks the memory type before it reads or writes the bytes, and copies with CopyMemory.
+
+// MemoryRMA is an RMA that also registers, and reads into, memory that is not host memory
+// (the UCX transport). The rendezvous RDMA registry uses it for regions and destinations whose
+// memory type the caller gave; a transport without it serves host memory only.
+type MemoryRMA interface {
+	RMA
+	// CheckMemory reports whether mem is memory of type t on device (a CUDA device ordinal; -1
+	// for host memory) that this transport can register and read into. Its error wraps
+	// errors.ErrUnsupported, naming the build that has the memory type, when this binary has
+	// none; otherwise it names what is wrong (a host pointer said to be device memory or the
+	// reverse, a device that does not exist).
+	CheckMemory(mem []byte, t MemoryType, device int) error
+	// RegisterMemoryOf is RegisterMemory of memory of type t.
+	RegisterMemoryOf(mem []byte, t MemoryType) (Registration, error)
+	// GetMemory is Get into a destination of type t.
+	GetMemory(ctx context.Context, peer InstanceID, key []byte, offset uint64, dst []byte, t MemoryType) error
+	// CopyMemory copies len(src) bytes (len(dst) == len(src)) between any two memories of the
+	// types given, and returns once they are at dst. The chunked path copies device memory
+	// through a host bounce buffer with it.
+	CopyMemory(dst []byte, dt MemoryType, src []byte, st MemoryType) error
+}
