@@ -148,6 +148,11 @@ func amFlags(f AMFlags) uint32 {
 // it in software and the peer serves any address, whatever the key: see the package
 // documentation. Engine.Get guards it.
 func (e *Endpoint) Get(dst []byte, remoteAddr uint64, rk *RemoteKey) (*Request, error) {
+	return e.get(dst, remoteAddr, rk, capi.MemTypeUnset)
+}
+
+// get is Get with the destination's memory type (capi.MemTypeUnset: UCX detects it).
+func (e *Endpoint) get(dst []byte, remoteAddr uint64, rk *RemoteKey, memType int) (*Request, error) {
 	if err := e.usable(); err != nil {
 		return nil, err
 	}
@@ -155,7 +160,7 @@ func (e *Endpoint) Get(dst []byte, remoteAddr uint64, rk *RemoteKey) (*Request, 
 		return nil, err
 	}
 	r := e.w.newRequest()
-	req, s := capi.UcpGetNbx(e.w.ring, e.ep, bufPtr(dst), uintptr(len(dst)), remoteAddr, rk.rk, r.id)
+	req, s := capi.UcpGetNbx(e.w.ring, e.ep, bufPtr(dst), uintptr(len(dst)), remoteAddr, rk.rk, memType, r.id)
 	return e.w.started(r, req, s, "ucp_get_nbx", len(dst))
 }
 
@@ -318,13 +323,18 @@ type MemHandle struct {
 // existing memory). mem must outlive the handle and must not move: use AllocMemory (or
 // other mmap'd memory), never a Go heap slice.
 func (c *Context) MapMemory(mem []byte) (*MemHandle, error) {
+	return c.mapMemory(mem, capi.MemTypeUnset)
+}
+
+// mapMemory is MapMemory with the memory's type (capi.MemTypeUnset: UCX detects it).
+func (c *Context) mapMemory(mem []byte, memType int) (*MemHandle, error) {
 	if c.isClosed() {
 		return nil, ErrClosed
 	}
 	if len(mem) == 0 {
 		return nil, fmt.Errorf("ucx: MapMemory: %w: empty region", StatusInvalidParam)
 	}
-	m, s := capi.UcpMemMap(c.c, unsafe.Pointer(&mem[0]), uintptr(len(mem)), 0)
+	m, s := capi.UcpMemMap(c.c, unsafe.Pointer(&mem[0]), uintptr(len(mem)), 0, memType)
 	if s != capi.OK {
 		return nil, fmt.Errorf("ucx: ucp_mem_map of %d bytes: %w (on InfiniBand: is RLIMIT_MEMLOCK large enough? 'ulimit -l unlimited')", len(mem), Status(s))
 	}

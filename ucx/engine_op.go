@@ -58,6 +58,7 @@ type engineOp struct {
 
 	// GET
 	dst     []byte
+	dstMem  MemoryType // the memory type of dst (and of every vdst: vectored reads are host)
 	rk      *RemoteKey
 	getID   uint64
 	hdr     *[capi.GuardReqHdrLen]byte

@@ -15,6 +15,10 @@ type KeyRead struct {
 	Key    *RegionKey
 	Offset uint64
 	Dst    []byte
+	// DstMemory is the memory type of Dst (default MemoryHost), as GetOptions.DstMemory. A
+	// read into or from memory other than host memory is posted on its own, never in a
+	// vectored request.
+	DstMemory MemoryType
 }
 
 // GetMany reads every entry of reads from the peer, with up to window GETs in flight (at least
@@ -184,14 +188,21 @@ func (b *getBatch) pump() {
 				b.record(i, err)
 				continue
 			}
-			if len(idx) > 0 && (len(rd.Dst) > vectorReadMax || bytes+len(rd.Dst) > vectorBytesMax) {
+			if err := checkMemory("GET destination", uintptr(bufPtr(rd.Dst)), len(rd.Dst), rd.DstMemory); err != nil {
+				b.next++
+				b.record(i, err)
+				continue
+			}
+			// One vectored reply has one memory type: only host-to-host reads share one.
+			alone := len(rd.Dst) > vectorReadMax || rd.DstMemory != MemoryHost || rd.Key.MemoryType() != MemoryHost
+			if len(idx) > 0 && (alone || bytes+len(rd.Dst) > vectorBytesMax) {
 				break // this one starts the next request
 			}
 			b.next++
 			idx = append(idx, i)
 			bytes += len(rd.Dst)
-			if len(rd.Dst) > vectorReadMax {
-				break // a large read goes alone
+			if alone {
+				break // a large read, or one of device memory, goes alone
 			}
 		}
 		switch {
@@ -235,7 +246,7 @@ func (b *getBatch) newOp(kind opKind) *engineOp {
 func (b *getBatch) newReadOp(kind opKind, i int) (*engineOp, KeyRead) {
 	rd := b.reads[i]
 	op := b.newOp(kind)
-	op.dst, op.batchIdx = rd.Dst, i
+	op.dst, op.dstMem, op.batchIdx = rd.Dst, rd.DstMemory, i
 	if len(rd.Dst) > 0 {
 		op.pin.Pin(&rd.Dst[0])
 	}

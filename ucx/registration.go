@@ -17,6 +17,7 @@ type Registration struct {
 	addr   uint64
 	length int
 	access Access
+	mem    MemoryType
 	key    []byte
 	done   chan struct{}
 	pin    runtime.Pinner
@@ -42,6 +43,13 @@ type RegisterOptions struct {
 	// refuses a guarded GET through a key without AccessRead and a guarded PUT through one
 	// without AccessWrite; on InfiniBand RC/DC the HCA does not look at it (see Access).
 	Access Access
+	// MemoryType is what the memory is (default MemoryHost). It goes to ucp_mem_map and the
+	// owner's guarded replies send from the memory with it. MemoryCUDA takes a device pointer
+	// viewed as a []byte (unsafe.Slice((*byte)(unsafe.Pointer(devptr)), n)), which nothing
+	// but UCX and the CUDA driver may touch; only a binary built with -tags cuda,ucx_static
+	// takes it (any other refuses it with ErrCUDANotBuilt, registering nothing). A binary with
+	// CUDA asks the driver, when there is one, that every region is memory of this type.
+	MemoryType MemoryType
 }
 
 // RegisterWith is Register with options: RegisterOptions{Access: AccessWrite} makes memory a
@@ -83,6 +91,17 @@ func (e *Engine) RegisterManyWith(ctx context.Context, mems [][]byte, opts Regis
 	if err := access.valid(); err != nil {
 		return failAll(fmt.Errorf("ucx: Register: %w", err))
 	}
+	if err := opts.MemoryType.valid(); err != nil {
+		return failAll(fmt.Errorf("ucx: Register: %w", err))
+	}
+	if opts.MemoryType == MemoryCUDA && !CUDAEnabled() {
+		return failAll(fmt.Errorf("ucx: Register of %v memory: %w", opts.MemoryType, ErrCUDANotBuilt))
+	}
+	for i, mem := range mems {
+		if errs[i] == nil {
+			errs[i] = checkMemory("Register", uintptr(unsafe.Pointer(&mem[0])), len(mem), opts.MemoryType)
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return failAll(err)
 	}
@@ -92,17 +111,17 @@ func (e *Engine) RegisterManyWith(ctx context.Context, mems [][]byte, opts Regis
 	defer e.wmu.Unlock()
 	for i, mem := range mems {
 		if errs[i] == nil {
-			regs[i], errs[i] = e.registerLocked(mem, access)
+			regs[i], errs[i] = e.registerLocked(mem, access, opts.MemoryType)
 		}
 	}
 	return regs, errs
 }
 
 // registerLocked maps mem, packs its key and enters it in the guard table. The caller holds wmu.
-func (e *Engine) registerLocked(mem []byte, access Access) (*Registration, error) {
-	r := &Registration{e: e, addr: uint64(uintptr(unsafe.Pointer(&mem[0]))), length: len(mem), access: access, done: make(chan struct{})}
-	r.pin.Pin(&mem[0])
-	memh, err := e.ctx.MapMemory(mem)
+func (e *Engine) registerLocked(mem []byte, access Access, mt MemoryType) (*Registration, error) {
+	r := &Registration{e: e, addr: uint64(uintptr(unsafe.Pointer(&mem[0]))), length: len(mem), access: access, mem: mt, done: make(chan struct{})}
+	r.pin.Pin(&mem[0]) // does nothing for memory that is not Go's (mmap, C, device memory)
+	memh, err := e.ctx.mapMemory(mem, mt.ucs())
 	if err != nil {
 		r.pin.Unpin()
 		return nil, err
@@ -120,6 +139,7 @@ func (e *Engine) registerLocked(mem []byte, access Access) (*Registration, error
 		r.pin.Unpin()
 		return nil, err
 	}
+	e.w.guardSetMemType(slot, mt.ucs())
 	r.memh, r.slot = memh, slot
 	r.key = AppendSealedKey(nil, SealedKey{Slot: slot, Token: token, Base: r.addr, Length: uint64(r.length), Access: access, UCXKey: packed})
 	e.regs[r] = struct{}{}
@@ -134,6 +154,9 @@ func (r *Registration) Len() int { return r.length }
 
 // Access is what the registration's key lets a peer do.
 func (r *Registration) Access() Access { return r.access }
+
+// MemoryType is the registered memory's type (RegisterOptions.MemoryType).
+func (r *Registration) MemoryType() MemoryType { return r.mem }
 
 // RemoteKey is the sealed key a peer passes to Conn.Get. Every registration has its own.
 func (r *Registration) RemoteKey() []byte { return append([]byte(nil), r.key...) }

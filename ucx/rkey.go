@@ -235,6 +235,16 @@ func (k *RegionKey) Len() uint64 { return k.k.Length }
 // Access is what the key says the owner's registration grants (the owner checks it again).
 func (k *RegionKey) Access() Access { return k.k.access() }
 
+// MemoryType is the owner's memory type as UCX packed it into the key (its memory-type byte):
+// MemoryHost or MemoryCUDA for a registration of this package. The owner's UCX wrote it; the
+// sealed envelope around it is checksummed, not signed.
+func (k *RegionKey) MemoryType() MemoryType {
+	if k == nil || len(k.k.UCXKey) < 9 {
+		return MemoryHost
+	}
+	return MemoryType(k.k.UCXKey[8])
+}
+
 // readErr refuses a read of [offset, offset+n) through a key without read access or outside
 // the region.
 func (k *RegionKey) readErr(offset, n uint64) error {

@@ -24,6 +24,29 @@ func (c *Conn) Get(ctx context.Context, dst []byte, remoteAddr uint64, key []byt
 
 // GetAsync starts Get and returns its Op; dst belongs to the operation until Done.
 func (c *Conn) GetAsync(ctx context.Context, dst []byte, remoteAddr uint64, key []byte) *Op {
+	return c.GetAsyncWith(ctx, dst, remoteAddr, key, GetOptions{})
+}
+
+// GetOptions configure the GETs that take them (GetWith, GetKeyWith and their Async forms).
+type GetOptions struct {
+	// DstMemory is the memory type of the destination (default MemoryHost). With MemoryCUDA
+	// dst is a device pointer viewed as a []byte, which this package never touches itself:
+	// UCX receives into it with that memory type, and a small reply that arrives in a UCX
+	// buffer is copied over with the CUDA driver (CopyMemory). Only a binary built with
+	// -tags cuda,ucx_static takes it; any other fails the GET with ErrCUDANotBuilt before
+	// anything is sent.
+	DstMemory MemoryType
+}
+
+// GetWith is Get into a destination of the memory type opts names.
+func (c *Conn) GetWith(ctx context.Context, dst []byte, remoteAddr uint64, key []byte, opts GetOptions) error {
+	o := c.GetAsyncWith(ctx, dst, remoteAddr, key, opts)
+	c.e.awaitDone(o)
+	return o.Err()
+}
+
+// GetAsyncWith is GetAsync into a destination of the memory type opts names.
+func (c *Conn) GetAsyncWith(ctx context.Context, dst []byte, remoteAddr uint64, key []byte, opts GetOptions) *Op {
 	k, err := ParseRegionKey(key)
 	if err != nil {
 		return completedOp(err)
@@ -31,7 +54,7 @@ func (c *Conn) GetAsync(ctx context.Context, dst []byte, remoteAddr uint64, key 
 	if remoteAddr < k.Base() {
 		return completedOp(fmt.Errorf("%w: address %#x is below the key's region at %#x", ErrOutOfRange, remoteAddr, k.Base()))
 	}
-	return c.GetKeyAsync(ctx, dst, k, remoteAddr-k.Base())
+	return c.GetKeyAsyncWith(ctx, dst, k, remoteAddr-k.Base(), opts)
 }
 
 // GetKey reads len(dst) bytes at offset of the region k names into dst; it is Get for a key
@@ -45,15 +68,30 @@ func (c *Conn) GetKey(ctx context.Context, dst []byte, k *RegionKey, offset uint
 // GetKeyAsync starts GetKey and returns its Op; dst belongs to the operation until Done. A
 // range outside the region fails here, before anything is posted.
 func (c *Conn) GetKeyAsync(ctx context.Context, dst []byte, k *RegionKey, offset uint64) *Op {
+	return c.GetKeyAsyncWith(ctx, dst, k, offset, GetOptions{})
+}
+
+// GetKeyWith is GetKey into a destination of the memory type opts names.
+func (c *Conn) GetKeyWith(ctx context.Context, dst []byte, k *RegionKey, offset uint64, opts GetOptions) error {
+	o := c.GetKeyAsyncWith(ctx, dst, k, offset, opts)
+	c.e.awaitDone(o)
+	return o.Err()
+}
+
+// GetKeyAsyncWith is GetKeyAsync into a destination of the memory type opts names.
+func (c *Conn) GetKeyAsyncWith(ctx context.Context, dst []byte, k *RegionKey, offset uint64, opts GetOptions) *Op {
 	if k == nil || k.raw == nil {
 		return completedOp(fmt.Errorf("%w: no key (use ParseRegionKey)", ErrInvalidRemoteKey))
 	}
 	if err := k.readErr(offset, uint64(len(dst))); err != nil {
 		return completedOp(err)
 	}
+	if err := checkMemory("GET destination", uintptr(bufPtr(dst)), len(dst), opts.DstMemory); err != nil {
+		return completedOp(err)
+	}
 	e := c.e
 	remoteAddr := k.Base() + offset
-	op := &engineOp{kind: opGetGuarded, op: newOp(), conn: c, dst: dst}
+	op := &engineOp{kind: opGetGuarded, op: newOp(), conn: c, dst: dst, dstMem: opts.DstMemory}
 	if len(dst) > 0 {
 		op.pin.Pin(&dst[0])
 	}
@@ -82,7 +120,7 @@ func (e *Engine) getDirect(op *engineOp, k SealedKey, remoteAddr uint64) {
 		}
 		op.rk = rk
 	}
-	req, err := op.conn.ep.Get(op.dst, remoteAddr, op.rk)
+	req, err := op.conn.ep.get(op.dst, remoteAddr, op.rk, op.dstMem.ucs())
 	if err != nil {
 		op.dropRK()
 	}
@@ -168,6 +206,8 @@ func (e *Engine) onGuardVReply(am *AMEvent) {
 			op.verrs[j] = fmt.Errorf("%w: %w", ErrRemoteKeyRevoked, status)
 		case status == StatusInvalidAddr:
 			op.verrs[j] = fmt.Errorf("%w (checked by the owner): %w", ErrOutOfRange, status)
+		case status == StatusUnsupported:
+			op.verrs[j] = fmt.Errorf("ucx: vectored guarded GET: the owner serves one memory type per reply and this read's differs: %w", status)
 		default:
 			op.verrs[j] = fmt.Errorf("ucx: guarded GET refused by the owner: %w", status)
 		}
@@ -183,7 +223,7 @@ func (e *Engine) onGuardVReply(am *AMEvent) {
 				dsts = append(dsts, d)
 			}
 		}
-		req, err := e.w.ReceiveAMDataIov(am, dsts)
+		req, err := e.w.receiveAMDataIov(am, dsts, op.dstMem.ucs())
 		switch {
 		case err != nil:
 			op.settle(err)
@@ -233,7 +273,7 @@ func (e *Engine) onGuardReply(am *AMEvent) {
 	case am.Length != len(op.dst):
 		op.settle(fmt.Errorf("ucx: guarded GET reply carried %d bytes, want %d: %w", am.Length, len(op.dst), StatusMessageTruncated))
 	case am.Rendezvous:
-		req, err := e.w.ReceiveAMData(am, op.dst)
+		req, err := e.w.receiveAMData(am, op.dst, op.dstMem.ucs())
 		switch {
 		case err != nil:
 			op.settle(err)
@@ -243,6 +283,14 @@ func (e *Engine) onGuardReply(am *AMEvent) {
 		default:
 			e.started(op, req, nil)
 			return
+		}
+	case op.dstMem == MemoryCUDA:
+		// A small reply came in UCX's own buffer: the driver copies it to the device.
+		if err := CopyMemory(uintptr(bufPtr(op.dst)), uintptr(bufPtr(am.Data)), len(am.Data)); err != nil {
+			op.settle(fmt.Errorf("ucx: guarded GET: copying the reply to CUDA memory: %w", err))
+		} else {
+			op.n = len(am.Data)
+			op.settle(nil)
 		}
 	default:
 		op.n = copy(op.dst, am.Data)

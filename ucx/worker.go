@@ -263,6 +263,11 @@ func (w *Worker) recoverRequests(fn func(*Event)) {
 // Call it only inside the Poll callback that delivered ev. dst must stay valid and
 // unmoved until the request completes (mmap memory, C memory or pinned Go memory).
 func (w *Worker) ReceiveAMData(ev *AMEvent, dst []byte) (*Request, error) {
+	return w.receiveAMData(ev, dst, capi.MemTypeUnset)
+}
+
+// receiveAMData is ReceiveAMData with dst's memory type (capi.MemTypeUnset: UCX detects it).
+func (w *Worker) receiveAMData(ev *AMEvent, dst []byte, memType int) (*Request, error) {
 	if !ev.Rendezvous || ev.consumed || ev.desc == nil {
 		return nil, fmt.Errorf("ucx: ReceiveAMData: %w: not a pending rendezvous message", StatusInvalidParam)
 	}
@@ -271,7 +276,7 @@ func (w *Worker) ReceiveAMData(ev *AMEvent, dst []byte) (*Request, error) {
 	}
 	ev.consumed = true
 	r := w.newRequest()
-	req, s := capi.UcpAmRecvDataNbx(w.ring, ev.desc, bufPtr(dst), uintptr(ev.Length), r.id)
+	req, s := capi.UcpAmRecvDataNbx(w.ring, ev.desc, bufPtr(dst), uintptr(ev.Length), memType, r.id)
 	return w.started(r, req, s, "ucp_am_recv_data_nbx", ev.Length)
 }
 
@@ -279,6 +284,11 @@ func (w *Worker) ReceiveAMData(ev *AMEvent, dst []byte) (*Request, error) {
 // order, and their lengths must add up to the message's. The buffers must stay valid and
 // unmoved until the request completes.
 func (w *Worker) ReceiveAMDataIov(ev *AMEvent, dsts [][]byte) (*Request, error) {
+	return w.receiveAMDataIov(ev, dsts, capi.MemTypeUnset)
+}
+
+// receiveAMDataIov is ReceiveAMDataIov with the buffers' memory type, the same for all.
+func (w *Worker) receiveAMDataIov(ev *AMEvent, dsts [][]byte, memType int) (*Request, error) {
 	if !ev.Rendezvous || ev.consumed || ev.desc == nil {
 		return nil, fmt.Errorf("ucx: ReceiveAMDataIov: %w: not a pending rendezvous message", StatusInvalidParam)
 	}
@@ -297,7 +307,7 @@ func (w *Worker) ReceiveAMDataIov(ev *AMEvent, dsts [][]byte) (*Request, error) 
 	}
 	ev.consumed = true
 	r := w.newRequest()
-	req, s := capi.UcpAmRecvDataIovNbx(w.ring, ev.desc, bufs, lens, r.id)
+	req, s := capi.UcpAmRecvDataIovNbx(w.ring, ev.desc, bufs, lens, memType, r.id)
 	return w.started(r, req, s, "ucp_am_recv_data_nbx", ev.Length)
 }
 
@@ -443,7 +453,10 @@ func (w *Worker) enableGuardV(reqID, repID uint16) error {
 	return statusErr("vectored guarded GET handler", Status(capi.GuardVEnable(w.ring, reqID, repID)))
 }
 
-func (w *Worker) guardRevoke(slot uint32)          { capi.GuardRevoke(w.ring, slot) }
+func (w *Worker) guardRevoke(slot uint32) { capi.GuardRevoke(w.ring, slot) }
+func (w *Worker) guardSetMemType(slot uint32, memType int) {
+	capi.GuardSetMemType(w.ring, slot, memType)
+}
 func (w *Worker) guardInflight(slot uint32) uint32 { return capi.GuardInflight(w.ring, slot) }
 func (w *Worker) guardRelease(slot uint32)         { capi.GuardRelease(w.ring, slot) }
 

@@ -473,8 +473,17 @@ void *velo_ucx_am_send(velo_ucx_ring_t *ring, ucp_ep_h ep, unsigned id, const vo
 	return op_result(ucp_am_send_nbx(ep, id, header, header_len, buffer, count, &param), ctx);
 }
 
+/* Tells UCX the local buffer's memory type, unless it is VELO_UCX_MEMTYPE_UNSET. */
+static void op_memtype(ucp_request_param_t *param, int memtype)
+{
+	if (memtype >= 0) {
+		param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+		param->memory_type   = (ucs_memory_type_t)memtype;
+	}
+}
+
 void *velo_ucx_am_recv_data(velo_ucx_ring_t *ring, void *desc, void *buffer, size_t length,
-                            uint64_t user)
+                            int memtype, uint64_t user)
 {
 	ucp_request_param_t param;
 	op_ctx_t *ctx = op_param(ring, user, &param);
@@ -483,11 +492,12 @@ void *velo_ucx_am_recv_data(velo_ucx_ring_t *ring, void *desc, void *buffer, siz
 		return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
 	}
 	param.cb.recv_am = recv_data_cb;
+	op_memtype(&param, memtype);
 	return op_result(ucp_am_recv_data_nbx(ring->worker, desc, buffer, length, &param), ctx);
 }
 
 void *velo_ucx_am_recv_data_iov(velo_ucx_ring_t *ring, void *desc, void **bufs, const size_t *lens,
-                                size_t count, uint64_t user)
+                                size_t count, int memtype, uint64_t user)
 {
 	ucp_request_param_t param;
 	op_ctx_t *ctx = op_param(ring, user, &param);
@@ -510,11 +520,12 @@ void *velo_ucx_am_recv_data_iov(velo_ucx_ring_t *ring, void *desc, void **bufs, 
 	param.cb.recv_am    = recv_data_cb;
 	param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
 	param.datatype      = ucp_dt_make_iov();
+	op_memtype(&param, memtype);
 	return op_result(ucp_am_recv_data_nbx(ring->worker, desc, iov, count, &param), ctx);
 }
 
 void *velo_ucx_get(velo_ucx_ring_t *ring, ucp_ep_h ep, void *buffer, size_t length,
-                   uint64_t remote_addr, ucp_rkey_h rkey, uint64_t user)
+                   uint64_t remote_addr, ucp_rkey_h rkey, int memtype, uint64_t user)
 {
 	ucp_request_param_t param;
 	op_ctx_t *ctx = op_param(ring, user, &param);
@@ -522,6 +533,7 @@ void *velo_ucx_get(velo_ucx_ring_t *ring, ucp_ep_h ep, void *buffer, size_t leng
 	if (ctx == NULL) {
 		return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
 	}
+	op_memtype(&param, memtype);
 	return op_result(ucp_get_nbx(ep, buffer, length, remote_addr, rkey, &param), ctx);
 }
 
@@ -603,7 +615,7 @@ int velo_ucx_ptr_is_req(void *ptr)
 }
 
 ucs_status_t velo_ucx_mem_map(ucp_context_h context, void *address, size_t length,
-                              unsigned flags, ucp_mem_h *memh_p)
+                              unsigned flags, int memtype, ucp_mem_h *memh_p)
 {
 	ucp_mem_map_params_t params;
 
@@ -613,6 +625,10 @@ ucs_status_t velo_ucx_mem_map(ucp_context_h context, void *address, size_t lengt
 	params.address = address;
 	params.length  = length;
 	params.flags   = flags;
+	if (memtype >= 0) {
+		params.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+		params.memory_type = (ucs_memory_type_t)memtype;
+	}
 	return ucp_mem_map(context, &params, memh_p);
 }
 
@@ -685,6 +701,7 @@ static ucs_status_t guard_req_cb(void *arg, const void *header, size_t header_le
 	guard_slot_t *slot;
 	const void *buffer = NULL;
 	size_t count       = 0;
+	int memtype        = VELO_UCX_MEMTYPE_UNSET;
 	void *ptr;
 
 	if (header_length != sizeof(req) || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
@@ -712,6 +729,7 @@ static ucs_status_t guard_req_cb(void *arg, const void *header, size_t header_le
 				reply->slot       = req.slot;
 				buffer            = (const void*)(uintptr_t)req.address;
 				count             = req.length;
+				memtype           = slot->memtype;
 				slot->inflight++;
 			} else {
 				reply->hdr.status = UCS_ERR_INVALID_ADDR;
@@ -728,6 +746,9 @@ static ucs_status_t guard_req_cb(void *arg, const void *header, size_t header_le
 	rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
 	rp.cb.send      = guard_reply_cb;
 	rp.user_data    = reply;
+	if (count > 0) {
+		op_memtype(&rp, memtype); /* the reply is sent from the registered memory itself */
+	}
 	ptr = ucp_am_send_nbx(param->reply_ep, ring->guard_rep_id, &reply->hdr, sizeof(reply->hdr),
 	                      buffer, count, &rp);
 	if (!UCS_PTR_IS_PTR(ptr)) {
@@ -780,6 +801,7 @@ static ucs_status_t guardv_req_cb(void *arg, const void *header, size_t header_l
 	int32_t status;
 	size_t size, niov = 0;
 	uint32_t i;
+	int memtype = VELO_UCX_MEMTYPE_UNSET, served = 0;
 	void *ptr;
 
 	if (header_length < sizeof(req) || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
@@ -825,9 +847,18 @@ static ucs_status_t guardv_req_cb(void *arg, const void *header, size_t header_l
 				} else {
 					status = UCS_ERR_INVALID_ADDR;
 				}
+				/* One message has one memory type: the reads it serves all come from
+				 * memory of the first served read's type; the others are refused. */
+				if (status == UCS_OK && served && slot->memtype != memtype) {
+					status = UCS_ERR_UNSUPPORTED;
+				}
 			}
 		}
 		if (status == UCS_OK) {
+			if (!served) {
+				memtype = guard->slots[e.slot].memtype;
+				served  = 1;
+			}
 			guard->slots[e.slot].inflight++;
 			reply->slots[reply->nslots++] = e.slot;
 			if (e.length > 0) {
@@ -852,6 +883,7 @@ static ucs_status_t guardv_req_cb(void *arg, const void *header, size_t header_l
 		 * assertions abort the owner). */
 		rp.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
 		rp.datatype      = ucp_dt_make_iov();
+		op_memtype(&rp, memtype);
 	}
 	ptr = ucp_am_send_nbx(param->reply_ep, ring->guardv_rep_id, reply->hdr, reply->hdr_len,
 	                      niov ? reply->iov : NULL, niov, &rp);
@@ -924,6 +956,7 @@ int velo_ucx_guard_add_access(velo_ucx_ring_t *ring, uint64_t token, uint64_t ba
 	guard->slots[index].inflight = 0;
 	guard->slots[index].state    = GUARD_LIVE;
 	guard->slots[index].access   = access;
+	guard->slots[index].memtype  = VELO_UCX_MEMTYPE_UNSET;
 	*slot_p = index;
 	return 0;
 }
@@ -932,6 +965,13 @@ void velo_ucx_guard_revoke(velo_ucx_ring_t *ring, uint32_t slot)
 {
 	if (ring->guard != NULL && slot < ring->guard->count) {
 		ring->guard->slots[slot].state = GUARD_REVOKED;
+	}
+}
+
+void velo_ucx_guard_set_memtype(velo_ucx_ring_t *ring, uint32_t slot, int memtype)
+{
+	if (ring->guard != NULL && slot < ring->guard->count) {
+		ring->guard->slots[slot].memtype = memtype;
 	}
 }
 

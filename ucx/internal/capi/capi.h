@@ -79,12 +79,16 @@ ucs_status_t velo_ucx_ep_create(velo_ucx_ring_t *ring, const void *address, int 
 void *velo_ucx_am_send(velo_ucx_ring_t *ring, ucp_ep_h ep, unsigned id, const void *header,
                        size_t header_len, const void *buffer, size_t count, int iov,
                        uint32_t flags, uint64_t user);
+// memtype, in the calls that take it, is the ucs_memory_type_t of the local buffer, or
+// VELO_UCX_MEMTYPE_UNSET to leave UCX to detect it (the field is then not set at all).
+#define VELO_UCX_MEMTYPE_UNSET (-1)
+
 void *velo_ucx_am_recv_data(velo_ucx_ring_t *ring, void *desc, void *buffer, size_t length,
-                            uint64_t user);
+                            int memtype, uint64_t user);
 void *velo_ucx_am_recv_data_iov(velo_ucx_ring_t *ring, void *desc, void **bufs, const size_t *lens,
-                                size_t count, uint64_t user);
+                                size_t count, int memtype, uint64_t user);
 void *velo_ucx_get(velo_ucx_ring_t *ring, ucp_ep_h ep, void *buffer, size_t length,
-                   uint64_t remote_addr, ucp_rkey_h rkey, uint64_t user);
+                   uint64_t remote_addr, ucp_rkey_h rkey, int memtype, uint64_t user);
 void *velo_ucx_put(velo_ucx_ring_t *ring, ucp_ep_h ep, const void *buffer, size_t length,
                    uint64_t remote_addr, ucp_rkey_h rkey, uint64_t user);
 // One 32- or 64-bit atomic (size 4 or 8) at remote_addr; reply, when not NULL, receives the
@@ -102,7 +106,7 @@ int velo_ucx_ptr_status(void *ptr);
 int velo_ucx_ptr_is_req(void *ptr);
 
 ucs_status_t velo_ucx_mem_map(ucp_context_h context, void *address, size_t length,
-                              unsigned flags, ucp_mem_h *memh_p);
+                              unsigned flags, int memtype, ucp_mem_h *memh_p);
 
 // Guarded GET: see capi.c for the protocol and why it exists.
 typedef struct velo_ucx_get_req_hdr {
@@ -154,6 +158,21 @@ int velo_ucx_guard_add(velo_ucx_ring_t *ring, uint64_t token, uint64_t base, uin
 void velo_ucx_guard_revoke(velo_ucx_ring_t *ring, uint32_t slot);
 uint32_t velo_ucx_guard_inflight(velo_ucx_ring_t *ring, uint32_t slot);
 void velo_ucx_guard_release(velo_ucx_ring_t *ring, uint32_t slot);
+// The memory type of a slot's memory (a guard_add leaves it VELO_UCX_MEMTYPE_UNSET): guarded
+// replies send from it with that type, and a vectored request is served from one type only.
+void velo_ucx_guard_set_memtype(velo_ucx_ring_t *ring, uint32_t slot, int memtype);
+
+// CUDA (cuda.c in a build with the cuda tag, nocuda.c otherwise). Each returns a CUresult
+// (0 success); the build without CUDA returns VELO_CUDA_NOT_BUILT from all of them.
+#define VELO_CUDA_NOT_BUILT (-1)
+int velo_cuda_enabled(void);
+int velo_cuda_device_count(int *count);
+// The memory type (a ucs_memory_type_t) and device ordinal (-1 for host) of addr.
+int velo_cuda_query(uint64_t addr, int *memtype, int *ordinal);
+// A synchronous copy of n bytes between any two of host and device memory (unified
+// addressing), on the primary context of the device that owns one of them.
+int velo_cuda_copy(uint64_t dst, uint64_t src, size_t n);
+const char *velo_cuda_error_name(int res);
 
 // Access a registration grants a remote peer: the guarded GET needs READ, the guarded PUT
 // WRITE. velo_ucx_guard_add grants READ alone.

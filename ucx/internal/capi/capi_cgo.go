@@ -333,29 +333,30 @@ func UcpAmSendNbx(r Ring, ep Ep, id uint16, header unsafe.Pointer, headerLen uin
 }
 
 // UcpAmRecvDataNbx wraps ucp_am_recv_data_nbx (helper velo_ucx_am_recv_data).
-func UcpAmRecvDataNbx(r Ring, desc, buffer unsafe.Pointer, length uintptr, user uint64) (Request, Status) {
-	return result(C.velo_ucx_am_recv_data(r.p, desc, buffer, C.size_t(length), C.uint64_t(user)))
+func UcpAmRecvDataNbx(r Ring, desc, buffer unsafe.Pointer, length uintptr, memType int, user uint64) (Request, Status) {
+	return result(C.velo_ucx_am_recv_data(r.p, desc, buffer, C.size_t(length), C.int(memType), C.uint64_t(user)))
 }
 
 // UcpAmRecvDataIovNbx wraps ucp_am_recv_data_nbx with an iov datatype (helper
 // velo_ucx_am_recv_data_iov): the message's bytes land in bufs[0], then bufs[1], ... The iov
 // is copied to C memory for the operation's life; the buffers must stay pinned until it
 // completes.
-func UcpAmRecvDataIovNbx(r Ring, desc unsafe.Pointer, bufs []unsafe.Pointer, lens []uintptr, user uint64) (Request, Status) {
+func UcpAmRecvDataIovNbx(r Ring, desc unsafe.Pointer, bufs []unsafe.Pointer, lens []uintptr, memType int, user uint64) (Request, Status) {
 	var pb *unsafe.Pointer
 	var pl *C.size_t
 	if len(bufs) > 0 {
 		pb, pl = &bufs[0], (*C.size_t)(unsafe.Pointer(&lens[0]))
 	}
-	return result(C.velo_ucx_am_recv_data_iov(r.p, desc, pb, pl, C.size_t(len(bufs)), C.uint64_t(user)))
+	return result(C.velo_ucx_am_recv_data_iov(r.p, desc, pb, pl, C.size_t(len(bufs)), C.int(memType), C.uint64_t(user)))
 }
 
 // UcpAmDataRelease wraps ucp_am_data_release.
 func UcpAmDataRelease(w Worker, data unsafe.Pointer) { C.ucp_am_data_release(w.p, data) }
 
-// UcpGetNbx wraps ucp_get_nbx (helper velo_ucx_get).
-func UcpGetNbx(r Ring, ep Ep, buffer unsafe.Pointer, length uintptr, remoteAddr uint64, rk RKey, user uint64) (Request, Status) {
-	return result(C.velo_ucx_get(r.p, ep.p, buffer, C.size_t(length), C.uint64_t(remoteAddr), rk.p, C.uint64_t(user)))
+// UcpGetNbx wraps ucp_get_nbx (helper velo_ucx_get); memType is the destination's (MemTypeUnset:
+// UCX detects it).
+func UcpGetNbx(r Ring, ep Ep, buffer unsafe.Pointer, length uintptr, remoteAddr uint64, rk RKey, memType int, user uint64) (Request, Status) {
+	return result(C.velo_ucx_get(r.p, ep.p, buffer, C.size_t(length), C.uint64_t(remoteAddr), rk.p, C.int(memType), C.uint64_t(user)))
 }
 
 // UcpPutNbx wraps ucp_put_nbx (helper velo_ucx_put).
@@ -394,10 +395,11 @@ func UcpRequestCancel(w Worker, req Request) { C.ucp_request_cancel(w.p, req.p) 
 // UcpRequestFree wraps ucp_request_free.
 func UcpRequestFree(req Request) { C.ucp_request_free(req.p) }
 
-// UcpMemMap wraps ucp_mem_map of existing memory (helper velo_ucx_mem_map).
-func UcpMemMap(c Context, addr unsafe.Pointer, length uintptr, flags uint32) (MemH, Status) {
+// UcpMemMap wraps ucp_mem_map of existing memory (helper velo_ucx_mem_map); memType is the
+// memory's type (UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE), or MemTypeUnset to let UCX detect it.
+func UcpMemMap(c Context, addr unsafe.Pointer, length uintptr, flags uint32, memType int) (MemH, Status) {
 	var m C.ucp_mem_h
-	s := Status(C.velo_ucx_mem_map(c.p, addr, C.size_t(length), C.uint(flags), &m))
+	s := Status(C.velo_ucx_mem_map(c.p, addr, C.size_t(length), C.uint(flags), C.int(memType), &m))
 	return MemH{m}, s
 }
 
@@ -450,6 +452,12 @@ func GuardAdd(r Ring, token, base, length uint64) (uint32, Status) {
 		return 0, ErrNoMem
 	}
 	return uint32(slot), OK
+}
+
+// GuardSetMemType wraps velo_ucx_guard_set_memtype: slot's memory is of memType, which
+// guarded replies from it tell UCX.
+func GuardSetMemType(r Ring, slot uint32, memType int) {
+	C.velo_ucx_guard_set_memtype(r.p, C.uint32_t(slot), C.int(memType))
 }
 
 // GuardRevoke wraps velo_ucx_guard_revoke: later requests for slot are refused.
@@ -571,6 +579,14 @@ func cbool(b bool) C.int {
 // MemoryTypeLimit is UCS_MEMORY_TYPE_LAST of the compile-time headers: the number of
 // memory types this UCX knows.
 const MemoryTypeLimit = int(C.UCS_MEMORY_TYPE_LAST)
+
+// Memory types (ucs_memory_type_t), and MemTypeUnset: the field is left unset and UCX detects
+// the memory's type itself.
+const (
+	MemTypeUnset = int(C.VELO_UCX_MEMTYPE_UNSET)
+	MemTypeHost  = int(C.UCS_MEMORY_TYPE_HOST)
+	MemTypeCUDA  = int(C.UCS_MEMORY_TYPE_CUDA)
+)
 
 // UcmEventsEnabled reads ucm_global_opts.enable_events (UCX_MEM_EVENTS as UCM applies it).
 func UcmEventsEnabled() bool { return C.velo_ucx_ucm_events_enabled() != 0 }

@@ -221,12 +221,12 @@ func UcpAmSendNbx(r Ring, ep Ep, id uint16, header unsafe.Pointer, headerLen uin
 }
 
 // UcpAmRecvDataNbx fails.
-func UcpAmRecvDataNbx(r Ring, desc, buffer unsafe.Pointer, length uintptr, user uint64) (Request, Status) {
+func UcpAmRecvDataNbx(r Ring, desc, buffer unsafe.Pointer, length uintptr, memType int, user uint64) (Request, Status) {
 	return Request{}, NotCompiled
 }
 
 // UcpAmRecvDataIovNbx fails.
-func UcpAmRecvDataIovNbx(r Ring, desc unsafe.Pointer, bufs []unsafe.Pointer, lens []uintptr, user uint64) (Request, Status) {
+func UcpAmRecvDataIovNbx(r Ring, desc unsafe.Pointer, bufs []unsafe.Pointer, lens []uintptr, memType int, user uint64) (Request, Status) {
 	return Request{}, NotCompiled
 }
 
@@ -234,7 +234,7 @@ func UcpAmRecvDataIovNbx(r Ring, desc unsafe.Pointer, bufs []unsafe.Pointer, len
 func UcpAmDataRelease(w Worker, data unsafe.Pointer) {}
 
 // UcpGetNbx fails.
-func UcpGetNbx(r Ring, ep Ep, buffer unsafe.Pointer, length uintptr, remoteAddr uint64, rk RKey, user uint64) (Request, Status) {
+func UcpGetNbx(r Ring, ep Ep, buffer unsafe.Pointer, length uintptr, remoteAddr uint64, rk RKey, memType int, user uint64) (Request, Status) {
 	return Request{}, NotCompiled
 }
 
@@ -269,7 +269,7 @@ func UcpRequestCancel(w Worker, req Request) {}
 func UcpRequestFree(req Request) {}
 
 // UcpMemMap fails.
-func UcpMemMap(c Context, addr unsafe.Pointer, length uintptr, flags uint32) (MemH, Status) {
+func UcpMemMap(c Context, addr unsafe.Pointer, length uintptr, flags uint32, memType int) (MemH, Status) {
 	return MemH{}, NotCompiled
 }
 
@@ -293,6 +293,9 @@ func GuardVEnable(r Ring, reqID, repID uint16) Status { return NotCompiled }
 
 // GuardAdd fails.
 func GuardAdd(r Ring, token, base, length uint64) (uint32, Status) { return 0, NotCompiled }
+
+// GuardSetMemType does nothing.
+func GuardSetMemType(r Ring, slot uint32, memType int) {}
 
 // GuardRevoke does nothing.
 func GuardRevoke(r Ring, slot uint32) {}
@@ -351,6 +354,13 @@ func Free(p unsafe.Pointer) {}
 
 // MemoryTypeLimit is 0: there were no headers.
 const MemoryTypeLimit = int(0)
+
+// Memory types, with the values of UCX's headers.
+const (
+	MemTypeUnset = int(-1)
+	MemTypeHost  = int(0)
+	MemTypeCUDA  = int(1)
+)
 
 // UcmEventsEnabled is false.
 func UcmEventsEnabled() bool { return false }

@@ -25,6 +25,7 @@ typedef struct {
 	uint64_t token, base, length;
 	uint32_t inflight, state;
 	uint32_t access; /* VELO_UCX_ACCESS_READ and/or VELO_UCX_ACCESS_WRITE */
+	int32_t  memtype; /* ucs_memory_type_t of the memory, or VELO_UCX_MEMTYPE_UNSET */
 } guard_slot_t;
 
 struct velo_ucx_guard {

@@ -87,7 +87,13 @@ static int32_t gput_check(velo_ucx_ring_t *ring, const velo_ucx_put_req_hdr_t *r
 	    req->address - slot->base > slot->length - req->length) {
 		return gput_refuse(g, VELO_UCX_PUT_REFUSED_RANGE, req, UCS_ERR_INVALID_ADDR);
 	}
-	if (length > 0) {
+	if (length > 0 && slot->memtype > UCS_MEMORY_TYPE_HOST) {
+		/* Device memory: the bytes go through the CUDA driver (a build without CUDA has no
+		 * such registration, and answers with the refusal below if one ever appears). */
+		if (velo_cuda_copy(req->address, (uint64_t)(uintptr_t)data, length) != 0) {
+			return gput_refuse(g, VELO_UCX_PUT_REFUSED_MALFORMED, req, UCS_ERR_UNSUPPORTED);
+		}
+	} else if (length > 0) {
 		memcpy((void*)(uintptr_t)req->address, data, length);
 	}
 	g->stats.served++;

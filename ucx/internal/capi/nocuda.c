@@ -1,0 +1,40 @@
+//go:build !cuda
+
+// The build without the cuda tag: no CUDA library is linked, and every call says so. Package
+// ucx turns VELO_CUDA_NOT_BUILT into an error matching errors.ErrUnsupported that names the
+// build tags (see cuda.c for the build with them).
+
+#include "capi.h"
+
+int velo_cuda_enabled(void)
+{
+	return 0;
+}
+
+int velo_cuda_device_count(int *count)
+{
+	*count = 0;
+	return VELO_CUDA_NOT_BUILT;
+}
+
+int velo_cuda_query(uint64_t addr, int *memtype, int *ordinal)
+{
+	(void)addr;
+	*memtype = UCS_MEMORY_TYPE_HOST;
+	*ordinal = -1;
+	return VELO_CUDA_NOT_BUILT;
+}
+
+int velo_cuda_copy(uint64_t dst, uint64_t src, size_t n)
+{
+	(void)dst;
+	(void)src;
+	(void)n;
+	return VELO_CUDA_NOT_BUILT;
+}
+
+const char *velo_cuda_error_name(int res)
+{
+	(void)res;
+	return "CUDA not built in";
+}
