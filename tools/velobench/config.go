@@ -13,17 +13,22 @@ import (
 
 // Operations a sweep can measure, in the order a sweep runs them.
 const (
-	opGet     = "get"     // GetInto of one block, on the RDMA path where both sides can
-	opBatch   = "batch"   // GetBatch of --batch blocks
-	opRanged  = "ranged"  // ReadRanges: --batch ranges of one payload, one lease
-	opChunked = "chunked" // GetInto of a block staged in plain memory: the chunked path
-	opRequest = "request" // a messenger Request of one block, echoed back
+	opGet     = "get"      // GetInto of one block, on the RDMA path where both sides can
+	opBatch   = "batch"    // GetBatch of --batch blocks
+	opRanged  = "ranged"   // ReadRanges: --batch ranges of one payload, one lease
+	opChunked = "chunked"  // GetInto of a block staged in plain memory: the chunked path
+	opRequest = "request"  // a messenger Request of one block, echoed back
+	opPut     = "put"      // Put of one block, notified, into a region the target granted
+	opPutB    = "putbatch" // PutBatch of --batch blocks, one notification for the batch
 )
 
-var allOps = []string{opGet, opBatch, opRanged, opChunked, opRequest}
+var allOps = []string{opGet, opBatch, opRanged, opChunked, opRequest, opPut, opPutB}
 
 // batched reports whether the operation moves --batch blocks per call; the others move one.
-func batched(op string) bool { return op == opBatch || op == opRanged }
+func batched(op string) bool { return op == opBatch || op == opRanged || op == opPutB }
+
+// isPut reports whether the operation writes into the target (push) rather than reads from it.
+func isPut(op string) bool { return op == opPut || op == opPutB }
 
 // errUsage marks a command line that cannot run: the exit code is 2 and the message says why.
 // errHelp is -h: the flags were printed, and the exit code is 0.
@@ -89,6 +94,11 @@ type meeting struct {
 	Advertise string
 }
 
+// registerLanes adds --lanes to a command that runs a velobench process.
+func registerLanes(fs *flag.FlagSet, mode *string) {
+	fs.StringVar(mode, "lanes", "auto", "count the bytes the kernel sees on the control plane and on UCX's sockets per point (lanes: cgroup v2 + eBPF, needs root or CAP_BPF+CAP_NET_ADMIN): auto (where possible, else the report says why), on (fail without it) or off")
+}
+
 // outputs are the files a run writes and how it shows progress.
 type outputs struct {
 	JSON, CSV, Plot string
@@ -102,7 +112,7 @@ func (s *sweep) register(fs *flag.FlagSet) {
 	s.Callers = []int{1}
 	s.Memory = 1 << 30
 	s.Bytes = 64 << 20
-	fs.Func("ops", "operations to measure, comma-separated: get, batch, ranged, chunked, request (default all)", func(v string) error {
+	fs.Func("ops", "operations to measure, comma-separated: get, batch, ranged, chunked, request, put, putbatch (default all)", func(v string) error {
 		ops, err := parseOps(v)
 		s.Ops = ops
 		return err

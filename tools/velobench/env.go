@@ -20,7 +20,7 @@ import (
 var version = ""
 
 // protocol numbers the messages initiator and target exchange; it changes with them.
-const protocol = 1
+const protocol = 2
 
 func velobenchVersion() string {
 	if version != "" {
@@ -57,6 +57,9 @@ type Environment struct {
 	LineRateGbps float64 `json:"line_rate_gbps,omitempty"`
 	LineRatePort string  `json:"line_rate_port,omitempty"`
 	Perftest     string  `json:"ucx_perftest,omitempty"`
+	// Lanes says whether this side's socket bytes are counted per point (the lanes module: cgroup
+	// v2 and eBPF), and why not where they are not.
+	Lanes string `json:"lanes,omitempty"`
 	// Auth is how this side's control plane authenticates peers (auth.FromEnv), in words.
 	Auth string `json:"auth"`
 }

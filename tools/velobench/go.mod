@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/stretchr/testify v1.12.1
+	github.com/velo-go/velo/lanes v0.0.0-00010101000000-000000000000
 	github.com/velo-go/velo/ucx v0.0.0-00010101000000-000000000000
 	github.com/velo-go/velo/velo v0.0.0-00010101000000-000000000000
 	github.com/velo-go/velo/velo/discovery/etcd v0.0.0-00010101000000-000000000000
@@ -15,6 +16,7 @@ require (
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/cilium/ebpf v0.22.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect

@@ -28,6 +28,7 @@ type initConfig struct {
 	stdout io.Writer
 	stderr io.Writer
 	isTTY  bool
+	lanes  string // --lanes: auto, on or off
 	// targetDied, in local mode, reports the target process's exit, so that a target that fails
 	// to start ends the wait at once.
 	targetDied <-chan error
@@ -39,6 +40,7 @@ func runInitiator(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	cfg.sweep.register(fs)
 	cfg.meet.register(fs, false)
 	cfg.out.register(fs)
+	registerLanes(fs, &cfg.lanes)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: velobench initiator (--dir DIR | --etcd URL) [flags]\n\nThe measuring side of a two-node run: it finds the target, reads what the target stages, and\nwrites the results.\n\n")
 		fs.PrintDefaults()
@@ -46,7 +48,7 @@ func runInitiator(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
-	for _, c := range []func() error{cfg.sweep.check, func() error { return cfg.meet.check(false) }, cfg.out.check} {
+	for _, c := range []func() error{cfg.sweep.check, func() error { return cfg.meet.check(false) }, cfg.out.check, func() error { return checkLaneMode(cfg.lanes) }} {
 		if err := c(); err != nil {
 			return err
 		}
@@ -109,6 +111,7 @@ type initiator struct {
 	target velo.InstanceID
 	hello  helloResp
 	base   *baseline
+	lanes  *laneCounter
 	nextID uint64
 }
 
@@ -117,6 +120,15 @@ func initiate(ctx context.Context, cfg initConfig) (err error) {
 	rep := &Report{Schema: schemaVersion, Velobench: velobenchVersion(), Started: time.Now().UTC(), Mode: cfg.mode,
 		Discovery: cfg.meet.where(), Sweep: cfg.sweep, Skipped: skipped, Points: []Point{}}
 	in := &initiator{cfg: cfg, log: quietLogger(cfg.stderr)}
+	// The lane counter first: only sockets made after this process entered its cgroup count.
+	if in.lanes, err = startLanes(cfg.lanes); err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := in.lanes.close(); cerr != nil {
+			in.log.Warn("velobench: " + cerr.Error())
+		}
+	}()
 	n, err := startNode(ctx, cfg.meet, fmt.Sprintf("initiator-%d", os.Getpid()), cfg.sweep.Memory, in.log)
 	if err != nil {
 		return err
@@ -126,6 +138,8 @@ func initiate(ctx context.Context, cfg initConfig) (err error) {
 	rep.Initiator = captureEnv(cfg.osEnv)
 	rep.Initiator.UCXDefaults, rep.Initiator.Auth = engineDefaults(n.u.Settings()), n.auth
 	exportDefaults(rep.Initiator.UCXDefaults)
+	in.lanes.setPorts(n.port, 0, cfg.meet.etcdPort())
+	rep.Initiator.Lanes = in.lanes.describe()
 
 	if err := in.findTarget(ctx); err != nil {
 		return err
@@ -246,7 +260,7 @@ func (in *initiator) findTarget(ctx context.Context) error {
 			}
 			hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 			var h helloResp
-			err := call(hctx, in.n.v, p.ID, hHello, helloReq{Version: velobenchVersion(), Protocol: protocol, Name: "initiator"}, &h)
+			err := call(hctx, in.n.v, p.ID, hHello, helloReq{Version: velobenchVersion(), Protocol: protocol, Name: "initiator", ControlPort: in.n.port}, &h)
 			cancel()
 			if err != nil {
 				last = err
@@ -265,6 +279,7 @@ func (in *initiator) findTarget(ctx context.Context) error {
 					human(in.cfg.sweep.Memory), h.Name, human(h.Memory), human(h.Memory), human(in.cfg.sweep.Memory))
 			}
 			in.target, in.hello = p.ID, h
+			in.lanes.setPorts(0, h.ControlPort, 0)
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -352,22 +367,26 @@ func (in *initiator) measure(ctx context.Context, s spec) (Point, error) {
 		count, plain = s.callers, true
 	case opBatch:
 		count = s.callers * s.batch
-	case opRanged:
+	case opRanged, opPut, opPutB:
 		count, size = s.callers, s.block*int64(s.batch)
 	}
 	var hs []velo.Handle
+	var gs []velo.GrantHandle
 	if count > 0 {
 		sctx, cancel := context.WithTimeout(ctx, sw.OpTimeout)
 		var resp stageResp
-		err := call(sctx, v, in.target, hStage, stageReq{ID: id, Count: count, Size: size, Plain: plain}, &resp)
+		err := call(sctx, v, in.target, hStage, stageReq{ID: id, Count: count, Size: size, Plain: plain, Grant: isPut(s.op)}, &resp)
 		cancel()
 		if err != nil {
+			if isPut(s.op) {
+				return Point{}, fmt.Errorf("asking the target for %d regions of %s to write: %w", count, human(size), err)
+			}
 			return Point{}, fmt.Errorf("staging %d payloads of %s on the target: %w", count, human(size), err)
 		}
-		if len(resp.Handles) != count {
-			return Point{}, fmt.Errorf("the target staged %d payloads, asked for %d", len(resp.Handles), count)
+		if got := max(len(resp.Handles), len(resp.Grants)); got != count {
+			return Point{}, fmt.Errorf("the target staged %d payloads, asked for %d", got, count)
 		}
-		hs = resp.Handles
+		hs, gs = resp.Handles, resp.Grants
 		defer func() {
 			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = call(fctx, v, in.target, hFree, freeReq{ID: id}, nil)
@@ -376,7 +395,7 @@ func (in *initiator) measure(ctx context.Context, s spec) (Point, error) {
 	}
 	callers := make([]caller, s.callers)
 	for c := range callers {
-		callers[c] = in.operation(s, c, hs)
+		callers[c] = in.operation(s, c, hs, gs)
 	}
 	// Warm up: each caller once (endpoint wireup, first registrations, page faults in dst).
 	for _, f := range callers {
@@ -392,6 +411,7 @@ func (in *initiator) measure(ctx context.Context, s spec) (Point, error) {
 	if err != nil {
 		return Point{}, fmt.Errorf("asking the target for its CPU time: %w", err)
 	}
+	lanes0, lanesWhy0 := in.lanes.read()
 	paths0, cpu0 := pathCounts(v.Metrics()), cpuNanos()
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -421,6 +441,7 @@ func (in *initiator) measure(ctx context.Context, s spec) (Point, error) {
 	}
 	wg.Wait()
 	cpu1, paths1 := cpuNanos(), pathCounts(v.Metrics())
+	lanes1, lanesWhy1 := in.lanes.read()
 	if err := errors.Join(errs...); err != nil {
 		return Point{}, firstCause(errs)
 	}
@@ -454,6 +475,21 @@ func (in *initiator) measure(ctx context.Context, s spec) (Point, error) {
 	pt.CPUTarget = float64(after.CPUNanos-before.CPUNanos) / 1e9 / gb
 	pt.PathsInitiator = pathDelta(paths0, paths1)
 	pt.PathsTarget = pathDelta(before.Paths, after.Paths)
+	pt.LanesInitiator, pt.LanesInitiatorWhy = laneDelta(lanes0, lanes1, lanesWhy0, lanesWhy1)
+	pt.LanesTarget, pt.LanesTargetWhy = laneDelta(before.Lanes, after.Lanes, before.LanesWhy, after.LanesWhy)
+	if isPut(s.op) {
+		// The target checks that every notification came and the bytes are what was written.
+		fctx, cancel := context.WithTimeout(ctx, sw.OpTimeout)
+		var fr freeResp
+		err := call(fctx, v, in.target, hFree, freeReq{ID: id, Notified: s.callers + pt.Operations, Block: s.block, Blocks: s.batch}, &fr)
+		cancel()
+		if err != nil {
+			return Point{}, fmt.Errorf("asking the target to check what was written: %w", err)
+		}
+		if fr.Err != "" {
+			return Point{}, fmt.Errorf("the target found the writes wrong: %s", fr.Err)
+		}
+	}
 	pt.Perftest = in.base.figure(ctx, s, pt.Operations)
 	if ctx.Err() != nil {
 		return Point{}, ctx.Err()
@@ -486,9 +522,46 @@ func firstCause(errs []error) error {
 }
 
 // operation builds caller c's operation over the handles staged for the point.
-func (in *initiator) operation(s spec, c int, hs []velo.Handle) caller {
+func (in *initiator) operation(s spec, c int, hs []velo.Handle, gs []velo.GrantHandle) caller {
 	v := in.n.v
 	switch s.op {
+	case opPut:
+		// One notified put: it returns once the bytes and then the notification are there.
+		src := make([]byte, s.block)
+		fill(src, c, 0)
+		h := gs[c]
+		opts := &velo.PutOptions{Notify: true, Payload: []byte("velobench")}
+		return func(ctx context.Context) (time.Duration, error) {
+			t0 := time.Now()
+			err := v.Put(ctx, h, 0, src, opts)
+			return time.Since(t0), err
+		}
+	case opPutB:
+		// A batch of blocks side by side in the region, one notification once all are there.
+		src := make([]byte, s.block*int64(s.batch))
+		fill(src, c, 0)
+		reqs := make([]velo.PutRequest, s.batch)
+		for i := range reqs {
+			off := int64(i) * s.block
+			reqs[i] = velo.PutRequest{Offset: uint64(off), Src: src[off : off+s.block]}
+		}
+		h := gs[c]
+		opts := &velo.PutBatchOptions{Notify: true, Payload: []byte("velobench")}
+		return func(ctx context.Context) (time.Duration, error) {
+			t0 := time.Now()
+			errs, nerr := v.PutBatch(ctx, h, reqs, opts)
+			took := time.Since(t0)
+			var first error
+			for i, err := range errs {
+				if err != nil {
+					first = cmpErr(first, fmt.Errorf("block %d of the batch: %w", i, err))
+				}
+			}
+			if nerr != nil {
+				first = cmpErr(first, fmt.Errorf("the batch's notification: %w", nerr))
+			}
+			return took, first
+		}
 	case opGet, opChunked:
 		dst := make([]byte, s.block)
 		h := hs[c]

@@ -19,6 +19,7 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfg := initConfig{mode: "local", stdout: stdout, stderr: stderr, osEnv: os.Environ(), isTTY: isTerminal(stdout)}
 	cfg.sweep.register(fs)
 	cfg.out.register(fs)
+	registerLanes(fs, &cfg.lanes)
 	fs.DurationVar(&cfg.meet.Wait, "wait", 30*time.Second, "how long to wait for the target process to start")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: velobench local [flags]\n\nBoth sides on this host, in two processes: a sweep without a second node.\n\n")
@@ -31,6 +32,9 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if err := cfg.out.check(); err != nil {
+		return err
+	}
+	if err := checkLaneMode(cfg.lanes); err != nil {
 		return err
 	}
 	if cfg.meet.Wait <= 0 {
@@ -48,7 +52,7 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("finding this program to start the target: %w", err)
 	}
 	cmd := exec.Command(exe, "target", "--dir", dir, "--cluster", cfg.meet.Cluster, "--name", cfg.meet.Name,
-		"--listen", "127.0.0.1:0", "--memory", strconv.FormatInt(cfg.sweep.Memory, 10), "--once")
+		"--listen", "127.0.0.1:0", "--memory", strconv.FormatInt(cfg.sweep.Memory, 10), "--lanes", cfg.lanes, "--once")
 	cmd.Stdout, cmd.Stderr = io.Discard, stderr
 	// Its own process group, so that Ctrl-C reaches this process alone, which then ends the run
 	// and tells the target; and it dies with this process whatever happens to it.

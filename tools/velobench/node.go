@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -20,6 +21,7 @@ import (
 	"github.com/velo-go/velo/velo/discovery"
 	"github.com/velo-go/velo/velo/discovery/etcd"
 	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/push"
 	"github.com/velo-go/velo/velo/transport/tcp"
 	"github.com/velo-go/velo/velo/transport/ucxtransport"
 )
@@ -30,6 +32,7 @@ type node struct {
 	v     *velo.Velo
 	u     *ucxtransport.Transport
 	host  string // the host it advertised
+	port  int    // its control plane's listening port
 	where string // the discovery location, in words, for messages
 	auth  string // how the control plane authenticates peers, in words
 }
@@ -119,7 +122,26 @@ func startNode(ctx context.Context, m meeting, name string, memory int64, log *s
 		d.Close()
 		return nil, err
 	}
-	return &node{v: v, u: u, host: host, where: m.where(), auth: cred.String()}, nil
+	return &node{v: v, u: u, host: host, port: ln.Addr().(*net.TCPAddr).Port, where: m.where(), auth: cred.String()}, nil
+}
+
+// etcdPort is the port of the --etcd URL (its connections are discovery's, not the sweep's), 0
+// without one.
+func (m meeting) etcdPort() int {
+	if m.Etcd == "" {
+		return 0
+	}
+	u, err := url.Parse(m.Etcd)
+	if err != nil {
+		return 0
+	}
+	if p, err := strconv.Atoi(u.Port()); err == nil {
+		return p
+	}
+	if u.Scheme == "https" {
+		return 443
+	}
+	return 2379
 }
 
 // routableHost is the address another node reaches this one at: the source address the routing
@@ -147,6 +169,9 @@ func routableHost() string {
 	return "127.0.0.1"
 }
 
+// putPathPrefix marks velo_push_path_total's pairs among the path counts.
+const putPathPrefix = "put:"
+
 // pathCounts reads velo_rendezvous_rdma_path_total as "path/reason" -> count.
 func pathCounts(g prometheus.Gatherer) map[string]float64 {
 	out := map[string]float64{}
@@ -158,7 +183,13 @@ func pathCounts(g prometheus.Gatherer) map[string]float64 {
 		return out
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != metrics.RDMAPathTotal {
+		prefix := ""
+		switch mf.GetName() {
+		case metrics.RDMAPathTotal:
+		case push.PathTotal:
+			// Push's: "put:rdma/ok" counts puts on the writer, grants' paths on the receiver.
+			prefix = putPathPrefix
+		default:
 			continue
 		}
 		for _, m := range mf.GetMetric() {
@@ -171,7 +202,7 @@ func pathCounts(g prometheus.Gatherer) map[string]float64 {
 					reason = l.GetValue()
 				}
 			}
-			out[path+"/"+reason] = m.GetCounter().GetValue()
+			out[prefix+path+"/"+reason] += m.GetCounter().GetValue()
 		}
 	}
 	return out

@@ -23,11 +23,13 @@ type baseline struct {
 	off     bool
 	tool    ucx.Tool
 	findErr error
-	// getNote and amNote say why GET or active-message figures are missing; set once a first
-	// try showed it, so a refused baseline costs one timeout, not one per point.
-	getNote, amNote string
-	probed          bool
-	notes           []string
+	// rmaNote (per test: ucp_get, ucp_put_bw) and amNote say why RMA or active-message figures
+	// are missing; set once a first try showed it, so a refused baseline costs one timeout, not
+	// one per point.
+	rmaNote map[string]string
+	amNote  string
+	probed  map[string]bool
+	notes   []string
 }
 
 // perftestRunTimeout bounds one perftest run: a big block at a low rate is slow, a refused GET
@@ -35,7 +37,7 @@ type baseline struct {
 const perftestRunTimeout = 2 * time.Minute
 
 func newBaseline(in *initiator, off bool) *baseline {
-	b := &baseline{in: in, off: off}
+	b := &baseline{in: in, off: off, rmaNote: map[string]string{}, probed: map[string]bool{}}
 	if off {
 		return b
 	}
@@ -84,6 +86,15 @@ func perftestArgs(s spec, ops int) (test string, args []string, none string) {
 		return "ucp_get", args, ""
 	case opBatch, opRanged:
 		return "ucp_get", []string{"-t", "ucp_get", "-s", size, "-n", n(ops * s.batch), "-O", strconv.Itoa(s.batch * s.callers)}, ""
+	case opPut:
+		// perftest's PUT has no notification: beside a notified put it is the write alone.
+		args = []string{"-t", "ucp_put_bw", "-s", size, "-n", n(ops)}
+		if s.callers > 1 {
+			args = append(args, "-O", strconv.Itoa(s.callers))
+		}
+		return "ucp_put_bw", args, ""
+	case opPutB:
+		return "ucp_put_bw", []string{"-t", "ucp_put_bw", "-s", size, "-n", n(ops * s.batch), "-O", strconv.Itoa(s.batch * s.callers)}, ""
 	case opRequest:
 		if s.callers > 1 {
 			return "", nil, "ucp_am_lat has one message in flight: compare the 1-caller point"
@@ -107,13 +118,13 @@ func (b *baseline) figure(ctx context.Context, s spec, ops int) *Perftest {
 		p.Note = "no ucx_perftest of the linked UCX"
 		return p
 	}
-	if test == "ucp_get" {
-		if !b.probed {
-			b.probed = true
-			b.probeGet(ctx)
+	if test == "ucp_get" || test == "ucp_put_bw" {
+		if !b.probed[test] {
+			b.probed[test] = true
+			b.probeRMA(ctx, test)
 		}
-		if b.getNote != "" {
-			p.Note = b.getNote
+		if note := b.rmaNote[test]; note != "" {
+			p.Note = note
 			return p
 		}
 	}
@@ -155,10 +166,10 @@ func (b *baseline) figure(ctx context.Context, s spec, ops int) *Perftest {
 	return p
 }
 
-// probeGet finds out whether ucx_perftest's GET can run here. On a UCX with velo's guard (either
-// side), a GET over tcp is software RMA: the guard refuses it and perftest's client then waits
-// forever, so a short GET is tried under a deadline first.
-func (b *baseline) probeGet(ctx context.Context) {
+// probeRMA finds out whether ucx_perftest's GET (or PUT) can run here. On a UCX with velo's guard
+// (either side), a GET or PUT over tcp is software RMA: the guard refuses it and perftest's client
+// then waits forever, so a short one is tried under a deadline first.
+func (b *baseline) probeRMA(ctx context.Context, test string) {
 	guarded := b.in.hello.Env.UCXGuard
 	if g, err := ucx.SoftwareRMAGuard(); err == nil && g.Enforced {
 		guarded = true
@@ -168,13 +179,13 @@ func (b *baseline) probeGet(ctx context.Context) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := b.runFor(pctx, 10*time.Second, []string{"-t", "ucp_get", "-s", "4096", "-n", "16"}); err != nil {
+	if _, err := b.runFor(pctx, 10*time.Second, []string{"-t", test, "-s", "4096", "-n", "16"}); err != nil {
 		if ctx.Err() != nil {
 			return
 		}
-		b.getNote = fmt.Sprintf("refused: velo's guard in the linked UCX refuses ucx_perftest -t ucp_get over UCX_TLS=%s (software RMA; a 4 KiB GET did not finish in 10 s); "+
-			"hardware RMA (rc, dc) or a build on the system's UCX gives this baseline", os.Getenv("UCX_TLS"))
-		b.notes = append(b.notes, "ucp_get "+b.getNote)
+		b.rmaNote[test] = fmt.Sprintf("refused: velo's guard in the linked UCX refuses ucx_perftest -t %s over UCX_TLS=%s (software RMA; a 4 KiB operation did not finish in 10 s); "+
+			"hardware RMA (rc, dc) or a build on the system's UCX gives this baseline", test, os.Getenv("UCX_TLS"))
+		b.notes = append(b.notes, test+" "+b.rmaNote[test])
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/velo-go/velo/verbs"
 )
 
 // isTerminal reports whether w is a terminal (the live progress line needs one).
@@ -72,10 +74,18 @@ func (p *progress) header(r *Report, h helloResp) {
 		fmt.Fprintf(p.w, "port %s: %.0f Gb/s = %.2f GB/s line rate\n", e.LineRatePort, e.LineRateGbps, e.LineRateGbps/8)
 	}
 	fmt.Fprintf(p.w, "baseline: %s\n", e.Perftest)
+	fmt.Fprintf(p.w, "lanes (socket bytes per point, initiator / target): %s / %s\n", orWord(e.Lanes, "not counted"), orWord(r.Target.Lanes, "not counted"))
 	fmt.Fprintf(p.w, "%d points (%s)\n", p.total, strings.Join(r.Sweep.Ops, ", "))
 	for _, s := range r.Skipped {
 		fmt.Fprintf(p.w, "skipped: %s %s x%d, %d callers: %s\n", s.Op, human(s.Block), s.Batch, s.Callers, s.Why)
 	}
+}
+
+func orWord(s, dflt string) string {
+	if s == "" {
+		return dflt
+	}
+	return s
 }
 
 func guardWord(g bool) string {
@@ -115,6 +125,7 @@ func pointLine(pt Point) string {
 	s := fmt.Sprintf("%-30s %8.3f GB/s %10.0f ops/s  p50 %s p99 %s p99.9 %s  CPU %.2f+%.2f s/GB  rdma %.0f chunked %.0f",
 		pt.label(), pt.GBps, pt.OpsPerSec, usText(pt.Latency.P50), usText(pt.Latency.P99), usText(pt.Latency.P999),
 		pt.CPUInitiator, pt.CPUTarget, pt.rdmaOps(), pt.chunkedOps())
+	s += "  " + lanesText(pt)
 	if pt.LineRate > 0 {
 		s += fmt.Sprintf("  %.0f%% of line rate", 100*pt.LineRate)
 	}
@@ -126,6 +137,19 @@ func pointLine(pt Point) string {
 		}
 	}
 	return s
+}
+
+// lanesText is the point's socket bytes by lane, both directions, initiator then target:
+// "lanes ctl 9.1 KiB ucx 8.2 MiB / ctl 9.0 KiB ucx 8.2 MiB"; "n/a" for a side that could not count
+// (the header says why).
+func lanesText(pt Point) string {
+	side := func(l *LaneBytes) string {
+		if l == nil {
+			return "n/a"
+		}
+		return fmt.Sprintf("ctl %s ucx %s", verbs.FormatBytes(l.Control()), verbs.FormatBytes(l.UCX()))
+	}
+	return "lanes " + side(pt.LanesInitiator) + " / " + side(pt.LanesTarget)
 }
 
 func usText(v float64) string {

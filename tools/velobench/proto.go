@@ -25,17 +25,22 @@ type helloReq struct {
 	Version  string `json:"version"`
 	Protocol int    `json:"protocol"`
 	Name     string `json:"name"`
+	// ControlPort is the initiator's control-plane port: the target's lane counter tells the
+	// control plane's sockets from UCX's by it.
+	ControlPort int `json:"control_port"`
 }
 
 type helloResp struct {
-	Role     string      `json:"role"` // "target"
-	Name     string      `json:"name"`
-	Version  string      `json:"version"`
-	Protocol int         `json:"protocol"`
-	Host     string      `json:"host"` // the address it advertised, for ucx_perftest's client
-	PID      int         `json:"pid"`
-	Memory   int64       `json:"memory"` // its --memory: the most it stages at once
-	Env      Environment `json:"env"`
+	Role     string `json:"role"` // "target"
+	Name     string `json:"name"`
+	Version  string `json:"version"`
+	Protocol int    `json:"protocol"`
+	Host     string `json:"host"` // the address it advertised, for ucx_perftest's client
+	PID      int    `json:"pid"`
+	Memory   int64  `json:"memory"` // its --memory: the most it stages at once
+	// ControlPort is the target's control-plane port (for the initiator's lane counter).
+	ControlPort int         `json:"control_port"`
+	Env         Environment `json:"env"`
 }
 
 // stageReq asks the target to stage Count payloads of Size bytes: in pinned memory (the RDMA
@@ -45,14 +50,29 @@ type stageReq struct {
 	Count int    `json:"count"`
 	Size  int64  `json:"size"`
 	Plain bool   `json:"plain"`
+	// Grant asks instead for Count pinned regions of Size bytes, each granted to the initiator
+	// for writing (the put operations); the answer's Grants name them.
+	Grant bool `json:"grant"`
 }
 
 type stageResp struct {
-	Handles []velo.Handle `json:"handles"`
+	Handles []velo.Handle      `json:"handles"`
+	Grants  []velo.GrantHandle `json:"grants,omitempty"`
 }
 
+// freeReq ends a stage. For granted regions it carries what the initiator wrote: Notified
+// notifications in all, and Blocks of Block bytes from the start of each region, which the
+// target checks before it revokes the grants.
 type freeReq struct {
-	ID uint64 `json:"id"`
+	ID       uint64 `json:"id"`
+	Notified int    `json:"notified,omitempty"`
+	Block    int64  `json:"block,omitempty"`
+	Blocks   int    `json:"blocks,omitempty"`
+}
+
+// freeResp says whether the granted regions held what was written and every notification came.
+type freeResp struct {
+	Err string `json:"err,omitempty"`
 }
 
 // statsResp is the target's own account: CPU time of its process (getrusage) and its owner-side
@@ -60,6 +80,9 @@ type freeReq struct {
 type statsResp struct {
 	CPUNanos int64              `json:"cpu_ns"`
 	Paths    map[string]float64 `json:"paths"`
+	// Lanes are the target's socket bytes by lane so far; LanesWhy says why there are none.
+	Lanes    LaneBytes `json:"lanes"`
+	LanesWhy string    `json:"lanes_why,omitempty"`
 }
 
 // perftestReq asks the target to start a ucx_perftest server for one client run; its answer is

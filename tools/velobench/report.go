@@ -8,12 +8,16 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
 // schemaVersion names the layout of the JSON document and of the CSV columns. A change that a
 // reader of the old layout would misread gets a new version.
-const schemaVersion = "velobench/v1"
+const schemaVersion = "velobench/v2"
+
+// schemaV1 is the layout before lanes and put points: v2 only adds fields, so compare reads both.
+const schemaV1 = "velobench/v1"
 
 // Report is one run: what was asked, where, what each point measured, and how the run ended.
 type Report struct {
@@ -73,8 +77,15 @@ type Point struct {
 	PathsInitiator map[string]float64 `json:"paths_initiator"`
 	PathsTarget    map[string]float64 `json:"paths_target"`
 	// LineRate is GB/s over the port's rate (its Gb/s over 8), where the port is known.
-	LineRate float64   `json:"line_rate_fraction,omitempty"`
-	Perftest *Perftest `json:"perftest,omitempty"`
+	// LanesInitiator and LanesTarget are the bytes each side's sockets moved during the point, by
+	// lane (the lanes module's kernel counters): velo's control plane, UCX's sockets, the rest.
+	// Absent where that side could not count; then LanesInitiatorWhy or LanesTargetWhy says why.
+	LanesInitiator    *LaneBytes `json:"lanes_initiator,omitempty"`
+	LanesTarget       *LaneBytes `json:"lanes_target,omitempty"`
+	LanesInitiatorWhy string     `json:"lanes_initiator_why,omitempty"`
+	LanesTargetWhy    string     `json:"lanes_target_why,omitempty"`
+	LineRate          float64    `json:"line_rate_fraction,omitempty"`
+	Perftest          *Perftest  `json:"perftest,omitempty"`
 }
 
 // Latency percentiles in microseconds (nearest rank over every operation of the point).
@@ -120,10 +131,12 @@ func (p Point) chunkedOps() float64 {
 	return sumPrefix(p.PathsInitiator, "chunked/")
 }
 
+// sumPrefix adds the path counts whose path starts with prefix, rendezvous (get) and push (put,
+// "put:rdma/ok") alike: in one point only one of the two moves.
 func sumPrefix(m map[string]float64, prefix string) float64 {
 	var n float64
 	for k, v := range m {
-		if len(k) >= len(prefix) && k[:len(prefix)] == prefix {
+		if strings.HasPrefix(strings.TrimPrefix(k, putPathPrefix), prefix) {
 			n += v
 		}
 	}
@@ -159,14 +172,32 @@ func writeJSON(w io.Writer, r *Report) error {
 	return enc.Encode(r)
 }
 
-// csvHeader are the CSV columns of schema velobench/v1: the point, then the environment that
-// makes two rows comparable (repeated on every row, so each row stands alone).
+// csvHeader are the CSV columns of schema velobench/v2: the point, then the environment that
+// makes two rows comparable (repeated on every row, so each row stands alone), then (added in v2)
+// each side's socket bytes by lane, where a side that could not count says why in each of its
+// cells instead of a number.
 var csvHeader = []string{
 	"schema", "op", "block", "batch", "callers", "operations", "bytes", "seconds",
 	"gb_per_s", "ops_per_s", "blocks_per_s", "latency_p50_us", "latency_p99_us", "latency_p99_9_us",
 	"cpu_s_per_gb_initiator", "cpu_s_per_gb_target", "rdma_ops", "chunked_ops", "line_rate_fraction",
 	"perftest_test", "perftest_gb_per_s", "perftest_latency_p50_us", "perftest_note",
 	"velobench", "ucx", "ucx_tls", "ucx_net_devices", "cpu", "kernel", "go", "initiator_host", "target_host",
+	"lanes_initiator_control_out", "lanes_initiator_control_in", "lanes_initiator_ucx_out", "lanes_initiator_ucx_in",
+	"lanes_initiator_other_out", "lanes_initiator_other_in",
+	"lanes_target_control_out", "lanes_target_control_in", "lanes_target_ucx_out", "lanes_target_ucx_in",
+	"lanes_target_other_out", "lanes_target_other_in",
+}
+
+// laneCells are one side's six lane columns: the bytes, or the reason there are none in each.
+func laneCells(l *LaneBytes, why string) []string {
+	if l == nil {
+		if why == "" {
+			why = "not counted"
+		}
+		return []string{why, why, why, why, why, why}
+	}
+	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
+	return []string{u(l.ControlOut), u(l.ControlIn), u(l.UCXOut), u(l.UCXIn), u(l.OtherOut), u(l.OtherIn)}
 }
 
 func writeCSV(w io.Writer, r *Report) error {
@@ -195,6 +226,8 @@ func writeCSV(w io.Writer, r *Report) error {
 			pt.Test, opt(pt.GBps), opt(pt.LatencyP50), pt.Note,
 			r.Velobench, e.UCX, e.UCXEnv["UCX_TLS"], e.UCXEnv["UCX_NET_DEVICES"], e.CPU, e.Kernel, e.Go, e.Host, r.Target.Host,
 		}
+		row = append(row, laneCells(p.LanesInitiator, p.LanesInitiatorWhy)...)
+		row = append(row, laneCells(p.LanesTarget, p.LanesTargetWhy)...)
 		if err := cw.Write(row); err != nil {
 			return err
 		}
@@ -213,7 +246,7 @@ func readReport(name string) (*Report, error) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("%s is not a velobench JSON report: %w", name, err)
 	}
-	if r.Schema != schemaVersion {
+	if r.Schema != schemaVersion && r.Schema != schemaV1 {
 		return nil, fmt.Errorf("%s has schema %q; this velobench reads %q (compare it with the velobench that wrote it)", name, r.Schema, schemaVersion)
 	}
 	return &r, nil

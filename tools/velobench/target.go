@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"os/exec"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/velo-go/velo/ucx/benchkit"
@@ -30,10 +32,12 @@ type target struct {
 
 	mu        sync.Mutex
 	staged    map[stageKey][]velo.Handle
+	granted   map[stageKey]*grantSet
 	initiator velo.InstanceID // the one that said hello, for --once
 	bye       chan struct{}
 	byeOnce   sync.Once
 	perftest  *exec.Cmd
+	lanes     *laneCounter
 }
 
 type stageKey struct {
@@ -52,6 +56,8 @@ func runTarget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	})
 	once := fs.Bool("once", false, "exit once the initiator is done (or gone)")
+	var laneMode string
+	registerLanes(fs, &laneMode)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: velobench target (--dir DIR | --etcd URL) [flags]\n\nThe owner side of a two-node run: it stages the payloads the initiator reads.\n\n")
 		fs.PrintDefaults()
@@ -65,22 +71,38 @@ func runTarget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if memory <= 0 {
 		return usageErr("--memory %d: give the bytes the target may stage, for example --memory 1G", memory)
 	}
+	if err := checkLaneMode(laneMode); err != nil {
+		return err
+	}
 	osEnv := os.Environ()
-	t := &target{log: quietLogger(stderr), name: m.Name, once: *once, stdout: stdout, memory: memory, staged: map[stageKey][]velo.Handle{}, bye: make(chan struct{})}
+	t := &target{log: quietLogger(stderr), name: m.Name, once: *once, stdout: stdout, memory: memory, staged: map[stageKey][]velo.Handle{}, granted: map[stageKey]*grantSet{}, bye: make(chan struct{})}
 	handlers := []velo.Option{
 		velo.WithHandler(hHello, t.hello), velo.WithHandler(hStage, t.stage), velo.WithHandler(hFree, t.free),
 		velo.WithHandler(hStats, t.stats), velo.WithHandler(hEcho, echo), velo.WithHandler(hPerftest, t.startPerftest),
 		velo.WithHandler(hBye, t.sayBye),
 	}
+	// The lane counter first: only sockets made after this process entered its cgroup count.
+	lc, err := startLanes(laneMode)
+	if err != nil {
+		return err
+	}
+	t.lanes = lc
+	defer func() {
+		if cerr := lc.close(); cerr != nil {
+			t.log.Warn("velobench target: " + cerr.Error())
+		}
+	}()
 	n, err := startNode(ctx, m, m.Name, memory, t.log, handlers...)
 	if err != nil {
 		return err
 	}
+	lc.setPorts(n.port, 0, m.etcdPort())
 	t.n = n
 	defer n.v.Close()
 	defer t.stopPerftest()
 	t.env = captureEnv(osEnv)
 	t.env.UCXDefaults, t.env.Auth = engineDefaults(n.u.Settings()), n.auth
+	t.env.Lanes = lc.describe()
 	exportDefaults(t.env.UCXDefaults)
 	fmt.Fprintf(stdout, "velobench %s target %q: ready (pid %d, %s, UCX %s), found through %s\n",
 		velobenchVersion(), m.Name, os.Getpid(), n.host, t.env.UCX, n.where)
@@ -134,9 +156,10 @@ func (t *target) hello(_ context.Context, m *velo.Message) ([]byte, error) {
 		t.mu.Lock()
 		t.initiator = m.From
 		t.mu.Unlock()
+		t.lanes.setPorts(0, req.ControlPort, 0)
 	}
 	return json.Marshal(helloResp{Role: "target", Name: t.name, Version: velobenchVersion(), Protocol: protocol,
-		Host: t.n.host, PID: os.Getpid(), Memory: t.memory, Env: t.env})
+		Host: t.n.host, PID: os.Getpid(), Memory: t.memory, Env: t.env, ControlPort: t.n.port})
 }
 
 // accepted refuses work from an instance that did not say hello with this version.
@@ -161,6 +184,9 @@ func (t *target) stage(ctx context.Context, m *velo.Message) ([]byte, error) {
 		return nil, fmt.Errorf("velobench target: staging %d payloads of %d bytes", req.Count, req.Size)
 	}
 	key := stageKey{m.From, req.ID}
+	if req.Grant {
+		return t.grant(ctx, m.From, key, req)
+	}
 	var resp stageResp
 	var buf []byte
 	for k := 0; k < req.Count; k++ {
@@ -191,6 +217,85 @@ func (t *target) stage(ctx context.Context, m *velo.Message) ([]byte, error) {
 	return json.Marshal(resp)
 }
 
+// grantSet is what a put point staged: one region per caller, each granted to the initiator, and
+// how many notifications arrived through them.
+type grantSet struct {
+	regions  []*velo.Region
+	grants   []*velo.WriteGrant
+	notified atomic.Int64
+}
+
+// grant stages req.Count regions of req.Size bytes and grants each to the initiator for writing.
+// Notifications are counted, not read: free checks their number and the bytes.
+func (t *target) grant(ctx context.Context, from velo.InstanceID, key stageKey, req stageReq) ([]byte, error) {
+	if req.Size > int64(math.MaxInt) {
+		return nil, fmt.Errorf("velobench target: a region of %d bytes", req.Size)
+	}
+	gs := &grantSet{}
+	var resp stageResp
+	for k := 0; k < req.Count; k++ {
+		g, err := t.n.v.NewRegion(int(req.Size))
+		if err != nil {
+			gs.end()
+			return nil, fmt.Errorf("velobench target: a region of %s for writing: %w", human(req.Size), err)
+		}
+		gs.regions = append(gs.regions, g)
+		clear(g.Bytes()) // what the initiator writes must be its own
+		wg, err := t.n.v.GrantWrite(ctx, from, g, velo.GrantOptions{TTL: time.Hour, OnNotify: func(velo.Notification) { gs.notified.Add(1) }})
+		if err != nil {
+			gs.end()
+			return nil, fmt.Errorf("velobench target: granting a region of %s to %v: %w", human(req.Size), from, err)
+		}
+		gs.grants = append(gs.grants, wg)
+		resp.Grants = append(resp.Grants, wg.Handle())
+	}
+	t.mu.Lock()
+	t.granted[key] = gs
+	t.mu.Unlock()
+	return json.Marshal(resp)
+}
+
+// check waits briefly for the notifications the initiator counted and looks at the first, middle
+// and last byte of every block it wrote.
+func (gs *grantSet) check(req freeReq) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for gs.notified.Load() < int64(req.Notified) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := gs.notified.Load(); n < int64(req.Notified) {
+		return fmt.Errorf("%d notifications arrived, the initiator sent %d", n, req.Notified)
+	}
+	for k, g := range gs.regions {
+		b := g.Bytes()
+		for i := 0; i < req.Blocks; i++ {
+			off := int64(i) * req.Block
+			if off+req.Block > int64(len(b)) {
+				return fmt.Errorf("block %d of %s lies beyond the region of %s", i, human(req.Block), human(int64(len(b))))
+			}
+			if err := checkBytes(b[off:off+req.Block], k, off); err != nil {
+				return fmt.Errorf("region %d: %w", k, err)
+			}
+		}
+	}
+	return nil
+}
+
+// end revokes the grants, waits until no write can land, and frees the regions.
+func (gs *grantSet) end() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, g := range gs.grants {
+		_ = g.Revoke(ctx)
+		select {
+		case <-g.Done():
+		case <-ctx.Done():
+		}
+	}
+	for _, g := range gs.regions {
+		g.Free()
+	}
+}
+
 func (t *target) unref(hs []velo.Handle) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -210,9 +315,18 @@ func (t *target) free(_ context.Context, m *velo.Message) ([]byte, error) {
 	t.mu.Lock()
 	hs := t.staged[key]
 	delete(t.staged, key)
+	gs := t.granted[key]
+	delete(t.granted, key)
 	t.mu.Unlock()
 	t.unref(hs)
-	return []byte("{}"), nil
+	var resp freeResp
+	if gs != nil {
+		if err := gs.check(req); err != nil {
+			resp.Err = err.Error()
+		}
+		gs.end()
+	}
+	return json.Marshal(resp)
 }
 
 // dropFrom frees what a departed initiator had staged.
@@ -225,12 +339,23 @@ func (t *target) dropFrom(from velo.InstanceID) {
 			delete(t.staged, k)
 		}
 	}
+	var gss []*grantSet
+	for k, gs := range t.granted {
+		if k.from == from {
+			gss = append(gss, gs)
+			delete(t.granted, k)
+		}
+	}
 	t.mu.Unlock()
 	t.unref(hs)
+	for _, gs := range gss {
+		gs.end()
+	}
 }
 
 func (t *target) stats(context.Context, *velo.Message) ([]byte, error) {
-	return json.Marshal(statsResp{CPUNanos: cpuNanos(), Paths: pathCounts(t.n.v.Metrics())})
+	lb, why := t.lanes.read()
+	return json.Marshal(statsResp{CPUNanos: cpuNanos(), Paths: pathCounts(t.n.v.Metrics()), Lanes: lb, LanesWhy: why})
 }
 
 func (t *target) sayBye(_ context.Context, m *velo.Message) ([]byte, error) {

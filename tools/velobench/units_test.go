@@ -85,7 +85,8 @@ func syntheticReport() *Report {
 		f := float64(i + 1)
 		r.Points = append(r.Points,
 			Point{Op: opGet, Block: b, Batch: 1, Callers: 1, GBps: 10 * f, Latency: Latency{P50: 5 * f}, PathsInitiator: map[string]float64{"rdma/ok": 10},
-				Perftest: &Perftest{Test: "ucp_get", GBps: 11 * f, LatencyP50: 4 * f}},
+				Perftest:       &Perftest{Test: "ucp_get", GBps: 11 * f, LatencyP50: 4 * f},
+				LanesInitiator: &LaneBytes{ControlOut: 100, ControlIn: 200, UCXOut: 3000, UCXIn: 4000000, OtherIn: 5}, LanesTargetWhy: "not counted: lanes: no cgroup v2"},
 			Point{Op: opBatch, Block: b, Batch: 16, Callers: 1, GBps: 8 * f, Latency: Latency{P50: 50 * f}, Perftest: &Perftest{Note: "refused"}})
 	}
 	return r
@@ -148,7 +149,14 @@ func TestCompare(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "old.json"), old, 0o644))
 	code, _, errOut = mustMain(t, "compare", pa, filepath.Join(dir, "old.json"))
 	assert.Equal(t, 1, code)
-	assert.Contains(t, errOut, `has schema "velobench/v0"; this velobench reads "velobench/v1"`)
+	assert.Contains(t, errOut, `has schema "velobench/v0"; this velobench reads "velobench/v2"`)
+
+	// v2 only added fields: a v1 report is still read.
+	doc["schema"] = "velobench/v1"
+	v1, _ := json.Marshal(doc)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "v1.json"), v1, 0o644))
+	code, _, errOut = mustMain(t, "compare", filepath.Join(dir, "v1.json"), pa)
+	assert.Equal(t, 0, code, errOut)
 }
 
 func TestCSV(t *testing.T) {
@@ -156,7 +164,9 @@ func TestCSV(t *testing.T) {
 	require.NoError(t, writeCSV(&b, syntheticReport()))
 	lines := bytes.Split(bytes.TrimSpace(b.Bytes()), []byte("\n"))
 	require.Len(t, lines, 7)
-	assert.Contains(t, string(lines[1]), "velobench/v1,get,65536,1,1,")
+	assert.Contains(t, string(lines[1]), schemaVersion+",get,65536,1,1,")
+	// The lane columns: bytes where a side counted, the reason in each cell where it did not.
+	assert.True(t, bytes.HasSuffix(lines[1], []byte(",100,200,3000,4000000,0,5,not counted: lanes: no cgroup v2,not counted: lanes: no cgroup v2,not counted: lanes: no cgroup v2,not counted: lanes: no cgroup v2,not counted: lanes: no cgroup v2,not counted: lanes: no cgroup v2")), string(lines[1]))
 	assert.Contains(t, string(lines[1]), ",ucp_get,11,4,,v-test,1.22.0,rc,")
 	assert.Contains(t, string(lines[2]), ",refused,v-test,")
 }

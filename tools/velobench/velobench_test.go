@@ -20,13 +20,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A short local sweep of every operation writes a JSON report of schema velobench/v1 with the
+// A short local sweep of every operation writes a JSON report of schema velobench/v2 with the
 // environment and every point, a CSV with one row per point, and an SVG that is well formed and
 // draws every series; without a terminal the progress is plain lines. compare reads the report.
+// Each point carries the bytes the kernel saw on each side's sockets (lanes), where this user may
+// count them: the RDMA path's payload on UCX's sockets, the chunked path's on the control plane.
 func TestLocalSweepWritesEveryOutput(t *testing.T) {
 	dir := t.TempDir()
 	js, cs, svg := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.csv"), filepath.Join(dir, "r.svg")
-	p := start(t, "local", childEnv(), nil, append([]string{"local", "--ops", "get,batch,ranged,chunked,request", "--blocks", "4K,64K",
+	p := start(t, "local", childEnv(), nil, append([]string{"local", "--ops", "get,batch,ranged,chunked,request,put,putbatch", "--blocks", "4K,64K",
 		"--batch", "4", "--json", js, "--csv", cs, "--plot", svg}, quickSweep()...)...)
 	require.Equal(t, 0, p.wait(90*time.Second), p.errOut())
 
@@ -46,7 +48,7 @@ func TestLocalSweepWritesEveryOutput(t *testing.T) {
 		assert.Equal(t, "tcp", e.UCXEnv["UCX_TLS"])
 		assert.NotNil(t, e.Devices)
 	}
-	require.Len(t, r.Points, 10) // five operations, two blocks
+	require.Len(t, r.Points, 14) // seven operations, two blocks
 	point := doc["points"].([]any)[0].(map[string]any)
 	for _, k := range []string{"op", "block", "batch", "callers", "operations", "bytes", "seconds", "gb_per_s", "ops_per_s", "latency_us",
 		"cpu_s_per_gb_initiator", "cpu_s_per_gb_target", "paths_initiator", "paths_target"} {
@@ -72,7 +74,15 @@ func TestLocalSweepWritesEveryOutput(t *testing.T) {
 			assert.GreaterOrEqual(t, pt.chunkedOps(), ops, pt.label())
 			require.NotNil(t, pt.Perftest)
 			assert.Contains(t, pt.Perftest.Note, "no ucx_perftest counterpart")
+		case opPut, opPutB:
+			// Every entry written on the RDMA path (the writer counts each), the grant's path
+			// decided once on the receiver.
+			assert.GreaterOrEqual(t, pt.PathsInitiator["put:rdma/ok"], ops, pt.label())
+			assert.Zero(t, pt.chunkedOps(), pt.label())
+			require.NotNil(t, pt.Perftest)
+			assert.Equal(t, "ucp_put_bw", pt.Perftest.Test, pt.label())
 		}
+		checkLanes(t, r, pt)
 		if pt.Op != opChunked && pt.Perftest != nil && pt.Perftest.GBps == 0 {
 			assert.NotEmpty(t, pt.Perftest.Note+r.PerftestNote, "%s: no perftest figure and no reason", pt.label())
 		}
@@ -92,20 +102,64 @@ func TestLocalSweepWritesEveryOutput(t *testing.T) {
 	for _, s := range plotSeries(r) {
 		assert.Contains(t, names, s.name)
 	}
-	for _, op := range []string{"get", "batch x4", "ranged x4", "chunked", "request", "perftest ucp_get (get)", "perftest ucp_am_lat (request)"} {
+	for _, op := range []string{"get", "batch x4", "ranged x4", "chunked", "request", "put", "putbatch x4", "perftest ucp_get (get)", "perftest ucp_am_lat (request)", "perftest ucp_put_bw (put)"} {
 		assert.Contains(t, names, op)
 	}
 
 	out := p.out()
-	assert.Contains(t, out, "[ 1/10] get 4 KiB")
-	assert.Contains(t, out, "[10/10] request 64 KiB")
+	assert.Contains(t, out, "[ 1/14] get 4 KiB")
+	assert.Contains(t, out, "[14/14] putbatch 64 KiB x4")
+	assert.Contains(t, out, "lanes (socket bytes per point, initiator / target): ")
 	assert.Contains(t, out, "ETA")
 	assert.NotContains(t, out, "\r", "a progress line redrawn without a terminal")
 
 	code, cmp, _ := mustMain(t, "compare", js, js)
 	require.Equal(t, 0, code)
 	assert.Contains(t, cmp, "get 4 KiB")
-	assert.Equal(t, 20, strings.Count(cmp, "1.00x"), cmp) // GB/s and p50 of ten points
+	assert.Equal(t, 28, strings.Count(cmp, "1.00x"), cmp) // GB/s and p50 of fourteen points
+}
+
+// checkLanes checks a point's lane bytes on both sides against its path. Where a side cannot count
+// (no root, no cgroup v2), its lanes are absent and the report says why, never a zero.
+func checkLanes(t *testing.T, r *Report, pt Point) {
+	t.Helper()
+	sides := []struct {
+		env   Environment
+		lanes *LaneBytes
+		why   string
+		reads bool // this side receives the payload
+	}{{r.Initiator, pt.LanesInitiator, pt.LanesInitiatorWhy, !isPut(pt.Op)}, {r.Target, pt.LanesTarget, pt.LanesTargetWhy, isPut(pt.Op)}}
+	for i, s := range sides {
+		what := fmt.Sprintf("%s, side %d", pt.label(), i)
+		if !strings.HasPrefix(s.env.Lanes, "counted") {
+			assert.Nil(t, s.lanes, what)
+			assert.NotEmpty(t, s.why, what)
+			assert.Equal(t, s.env.Lanes, s.why, what)
+			continue
+		}
+		require.NotNil(t, s.lanes, "%s: %s", what, s.why)
+		assert.Empty(t, s.why, what)
+		payload := uint64(pt.Bytes)
+		ucxIn, ctlIn := s.lanes.UCXOut, s.lanes.ControlOut
+		if s.reads {
+			ucxIn, ctlIn = s.lanes.UCXIn, s.lanes.ControlIn
+		}
+		switch pt.Op {
+		case opGet, opBatch, opRanged, opPut, opPutB:
+			// The RDMA path over UCX_TLS=tcp: the payload on UCX's sockets (with their headers),
+			// the control plane carrying the leases or grants and no payload.
+			assert.GreaterOrEqual(t, ucxIn, payload, what)
+			assert.Less(t, ucxIn, payload*3/2+(64<<10), what)
+			if pt.Block >= 64<<10 {
+				assert.Less(t, s.lanes.Control(), payload/20, what)
+			}
+		case opChunked:
+			// The chunked path: the payload on the control plane, nothing of it on UCX's sockets.
+			assert.GreaterOrEqual(t, ctlIn, payload, what)
+			assert.Less(t, ctlIn, payload*3/2+(64<<10), what)
+			assert.Less(t, s.lanes.UCX(), payload/20+(16<<10), what)
+		}
+	}
 }
 
 func mustRead(t *testing.T, name string) []byte {
@@ -172,7 +226,7 @@ func TestProgressOnPseudoTerminal(t *testing.T) {
 	master, slave := openPTY(t)
 	exe, err := os.Executable()
 	require.NoError(t, err)
-	cmd := exec.Command(exe, append([]string{"local", "--ops", "get", "--blocks", "4K,64K,1M", "--perftest", "off"}, quickSweep()...)...)
+	cmd := exec.Command(exe, append([]string{"local", "--ops", "get", "--blocks", "4K,64K,1M", "--perftest", "off", "--lanes", "off"}, quickSweep()...)...)
 	cmd.Env = childEnv()
 	cmd.Stdout = slave
 	var stderr bytes.Buffer
@@ -188,6 +242,8 @@ func TestProgressOnPseudoTerminal(t *testing.T) {
 	assert.Contains(t, out, "\r\x1b[K", "no line redrawn in place")
 	assert.Regexp(t, `\[1/3 done\] now get 64 KiB … \d+:\d\d elapsed, ETA \d+:\d\d`, out)
 	assert.Contains(t, out, "[3/3] get 1 MiB")
+	assert.Contains(t, out, "lanes n/a / n/a", "--lanes off: no lane figures, not zeros")
+	assert.Contains(t, out, "not counted (--lanes off) / not counted (--lanes off)")
 	assert.Contains(t, out, "velobench: 3 points in")
 }
 
@@ -267,7 +323,9 @@ func TestContradictingFlagsAreRefused(t *testing.T) {
 		{[]string{"local", "--batch", "0"}, "--batch 0: a batch holds at least one block; give 1 or more"},
 		{[]string{"local", "--batch", "4,-1"}, "--batch -1"},
 		{[]string{"local", "--callers", "0"}, "--callers 0"},
-		{[]string{"local", "--ops", "get,put"}, `unknown operation "put" in --ops: want get, batch, ranged, chunked, request`},
+		{[]string{"local", "--ops", "get,poke"}, `unknown operation "poke" in --ops: want get, batch, ranged, chunked, request, put, putbatch`},
+		{[]string{"local", "--lanes", "maybe"}, `--lanes "maybe": want auto`},
+		{[]string{"target", "--dir", "d", "--lanes", "yes"}, `--lanes "yes": want auto`},
 		{[]string{"local", "--blocks", "4Q"}, `size "4Q": want bytes`},
 		{[]string{"local", "--blocks", "3K-1M"}, "a range runs from a power of two"},
 		{[]string{"local", "--plot", "out.png"}, "name it FILE.svg"},
@@ -313,7 +371,7 @@ func TestTargetOfAnotherVersionIsRefused(t *testing.T) {
 	target.waitLine("ready", 30*time.Second)
 	init := start(t, "initiator", childEnv(), nil, "initiator", "--dir", disc, "--listen", "127.0.0.1:0", "--wait", "20s", "--ops", "get", "--blocks", "4K")
 	require.Equal(t, 1, init.wait(40*time.Second))
-	assert.Regexp(t, `the target "target" \(pid \d+ on 127\.0\.0\.1\) runs velobench v9\.9\.9-other \(protocol 1\) and this initiator velobench `+velobenchVersion(), init.errOut())
+	assert.Regexp(t, `the target "target" \(pid \d+ on 127\.0\.0\.1\) runs velobench v9\.9\.9-other \(protocol `+fmt.Sprint(protocol)+`\) and this initiator velobench `+velobenchVersion(), init.errOut())
 	assert.Contains(t, init.errOut(), "install one velobench on both nodes")
 }
 
