@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/bits"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -92,6 +93,9 @@ type meeting struct {
 	Wait      time.Duration
 	Listen    string
 	Advertise string
+	// Rails are the UCX_NET_DEVICES entries of velo's rails (velo.WithRails), one per rail, in
+	// the same order on both sides; none: one UCX transport on UCX's own choice of devices.
+	Rails []string
 }
 
 // registerLanes adds --lanes to a command that runs a velobench process.
@@ -159,6 +163,26 @@ func (m *meeting) register(fs *flag.FlagSet, target bool) {
 	}
 	fs.StringVar(&m.Listen, "listen", "0.0.0.0:0", "address of velo's TCP control plane")
 	fs.StringVar(&m.Advertise, "advertise", "", "host (or host:port) the other side dials (default: this node's routable address)")
+	registerRails(fs, &m.Rails)
+}
+
+// registerRails adds --rails.
+func registerRails(fs *flag.FlagSet, r *[]string) {
+	fs.Func("rails", "velo's rails: devices, comma-separated, one per rail, in the same order on both sides (mlx5_0:1,mlx5_1:1, or interfaces for UCX_TLS=tcp); two or more slice every large read over them (velo.WithRails, Slice); each point then reports the bytes per rail", func(v string) error {
+		*r = splitList(v)
+		if len(*r) == 0 {
+			return usageErr("--rails %q: name at least one device", v)
+		}
+		return nil
+	})
+}
+
+// checkRails refuses --rails beside UCX_NET_DEVICES, which would win over it inside velo.
+func checkRails(r []string) error {
+	if d, set := os.LookupEnv("UCX_NET_DEVICES"); set && len(r) > 0 {
+		return usageErr("--rails %s and UCX_NET_DEVICES=%s both given: velo lets the variable win and would use no rails; unset UCX_NET_DEVICES or leave out --rails", strings.Join(r, ","), d)
+	}
+	return nil
 }
 
 func (o *outputs) register(fs *flag.FlagSet) {
@@ -224,7 +248,7 @@ func (m *meeting) check(target bool) error {
 	case !target && m.Wait <= 0:
 		return usageErr("--wait %s: give how long to wait for the target, for example --wait 60s", m.Wait)
 	}
-	return nil
+	return checkRails(m.Rails)
 }
 
 func (o *outputs) check() error {

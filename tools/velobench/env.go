@@ -57,6 +57,8 @@ type Environment struct {
 	LineRateGbps float64 `json:"line_rate_gbps,omitempty"`
 	LineRatePort string  `json:"line_rate_port,omitempty"`
 	Perftest     string  `json:"ucx_perftest,omitempty"`
+	// Rails is velo's rail choice where --rails gave one (velo.Velo.Rails).
+	Rails string `json:"rails,omitempty"`
 	// Lanes says whether this side's socket bytes are counted per point (the lanes module: cgroup
 	// v2 and eBPF), and why not where they are not.
 	Lanes string `json:"lanes,omitempty"`

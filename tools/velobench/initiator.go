@@ -140,6 +140,9 @@ func initiate(ctx context.Context, cfg initConfig) (err error) {
 	exportDefaults(rep.Initiator.UCXDefaults)
 	in.lanes.setPorts(n.port, 0, cfg.meet.etcdPort())
 	rep.Initiator.Lanes = in.lanes.describe()
+	if len(cfg.meet.Rails) > 0 {
+		rep.Initiator.Rails = n.v.Rails().String()
+	}
 
 	if err := in.findTarget(ctx); err != nil {
 		return err
@@ -412,7 +415,7 @@ func (in *initiator) measure(ctx context.Context, s spec) (Point, error) {
 		return Point{}, fmt.Errorf("asking the target for its CPU time: %w", err)
 	}
 	lanes0, lanesWhy0 := in.lanes.read()
-	paths0, cpu0 := pathCounts(v.Metrics()), cpuNanos()
+	paths0, cpu0, rails0 := pathCounts(v.Metrics()), cpuNanos(), railBytes(v.Metrics())
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	lat := make([][]time.Duration, s.callers)
@@ -440,7 +443,7 @@ func (in *initiator) measure(ctx context.Context, s spec) (Point, error) {
 		}()
 	}
 	wg.Wait()
-	cpu1, paths1 := cpuNanos(), pathCounts(v.Metrics())
+	cpu1, paths1, rails1 := cpuNanos(), pathCounts(v.Metrics()), railBytes(v.Metrics())
 	lanes1, lanesWhy1 := in.lanes.read()
 	if err := errors.Join(errs...); err != nil {
 		return Point{}, firstCause(errs)
@@ -475,6 +478,7 @@ func (in *initiator) measure(ctx context.Context, s spec) (Point, error) {
 	pt.CPUTarget = float64(after.CPUNanos-before.CPUNanos) / 1e9 / gb
 	pt.PathsInitiator = pathDelta(paths0, paths1)
 	pt.PathsTarget = pathDelta(before.Paths, after.Paths)
+	pt.RailsInitiator, pt.RailsTarget = railDelta(rails0, rails1), railDelta(before.Rails, after.Rails)
 	pt.LanesInitiator, pt.LanesInitiatorWhy = laneDelta(lanes0, lanes1, lanesWhy0, lanesWhy1)
 	pt.LanesTarget, pt.LanesTargetWhy = laneDelta(before.Lanes, after.Lanes, before.LanesWhy, after.LanesWhy)
 	if isPut(s.op) {

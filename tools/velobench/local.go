@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -20,6 +21,7 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfg.sweep.register(fs)
 	cfg.out.register(fs)
 	registerLanes(fs, &cfg.lanes)
+	registerRails(fs, &cfg.meet.Rails)
 	fs.DurationVar(&cfg.meet.Wait, "wait", 30*time.Second, "how long to wait for the target process to start")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: velobench local [flags]\n\nBoth sides on this host, in two processes: a sweep without a second node.\n\n")
@@ -35,6 +37,9 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if err := checkLaneMode(cfg.lanes); err != nil {
+		return err
+	}
+	if err := checkRails(cfg.meet.Rails); err != nil {
 		return err
 	}
 	if cfg.meet.Wait <= 0 {
@@ -53,6 +58,9 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	cmd := exec.Command(exe, "target", "--dir", dir, "--cluster", cfg.meet.Cluster, "--name", cfg.meet.Name,
 		"--listen", "127.0.0.1:0", "--memory", strconv.FormatInt(cfg.sweep.Memory, 10), "--lanes", cfg.lanes, "--once")
+	if len(cfg.meet.Rails) > 0 {
+		cmd.Args = append(cmd.Args, "--rails", strings.Join(cfg.meet.Rails, ","))
+	}
 	cmd.Stdout, cmd.Stderr = io.Discard, stderr
 	// Its own process group, so that Ctrl-C reaches this process alone, which then ends the run
 	// and tells the target; and it dies with this process whatever happens to it.

@@ -24,6 +24,7 @@ import (
 // processes see only its loopback and its veth, so the bytes cross the link as between two hosts.
 type host struct {
 	ns, dev, ip string
+	dev2, ip2   string // a second link between the same two hosts (secondLink), for rails
 }
 
 // wrap is the command prefix that runs a program inside the namespace.
@@ -75,31 +76,47 @@ func twoHosts(t *testing.T) (a, b host) {
 		}
 	}
 	t.Cleanup(cleanup)
+	// A second veth pair between the same namespaces, on a /30 of its own: a second rail.
+	a.dev2, b.dev2 = a.dev+"r", b.dev+"r"
+	a.ip2, b.ip2 = fmt.Sprintf("10.203.%d.%d", third, fourth+1), fmt.Sprintf("10.203.%d.%d", third, fourth+2)
+	for _, s := range [][]string{
+		{"link", "add", a.dev2, "type", "veth", "peer", "name", b.dev2},
+		{"link", "set", a.dev2, "netns", a.ns}, {"link", "set", b.dev2, "netns", b.ns},
+		{"-n", a.ns, "addr", "add", a.ip2 + "/30", "dev", a.dev2}, {"-n", b.ns, "addr", "add", b.ip2 + "/30", "dev", b.dev2},
+		{"-n", a.ns, "link", "set", a.dev2, "up"}, {"-n", b.ns, "link", "set", b.dev2, "up"},
+	} {
+		require.NoError(t, ipCmd(s...))
+	}
 	return a, b
 }
 
 // The target on one host and the initiator on another find each other through the filesystem
 // backend and through etcd, sweep a few points over the veth on the RDMA path, and the report
 // says where the target was reached. Over the filesystem the ucx_perftest baseline runs across
-// the link too (a server the target starts, a client on the initiator's host).
+// the link too (a server the target starts, a client on the initiator's host). Over etcd both
+// sides use velo's rails over the two links (--rails), and each point says how many bytes each
+// rail carried; the etcd connections stay out of the lane that counts UCX's sockets.
 func TestTwoNodes(t *testing.T) {
 	a, b := twoHosts(t)
 	for _, backend := range []string{"filesystem", "etcd"} {
 		t.Run(backend, func(t *testing.T) {
 			dir := t.TempDir()
 			js := filepath.Join(dir, "r.json")
-			var meet []string
+			var meet, targetRails, initRails []string
 			perftest := "auto"
+			targetEnv, initEnv := childEnv("UCX_NET_DEVICES="+a.dev), childEnv("UCX_NET_DEVICES="+b.dev)
 			if backend == "etcd" {
 				meet = []string{"--etcd", startEtcd(t, a, b), "--cluster", "twonodes"}
 				perftest = "off"
+				targetEnv, initEnv = childEnv(), childEnv()
+				targetRails, initRails = []string{"--rails", a.dev + "," + a.dev2}, []string{"--rails", b.dev + "," + b.dev2}
 			} else {
 				meet = []string{"--dir", filepath.Join(dir, "disc")}
 			}
-			target := start(t, "target", childEnv("UCX_NET_DEVICES="+a.dev), a.wrap(), append([]string{"target", "--once"}, meet...)...)
+			target := start(t, "target", targetEnv, a.wrap(), append(append([]string{"target", "--once"}, meet...), targetRails...)...)
 			target.waitLine("ready", 30*time.Second)
-			init := start(t, "initiator", childEnv("UCX_NET_DEVICES="+b.dev), b.wrap(), append(append([]string{"initiator", "--wait", "30s",
-				"--ops", "get,batch", "--blocks", "64K,1M", "--batch", "4", "--perftest", perftest, "--json", js}, meet...), quickSweep()...)...)
+			init := start(t, "initiator", initEnv, b.wrap(), append(append(append([]string{"initiator", "--wait", "30s",
+				"--ops", "get,batch", "--blocks", "64K,1M", "--batch", "4", "--perftest", perftest, "--json", js}, meet...), initRails...), quickSweep()...)...)
 			require.Equal(t, 0, init.wait(90*time.Second), init.errOut())
 			require.Equal(t, 0, target.wait(20*time.Second), "the target did not exit after the initiator's bye (--once)")
 
@@ -107,18 +124,37 @@ func TestTwoNodes(t *testing.T) {
 			assert.True(t, r.Complete)
 			assert.Equal(t, "two-node", r.Mode)
 			assert.Equal(t, a.ip, r.TargetAddress, "the target advertised an address the other host cannot reach")
-			assert.Equal(t, a.dev, r.Target.UCXEnv["UCX_NET_DEVICES"])
-			assert.Equal(t, b.dev, r.Initiator.UCXEnv["UCX_NET_DEVICES"])
 			if backend == "etcd" {
 				assert.Contains(t, r.Discovery, "etcd "+meet[1])
+				assert.Contains(t, r.Initiator.Rails, b.dev)
+				assert.Contains(t, r.Initiator.Rails, b.dev2)
+				assert.Contains(t, r.Target.Rails, a.dev2)
 			} else {
 				assert.Contains(t, r.Discovery, "directory "+meet[1])
+				assert.Equal(t, a.dev, r.Target.UCXEnv["UCX_NET_DEVICES"])
+				assert.Equal(t, b.dev, r.Initiator.UCXEnv["UCX_NET_DEVICES"])
+				assert.Empty(t, r.Initiator.Rails)
 			}
 			require.Len(t, r.Points, 4)
 			for _, pt := range r.Points {
 				assert.GreaterOrEqual(t, pt.PathsInitiator["rdma/ok"], float64(pt.Operations*pt.Batch), pt.label())
 				assert.GreaterOrEqual(t, pt.PathsTarget["rdma/ok"], float64(pt.Operations*pt.Batch), pt.label())
 				assert.Positive(t, pt.GBps, pt.label())
+				checkLanes(t, r, pt)
+				t.Logf("%s: %.3f GB/s, lanes %+v / %+v, rails %v", pt.label(), pt.GBps, pt.LanesInitiator, pt.LanesTarget, pt.RailsInitiator)
+				if backend != "etcd" {
+					assert.Nil(t, pt.RailsInitiator, pt.label())
+					continue
+				}
+				// The reader's rails carried the payload between them, each a share: the rail a
+				// transfer starts from turns, and a batch's reads spread over both.
+				require.Len(t, pt.RailsInitiator, 2, pt.label())
+				var sum float64
+				for rail, n := range pt.RailsInitiator {
+					assert.Positive(t, n, "%s: rail %s carried nothing", pt.label(), rail)
+					sum += n
+				}
+				assert.GreaterOrEqual(t, sum, float64(pt.Bytes), pt.label())
 			}
 			if backend == "filesystem" && !r.Initiator.UCXGuard && !strings.HasPrefix(r.Initiator.Perftest, "none") {
 				for _, pt := range r.Points {

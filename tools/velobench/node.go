@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -22,6 +23,8 @@ import (
 	"github.com/velo-go/velo/velo/discovery/etcd"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/push"
+	"github.com/velo-go/velo/velo/transport"
+	"github.com/velo-go/velo/velo/transport/rails"
 	"github.com/velo-go/velo/velo/transport/tcp"
 	"github.com/velo-go/velo/velo/transport/ucxtransport"
 )
@@ -102,24 +105,50 @@ func startNode(ctx context.Context, m meeting, name string, memory int64, log *s
 		d.Close()
 		return nil, err
 	}
-	u, err := ucxtransport.New(ucxtransport.Config{EagerEndpoints: true, Logger: log})
-	if err != nil {
-		ctl.Close()
-		d.Close()
+	unguarded := func(err error) error {
 		if errors.Is(err, ucxtransport.ErrUnguardedUCX) {
-			return nil, fmt.Errorf("velo's UCX transport: %w\nvelobench: build it with velo's static UCX (make velobench), or, on a network trusted with this process's memory, set VELO_UCX_TRUST_NETWORK=1", err)
+			return fmt.Errorf("velo's UCX transport: %w\nvelobench: build it with velo's static UCX (make velobench), or, on a network trusted with this process's memory, set VELO_UCX_TRUST_NETWORK=1", err)
 		}
-		return nil, fmt.Errorf("velo's UCX transport: %w", err)
+		return fmt.Errorf("velo's UCX transport: %w", err)
+	}
+	var u *ucxtransport.Transport
+	var ucxOpt velo.Option
+	if len(m.Rails) == 0 {
+		if u, err = ucxtransport.New(ucxtransport.Config{EagerEndpoints: true, Logger: log}); err != nil {
+			ctl.Close()
+			d.Close()
+			return nil, unguarded(err)
+		}
+		ucxOpt = velo.WithUCXTransport(u)
+	} else {
+		// velo's rails: one UCX transport per device, joined into a rail set that slices large
+		// reads over them (one device: a plain transport restricted to it). The first is the one
+		// whose engine settings the report shows.
+		ucxOpt = velo.WithRails(velo.RailPolicy{Devices: m.Rails, Slice: true}, func(dev string) (transport.Transport, error) {
+			t, err := ucxtransport.New(ucxtransport.Config{EagerEndpoints: true, Logger: log, NetDevices: dev})
+			if err != nil {
+				return nil, unguarded(err)
+			}
+			if u == nil {
+				u = t
+			}
+			return t, nil
+		})
 	}
 	all := append([]velo.Option{
-		velo.WithLogger(log), velo.WithTransport(ctl), velo.WithUCXTransport(u), velo.WithDiscovery(d, name),
+		velo.WithLogger(log), velo.WithTransport(ctl), ucxOpt, velo.WithDiscovery(d, name),
 		velo.WithRDMA(velo.RDMAConfig{Pool: velo.RDMAPoolConfig{RegisteredBytesBudget: budget(memory)}}),
 	}, opts...)
 	v, err := velo.New(ctx, all...)
 	if err != nil {
 		ctl.Close()
-		u.Close()
+		if u != nil {
+			u.Close()
+		}
 		d.Close()
+		if len(m.Rails) > 0 && errors.Is(err, velo.ErrRails) {
+			return nil, fmt.Errorf("--rails %s: %w", strings.Join(m.Rails, ","), err)
+		}
 		return nil, err
 	}
 	return &node{v: v, u: u, host: host, port: ln.Addr().(*net.TCPAddr).Port, where: m.where(), auth: cred.String()}, nil
@@ -204,6 +233,50 @@ func pathCounts(g prometheus.Gatherer) map[string]float64 {
 			}
 			out[prefix+path+"/"+reason] += m.GetCounter().GetValue()
 		}
+	}
+	return out
+}
+
+// railBytes reads velo_rails_bytes_total as "index:device" -> bytes read over the rail; empty
+// without rails.
+func railBytes(g prometheus.Gatherer) map[string]float64 {
+	out := map[string]float64{}
+	if g == nil {
+		return out
+	}
+	mfs, err := g.Gather()
+	if err != nil {
+		return out
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != rails.MetricBytes {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var rail, dev string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "rail":
+					rail = l.GetValue()
+				case "device":
+					dev = l.GetValue()
+				}
+			}
+			out[rail+":"+dev] = m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+// railDelta is after minus before for every rail, zeros kept (a rail that carried nothing is the
+// point of the figure); nil without rails.
+func railDelta(before, after map[string]float64) map[string]float64 {
+	if len(after) == 0 {
+		return nil
+	}
+	out := map[string]float64{}
+	for k, v := range after {
+		out[k] = v - before[k]
 	}
 	return out
 }

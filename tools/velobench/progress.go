@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -73,6 +74,9 @@ func (p *progress) header(r *Report, h helloResp) {
 	if e.LineRateGbps > 0 {
 		fmt.Fprintf(p.w, "port %s: %.0f Gb/s = %.2f GB/s line rate\n", e.LineRatePort, e.LineRateGbps, e.LineRateGbps/8)
 	}
+	if e.Rails != "" || r.Target.Rails != "" {
+		fmt.Fprintf(p.w, "rails: initiator %s; target %s\n", orWord(e.Rails, "none"), orWord(r.Target.Rails, "none"))
+	}
 	fmt.Fprintf(p.w, "baseline: %s\n", e.Perftest)
 	fmt.Fprintf(p.w, "lanes (socket bytes per point, initiator / target): %s / %s\n", orWord(e.Lanes, "not counted"), orWord(r.Target.Lanes, "not counted"))
 	fmt.Fprintf(p.w, "%d points (%s)\n", p.total, strings.Join(r.Sweep.Ops, ", "))
@@ -126,6 +130,9 @@ func pointLine(pt Point) string {
 		pt.label(), pt.GBps, pt.OpsPerSec, usText(pt.Latency.P50), usText(pt.Latency.P99), usText(pt.Latency.P999),
 		pt.CPUInitiator, pt.CPUTarget, pt.rdmaOps(), pt.chunkedOps())
 	s += "  " + lanesText(pt)
+	if len(pt.RailsInitiator) > 0 {
+		s += "  rails " + railsText(pt.RailsInitiator)
+	}
 	if pt.LineRate > 0 {
 		s += fmt.Sprintf("  %.0f%% of line rate", 100*pt.LineRate)
 	}
@@ -150,6 +157,20 @@ func lanesText(pt Point) string {
 		return fmt.Sprintf("ctl %s ucx %s", verbs.FormatBytes(l.Control()), verbs.FormatBytes(l.UCX()))
 	}
 	return "lanes " + side(pt.LanesInitiator) + " / " + side(pt.LanesTarget)
+}
+
+// railsText is the bytes read per rail: "0:eth1 4 MiB, 1:eth2 4 MiB".
+func railsText(m map[string]float64) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + " " + verbs.FormatBytes(uint64(m[k]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func usText(v float64) string {

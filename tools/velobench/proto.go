@@ -83,6 +83,8 @@ type statsResp struct {
 	// Lanes are the target's socket bytes by lane so far; LanesWhy says why there are none.
 	Lanes    LaneBytes `json:"lanes"`
 	LanesWhy string    `json:"lanes_why,omitempty"`
+	// Rails are the target's bytes per rail so far (velo_rails_bytes_total), with --rails.
+	Rails map[string]float64 `json:"rails,omitempty"`
 }
 
 // perftestReq asks the target to start a ucx_perftest server for one client run; its answer is

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -84,8 +85,12 @@ type Point struct {
 	LanesTarget       *LaneBytes `json:"lanes_target,omitempty"`
 	LanesInitiatorWhy string     `json:"lanes_initiator_why,omitempty"`
 	LanesTargetWhy    string     `json:"lanes_target_why,omitempty"`
-	LineRate          float64    `json:"line_rate_fraction,omitempty"`
-	Perftest          *Perftest  `json:"perftest,omitempty"`
+	// RailsInitiator and RailsTarget are the bytes read over each of velo's rails during the
+	// point ("0:mlx5_0:1" -> bytes, velo_rails_bytes_total), with --rails.
+	RailsInitiator map[string]float64 `json:"rail_bytes_initiator,omitempty"`
+	RailsTarget    map[string]float64 `json:"rail_bytes_target,omitempty"`
+	LineRate       float64            `json:"line_rate_fraction,omitempty"`
+	Perftest       *Perftest          `json:"perftest,omitempty"`
 }
 
 // Latency percentiles in microseconds (nearest rank over every operation of the point).
@@ -186,6 +191,21 @@ var csvHeader = []string{
 	"lanes_initiator_other_out", "lanes_initiator_other_in",
 	"lanes_target_control_out", "lanes_target_control_in", "lanes_target_ucx_out", "lanes_target_ucx_in",
 	"lanes_target_other_out", "lanes_target_other_in",
+	"rail_bytes_initiator", "rail_bytes_target",
+}
+
+// railCell is one side's bytes per rail, "0:eth1=1048576;1:eth2=1048576" (empty without rails).
+func railCell(m map[string]float64) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, k+"="+strconv.FormatFloat(m[k], 'f', -1, 64))
+	}
+	return strings.Join(parts, ";")
 }
 
 // laneCells are one side's six lane columns: the bytes, or the reason there are none in each.
@@ -228,6 +248,7 @@ func writeCSV(w io.Writer, r *Report) error {
 		}
 		row = append(row, laneCells(p.LanesInitiator, p.LanesInitiatorWhy)...)
 		row = append(row, laneCells(p.LanesTarget, p.LanesTargetWhy)...)
+		row = append(row, railCell(p.RailsInitiator), railCell(p.RailsTarget))
 		if err := cw.Write(row); err != nil {
 			return err
 		}

@@ -103,6 +103,9 @@ func runTarget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	t.env = captureEnv(osEnv)
 	t.env.UCXDefaults, t.env.Auth = engineDefaults(n.u.Settings()), n.auth
 	t.env.Lanes = lc.describe()
+	if len(m.Rails) > 0 {
+		t.env.Rails = n.v.Rails().String()
+	}
 	exportDefaults(t.env.UCXDefaults)
 	fmt.Fprintf(stdout, "velobench %s target %q: ready (pid %d, %s, UCX %s), found through %s\n",
 		velobenchVersion(), m.Name, os.Getpid(), n.host, t.env.UCX, n.where)
@@ -355,7 +358,7 @@ func (t *target) dropFrom(from velo.InstanceID) {
 
 func (t *target) stats(context.Context, *velo.Message) ([]byte, error) {
 	lb, why := t.lanes.read()
-	return json.Marshal(statsResp{CPUNanos: cpuNanos(), Paths: pathCounts(t.n.v.Metrics()), Lanes: lb, LanesWhy: why})
+	return json.Marshal(statsResp{CPUNanos: cpuNanos(), Paths: pathCounts(t.n.v.Metrics()), Lanes: lb, LanesWhy: why, Rails: railBytes(t.n.v.Metrics())})
 }
 
 func (t *target) sayBye(_ context.Context, m *velo.Message) ([]byte, error) {

@@ -86,7 +86,8 @@ func syntheticReport() *Report {
 		r.Points = append(r.Points,
 			Point{Op: opGet, Block: b, Batch: 1, Callers: 1, GBps: 10 * f, Latency: Latency{P50: 5 * f}, PathsInitiator: map[string]float64{"rdma/ok": 10},
 				Perftest:       &Perftest{Test: "ucp_get", GBps: 11 * f, LatencyP50: 4 * f},
-				LanesInitiator: &LaneBytes{ControlOut: 100, ControlIn: 200, UCXOut: 3000, UCXIn: 4000000, OtherIn: 5}, LanesTargetWhy: "not counted: lanes: no cgroup v2"},
+				LanesInitiator: &LaneBytes{ControlOut: 100, ControlIn: 200, UCXOut: 3000, UCXIn: 4000000, OtherIn: 5}, LanesTargetWhy: "not counted: lanes: no cgroup v2",
+				RailsInitiator: map[string]float64{"1:eth2": 1000, "0:eth1": 3000}},
 			Point{Op: opBatch, Block: b, Batch: 16, Callers: 1, GBps: 8 * f, Latency: Latency{P50: 50 * f}, Perftest: &Perftest{Note: "refused"}})
 	}
 	return r
@@ -166,7 +167,7 @@ func TestCSV(t *testing.T) {
 	require.Len(t, lines, 7)
 	assert.Contains(t, string(lines[1]), schemaVersion+",get,65536,1,1,")
 	// The lane columns: bytes where a side counted, the reason in each cell where it did not.
-	assert.True(t, bytes.HasSuffix(lines[1], []byte(",100,200,3000,4000000,0,5,not counted: lanes: no cgroup v2,not counted: lanes: no cgroup v2,not counted: lanes: no cgroup v2,not counted: lanes: no cgroup v2,not counted: lanes: no cgroup v2,not counted: lanes: no cgroup v2")), string(lines[1]))
+	assert.True(t, bytes.HasSuffix(lines[1], []byte(",100,200,3000,4000000,0,5,not counted: lanes: no cgroup v2,not counted: lanes: no cgroup v2,not counted: lanes: no cgroup v2,not counted: lanes: no cgroup v2,not counted: lanes: no cgroup v2,not counted: lanes: no cgroup v2,0:eth1=3000;1:eth2=1000,")), string(lines[1]))
 	assert.Contains(t, string(lines[1]), ",ucp_get,11,4,,v-test,1.22.0,rc,")
 	assert.Contains(t, string(lines[2]), ",refused,v-test,")
 }

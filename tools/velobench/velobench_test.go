@@ -349,6 +349,14 @@ func TestContradictingFlagsAreRefused(t *testing.T) {
 	code, _, errOut := mustMain(t, "local", "-h")
 	assert.Equal(t, 0, code)
 	assert.Contains(t, errOut, "usage: velobench local")
+
+	// UCX_NET_DEVICES would win over the rails inside velo: refused rather than silently one rail.
+	t.Setenv("UCX_NET_DEVICES", "eth9")
+	for _, args := range [][]string{{"local", "--rails", "eth1,eth2"}, {"target", "--dir", "d", "--rails", "eth1,eth2"}} {
+		code, _, errOut = mustMain(t, args...)
+		assert.Equal(t, 2, code, "%v: %s", args, errOut)
+		assert.Contains(t, errOut, "--rails eth1,eth2 and UCX_NET_DEVICES=eth9 both given", "%v", args)
+	}
 }
 
 // An initiator whose target never appears gives up after --wait with an error that names the
