@@ -81,6 +81,8 @@ type sweep struct {
 	PointTime time.Duration `json:"point_time_ns"`
 	OpTimeout time.Duration `json:"op_timeout_ns"`
 	Perftest  string        `json:"perftest"`
+	// PerftestBytes is the least a ucx_perftest run moves (up to 1000 operations).
+	PerftestBytes int64 `json:"perftest_bytes,omitempty"`
 }
 
 // meeting is how the two sides find each other: a shared directory or an etcd, a cluster name
@@ -151,6 +153,12 @@ func (s *sweep) register(fs *flag.FlagSet) {
 	fs.DurationVar(&s.PointTime, "point-time", 3*time.Second, "a point stops once it ran this long and made --min-iters operations")
 	fs.DurationVar(&s.OpTimeout, "op-timeout", 60*time.Second, "longest one operation may take before the sweep ends with an error")
 	fs.StringVar(&s.Perftest, "perftest", "auto", "the ucx_perftest baseline beside each point: auto (where one exists) or off")
+	s.PerftestBytes = 64 << 20
+	fs.Func("perftest-bytes", "the least each ucx_perftest run moves, about (default 64M; at most 1000 operations): less is quicker and noisier", func(v string) error {
+		n, err := parseSize(v)
+		s.PerftestBytes = n
+		return err
+	})
 }
 
 func (m *meeting) register(fs *flag.FlagSet, target bool) {
@@ -227,6 +235,9 @@ func (s *sweep) check() error {
 	}
 	if s.PointTime <= 0 || s.OpTimeout <= 0 {
 		return usageErr("--point-time and --op-timeout must be positive")
+	}
+	if s.PerftestBytes <= 0 {
+		return usageErr("--perftest-bytes %d: give the bytes a ucx_perftest run moves at least, for example --perftest-bytes 64M", s.PerftestBytes)
 	}
 	if s.Perftest != "auto" && s.Perftest != "off" {
 		return usageErr("--perftest %q: want auto or off", s.Perftest)

@@ -192,9 +192,9 @@ func readJSONReport(t *testing.T, name string) (map[string]any, *Report) {
 	return doc, r
 }
 
-// quickSweep are flags that keep a sweep to a few seconds here.
+// quickSweep are flags that keep a sweep to a few seconds here (perftest's runs included).
 func quickSweep(extra ...string) []string {
-	return append([]string{"--bytes", "512K", "--min-iters", "4", "--max-iters", "40", "--point-time", "1s"}, extra...)
+	return append([]string{"--bytes", "512K", "--min-iters", "4", "--max-iters", "40", "--point-time", "1s", "--perftest-bytes", "2M"}, extra...)
 }
 
 func mustMain(t *testing.T, args ...string) (int, string, string) {

@@ -71,10 +71,11 @@ func (b *baseline) remote() bool { return b.in.cfg.mode != "local" }
 
 // perftestArgs maps a point onto ucx_perftest: the test and its arguments, or why it has no
 // counterpart.
-func perftestArgs(s spec, ops int) (test string, args []string, none string) {
-	// As many operations as velo made, but no fewer than about 64 MiB's worth, up to a thousand:
-	// perftest's figures of a few dozen iterations are mostly its warm-up.
-	floor := int(min(1000, max(8, (64<<20)/s.block)))
+func perftestArgs(s spec, ops int, floorBytes int64) (test string, args []string, none string) {
+	// As many operations as velo made, but no fewer than about floorBytes' worth (--perftest-bytes,
+	// 64 MiB), up to a thousand: perftest's figures of a few dozen iterations are mostly its
+	// warm-up.
+	floor := int(min(1000, max(8, floorBytes/s.block)))
 	n := func(k int) string { return strconv.Itoa(min(max(k, floor), 100000)) }
 	size := strconv.FormatInt(s.block, 10)
 	switch s.op {
@@ -109,7 +110,7 @@ func (b *baseline) figure(ctx context.Context, s spec, ops int) *Perftest {
 	if b.off {
 		return nil
 	}
-	test, args, none := perftestArgs(s, ops)
+	test, args, none := perftestArgs(s, ops, b.in.cfg.sweep.PerftestBytes)
 	if none != "" {
 		return &Perftest{Note: none}
 	}

@@ -330,6 +330,7 @@ func TestContradictingFlagsAreRefused(t *testing.T) {
 		{[]string{"local", "--blocks", "3K-1M"}, "a range runs from a power of two"},
 		{[]string{"local", "--plot", "out.png"}, "name it FILE.svg"},
 		{[]string{"local", "--perftest", "maybe"}, "--perftest \"maybe\": want auto or off"},
+		{[]string{"local", "--perftest-bytes", "0"}, "--perftest-bytes 0"},
 		{[]string{"local", "--min-iters", "10", "--max-iters", "5"}, "want 1 <= min <= max"},
 		{[]string{"local", "extra"}, "unexpected arguments"},
 		{[]string{"local", "--blocks", "1M", "--batch", "64", "--memory", "16M", "--ops", "batch"}, "no point of the sweep fits --memory 16 MiB"},
@@ -365,7 +366,7 @@ func TestTargetThatNeverAppears(t *testing.T) {
 	inProcessEnv(t)
 	dir := t.TempDir()
 	t0 := time.Now()
-	code, _, errOut := mustMain(t, "initiator", "--dir", dir, "--listen", "127.0.0.1:0", "--wait", "1s")
+	code, _, errOut := mustMain(t, "initiator", "--dir", dir, "--listen", "127.0.0.1:0", "--wait", "1s", "--lanes", "off")
 	assert.Equal(t, 1, code)
 	assert.Less(t, time.Since(t0), 20*time.Second)
 	assert.Contains(t, errOut, fmt.Sprintf(`no velobench target named "target" appeared within 1s in directory %s (cluster "velobench", files in %s)`, dir, filepath.Join(dir, "velobench")))
@@ -375,9 +376,9 @@ func TestTargetThatNeverAppears(t *testing.T) {
 // A target of another velobench version is refused, with both versions in the message.
 func TestTargetOfAnotherVersionIsRefused(t *testing.T) {
 	disc := t.TempDir()
-	target := start(t, "target", childEnv(testVersionEnv+"=v9.9.9-other"), nil, "target", "--dir", disc, "--listen", "127.0.0.1:0")
+	target := start(t, "target", childEnv(testVersionEnv+"=v9.9.9-other"), nil, "target", "--dir", disc, "--listen", "127.0.0.1:0", "--lanes", "off")
 	target.waitLine("ready", 30*time.Second)
-	init := start(t, "initiator", childEnv(), nil, "initiator", "--dir", disc, "--listen", "127.0.0.1:0", "--wait", "20s", "--ops", "get", "--blocks", "4K")
+	init := start(t, "initiator", childEnv(), nil, "initiator", "--dir", disc, "--listen", "127.0.0.1:0", "--wait", "20s", "--ops", "get", "--blocks", "4K", "--lanes", "off")
 	require.Equal(t, 1, init.wait(40*time.Second))
 	assert.Regexp(t, `the target "target" \(pid \d+ on 127\.0\.0\.1\) runs velobench v9\.9\.9-other \(protocol `+fmt.Sprint(protocol)+`\) and this initiator velobench `+velobenchVersion(), init.errOut())
 	assert.Contains(t, init.errOut(), "install one velobench on both nodes")
@@ -401,9 +402,9 @@ func waitTimeout(cmd *exec.Cmd, d time.Duration) error {
 // both --memory values.
 func TestMemoryBeyondTheTargetsIsRefused(t *testing.T) {
 	disc := t.TempDir()
-	target := start(t, "target", childEnv(), nil, "target", "--dir", disc, "--listen", "127.0.0.1:0", "--memory", "16M")
+	target := start(t, "target", childEnv(), nil, "target", "--dir", disc, "--listen", "127.0.0.1:0", "--memory", "16M", "--lanes", "off")
 	target.waitLine("ready", 30*time.Second)
-	init := start(t, "initiator", childEnv(), nil, "initiator", "--dir", disc, "--listen", "127.0.0.1:0", "--wait", "20s", "--memory", "64M", "--ops", "get", "--blocks", "4K")
+	init := start(t, "initiator", childEnv(), nil, "initiator", "--dir", disc, "--listen", "127.0.0.1:0", "--wait", "20s", "--memory", "64M", "--ops", "get", "--blocks", "4K", "--lanes", "off")
 	require.Equal(t, 2, init.wait(40*time.Second))
 	assert.Contains(t, init.errOut(), `--memory 64 MiB is more than the target "target" stages (its --memory 16 MiB): give the initiator --memory 16 MiB or less, or start the target with --memory 64 MiB`)
 }
