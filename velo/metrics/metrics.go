@@ -45,12 +45,17 @@ const (
 	ReasonNotPinned     Reason = "not_pinned"
 	ReasonGetFailed     Reason = "get_failed"
 	ReasonDecodeError   Reason = "decode_error"
+	// ReasonDeviceBounce: device memory (the owner's payload or the consumer's destination)
+	// moved by chunks, copied through a bounded host bounce buffer on the side that holds it.
+	// The side whose memory it is counts it in place of the reason that kept the transfer off
+	// the RDMA path; an owner sends it only to a consumer whose offer says it knows it.
+	ReasonDeviceBounce Reason = "device_bounce"
 )
 
 // ChunkedReasons are the reasons that go with PathChunked; ReasonOK is the only one for PathRDMA.
 var ChunkedReasons = []Reason{
 	ReasonNoOffer, ReasonKillSwitch, ReasonNotConfigured, ReasonDraining, ReasonPoolExhausted,
-	ReasonBudget, ReasonNotPinned, ReasonGetFailed, ReasonDecodeError,
+	ReasonBudget, ReasonNotPinned, ReasonGetFailed, ReasonDecodeError, ReasonDeviceBounce,
 }
 
 // Valid reports whether (p, r) is one of the pre-declared pairs.

@@ -402,7 +402,15 @@ func (s *Service) onWrite(ctx context.Context, from transport.InstanceID, p []by
 		gr.mu.RUnlock()
 		return nil, nil, receiverErr(gr.why)
 	}
-	copy(gr.region.Bytes()[h.Offset:], data)
+	if m := gr.region.Memory(); m.Typed() {
+		// Device memory: the chunk arrived in a host buffer and is copied in with the transport.
+		if err := s.copyIn(gr.region.Bytes()[h.Offset:h.Offset+n], m, data); err != nil {
+			gr.mu.RUnlock()
+			return nil, nil, receiverErr(fmt.Errorf("push: write of %d bytes at %d into %v memory: %w", n, h.Offset, m.Type, err))
+		}
+	} else {
+		copy(gr.region.Bytes()[h.Offset:], data)
+	}
 	gr.mu.RUnlock()
 	// The copy happens before every later notification's delivery and Wait (both take cmu), so a
 	// receiver that reads the range after either sees the bytes, as the memory model says it.

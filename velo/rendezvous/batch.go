@@ -20,6 +20,10 @@ type GetRequest struct {
 	// Into receives the payload and must be exactly Handle.Size bytes; nil fetches into a new
 	// buffer, allocated once the owner confirmed the size (and bounded by MaxGetSize, like Get).
 	Into []byte
+	// IntoMemory is what Into is (zero: host memory). Device memory (Into views it) is read
+	// with its type on the RDMA path and through host bounce buffers on the chunked path
+	// (reason device_bounce); it needs Into.
+	IntoMemory Memory
 }
 
 // GetResult is the outcome of one GetRequest: a lease (the caller ends it, as after Get) or the
@@ -73,6 +77,12 @@ func (r *Rendezvous) GetBatch(ctx context.Context, reqs []GetRequest, each func(
 			b.done(i, nil, fmt.Errorf("rendezvous: get: %w: buffer of %d bytes for a %d-byte payload: pass a buffer of exactly Handle.Size bytes",
 				ErrBufferSize, len(q.Into), h.Size))
 			continue
+		case q.Into == nil && q.IntoMemory.Typed():
+			b.done(i, nil, fmt.Errorf("rendezvous: get: %w: entry %d names memory of type %v without a buffer: pass the memory in Into", ErrBufferSize, i, q.IntoMemory.Type))
+			continue
+		case q.IntoMemory.Typed() && r.checkMemory(q.Into, q.IntoMemory) != nil:
+			b.done(i, nil, fmt.Errorf("rendezvous: get: entry %d: %w", i, r.checkMemory(q.Into, q.IntoMemory)))
+			continue
 		case q.Into == nil && h.Size > r.cfg.MaxGetSize:
 			b.done(i, nil, fmt.Errorf("rendezvous: get: %w: the handle claims %d bytes, above this instance's limit of %d: raise it with velo.WithMaxGetSize, or fetch into a buffer of your own (Into)",
 				ErrTooLarge, h.Size, r.cfg.MaxGetSize))
@@ -84,7 +94,7 @@ func (r *Rendezvous) GetBatch(ctx context.Context, reqs []GetRequest, each func(
 		}
 		seen[h] = i
 		if h.Owner == r.cfg.Self {
-			l, err := r.getLocal(h, b.alloc(i))
+			l, err := r.getLocal(h, b.alloc(i), q.IntoMemory)
 			b.done(i, l, err)
 			continue
 		}
@@ -160,7 +170,13 @@ func (b *batch) fail(owner transport.InstanceID, g grant, err error) {
 // earlier parts. The first part is small, so that reads start after one short round trip.
 func (b *batch) fromOwner(owner transport.InstanceID, idx []int) {
 	r := b.r
-	offer, reason, client := r.offer(owner)
+	var typed Memory
+	for _, i := range idx {
+		if m := b.reqs[i].IntoMemory; m.Typed() {
+			typed = m
+		}
+	}
+	offer, reason, client := r.offerFor(owner, typed)
 	per := maxBatchPart
 	if f := r.msgr.MaxFrame(owner) - wire.HeaderLen; f > 0 {
 		per = max(1, min(per, f/1024))
@@ -272,6 +288,7 @@ func (b *batch) acquire(owner transport.InstanceID, part []int, offer []byte, re
 		if offer != nil {
 			g.reason = metrics.Reason(e.Response.Reason) // we offered; the owner says why not
 		}
+		g.reason = chunkedReason(b.reqs[i].IntoMemory, g.reason)
 		if g.l.data, err = b.alloc(i)(int(e.Response.Size)); err != nil {
 			b.fail(owner, g, err)
 			continue
@@ -298,6 +315,7 @@ func (b *batch) acquireEach(owner transport.InstanceID, part []int, offer []byte
 		if offer != nil {
 			g.reason = metrics.Reason(resp.Reason)
 		}
+		g.reason = chunkedReason(b.reqs[i].IntoMemory, g.reason)
 		if g.l.data, err = b.alloc(i)(int(resp.Size)); err != nil {
 			b.fail(owner, g, err)
 			return
@@ -330,11 +348,11 @@ func (b *batch) move(owner transport.InstanceID, grants []grant, client RDMAClie
 	if len(rdma) > 0 {
 		reads := make([]RemoteRead, len(rdma))
 		for k, g := range rdma {
-			reads[k] = RemoteRead{Descriptor: g.resp.Descriptor, Dst: g.l.data}
+			reads[k] = RemoteRead{Descriptor: g.resp.Descriptor, Dst: g.l.data, Memory: b.reqs[g.i].IntoMemory}
 		}
 		failed := make([]error, len(rdma))
 		ok, bytes := 0, 0
-		client.GetMany(b.ctx, owner, reads, r.cfg.BatchWindow, func(k int, err error) {
+		getMany(b.ctx, client, owner, reads, r.cfg.BatchWindow, func(k int, err error) {
 			if err != nil {
 				failed[k] = err
 				return
@@ -394,7 +412,7 @@ func (b *batch) pull(owner transport.InstanceID, gs []grant) {
 	r := b.r
 	spans := make([]pullSpan, len(gs))
 	for k, g := range gs {
-		spans[k] = pullSpan{lease: g.l.id, dst: g.l.data, chunk: int(g.resp.ChunkSize)}
+		spans[k] = pullSpan{lease: g.l.id, dst: g.l.data, chunk: int(g.resp.ChunkSize), mem: b.reqs[g.i].IntoMemory}
 	}
 	r.pullSpans(b.ctx, owner, spans, func(k int, err error) {
 		g := gs[k]
@@ -415,6 +433,7 @@ type pullSpan struct {
 	off   uint64
 	dst   []byte
 	chunk int
+	mem   Memory // typed: each pull lands in a host bounce buffer and is copied to dst
 }
 
 // pullSpans pulls every span with Config.BatchWindow pulls in flight across all of them, and
@@ -456,7 +475,17 @@ func (r *Rendezvous) pullSpans(ctx context.Context, owner transport.InstanceID, 
 			err := ctx.Err()
 			if err == nil {
 				req := wire.AppendPullRequest(make([]byte, 0, wire.PullRequestLen), wire.PullRequest{Lease: s.lease, Offset: s.off + uint64(t.off), Length: uint32(t.end - t.off)})
-				err = r.msgr.RequestInto(ctx, owner, opPull, req, s.dst[t.off:t.end])
+				if s.mem.Typed() {
+					// A bounce buffer per pull in flight: at most BatchWindow chunks of host memory.
+					bounce := make([]byte, t.end-t.off)
+					if err = r.msgr.RequestInto(ctx, owner, opPull, req, bounce); err == nil {
+						if err = r.copyMemory(s.dst[t.off:t.end], s.mem.Type, bounce, transport.MemoryHost); err != nil {
+							err = fmt.Errorf("rendezvous: copying from the bounce buffer: %w", err)
+						}
+					}
+				} else {
+					err = r.msgr.RequestInto(ctx, owner, opPull, req, s.dst[t.off:t.end])
+				}
 			}
 			if err != nil {
 				err = remoteErr(fmt.Sprintf("pull of %d bytes at %d", t.end-t.off, s.off+uint64(t.off)), err)

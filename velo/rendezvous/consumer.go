@@ -95,7 +95,7 @@ func (r *Rendezvous) GetAlloc(ctx context.Context, h Handle, alloc func(n int) (
 		return nil, fmt.Errorf("rendezvous: get: %w: the handle claims %d bytes, above this instance's limit of %d: raise it with velo.WithMaxGetSize, or fetch into a buffer of your own with GetInto",
 			ErrTooLarge, h.Size, r.cfg.MaxGetSize)
 	}
-	return r.get(ctx, h, alloc)
+	return r.get(ctx, h, alloc, Memory{})
 }
 
 // GetInto fetches the payload h names into dst, which must be exactly h.Size bytes (the caller's
@@ -107,7 +107,22 @@ func (r *Rendezvous) GetInto(ctx context.Context, h Handle, dst []byte) (*Lease,
 		return nil, fmt.Errorf("rendezvous: get: %w: buffer of %d bytes for a %d-byte payload: pass a buffer of exactly Handle.Size bytes",
 			ErrBufferSize, len(dst), h.Size)
 	}
-	return r.get(ctx, h, func(int) ([]byte, error) { return dst, nil })
+	return r.get(ctx, h, func(int) ([]byte, error) { return dst, nil }, Memory{})
+}
+
+// GetIntoMemory is GetInto into memory of the type m names: device memory is read by the
+// transport with its type on the RDMA path and copied in through host bounce buffers, one per
+// pull in flight, on the chunked path (reason device_bounce). dst views the memory; nothing but
+// the transport and Config.CopyMemory touches it.
+func (r *Rendezvous) GetIntoMemory(ctx context.Context, h Handle, dst []byte, m Memory) (*Lease, error) {
+	if uint64(len(dst)) != h.Size {
+		return nil, fmt.Errorf("rendezvous: get: %w: buffer of %d bytes for a %d-byte payload: pass a buffer of exactly Handle.Size bytes",
+			ErrBufferSize, len(dst), h.Size)
+	}
+	if err := r.checkMemory(dst, m); err != nil {
+		return nil, fmt.Errorf("rendezvous: get: %w", err)
+	}
+	return r.get(ctx, h, func(int) ([]byte, error) { return dst, nil }, m)
 }
 
 // get takes a lease on h, then asks alloc for the destination (sized as the owner confirmed),
@@ -117,14 +132,14 @@ func (r *Rendezvous) GetInto(ctx context.Context, h Handle, dst []byte) (*Lease,
 // pulls are inside; building the offer before it and the lease's end after it are not. A GET that
 // failed and fell back to chunks is one transfer on the chunked path, its time covering both
 // tries.
-func (r *Rendezvous) get(ctx context.Context, h Handle, alloc func(n int) ([]byte, error)) (*Lease, error) {
+func (r *Rendezvous) get(ctx context.Context, h Handle, alloc func(n int) ([]byte, error), m Memory) (*Lease, error) {
 	if h.Owner == 0 || h.Nonce == 0 {
 		return nil, fmt.Errorf("rendezvous: get: %w: %v is not a handle an owner issued", ErrBadHandle, h)
 	}
 	if h.Owner == r.cfg.Self {
-		return r.getLocal(h, alloc)
+		return r.getLocal(h, alloc, m)
 	}
-	offer, reason, client := r.offer(h.Owner)
+	offer, reason, client := r.offerFor(h.Owner, m)
 	start := time.Now()
 	l, resp, err := r.acquire(ctx, h, offer)
 	if err != nil {
@@ -137,7 +152,7 @@ func (r *Rendezvous) get(ctx context.Context, h Handle, alloc func(n int) ([]byt
 	}
 	l.data = dst
 	if resp.Path == string(metrics.PathRDMA) {
-		if err := client.Get(ctx, h.Owner, resp.Descriptor, dst); err == nil {
+		if err := rdmaGet(ctx, client, h.Owner, resp.Descriptor, dst, m); err == nil {
 			r.m.ObserveTransfer(metrics.PathRDMA, uint64(len(dst)), time.Since(start))
 			r.m.CountPath(metrics.PathRDMA, metrics.ReasonOK)
 			r.received(h.Owner, metrics.PathRDMA, len(dst))
@@ -161,11 +176,13 @@ func (r *Rendezvous) get(ctx context.Context, h Handle, alloc func(n int) ([]byt
 	} else {
 		if offer != nil {
 			reason = metrics.Reason(resp.Reason) // we offered; the owner says why not
+			r.offerRefused(client, h.Owner, reason)
 		}
+		reason = chunkedReason(m, reason)
 		r.m.CountPath(metrics.PathChunked, reason)
 		l.Path, l.Reason = metrics.PathChunked, reason
 	}
-	if err := r.pullAll(ctx, h.Owner, l.id, int(resp.ChunkSize), dst); err != nil {
+	if err := r.pullAll(ctx, h.Owner, l.id, int(resp.ChunkSize), dst, m); err != nil {
 		r.abandon(h.Owner, l.id)
 		return nil, err
 	}
@@ -274,7 +291,10 @@ func (r *Rendezvous) detachNow(ctx context.Context, owner transport.InstanceID, 
 
 // pullAll moves dst's bytes with up to PullWindow pulls in flight. It returns after every pull
 // has finished, so nothing writes dst afterwards.
-func (r *Rendezvous) pullAll(ctx context.Context, owner transport.InstanceID, lease uint64, chunk int, dst []byte) error {
+//
+// A typed destination (device memory) is never read into from the socket: each pull lands in a
+// host bounce buffer of its worker (PullWindow of them, one chunk each) and is copied in from there.
+func (r *Rendezvous) pullAll(ctx context.Context, owner transport.InstanceID, lease uint64, chunk int, dst []byte, m Memory) error {
 	if limit := r.msgr.MaxFrame(owner) - wire.HeaderLen; limit > 0 && chunk > limit {
 		chunk = limit
 	}
@@ -294,6 +314,10 @@ func (r *Rendezvous) pullAll(ctx context.Context, owner transport.InstanceID, le
 		go func() {
 			defer wg.Done()
 			req := make([]byte, 0, wire.PullRequestLen)
+			var bounce []byte
+			if m.Typed() {
+				bounce = make([]byte, chunk)
+			}
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= n || ctx.Err() != nil {
@@ -302,9 +326,22 @@ func (r *Rendezvous) pullAll(ctx context.Context, owner transport.InstanceID, le
 				off := i * chunk
 				end := min(off+chunk, len(dst))
 				req = wire.AppendPullRequest(req[:0], wire.PullRequest{Lease: lease, Offset: uint64(off), Length: uint32(end - off)})
-				if err := r.msgr.RequestInto(ctx, owner, opPull, req, dst[off:end]); err != nil {
+				into := dst[off:end]
+				if bounce != nil {
+					into = bounce[:end-off]
+				}
+				if err := r.msgr.RequestInto(ctx, owner, opPull, req, into); err != nil {
 					once.Do(func() { firstErr = remoteErr(fmt.Sprintf("pull of %d bytes at %d", end-off, off), err); cancel() })
 					return
+				}
+				if bounce != nil {
+					if err := r.copyMemory(dst[off:end], m.Type, into, transport.MemoryHost); err != nil {
+						once.Do(func() {
+							firstErr = fmt.Errorf("rendezvous: copying %d bytes at %d from the bounce buffer: %w", end-off, off, err)
+							cancel()
+						})
+						return
+					}
 				}
 			}
 		}()
@@ -316,7 +353,7 @@ func (r *Rendezvous) pullAll(ctx context.Context, owner transport.InstanceID, le
 // getLocal is the fast path when this instance owns h: a lease like any other (so detach and
 // release mean the same), and one copy from the slot. It takes no lane, so it is no transfer of
 // the transfer histogram; its bytes count under path local.
-func (r *Rendezvous) getLocal(h Handle, alloc func(n int) ([]byte, error)) (*Lease, error) {
+func (r *Rendezvous) getLocal(h Handle, alloc func(n int) ([]byte, error), m Memory) (*Lease, error) {
 	sl, err := r.store.newLease(h, r.cfg.Self)
 	if err != nil {
 		return nil, localErr("get", err)
@@ -326,7 +363,14 @@ func (r *Rendezvous) getLocal(h Handle, alloc func(n int) ([]byte, error)) (*Lea
 		r.store.endLease(r.cfg.Self, sl.Lease.ID, false)
 		return nil, err
 	}
-	copy(dst, sl.Data)
+	if m.Typed() || sl.Opts.Memory.Typed() {
+		if err := r.copyMemory(dst, m.Type, sl.Data, sl.Opts.Memory.Type); err != nil {
+			r.store.endLease(r.cfg.Self, sl.Lease.ID, false)
+			return nil, fmt.Errorf("rendezvous: get: %w", err)
+		}
+	} else {
+		copy(dst, sl.Data)
+	}
 	r.m.AddBytes("received", "local", len(dst))
 	return &Lease{r: r, h: h, id: sl.Lease.ID, data: dst}, nil
 }

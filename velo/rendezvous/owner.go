@@ -104,9 +104,19 @@ func (r *Rendezvous) acquireOne(ctx context.Context, from transport.InstanceID, 
 		return resp, err
 	}
 	path, reason := r.decide(ctx, sl, offer, &resp)
-	r.m.CountPath(path, reason)
-	resp.Path, resp.Reason = string(path), string(reason)
+	r.answer(sl, offer, &resp, path, reason)
 	return resp, nil
+}
+
+// answer counts an acquire's path and fills it in the response. A typed slot (device memory)
+// served by chunks counts device_bounce, and answers it to a consumer that knows that reason.
+func (r *Rendezvous) answer(sl Slot, offer []byte, resp *wire.AcquireResponse, path metrics.Path, reason metrics.Reason) {
+	counted := reason
+	if path == metrics.PathChunked {
+		counted = chunkedReason(sl.Opts.Memory, reason)
+	}
+	r.m.CountPath(path, counted)
+	resp.Path, resp.Reason = string(path), string(wireReason(offer, counted, reason))
 }
 
 // grant takes the lease on h for from and fills what every answer carries.
@@ -150,16 +160,14 @@ func (r *Rendezvous) onAcquireBatch(ctx context.Context, from transport.Instance
 			entries[i].Response = resp
 			continue
 		}
-		r.m.CountPath(path, reason)
-		resp.Path, resp.Reason = string(path), string(reason)
+		r.answer(sl, req.Offer, &resp, path, reason)
 		entries[i].Response = resp
 	}
 	if len(serve) > 0 {
 		for k, sv := range many.ServeMany(ctx, slots, blob) {
 			resp := &entries[serve[k]].Response
 			path, reason := r.served(slots[k], resp, sv)
-			r.m.CountPath(path, reason)
-			resp.Path, resp.Reason = string(path), string(reason)
+			r.answer(slots[k], req.Offer, resp, path, reason)
 		}
 	}
 	b, err := wire.AppendAcquireBatchResponse(nil, entries)
@@ -268,9 +276,19 @@ func (r *Rendezvous) onPull(ctx context.Context, from transport.InstanceID, p []
 	if err != nil {
 		return nil, nil, ownerErr(fmt.Errorf("%w: %w", ErrProtocol, err))
 	}
-	chunk, done, err := r.store.read(from, req.Lease, req.Offset, req.Length, r.maxChunk(from))
+	chunk, mem, done, err := r.store.read(from, req.Lease, req.Offset, req.Length, r.maxChunk(from))
 	if err != nil {
 		return nil, nil, ownerErr(err)
+	}
+	if mem.Typed() {
+		// Device memory never goes to the socket: its chunk is copied to a host bounce buffer,
+		// which the answer's send gives back.
+		b, back, err := r.bounceChunk(ctx, chunk, mem.Type)
+		done()
+		if err != nil {
+			return nil, nil, ownerErr(err)
+		}
+		chunk, done = b, back
 	}
 	r.m.AddBytes("sent", string(metrics.PathChunked), len(chunk))
 	r.m.PeerServed(uint64(from), metrics.PathChunked, len(chunk))

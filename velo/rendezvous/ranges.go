@@ -18,6 +18,10 @@ type Range struct {
 	Length uint64
 	Dst    []byte
 	Err    error
+	// DstMemory is what Dst is (zero: host memory). Device memory (Dst views it) is read with
+	// its type on the RDMA path and through host bounce buffers on the chunked path (reason
+	// device_bounce).
+	DstMemory Memory
 }
 
 // ErrRange: a range that no read can serve: empty, or reaching past the payload's end. It is
@@ -32,15 +36,16 @@ type RangeLease struct {
 	*Lease
 	r *Rendezvous
 
-	mu      sync.Mutex // one ReadRanges at a time; guards the fields below and the lease's id
-	size    uint64
-	desc    []byte // the RDMA descriptor; nil on the chunked path
-	chunk   int
-	reason  metrics.Reason // why chunked, when chunked
-	client  RDMAClient
-	local   []byte // this instance owns the payload: its bytes
-	renewed time.Time
-	ttl     time.Duration
+	mu       sync.Mutex // one ReadRanges at a time; guards the fields below and the lease's id
+	size     uint64
+	desc     []byte // the RDMA descriptor; nil on the chunked path
+	chunk    int
+	reason   metrics.Reason // why chunked, when chunked
+	client   RDMAClient
+	local    []byte // this instance owns the payload: its bytes
+	localMem Memory // and what they are
+	renewed  time.Time
+	ttl      time.Duration
 }
 
 // Acquire takes a lease on h for ranged reads, without moving any byte. On the RDMA path the owner
@@ -55,7 +60,7 @@ func (r *Rendezvous) Acquire(ctx context.Context, h Handle) (*RangeLease, error)
 		if err != nil {
 			return nil, localErr("acquire", err)
 		}
-		return &RangeLease{Lease: &Lease{r: r, h: h, id: sl.Lease.ID}, r: r, size: uint64(len(sl.Data)), local: sl.Data}, nil
+		return &RangeLease{Lease: &Lease{r: r, h: h, id: sl.Lease.ID}, r: r, size: uint64(len(sl.Data)), local: sl.Data, localMem: sl.Opts.Memory}, nil
 	}
 	offer, reason, client := r.offer(h.Owner)
 	l, resp, err := r.acquire(ctx, h, offer)
@@ -70,6 +75,7 @@ func (r *Rendezvous) Acquire(ctx context.Context, h Handle) (*RangeLease, error)
 	} else {
 		if offer != nil {
 			reason = metrics.Reason(resp.Reason)
+			r.offerRefused(client, h.Owner, reason)
 		}
 		rl.reason = reason
 		l.Path, l.Reason = metrics.PathChunked, reason
@@ -131,6 +137,8 @@ func (l *RangeLease) ReadRanges(ctx context.Context, ranges []Range) error {
 			rg.Err = fmt.Errorf("rendezvous: read range %d: %w: [%d, +%d) reaches past the %d-byte payload", i, ErrRange, rg.Offset, rg.Length, l.size)
 		case uint64(len(rg.Dst)) < rg.Length:
 			rg.Err = fmt.Errorf("rendezvous: read range %d: %w: a %d-byte destination for %d bytes", i, ErrBufferSize, len(rg.Dst), rg.Length)
+		case rg.DstMemory.Typed() && r.checkMemory(rg.Dst[:rg.Length], rg.DstMemory) != nil:
+			rg.Err = fmt.Errorf("rendezvous: read range %d: %w", i, r.checkMemory(rg.Dst[:rg.Length], rg.DstMemory))
 		default:
 			valid = append(valid, i)
 		}
@@ -146,14 +154,25 @@ func (l *RangeLease) ReadRanges(ctx context.Context, ranges []Range) error {
 	case l.local != nil:
 		for _, i := range valid {
 			rg := &ranges[i]
-			copy(rg.Dst[:rg.Length], l.local[rg.Offset:rg.Offset+rg.Length])
+			if rg.DstMemory.Typed() || l.localMem.Typed() {
+				if err := r.copyMemory(rg.Dst[:rg.Length], rg.DstMemory.Type, l.local[rg.Offset:rg.Offset+rg.Length], l.localMem.Type); err != nil {
+					rg.Err = fmt.Errorf("rendezvous: read range %d: %w", i, err)
+					continue
+				}
+			} else {
+				copy(rg.Dst[:rg.Length], l.local[rg.Offset:rg.Offset+rg.Length])
+			}
 			r.m.AddBytes("received", "local", int(rg.Length))
 		}
 	case l.desc != nil:
 		l.readRDMA(ctx, ranges, valid)
 		l.observe(ranges, valid, start)
 	default:
-		r.m.CountPath(metrics.PathChunked, l.reason)
+		reason := l.reason
+		for _, i := range valid {
+			reason = chunkedReason(ranges[i].DstMemory, reason)
+		}
+		r.m.CountPath(metrics.PathChunked, reason)
 		l.pullRanges(ctx, ranges, valid)
 		l.observe(ranges, valid, start)
 	}
@@ -183,11 +202,11 @@ func (l *RangeLease) readRDMA(ctx context.Context, ranges []Range, valid []int) 
 	l.renew(ctx)
 	reads := make([]RemoteRead, len(valid))
 	for k, i := range valid {
-		reads[k] = RemoteRead{Descriptor: l.desc, Offset: ranges[i].Offset, Dst: ranges[i].Dst[:ranges[i].Length]}
+		reads[k] = RemoteRead{Descriptor: l.desc, Offset: ranges[i].Offset, Dst: ranges[i].Dst[:ranges[i].Length], Memory: ranges[i].DstMemory}
 	}
 	var failed []int
 	var firstErr error
-	l.client.GetMany(ctx, l.h.Owner, reads, r.cfg.BatchWindow, func(k int, err error) {
+	getMany(ctx, l.client, l.h.Owner, reads, r.cfg.BatchWindow, func(k int, err error) {
 		if err == nil {
 			r.received(l.h.Owner, metrics.PathRDMA, len(reads[k].Dst))
 			return
@@ -230,7 +249,7 @@ func (l *RangeLease) readRDMA(ctx context.Context, ranges []Range, valid []int) 
 func (l *RangeLease) pullRanges(ctx context.Context, ranges []Range, idx []int) {
 	spans := make([]pullSpan, len(idx))
 	for k, i := range idx {
-		spans[k] = pullSpan{lease: l.id, off: ranges[i].Offset, dst: ranges[i].Dst[:ranges[i].Length], chunk: l.chunk}
+		spans[k] = pullSpan{lease: l.id, off: ranges[i].Offset, dst: ranges[i].Dst[:ranges[i].Length], chunk: l.chunk, mem: ranges[i].DstMemory}
 	}
 	l.renewed = time.Now() // every pull renews the lease
 	l.r.pullSpans(ctx, l.h.Owner, spans, func(k int, err error) {

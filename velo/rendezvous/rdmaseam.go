@@ -70,6 +70,9 @@ type RemoteRead struct {
 	Descriptor []byte
 	Offset     uint64
 	Dst        []byte
+	// Memory is what Dst is (zero: host memory). A typed read is handed only to an
+	// RDMAMemoryClient, which reads it with its type.
+	Memory Memory
 }
 
 // PinnedMemory is memory a PinnedPool handed out, as the store carries it back to the pool's

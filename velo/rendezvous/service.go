@@ -111,6 +111,14 @@ type Config struct {
 	// key): an error refuses the acquire before any lease exists. The runtime sets it when its
 	// control plane authenticates peers; the handle's nonce remains the second check.
 	Authorize func(peer transport.InstanceID) error
+	// CopyMemory copies between memories of any two types (the UCX transport's, through
+	// transport.MemoryRMA); the chunked path moves device memory with it. Nil copies host memory
+	// only, and typed memory that is not host memory is refused.
+	CopyMemory CopyMemoryFunc
+	// CheckMemory checks that a typed destination (GetIntoMemory, GetRequest.IntoMemory,
+	// Range.DstMemory) is the memory it is said to be before anything is asked of an owner. Nil
+	// accepts host memory and refuses any other type.
+	CheckMemory func(b []byte, m Memory) error
 }
 
 // Rendezvous is one instance's owner and consumer sides.
@@ -122,7 +130,10 @@ type Rendezvous struct {
 	store    *store
 	draining atomic.Bool
 	stop     chan struct{}
-	wg       sync.WaitGroup
+
+	bounceSem  chan struct{} // the owner's bounce buffers in use (maxBounce)
+	bounceBufs sync.Pool     // *[]byte
+	wg         sync.WaitGroup
 }
 
 // New creates the service, registers its protocol handlers on the messenger and starts the reaper.
@@ -150,7 +161,9 @@ func New(cfg Config) *Rendezvous {
 		cfg.Logger = slog.Default()
 	}
 	r := &Rendezvous{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, msgr: cfg.Messenger,
-		store: newStore(cfg.Self, cfg.Metrics, cfg.LeaseTTL), stop: make(chan struct{})}
+		store: newStore(cfg.Self, cfg.Metrics, cfg.LeaseTTL), stop: make(chan struct{}),
+		bounceSem: make(chan struct{}, maxBounce)}
+	r.bounceBufs.New = func() any { b := make([]byte, 0, cfg.ChunkSize); return &b }
 	r.registerHandlers()
 	r.wg.Add(1)
 	go r.reaper()

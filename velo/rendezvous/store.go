@@ -27,6 +27,9 @@ type StageOptions struct {
 	// freed once TTL has passed and no lease is open on it, or when For goes down.
 	For transport.InstanceID
 	TTL time.Duration
+	// Memory is what the payload's memory is. A typed payload (device memory) is served by
+	// chunks through the owner's bounce buffers, and registered with its type.
+	Memory Memory
 }
 
 // Slot is what an RDMAServer sees of a slot when it serves a lease.
@@ -242,24 +245,24 @@ func (s *store) onLeaseEnd(id uint64, f func()) {
 
 // read pins the slot for a chunk write: it checks the lease and range, renews the lease, and
 // returns the bytes and a done func that unpins them.
-func (s *store) read(consumer transport.InstanceID, leaseID, off uint64, n uint32, maxChunk int) ([]byte, func(), error) {
+func (s *store) read(consumer transport.InstanceID, leaseID, off uint64, n uint32, maxChunk int) ([]byte, Memory, func(), error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, nil, ErrClosed
+		return nil, Memory{}, nil, ErrClosed
 	}
 	l := s.leases[leaseID]
 	if l == nil || l.consumer != consumer {
-		return nil, nil, fmt.Errorf("%w: lease %d is not held by %016x", ErrBadLease, leaseID, uint64(consumer))
+		return nil, Memory{}, nil, fmt.Errorf("%w: lease %d is not held by %016x", ErrBadLease, leaseID, uint64(consumer))
 	}
 	size := uint64(len(l.slot.data))
 	if n == 0 || int(n) > maxChunk || off > size || uint64(n) > size-off {
-		return nil, nil, fmt.Errorf("%w: pull of %d bytes at %d from a %d-byte slot (chunk limit %d)", ErrProtocol, n, off, size, maxChunk)
+		return nil, Memory{}, nil, fmt.Errorf("%w: pull of %d bytes at %d from a %d-byte slot (chunk limit %d)", ErrProtocol, n, off, size, maxChunk)
 	}
 	l.expires = time.Now().Add(s.ttl)
 	sl := l.slot
 	sl.busy++
-	return sl.data[off : off+uint64(n)], func() {
+	return sl.data[off : off+uint64(n)], sl.opts.Memory, func() {
 		s.mu.Lock()
 		sl.busy--
 		free := s.maybeFreeLocked(sl)

@@ -27,6 +27,11 @@ func (r *Registry) ServeWrite(g *Region, off, n int, writer transport.InstanceID
 		return nil, nil, nil, g.reason, fmt.Errorf("rdma: the region is plain memory (%s)", g.reason)
 	case !g.pin.of(r):
 		return nil, nil, nil, metrics.ReasonNotPinned, fmt.Errorf("rdma: the region is not in this registry's pinned memory")
+	case g.memory.Typed():
+		// A put into device memory goes by chunks: the receiver copies each one in through its
+		// host buffer (the writer's PUT would need its own memory type, which this release
+		// does not pass).
+		return nil, nil, nil, metrics.ReasonDeviceBounce, fmt.Errorf("rdma: the region is %v memory, written by chunks through a host buffer", g.memory.Type)
 	}
 	wr, ok := r.rma.(transport.RMAWriter)
 	if !ok {

@@ -18,11 +18,15 @@ type registrable interface {
 	of(r *Registry) bool
 	holdReg() error
 	dropReg()
+	// memory is what the memory is: pool slots are host memory; a region the caller described
+	// (RegisterRegionMemory) is registered with its type.
+	memory() rendezvous.Memory
 }
 
-func (s *Slot) of(r *Registry) bool { return s.p == r.pool }
-func (s *Slot) holdReg() error      { return s.p.addReg(s) }
-func (s *Slot) dropReg()            { s.p.regDead(s) }
+func (s *Slot) of(r *Registry) bool       { return s.p == r.pool }
+func (s *Slot) holdReg() error            { return s.p.addReg(s) }
+func (s *Slot) dropReg()                  { s.p.regDead(s) }
+func (s *Slot) memory() rendezvous.Memory { return rendezvous.Memory{} }
 
 // Region is memory an owner writes in place and stages without a copy, for as long as it likes:
 // a KV cache, a weight shard, a ring of blocks. Each staging is a handle on the whole region
@@ -38,6 +42,7 @@ type Region struct {
 	pin    registrable    // nil: plain memory
 	reason metrics.Reason // plain memory: why it is not pinned
 	back   func()         // gives pool memory back (nil for the caller's own)
+	memory rendezvous.Memory
 
 	mu    sync.Mutex
 	uses  int // stagings not freed yet
@@ -51,6 +56,9 @@ var ErrRegionFreed = errors.New("region already freed")
 
 // Bytes is the region's memory, for the owner to write.
 func (g *Region) Bytes() []byte { return g.mem }
+
+// Memory is what the region's memory is (zero for host memory staged as before memory types).
+func (g *Region) Memory() rendezvous.Memory { return g.memory }
 
 // Pinned reports whether consumers can read the region by RDMA.
 func (g *Region) Pinned() bool { return g.pin != nil }
@@ -86,7 +94,7 @@ func (g *Region) Stage() (rendezvous.StageOptions, error) {
 	}
 	g.uses++
 	var once sync.Once
-	o := rendezvous.StageOptions{Reason: g.reason, OnFree: func() { once.Do(g.unuse) }}
+	o := rendezvous.StageOptions{Reason: g.reason, OnFree: func() { once.Do(g.unuse) }, Memory: g.memory}
 	if g.pin != nil {
 		o.Pinned = g.pin
 	}
@@ -164,6 +172,7 @@ func (r *Registry) RegisterRegion(mem []byte) (*Region, error) {
 type external struct {
 	r   *Registry
 	mem []byte
+	mt  rendezvous.Memory
 
 	mu    sync.Mutex
 	regs  int
@@ -171,8 +180,9 @@ type external struct {
 	done  chan struct{} // the region's, once it was freed
 }
 
-func (x *external) PinnedRegion() []byte { return x.mem }
-func (x *external) of(r *Registry) bool  { return x.r == r }
+func (x *external) PinnedRegion() []byte      { return x.mem }
+func (x *external) of(r *Registry) bool       { return x.r == r }
+func (x *external) memory() rendezvous.Memory { return x.mt }
 func (x *external) free(done chan struct{}) {
 	x.mu.Lock()
 	x.freed, x.done = true, done

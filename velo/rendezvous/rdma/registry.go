@@ -45,6 +45,7 @@ type Registry struct {
 	g        *gauges
 
 	forceAfter time.Duration
+	legacy     legacyOwners // owners that refused offer version 3
 
 	mu         sync.Mutex
 	leases     map[*leaseReg]struct{}
@@ -234,7 +235,8 @@ func (o *Owner) Serve(ctx context.Context, sl rendezvous.Slot, offer []byte) ([]
 func (o *Owner) ServeMany(ctx context.Context, slots []rendezvous.Slot, offer []byte) []rendezvous.Served {
 	r := o.r
 	out := make([]rendezvous.Served, len(slots))
-	if err := wire.CheckRDMAOffer(offer); err != nil {
+	version, err := wire.RDMAOfferVersionOf(offer)
+	if err != nil {
 		for i := range out {
 			out[i] = rendezvous.Served{Reason: metrics.ReasonDecodeError, Err: fmt.Errorf("rdma: %w: %w", ErrDescriptor, err)}
 		}
@@ -248,6 +250,10 @@ func (o *Owner) ServeMany(ctx context.Context, slots []rendezvous.Slot, offer []
 		s, ok := sl.Opts.Pinned.(registrable)
 		if !ok || s == nil || !s.of(r) {
 			out[i] = rendezvous.Served{Reason: metrics.ReasonNotPinned, Err: fmt.Errorf("rdma: slot %d is not in this registry's pinned memory", sl.ID)}
+			continue
+		}
+		if why := r.typedRefusal(s.memory(), version); why != "" {
+			out[i] = rendezvous.Served{Reason: metrics.ReasonDeviceBounce, Err: fmt.Errorf("rdma: slot %d is %v memory and %s: serving it by chunks through host bounce buffers", sl.ID, s.memory().Type, why)}
 			continue
 		}
 		region := s.PinnedRegion()
@@ -268,7 +274,7 @@ func (o *Owner) ServeMany(ctx context.Context, slots []rendezvous.Slot, offer []
 	for k, i := range idx {
 		consumers[k] = slots[i].Lease.Consumer
 	}
-	regs, errs := r.register(regions, consumers)
+	regs, errs := r.register(regions, consumers, mems, idx)
 	for k, i := range idx {
 		s, region, sl := mems[i], regions[k], slots[i]
 		if errs[k] != nil {
@@ -278,7 +284,7 @@ func (o *Owner) ServeMany(ctx context.Context, slots []rendezvous.Slot, offer []
 			continue
 		}
 		lr := &leaseReg{reg: regs[k], slot: s, bytes: len(region), peer: sl.Lease.Consumer, lease: sl.Lease.ID}
-		desc, err := wire.AppendRDMADescriptor(nil, wire.RDMADescriptor{Key: lr.reg.Key()})
+		desc, err := wire.AppendRDMADescriptor(nil, wire.RDMADescriptor{Version: wire.DescriptorVersionFor(version), Memory: uint8(s.memory().Type), Key: lr.reg.Key()})
 		if err != nil {
 			r.revoke(lr)
 			out[i] = rendezvous.Served{Reason: metrics.ReasonDecodeError, Err: fmt.Errorf("rdma: %w: %w", ErrDescriptor, err)}
@@ -304,10 +310,37 @@ func (o *Owner) ServeMany(ctx context.Context, slots []rendezvous.Slot, offer []
 // transport whose keys depend on the reader (transport.PeerRegisterer: several rails) is told
 // the consumer of each region's lease, in one call per consumer (one acquire's leases are all
 // one consumer's).
-func (r *Registry) register(regions [][]byte, consumers []transport.InstanceID) ([]transport.Registration, []error) {
+//
+// Typed regions (memory the caller described: mems[idx[k]]) are registered one by one with their
+// memory type (transport.MemoryRMA), the others as before.
+func (r *Registry) register(regions [][]byte, consumers []transport.InstanceID, mems []registrable, idx []int) ([]transport.Registration, []error) {
 	if len(regions) == 0 {
 		return nil, nil
 	}
+	var plain [][]byte
+	var plainConsumers []transport.InstanceID
+	var at []int
+	regs := make([]transport.Registration, len(regions))
+	errs := make([]error, len(regions))
+	for k := range regions {
+		if m := mems[idx[k]].memory(); m.Typed() {
+			regs[k], errs[k] = r.registerTyped(regions[k], m)
+			continue
+		}
+		plain, plainConsumers, at = append(plain, regions[k]), append(plainConsumers, consumers[k]), append(at, k)
+	}
+	if len(plain) == 0 {
+		return regs, errs
+	}
+	pr, pe := r.registerPlain(plain, plainConsumers)
+	for j, k := range at {
+		regs[k], errs[k] = pr[j], pe[j]
+	}
+	return regs, errs
+}
+
+// registerPlain registers host regions, each with its own key.
+func (r *Registry) registerPlain(regions [][]byte, consumers []transport.InstanceID) ([]transport.Registration, []error) {
 	if pr, ok := r.rma.(transport.PeerRegisterer); ok {
 		regs := make([]transport.Registration, len(regions))
 		errs := make([]error, len(regions))
@@ -449,8 +482,14 @@ func (r *Registry) released(lr *leaseReg, quarantined bool) {
 // CanGet reports whether owner is registered on the RMA transport.
 func (c *Consumer) CanGet(owner transport.InstanceID) bool { return c.r.rma.CanGet(owner) }
 
-// Offer returns the backend-specific part of an offer.
-func (c *Consumer) Offer(transport.InstanceID) ([]byte, error) { return wire.AppendRDMAOffer(nil), nil }
+// Offer returns the backend-specific part of an offer: version 3 (descriptors of version 2 and
+// 3), or version 2 to an owner that refused version 3 (OfferRefused).
+func (c *Consumer) Offer(owner transport.InstanceID) ([]byte, error) {
+	if c.r.legacy.is(owner) {
+		return wire.AppendRDMAOfferVersion(nil, wire.RDMALegacyOfferVersion), nil
+	}
+	return wire.AppendRDMAOffer(nil), nil
+}
 
 // Get reads the lease's first len(dst) bytes into dst with one GET. The key inside the
 // descriptor is the backend's; it is checked, with the range, by the backend alone.
@@ -479,6 +518,7 @@ func (c *Consumer) GetMany(ctx context.Context, owner transport.InstanceID, read
 	keys := map[string][]byte{}
 	tr := make([]transport.Read, 0, len(reads))
 	index := make([]int, 0, len(reads))
+	var typed []int // reads into typed memory: one typed GET each (tr[j] for j in typed)
 	for i, rd := range reads {
 		key, ok := keys[string(rd.Descriptor)]
 		if !ok {
@@ -496,11 +536,45 @@ func (c *Consumer) GetMany(ctx context.Context, owner transport.InstanceID, read
 			report(i, fmt.Errorf("rdma: %w: the descriptor failed to decode", ErrDescriptor))
 			continue
 		}
+		if rd.Memory.Typed() {
+			typed = append(typed, len(tr))
+		}
 		tr = append(tr, transport.Read{Key: key, Offset: rd.Offset, Dst: rd.Dst})
 		index = append(index, i)
 	}
 	if len(tr) == 0 {
 		return
+	}
+	if len(typed) > 0 {
+		// Reads into typed memory go one typed GET each, window at a time (the vectored read of
+		// the transport reads into host memory only); the host reads of the call follow.
+		mr, ok := c.r.rma.(transport.MemoryRMA)
+		isTyped := make([]bool, len(tr))
+		for _, j := range typed {
+			isTyped[j] = true
+		}
+		forEachRead(len(typed), window, func(n int) {
+			j := typed[n]
+			err := ctx.Err()
+			if err == nil && !ok {
+				err = fmt.Errorf("rdma: %w: the %s transport reads into host memory only", ErrUnsupportedMemory, c.r.backend)
+			}
+			if err == nil {
+				err = mr.GetMemory(ctx, owner, tr[j].Key, tr[j].Offset, tr[j].Dst, reads[index[j]].Memory.Type)
+			}
+			report(index[j], err)
+		})
+		var htr []transport.Read
+		var hindex []int
+		for j := range tr {
+			if !isTyped[j] {
+				htr, hindex = append(htr, tr[j]), append(hindex, index[j])
+			}
+		}
+		if len(htr) == 0 {
+			return
+		}
+		tr, index = htr, hindex
 	}
 	if mr, ok := c.r.rma.(transport.ManyReader); ok {
 		mr.ReadMany(ctx, owner, tr, window, func(j int, err error) { report(index[j], err) })

@@ -148,6 +148,11 @@ func (t *Transport) ForceClosePeer(id transport.InstanceID) error {
 // before it sends a byte, so a stale or forged key reads nothing. Get returns when the bytes are
 // in dst or with an error; if ctx ends first it still returns only once dst is out of UCX's hands.
 func (t *Transport) Get(ctx context.Context, id transport.InstanceID, key []byte, offset uint64, dst []byte) error {
+	return t.get(ctx, id, key, offset, dst, ucx.GetOptions{})
+}
+
+// get is Get with the destination's options (its memory type).
+func (t *Transport) get(ctx context.Context, id transport.InstanceID, key []byte, offset uint64, dst []byte, opts ucx.GetOptions) error {
 	k, err := ucx.ParseRegionKey(key)
 	if err != nil {
 		return fmt.Errorf("ucx: GET from %016x: %w", uint64(id), err)
@@ -168,7 +173,7 @@ func (t *Transport) Get(ctx context.Context, id transport.InstanceID, key []byte
 	oc.beginGet()
 	p.sendMu.Unlock()
 	p.touch()
-	err = oc.c.GetKey(ctx, dst, k, offset)
+	err = oc.c.GetKeyWith(ctx, dst, k, offset, opts)
 	p.touch()
 	t.opDone(oc, true)
 	if err != nil {
