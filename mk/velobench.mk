@@ -5,12 +5,15 @@
 #                         one of make ucx-static (VELO_UCX_GO, Makefile), so it runs without
 #                         VELO_UCX_TRUST_NETWORK; its version is git describe's, which the initiator
 #                         and the target compare. A smoke run prints it and the UCX it links
-#   make test-velobench   velobench local sweeps (JSON schema, CSV, SVG, the progress line on a
-#                         pseudo-terminal, a target killed mid-sweep, SIGINT), the refusals, and a
-#                         target and an initiator in two network namespaces over the filesystem
-#                         and etcd backends; under -race, on the system's shared UCX (whose
-#                         ucx_perftest GET over tcp gives the baseline; the tests trust the network
-#                         of their own loopback and veth); about 30 s on 2 cores with a warm cache
+#   make test-velobench   velobench local sweeps of every operation, put included (JSON schema,
+#                         CSV, SVG, each point's kernel byte counts by lane checked against its
+#                         path when run as root, the progress line on a pseudo-terminal, a target
+#                         killed mid-sweep, SIGINT), the refusals, and a target and an initiator
+#                         in two network namespaces over the filesystem and etcd backends (the
+#                         latter over two links as velo's rails); under -race, on the system's
+#                         shared UCX (whose ucx_perftest GET and PUT over tcp give the baselines;
+#                         the tests trust the network of their own loopback and veths); about
+#                         35 s on 2 cores with a warm cache
 #   make lint-velobench   vet for CGO_ENABLED=0 too (the binary builds without cgo and says UCX is
 #                         not compiled in)
 #
