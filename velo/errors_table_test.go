@@ -105,6 +105,14 @@ func TestPublicErrorsMatchTheirSentinels(t *testing.T) {
 			_, err = a.StageRegion(ctx, g)
 			return err
 		}},
+		{"CUDA memory on an instance without the UCX transport", ErrUnsupportedMemory, func() error {
+			_, err := a.GetIntoMemory(ctx, h, CUDAMemory(0x7f0000000000, int(h.Size), 0))
+			return err
+		}},
+		{"memory of no bytes", ErrBadMemory, func() error {
+			_, err := a.RegisterRegionMemory(CUDAMemory(0x7f0000000000, 0, 0))
+			return err
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -132,6 +140,7 @@ func TestErrorFamiliesHaveOneRoot(t *testing.T) {
 	for name, err := range map[string]error{
 		"ucx not compiled": ucx.ErrNotCompiled, "ucx platform": ucx.ErrUnsupported,
 		"pinned arenas": rdma.ErrUnsupported, "verbs": verbs.ErrNotSupported, "verbs memlock": verbs.ErrMemlock,
+		"memory types": ErrUnsupportedMemory, "rdma memory types": rdma.ErrUnsupportedMemory, "ucx without CUDA": ucx.ErrCUDANotBuilt,
 	} {
 		require.ErrorIs(t, err, errors.ErrUnsupported, name)
 	}

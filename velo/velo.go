@@ -343,6 +343,7 @@ func New(ctx context.Context, opts ...Option) (*Velo, error) {
 	if v.authMode != auth.ModeNone {
 		rc.Authorize = v.authorize
 	}
+	rc.CopyMemory, rc.CheckMemory = v.copyMemory, v.checkMemory // memory.go
 	v.rv = rendezvous.New(rc)
 	v.msgr.SetStager(v.rv.Stager())
 	for _, h := range o.handlers {
