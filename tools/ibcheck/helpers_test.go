@@ -123,6 +123,9 @@ func withUCXValue(info check.UCXInfo, value string, t check.RMATrial) check.UCXI
 	return info
 }
 
+// testKernel is the kernel release the golden tests' fixture trees run (Ubuntu 24.04's).
+const testKernel = "6.8.0-45-generic"
+
 // memlockRoomy is a limit that covers velo's need without any capability.
 var memlockRoomy = verbs.Memlock{Soft: verbs.Unlimited, Hard: verbs.Unlimited, InitUserNS: true}
 
@@ -148,6 +151,7 @@ func testSystem(t *testing.T) check.System {
 			}
 			return info
 		},
+		KernelRelease: func(verbs.Paths) (string, error) { return testKernel, nil },
 		Interfaces: func() ([]rdmacm.Interface, error) {
 			return []rdmacm.Interface{
 				{Name: "lo", Addrs: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/8")}},

@@ -63,6 +63,21 @@ func TestUCXProbeReal(t *testing.T) {
 	if tr := info.RMA["maybe"]; tr.Worked || !strings.Contains(tr.Detail, "PROTO_ENABLE") {
 		t.Errorf("UCX_PROTO_ENABLE=maybe: %+v, want a refusal naming the variable", tr)
 	}
+	// The CUDA answer of the child is the link's: built with CUDA exactly when this test binary
+	// is; without CUDA the driver is never asked.
+	if info.CUDA == nil {
+		t.Fatalf("the probe child gave no CUDA answer")
+	}
+	t.Logf("CUDA: %+v", *info.CUDA)
+	if info.CUDA.Built != ucx.CUDAEnabled() {
+		t.Errorf("CUDA built %v in the child, %v in this process", info.CUDA.Built, ucx.CUDAEnabled())
+	}
+	if !info.CUDA.Built && (info.CUDA.Devices != 0 || info.CUDA.DevicesErr != "") {
+		t.Errorf("a build without CUDA counted devices: %+v", *info.CUDA)
+	}
+	if info.CUDA.Built && info.CUDA.DevicesErr == "" && info.CUDA.Devices == 0 {
+		t.Errorf("the driver answered no error and no device: %+v", *info.CUDA)
+	}
 	// What this project found out about UCX 1.13 (Debian 12), checked on every run against it:
 	// protocol v1 is the default, it carries RMA, and there is no UCX_MAX_RMA_RAILS.
 	if v.Major == 1 && v.Minor == 13 {

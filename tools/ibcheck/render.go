@@ -12,6 +12,7 @@ import (
 // groupTitle heads each group of rows in the table.
 var groupTitle = map[string]string{
 	check.GroupNode: "NODE (sysfs, libibverbs, libmlx5)",
+	check.GroupGPU:  "GPU (GPUDirect RDMA readiness, from sysfs)",
 	check.GroupEnv:  "ENVIRONMENT (UCX_* and velo variables)",
 	check.GroupUCX:  "LINKED UCX (the library in this binary, not the system's ucx_info)",
 }
@@ -46,7 +47,13 @@ func writeTable(w io.Writer, rep *check.Report, strict bool) {
 	}
 	indent := idWidth + 2 + 4 + 2
 	group := ""
+	// On a node without a GPU the gpu row says so, and the other GPU checks, which then skip,
+	// print no row of their own (the JSON report has them all).
+	gpu, _ := rep.Result("gpu")
 	for _, r := range rep.Results {
+		if gpu.Status == check.Skip && r.ID != "gpu" && check.GroupOf(r.ID) == check.GroupGPU && r.Status == check.Skip {
+			continue
+		}
 		if g := check.GroupOf(r.ID); g != group {
 			group = g
 			fmt.Fprintf(&b, "\n%s\n", groupTitle[g])

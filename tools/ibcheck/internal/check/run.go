@@ -56,6 +56,8 @@ type run struct {
 	ipErr error
 
 	ucx UCXInfo
+
+	gpu gpuView // read on first use by the GPU checks
 }
 
 func (r *run) env(name string) (string, bool) {
@@ -95,8 +97,9 @@ func Run(ctx context.Context, cfg Config, sys System) *Report {
 	for _, c := range []func(context.Context) Result{
 		r.checkDevices, r.checkPort, r.checkUverbs, r.checkPKey, r.checkMemlock, r.checkRegistration,
 		r.checkDEVX, r.checkIP,
+		r.checkGPU, r.checkGPUDirect, r.checkGPUNICPath, r.checkGPUACS, r.checkGPUIOMMU,
 		r.checkNetDevices, r.checkNetDevicesGPU, r.checkTLS, r.checkProtoEnable, r.checkRMARails, r.checkRCache, r.checkKillSwitch,
-		r.checkUCXVersion, r.checkUCXBuild, r.checkRMAGuard,
+		r.checkUCXVersion, r.checkUCXBuild, r.checkRMAGuard, r.checkUCXCUDA,
 	} {
 		rep.Results = append(rep.Results, c(ctx))
 	}

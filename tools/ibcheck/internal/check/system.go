@@ -3,6 +3,8 @@ package check
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/velo-go/velo/mlx5dv"
 	"github.com/velo-go/velo/rdmacm"
@@ -32,6 +34,10 @@ type System struct {
 	// machine, so on a fixture tree those checks are skipped. Tests that pair a fixture with
 	// fake hardware answers set it.
 	HardwareMatchesSysfs bool
+	// KernelRelease is the release of the kernel running the node that paths describe
+	// ("6.8.0-45-generic"), for the dma-buf verdict; Live answers for /sys (this machine) and says
+	// that it cannot tell for any other tree. Nil: unknown.
+	KernelRelease func(paths verbs.Paths) (string, error)
 	// Interfaces lists the node's network interfaces and addresses, for --ip; nil means the
 	// live system's.
 	Interfaces func() ([]rdmacm.Interface, error)
@@ -45,6 +51,7 @@ func Live() System {
 		RegisterArena: registerArena,
 		ProbeDEVX:     mlx5dv.ProbeDEVX,
 		UCX:           ProbeUCX,
+		KernelRelease: liveKernelRelease,
 	}
 }
 
@@ -87,4 +94,17 @@ func closeInto(err *error, release func() error) {
 	if e := release(); e != nil && *err == nil {
 		*err = e
 	}
+}
+
+// liveKernelRelease reads this machine's kernel release, for the live tree only: a copy of
+// another node's sysfs does not say which kernel wrote it.
+func liveKernelRelease(p verbs.Paths) (string, error) {
+	if p.SysfsRoot() != "/sys" {
+		return "", fmt.Errorf("%s is not this machine's /sys, and a sysfs tree does not hold the kernel release", p.SysfsRoot())
+	}
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
 }

@@ -63,6 +63,9 @@ type UCXInfo struct {
 	// (velo's guard patch set; ucx.SoftwareRMAGuard); nil when it could not be asked (no UCX in
 	// this binary).
 	Guard *ucx.RMAGuard
+	// CUDA is what the linked UCX says about CUDA memory (its CUDA transports, and whether this
+	// binary was built with CUDA); nil when the probe child gave no answer about it.
+	CUDA *UCXCUDA
 }
 
 // RMATrial is the outcome of one real GET (ucp_get_nbx over the self transport, between two
@@ -114,6 +117,7 @@ func ProbeUCX(ctx context.Context, protoValues []string, withResources bool) UCX
 		Resources: out.Resources,
 		RMA:       map[string]RMATrial{},
 		Guard:     guard,
+		CUDA:      out.CUDA,
 	}
 	if out.SupportErr != "" {
 		info.SupportErr = errors.New(out.SupportErr)
@@ -138,6 +142,7 @@ type probeInfo struct {
 	SupportErr string `json:",omitempty"`
 	Defaults   map[string]string
 	Resources  *UCXResources `json:",omitempty"`
+	CUDA       *UCXCUDA      `json:",omitempty"`
 }
 
 // runProbeChild runs this executable as a probe child with args and decodes its answer into out.
@@ -238,6 +243,7 @@ func childInfo(withResources bool) (probeInfo, error) {
 			out.Resources = resourcesFrom(res)
 		}
 	}
+	out.CUDA = cudaInfo(res)
 	// A context with nothing set shows every default. The self transport needs no device.
 	c, err := ucx.NewContext(ucx.ContextConfig{TLS: "self", Logger: quietLogger()})
 	if err != nil {
