@@ -4,7 +4,13 @@ package velo
 
 import (
 	"context"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -254,4 +260,89 @@ func TestRDMAMemoryCUDARefusedOverUCX(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, md.Leases)
 	assert.Zero(t, owner.RDMAStats().LeaseRegistrations)
+}
+
+// TestRDMAMemoryAcrossProcesses: the consumer in a process of its own (the test binary run
+// again) reads a region taking the device path into destinations taking it too, with
+// GetIntoMemory, GetBatch and ReadRanges, over the real UCX transport: by typed RDMA from an
+// owner that serves it, and through both sides' bounce buffers from an owner whose RDMA path is
+// switched off. The child checks every byte against the SHA-256 the parent sent and prints its
+// path counts.
+func TestRDMAMemoryAcrossProcesses(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		opts   []Option
+		path   metrics.Path
+		reason metrics.Reason
+	}{
+		{"rdma", nil, metrics.PathRDMA, metrics.ReasonOK},
+		{"bounce", []Option{WithRDMA(RDMAConfig{Disabled: true})}, metrics.PathChunked, metrics.ReasonDeviceBounce},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			owner := ucxMemNode(t, c.opts...)
+			ctx := tctx(t)
+			src := payload(6<<20+7, 31)
+			g, err := owner.RegisterRegionMemory(bounced(HostMemory(src)))
+			require.NoError(t, err)
+			defer g.Free()
+			h, err := owner.StageRegion(ctx, g)
+			require.NoError(t, err)
+			info, err := json.Marshal(owner.PeerInfo())
+			require.NoError(t, err)
+			ht, err := h.MarshalText()
+			require.NoError(t, err)
+			want := sum(src)
+			cmd := exec.Command(os.Args[0], "-test.run=^TestRDMAMemoryHelperProcess$", "-test.v")
+			cmd.Env = append(os.Environ(), "VELO_MEM_HELPER=1", "VELO_HELPER_PEER="+string(info),
+				"VELO_HELPER_HANDLE="+string(ht), "VELO_HELPER_SUM="+hex.EncodeToString(want[:]))
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "consumer process:\n%s", out)
+			line := fmt.Sprintf(`velo_rendezvous_rdma_path_total{path="%s",reason="%s"} 3`, c.path, c.reason)
+			require.Contains(t, string(out), "READ 3 WAYS", "consumer process:\n%s", out)
+			require.Contains(t, string(out), line, "consumer process:\n%s", out)
+			assert.Equal(t, 3.0, pathCount(t, owner, c.path, c.reason))
+			eventually(t, "the consumer's registrations gone", func() bool { return owner.RDMAStats().LeaseRegistrations == 0 })
+		})
+	}
+}
+
+// TestRDMAMemoryHelperProcess is the consumer of TestRDMAMemoryAcrossProcesses.
+func TestRDMAMemoryHelperProcess(t *testing.T) {
+	if os.Getenv("VELO_MEM_HELPER") == "" {
+		t.Skip("runs only as the child of TestRDMAMemoryAcrossProcesses")
+	}
+	var owner PeerInfo
+	require.NoError(t, json.Unmarshal([]byte(os.Getenv("VELO_HELPER_PEER")), &owner))
+	var h Handle
+	require.NoError(t, h.UnmarshalText([]byte(os.Getenv("VELO_HELPER_HANDLE"))))
+	v := ucxMemNode(t)
+	ctx := tctx(t)
+	require.NoError(t, v.RegisterPeer(ctx, owner))
+	check := func(what string, b []byte) {
+		got := sum(b)
+		require.Equal(t, os.Getenv("VELO_HELPER_SUM"), hex.EncodeToString(got[:]), what)
+	}
+	dev := func(b []byte) Memory { return bounced(HostMemory(b)) }
+
+	out := make([]byte, h.Size)
+	l, err := v.GetIntoMemory(ctx, h, dev(out))
+	require.NoError(t, err)
+	check("GetIntoMemory", out)
+	require.NoError(t, l.Detach(ctx))
+
+	clear(out)
+	res := v.GetBatch(ctx, []GetRequest{GetRequestInto(h, dev(out))}, nil)
+	require.NoError(t, res[0].Err)
+	check("GetBatch", out)
+	require.NoError(t, res[0].Lease.Detach(ctx))
+
+	clear(out)
+	half := h.Size / 2
+	rg := []Range{RangeInto(0, half, dev(out[:half])), RangeInto(half, h.Size-half, dev(out[half:]))}
+	require.NoError(t, v.ReadRanges(ctx, h, rg))
+	check("ReadRanges", out)
+
+	lines, err := metrics.Lines(v.Metrics(), metrics.RDMAPathTotal)
+	require.NoError(t, err)
+	fmt.Printf("READ 3 WAYS\n%s\n", strings.Join(lines, "\n"))
 }
