@@ -196,6 +196,13 @@ func (v *Velo) GetIntoMemory(ctx context.Context, h Handle, m Memory) (*Lease, e
 	if err != nil {
 		return nil, err
 	}
+	if !rm.Typed() {
+		// The rendezvous service checks typed memory; a device pointer described as host
+		// memory is caught here, in a binary with CUDA.
+		if err := v.checkMemory(b, rm); err != nil {
+			return nil, fmt.Errorf("velo: GetIntoMemory(%v): %w", m, err)
+		}
+	}
 	l, err := v.rv.GetIntoMemory(ctx, h, b, rm)
 	return l, v.ownerGone(h, err)
 }
@@ -231,11 +238,11 @@ func (v *Velo) PutMemory(ctx context.Context, h GrantHandle, offset uint64, src 
 	if err != nil {
 		return err
 	}
-	if !rm.Typed() {
-		return v.Put(ctx, h, offset, b, opts)
-	}
 	if err := v.checkMemory(b, rm); err != nil {
 		return fmt.Errorf("velo: PutMemory(%v): %w", src, err)
+	}
+	if !rm.Typed() {
+		return v.Put(ctx, h, offset, b, opts)
 	}
 	buf := make([]byte, min(len(b), putBounce))
 	for off := 0; off < len(b); off += len(buf) {
