@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -64,6 +63,7 @@ type laneCounter struct {
 	c      *lanes.Counter
 	why    string // set when c is nil: what the point's lane columns say instead of a number
 	origin string // the cgroup folder this process came from, to go back to before Close
+	nested string // the folder made inside an outer counter's cgroup, removed after Close
 
 	mu       sync.Mutex
 	own      uint16 // this side's control-plane port
@@ -105,13 +105,23 @@ func newLaneCounter() (*laneCounter, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := lanes.New(lanes.Options{Parent: lanes.DefaultParent})
+	// A process that is already counted by an outer counter (ibcheck lanes -- velobench ...)
+	// makes its cgroup inside the outer one: programs attached to a cgroup count the sockets of
+	// its descendants too, so both keep counting. Otherwise it goes beside the other counters'.
+	parent := lanes.DefaultParent
+	if strings.HasPrefix(origin, "/"+lanes.DefaultParent+"/") {
+		parent = strings.TrimPrefix(origin, "/") + "/velobench"
+	}
+	c, err := lanes.New(lanes.Options{Parent: parent})
 	if err != nil {
 		return nil, err
 	}
 	// The counter's cgroup is <mount>/<parent>/<name>; this process's is <mount><origin>.
-	mount := filepath.Dir(filepath.Dir(c.Cgroup()))
+	mount := strings.TrimSuffix(filepath.Dir(c.Cgroup()), "/"+parent)
 	lc := &laneCounter{c: c, origin: filepath.Join(mount, origin)}
+	if parent != lanes.DefaultParent {
+		lc.nested = filepath.Join(mount, parent)
+	}
 	if err := writeProcs(c.Cgroup()); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("moving this process into the counter's cgroup %s: %w", c.Cgroup(), err)
@@ -222,7 +232,13 @@ func (lc *laneCounter) close() error {
 	if err := writeProcs(lc.origin); err != nil {
 		return fmt.Errorf("lanes: moving back to the cgroup %s: %w (its counter's cgroup is removed once this process exits)", lc.origin, err)
 	}
-	return errors.Join(c.Close())
+	err := c.Close()
+	if lc.nested != "" {
+		// The outer counter removes its cgroup only once nothing is inside; another velobench
+		// process still counting there keeps the folder, and removes it in its turn.
+		_ = os.Remove(lc.nested)
+	}
+	return err
 }
 
 // laneDelta is after minus before for one side, or the reason either reading gave.

@@ -62,6 +62,9 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		cmd.Args = append(cmd.Args, "--rails", strings.Join(cfg.meet.Rails, ","))
 	}
 	cmd.Stdout, cmd.Stderr = io.Discard, stderr
+	// It starts before this process enters its lane counter's cgroup (initiate): it makes its own
+	// counter beside this one's (or inside an outer counter's, as this one does), never inside
+	// this one's, which would count its sockets as the initiator's.
 	// Its own process group, so that Ctrl-C reaches this process alone, which then ends the run
 	// and tells the target; and it dies with this process whatever happens to it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
