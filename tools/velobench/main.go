@@ -9,10 +9,13 @@
 //	velobench compare A.json B.json                B over A for every common point
 //	velobench version
 //
-// Each point reports GB/s, operations per second, latency p50/p99/p99.9, the CPU seconds per GB
-// of each process, the path each transfer took (velo's own path metric, on both sides), the same
-// point measured by ucx_perftest of the linked UCX release where one exists, and the fraction of
-// the port's line rate where the port is known. Every output carries the run's environment (UCX
+// The operations read what the target stages (get, batch, ranged, chunked), ask it (request) or
+// write into regions it grants (put, putbatch). Each point reports GB/s, operations per second,
+// latency p50/p99/p99.9, the CPU seconds per GB of each process, the path each transfer took
+// (velo's own path metrics, on both sides), the bytes the kernel saw on each side's sockets by
+// lane (control plane, UCX, the rest; where the lanes module may count them), the bytes per rail
+// with --rails, the same point measured by ucx_perftest of the linked UCX release where one
+// exists, and the fraction of the port's line rate where the port is known. Every output carries the run's environment (UCX
 // release and variables, RDMA ports, CPU, kernel, Go, velobench), so two runs can be compared.
 //
 // Why it exists beside the make bench-* targets: those print regression tables for this project,

@@ -180,7 +180,7 @@ func writeJSON(w io.Writer, r *Report) error {
 // csvHeader are the CSV columns of schema velobench/v2: the point, then the environment that
 // makes two rows comparable (repeated on every row, so each row stands alone), then (added in v2)
 // each side's socket bytes by lane, where a side that could not count says why in each of its
-// cells instead of a number.
+// cells instead of a number, and each side's bytes per rail (empty without --rails).
 var csvHeader = []string{
 	"schema", "op", "block", "batch", "callers", "operations", "bytes", "seconds",
 	"gb_per_s", "ops_per_s", "blocks_per_s", "latency_p50_us", "latency_p99_us", "latency_p99_9_us",
