@@ -52,4 +52,7 @@ type MemoryRMA interface {
 	// types given, and returns once they are at dst. The chunked path copies device memory
 	// through a host bounce buffer with it.
 	CopyMemory(dst []byte, dt MemoryType, src []byte, st MemoryType) error
+	// ReadsTypedMany reports whether the transport's ManyReader.ReadMany honours Read.Memory;
+	// if not, reads into typed memory go one GetMemory each.
+	ReadsTypedMany() bool
 }

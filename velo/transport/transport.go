@@ -246,6 +246,9 @@ type Read struct {
 	Key    []byte
 	Offset uint64
 	Dst    []byte
+	// Memory is Dst's memory type (zero: host memory). Only a transport that says it reads
+	// typed memory in a batch (MemoryRMA.ReadsTypedMany) is given reads of another type.
+	Memory MemoryType
 }
 
 // ManyReader is an RMA that posts many reads in one call. The rendezvous registry reads batches

@@ -170,3 +170,8 @@ func forEachRead(n, window int, f func(i int)) {
 	}
 	wg.Wait()
 }
+
+func isManyReader(rma transport.RMA) bool {
+	_, ok := rma.(transport.ManyReader)
+	return ok
+}

@@ -539,11 +539,14 @@ func (c *Consumer) GetMany(ctx context.Context, owner transport.InstanceID, read
 		if rd.Memory.Typed() {
 			typed = append(typed, len(tr))
 		}
-		tr = append(tr, transport.Read{Key: key, Offset: rd.Offset, Dst: rd.Dst})
+		tr = append(tr, transport.Read{Key: key, Offset: rd.Offset, Dst: rd.Dst, Memory: rd.Memory.Type})
 		index = append(index, i)
 	}
 	if len(tr) == 0 {
 		return
+	}
+	if mr, ok := c.r.rma.(transport.MemoryRMA); ok && mr.ReadsTypedMany() && isManyReader(c.r.rma) {
+		typed = nil // the transport's batch read takes them with their types
 	}
 	if len(typed) > 0 {
 		// Reads into typed memory go one typed GET each, window at a time (the vectored read of

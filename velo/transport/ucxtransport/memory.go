@@ -103,6 +103,10 @@ func (t *Transport) GetMemory(ctx context.Context, id transport.InstanceID, key 
 	return t.get(ctx, id, key, offset, dst, ucx.GetOptions{DstMemory: um})
 }
 
+// ReadsTypedMany implements transport.MemoryRMA: ReadMany passes each read's memory type to the
+// engine's GetMany (ucx.KeyRead.DstMemory), which posts a typed read on its own.
+func (t *Transport) ReadsTypedMany() bool { return true }
+
 // CopyMemory implements transport.MemoryRMA. Host to host is a copy; anything else goes to the
 // CUDA driver (ucx.CopyMemory), which a binary without CUDA refuses with ucx.ErrCUDANotBuilt.
 func (t *Transport) CopyMemory(dst []byte, dt transport.MemoryType, src []byte, st transport.MemoryType) error {

@@ -236,7 +236,12 @@ func (t *Transport) ReadMany(ctx context.Context, id transport.InstanceID, reads
 			bad, badErr = append(bad, i), append(badErr, fmt.Errorf("%w: the key failed its check", ucx.ErrInvalidRemoteKey))
 			continue
 		}
-		kr = append(kr, ucx.KeyRead{Key: k, Offset: r.Offset, Dst: r.Dst})
+		mt, err := ucxMemory(r.Memory)
+		if err != nil {
+			bad, badErr = append(bad, i), append(badErr, err)
+			continue
+		}
+		kr = append(kr, ucx.KeyRead{Key: k, Offset: r.Offset, Dst: r.Dst, DstMemory: mt})
 		index = append(index, i)
 	}
 	for j, i := range bad {
