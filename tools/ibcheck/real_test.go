@@ -214,10 +214,46 @@ func TestRealBinaryOnThisMachine(t *testing.T) {
 	if rep.Checks[0].ID != "devices" || rep.Checks[0].Status != "fail" || rep.Checks[0].Probe != "not_available" {
 		t.Errorf("first check %+v", rep.Checks[0])
 	}
+	// No GPU here either: one "no GPU" row, and no GPU check warns or fails.
+	if !strings.Contains(out, "gpu                SKIP  no GPU") {
+		t.Errorf("want the gpu row to say no GPU:\n%s", out)
+	}
+	for _, c := range rep.Checks {
+		if c.Group == check.GroupGPU && c.Status != "skip" {
+			t.Errorf("GPU check %s on a machine without a GPU: %s (%s)", c.ID, c.Status, c.Finding)
+		}
+	}
 	// --ucx lists the linked UCX's resources (the self transport exists on every machine).
 	out, _, _ = runBinary(t, bin, cleanEnv(), "--ucx")
 	if check.Live().CGO && !strings.Contains(out, "component self") {
 		t.Errorf("--ucx lists no self component:\n%s", out)
+	}
+}
+
+// TestRealBinaryOnGPUTrees runs the built ibcheck over the GPU node trees: the GPU rows come
+// from sysfs alone, so the real binary gives the goldens' verdicts, except the dma-buf one, which
+// needs the kernel release that a copied tree does not hold.
+func TestRealBinaryOnGPUTrees(t *testing.T) {
+	bin := buildIbcheck(t, false)
+	env := append(cleanEnv(), "VELO_UCX_TRUST_NETWORK=1", "UCX_NET_DEVICES=mlx5_0:1")
+	for name, want := range map[string]map[string]string{
+		"dgx-h100-gpudirect":    {"gpu": "pass", "gpudirect": "pass", "gpu_nic_path": "pass", "gpu_acs": "pass", "gpu_iommu": "pass"},
+		"dgx-h100-no-peermem":   {"gpu": "pass", "gpudirect": "warn", "gpu_nic_path": "pass", "gpu_acs": "warn", "gpu_iommu": "warn"},
+		"l40s-dmabuf-user-copy": {"gpu": "pass", "gpudirect": "warn", "gpu_nic_path": "pass", "gpu_acs": "skip", "gpu_iommu": "pass"},
+	} {
+		out, errOut, _ := runBinary(t, bin, env, "--sysfs", filepath.Join(gpuFixturesDir, "sysfs", name), "--json", "--need-memlock", smallNeed)
+		var rep jsonReport
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("%s: %v\n%s\n%s", name, err, out, errOut)
+		}
+		for _, c := range rep.Checks {
+			if w, ok := want[c.ID]; ok && c.Status != w {
+				t.Errorf("%s: %s is %s, want %s (%s)", name, c.ID, c.Status, w, c.Finding)
+			}
+			if name == "l40s-dmabuf-user-copy" && c.ID == "gpudirect" && !strings.Contains(c.Finding, "could not tell") {
+				t.Errorf("%s: gpudirect on a copied tree should not know the kernel: %s", name, c.Finding)
+			}
+		}
 	}
 }
 
