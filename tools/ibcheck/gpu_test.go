@@ -124,7 +124,16 @@ func TestGPUOnThisMachine(t *testing.T) {
 		require.True(t, ok, id)
 		assert.Contains(t, []check.Status{check.Skip, check.NotCompiled}, r.Status, "%s: %s", id, r.Finding)
 	}
-	if r, _ := rep.Result("ucx_cuda"); check.Live().CGO && !ucx.CUDAEnabled() {
+	r, _ := rep.Result("ucx_cuda")
+	switch {
+	case !check.Live().CGO:
+		assert.Equal(t, check.NotCompiled, r.Status, r.Finding)
+	case ucx.CUDAEnabled():
+		// A CUDA build (-tags cuda,ucx_static) on this machine: the driver, or its stub, answers.
+		assert.Equal(t, check.Skip, r.Status, r.Finding)
+		assert.Contains(t, r.Finding, "this ibcheck has CUDA")
+		assert.Contains(t, r.Facts, check.Fact{Key: "cuda_build", Value: "yes"})
+	default:
 		assert.Equal(t, check.Skip, r.Status, r.Finding)
 		assert.Contains(t, r.Finding, "this ibcheck was built without CUDA support")
 	}
