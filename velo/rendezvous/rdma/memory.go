@@ -38,8 +38,8 @@ func (r *Registry) CheckMemory(mem []byte, m rendezvous.Memory, device int) erro
 		if m.Type == transport.MemoryHost {
 			return nil
 		}
-		return fmt.Errorf("rdma: %w: the %s transport registers host memory only; %v memory needs the UCX transport of a binary built with -tags cuda,ucx_static",
-			ErrUnsupportedMemory, r.backend, m.Type)
+		return fmt.Errorf("rdma: %w: this instance's %s transport (%T) registers host memory only; %v memory needs velo's UCX transport (ucxtransport, one rail) in a binary built with -tags cuda,ucx_static",
+			ErrUnsupportedMemory, r.backend, r.rma, m.Type)
 	}
 	return mr.CheckMemory(mem, m.Type, device)
 }
