@@ -476,13 +476,19 @@ func (r *Rendezvous) pullSpans(ctx context.Context, owner transport.InstanceID, 
 			if err == nil {
 				req := wire.AppendPullRequest(make([]byte, 0, wire.PullRequestLen), wire.PullRequest{Lease: s.lease, Offset: s.off + uint64(t.off), Length: uint32(t.end - t.off)})
 				if s.mem.Typed() {
-					// A bounce buffer per pull in flight: at most BatchWindow chunks of host memory.
-					bounce := make([]byte, t.end-t.off)
+					// A bounce buffer per pull in flight: at most BatchWindow chunks of host memory,
+					// reused across pulls.
+					buf := r.bounceBufs.Get().(*[]byte)
+					if cap(*buf) < t.end-t.off {
+						*buf = make([]byte, t.end-t.off)
+					}
+					bounce := (*buf)[:t.end-t.off]
 					if err = r.msgr.RequestInto(ctx, owner, opPull, req, bounce); err == nil {
 						if err = r.copyMemory(s.dst[t.off:t.end], s.mem.Type, bounce, transport.MemoryHost); err != nil {
 							err = fmt.Errorf("rendezvous: copying from the bounce buffer: %w", err)
 						}
 					}
+					r.bounceBufs.Put(buf)
 				} else {
 					err = r.msgr.RequestInto(ctx, owner, opPull, req, s.dst[t.off:t.end])
 				}
