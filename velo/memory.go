@@ -189,8 +189,8 @@ func (v *Velo) RegisterRegionMemory(m Memory) (*Region, error) {
 // GetIntoMemory is GetInto into m, which must be exactly h.Size bytes. Device memory is read by
 // the transport with its type on the RDMA path (on GPUDirect RDMA hardware the NIC writes it),
 // and through host bounce buffers on the chunked path (PullWindow of them, one chunk each; reason
-// device_bounce). When it returns, nothing writes m any more; synchronise the streams that read
-// m after that.
+// device_bounce). When it returns, nothing writes m any more; launch the work that reads m after
+// that. The lease's Bytes views m: for device memory the CPU must not read it.
 func (v *Velo) GetIntoMemory(ctx context.Context, h Handle, m Memory) (*Lease, error) {
 	b, rm, err := m.view()
 	if err != nil {
