@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"unsafe"
 
 	"github.com/velo-go/velo/ucx"
@@ -47,7 +48,7 @@ func (t *Transport) CheckMemory(mem []byte, mt transport.MemoryType, device int)
 	if !ucx.CUDAEnabled() {
 		return fmt.Errorf("ucx: %v memory: %w", mt, ucx.ErrCUDANotBuilt)
 	}
-	n, err := ucx.CUDADeviceCount()
+	n, err := cudaDevices()
 	if err != nil {
 		return fmt.Errorf("ucx: %v memory on device %d: %w", mt, device, err)
 	}
@@ -70,6 +71,10 @@ func (t *Transport) CheckMemory(mem []byte, mt transport.MemoryType, device int)
 	}
 	return nil
 }
+
+// cudaDevices is ucx.CUDADeviceCount, asked of the driver once per process (the count does not
+// change while it runs; a batch into GPU memory checks every entry).
+var cudaDevices = sync.OnceValues(ucx.CUDADeviceCount)
 
 // errBadMemory is the root of CheckMemory's refusals of memory that is not what it is said to be.
 var errBadMemory = errors.New("memory is not what it is described as")
