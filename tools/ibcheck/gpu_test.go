@@ -37,6 +37,14 @@ var ucxCUDAStub = func() check.UCXInfo {
 	return info
 }()
 
+// withCUDADevices is info with the driver reporting n devices.
+func withCUDADevices(info check.UCXInfo, n int) check.UCXInfo {
+	c := *info.CUDA
+	c.Devices = n
+	info.CUDA = &c
+	return info
+}
+
 func setKernel(release string) func(*check.System) {
 	return func(s *check.System) {
 		s.KernelRelease = func(verbs.Paths) (string, error) { return release, nil }
@@ -67,6 +75,8 @@ func TestGoldenGPU(t *testing.T) {
 			mention: map[string]string{"gpudirect": "dma-buf: the NVIDIA driver 560.35.03 is the open kernel module", "gpu_acs": "the kernel shows it only to root"}},
 		{name: "gpu-dgx-cuda-stub", args: gpuTree("dgx-h100-gpudirect"), env: pinnedEnv, sys: setUCX(ucxCUDAStub), exit: 0,
 			want: map[string]check.Status{"ucx_cuda": check.Warn}, mention: map[string]string{"ucx_cuda": "CUDA_ERROR_STUB_LIBRARY"}},
+		{name: "gpu-dgx-cuda-sees-fewer", args: gpuTree("dgx-h100-gpudirect"), env: pinnedEnv, sys: setUCX(withCUDADevices(ucxCUDA, 7)), exit: 0,
+			want: map[string]check.Status{"ucx_cuda": check.Warn}, mention: map[string]string{"ucx_cuda": "sees 7 of the 8 NVIDIA GPUs"}},
 		{name: "gpu-none", args: []string{"--sysfs", fixtureSysfs("cx7-ib-active")}, env: pinnedEnv, exit: 0,
 			want: map[string]check.Status{"gpu": check.Skip, "gpudirect": check.Skip, "gpu_nic_path": check.Skip,
 				"gpu_acs": check.Skip, "gpu_iommu": check.Skip, "ucx_cuda": check.Skip},
@@ -98,6 +108,9 @@ func TestGPUCases(t *testing.T) {
 			mention: map[string]string{"gpu_nic_path": "no PCIe switch between GPU0 (PHB)", "gpu_acs": "matters only inside a switch"}},
 		{name: "nearest-port-down", args: topoTree("port-down"), exit: 1,
 			want: map[string]check.Status{"gpu_nic_path": check.Warn}},
+		// With CUDA_VISIBLE_DEVICES set the job chose fewer GPUs: nothing to warn about.
+		{name: "cuda-visible-devices", args: gpuTree("dgx-h100-gpudirect"), env: envWith(map[string]string{"CUDA_VISIBLE_DEVICES": "0,1"}),
+			sys: setUCX(withCUDADevices(ucxCUDA, 2)), exit: 0, want: map[string]check.Status{"ucx_cuda": check.Pass}},
 		{name: "cgo-off", args: gpuTree("dgx-h100-gpudirect"), env: pinnedEnv, sys: func(s *check.System) {
 			s.CGO = false
 			s.UCX = func(context.Context, []string, bool) check.UCXInfo { return check.UCXInfo{Err: ucxNotCompiled} }

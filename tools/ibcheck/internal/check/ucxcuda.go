@@ -107,6 +107,10 @@ func (r *run) checkUCXCUDA(context.Context) Result {
 		res.Status, res.Probe = Warn, NotAvailable
 		res.Finding = fmt.Sprintf("the node has %s, but %s: velo cannot register GPU memory", plural(len(v.nvidia), "NVIDIA GPU"), driver)
 		res.Fix = "load the NVIDIA driver (see the gpu check), and run with the driver's libcuda.so.1 on the library path, not the toolkit's stubs"
+	case c.Devices < len(v.nvidia) && !r.cudaVisibleSet():
+		res.Status, res.Probe = Warn, Available
+		res.Finding = fmt.Sprintf("the CUDA driver sees %d of the %s in sysfs, and CUDA_VISIBLE_DEVICES is unset: a GPU the driver lost (fallen off the bus, an Xid error) or one it cannot use", c.Devices, plural(len(v.nvidia), "NVIDIA GPU"))
+		res.Fix = "nvidia-smi lists the GPUs the driver has; dmesg | grep -i xid says what happened to a missing one (a reset or a reboot brings it back)"
 	case len(c.Transports) == 0:
 		res.Status, res.Probe = Warn, NotAvailable
 		res.Finding = "the linked UCX lists no CUDA transport (cuda_copy): its CUDA memory domain did not open, so UCX cannot move GPU memory although " + driver
@@ -116,4 +120,10 @@ func (r *run) checkUCXCUDA(context.Context) Result {
 		res.Finding = fmt.Sprintf("the linked UCX moves %s memory (CUDA transports %s), and %s", strings.Join(c.MemoryTypes, " and "), tl, driver)
 	}
 	return res
+}
+
+// cudaVisibleSet: the job limits the GPUs CUDA shows (the probe child inherits it).
+func (r *run) cudaVisibleSet() bool {
+	_, ok := r.env("CUDA_VISIBLE_DEVICES")
+	return ok
 }
