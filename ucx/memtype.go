@@ -68,8 +68,8 @@ func (e *CUDAError) Error() string {
 		msg += ": the libcuda.so.1 loaded is the CUDA toolkit's stub, not the NVIDIA driver's (no driver on this machine)"
 	case "CUDA_ERROR_NO_DEVICE":
 		msg += ": the NVIDIA driver sees no CUDA device"
-	case "CUDA_ERROR_INSUFFICIENT_DRIVER":
-		msg += ": the NVIDIA driver is older than CUDA 11.8 needs (driver 520 or later)"
+	case "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH":
+		msg += ": the NVIDIA kernel module and its user-space libcuda.so.1 are of different releases"
 	}
 	return msg
 }
@@ -153,7 +153,7 @@ func checkMemory(what string, addr uintptr, n int, want MemoryType) error {
 		if want == MemoryHost {
 			return nil // no driver: there is no device memory either
 		}
-		return fmt.Errorf("ucx: %s is said to be CUDA memory, and the driver cannot tell: %w", what, err)
+		return fmt.Errorf("ucx: %s: said to be CUDA memory, and the driver cannot tell: %w", what, err)
 	}
 	if got != want {
 		return fmt.Errorf("ucx: %s: %w: the memory at %#x is %v memory, not %v", what, StatusInvalidParam, addr, got, want)

@@ -32,7 +32,9 @@
 #
 # Variables: UCX_TARBALL, UCX_SOURCE, UCX_DIR, UCX_EXTRA_CONFIGURE, VELO_UCX_IGNORE_MISSING_HEADERS, CC,
 # CC_<target>, GOOS, GOARCH, CFLAGS, CPPFLAGS, LDFLAGS, CPATH, C_INCLUDE_PATH, LIBRARY_PATH,
-# VELO_UCX_PATCHES (another folder of per-version patch sets, for tests).
+# VELO_UCX_PATCHES (another folder of per-version patch sets, for tests), VELO_UCX_CUDA (the CUDA
+# variant: the same source and patch set configured --with-cuda against that CUDA sysroot, made by
+# make cuda-sysroot, into build-<version>-cuda with build-cuda pointing at it; README.md, "CUDA").
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -49,6 +51,12 @@ pins="$here/sources.sha256"
 # velo's patch sets, one folder per UCX version (patches/1.13.1, patches/1.22.0).
 patches_root=${VELO_UCX_PATCHES:-$here/patches}
 patch_dir="" # set by select_version
+# The CUDA variant (make ucx-static-cuda): the CUDA headers and libraries of make cuda-sysroot
+# (third_party/cuda/root). Empty: the default build, without CUDA. The variant keeps its state
+# (object tree, logs, lock) in work/cuda, so it never waits for a default build or overwrites its
+# logs: make test builds both at once.
+cuda_root=${VELO_UCX_CUDA:-}
+[ -z "$cuda_root" ] || work_dir="$here/work/cuda"
 # The UCX 1.22.0 source the workspace provides beside the checkout (a git archive of tag v1.22.0).
 shared_source=${VELO_UCX_SHARED_SOURCE:-$here/../../../shared/third_party/ucx-1.22.0-git.tar.gz}
 
@@ -276,6 +284,8 @@ fi
 
 # The configure arguments. Each is explained in README.md.
 configure_args() {
+	local cuda_args=(--without-cuda)
+	[ -z "$cuda_root" ] || cuda_args=(--with-cuda="$cuda_root")
 	args=(
 		--prefix="$build_dir"
 		--enable-option-checking=fatal
@@ -287,7 +297,7 @@ configure_args() {
 		--enable-logging
 		--disable-optimizations
 		--without-bfd --without-valgrind
-		--without-cuda --without-rocm --without-gdrcopy --without-knem --without-xpmem --without-ugni
+		"${cuda_args[@]}" --without-rocm --without-gdrcopy --without-knem --without-xpmem --without-ugni
 		--without-fuse3 --without-java --without-go
 		--disable-doxygen-doc
 		--disable-dependency-tracking
@@ -417,10 +427,32 @@ select_version() {
 		"Add what the new release changed to select_version in ucx-static.sh before pinning it." ;;
 	esac
 	build_dir="$here/build-$ucx_version"
-	stamp="$build_dir/.velo-ucx-stamp"
 	src_dir="$src_root/ucx-$ucx_version"
 	obj_dir="$work_dir/obj-$ucx_version"
+	if [ -n "$cuda_root" ]; then
+		# The CUDA variant has trees of its own beside the default's, which it never touches,
+		# and its own link, build-cuda (what -tags cuda,ucx_static links).
+		build_dir+=-cuda
+		src_dir+=-cuda
+		obj_dir+=-cuda
+		link_dir="$here/build-cuda"
+		# libuct_cuda (cuda_copy, cuda_ipc) goes in before libucp, after the other transports.
+		ucx_archives=("${ucx_archives[@]:0:${#ucx_archives[@]}-1}" lib/ucx/libuct_cuda.a lib/libucp.a)
+		case "$ucx_version" in
+		# GPU-initiated IB (GDA-KI) needs device code compiled with nvcc; velo has none.
+		1.22.*) version_args+=(--without-gda) ;;
+		esac
+	fi
+	stamp="$build_dir/.velo-ucx-stamp"
 	patch_dir="$patches_root/$ucx_version"
+}
+
+# The CUDA variant needs the sysroot of make cuda-sysroot, complete (its stamp is written last).
+check_cuda_root() {
+	[ -n "$cuda_root" ] || return 0
+	[ -f "$cuda_root/.velo-cuda-stamp" ] && [ -f "$cuda_root/include/cuda.h" ] && [ -f "$cuda_root/lib/stubs/libcuda.so" ] ||
+		die "VELO_UCX_CUDA=$cuda_root is not a complete CUDA sysroot (include/cuda.h, lib/stubs/libcuda.so, .velo-cuda-stamp)." 			"Run 'make cuda-sysroot' (third_party/cuda/README.md), or use 'make ucx-static-cuda', which does."
+	cuda_root=$(cd "$cuda_root" && pwd)
 }
 
 # --- the patch set -----------------------------------------------------------------------------
@@ -609,6 +641,7 @@ stamp_key() {
 	printf 'target %s\n' "$target_triple"
 	printf 'cc %s (%s)\n' "$cc" "$cc_version"
 	printf 'shell %s\n' "${config_shell:-configure default}"
+	[ -z "$cuda_root" ] || printf 'cuda %s\n' "$(cat "$cuda_root/.velo-cuda-stamp")"
 	local v
 	for v in CFLAGS CPPFLAGS LDFLAGS CPATH C_INCLUDE_PATH LIBRARY_PATH; do
 		printf '%s %s\n' "$v" "${!v:-}"
@@ -654,6 +687,10 @@ check_config_h() {
 		"Check $work_dir/logs/configure.log for why rdma-core was not usable (an old rdma-core lacks DEVX: install a newer one)."
 	grep -q '^#define HAVE_RDMACM 1' "$h" || [ -f "$obj_dir/src/uct/ib/rdmacm/Makefile" ] ||
 		die "configure did not enable the rdmacm transport; see $work_dir/logs/configure.log."
+	if [ -n "$cuda_root" ]; then
+		grep -q '^#define HAVE_CUDA 1' "$h" ||
+			die "configure finished without HAVE_CUDA although --with-cuda=$cuda_root was given; see $work_dir/logs/configure.log."
+	fi
 }
 
 # step_done NAME records how long the step since the previous mark took, for the build summary,
@@ -731,6 +768,15 @@ build() {
 		[ -f "$build_dir/$a" ] || die "the build did not install $a; see $work_dir/logs."
 		inputs+=("$build_dir/$a")
 	done
+	if [ -n "$cuda_root" ]; then
+		# UCX's loadable modules each define ucs_module_global_init, the hook its module
+		# loader looks up with dlsym after dlopen; the mlx5 and cuda modules both have one (each
+		# only loads its own sub-modules: GDA-KI, gdrcopy, neither built here). Linked into one
+		# object, the two definitions collide; nothing calls them in a static build, so the
+		# cuda module's is made local.
+		run_logged localize-cuda-module-init "$("${cc_words[@]}" -print-prog-name=objcopy)" \
+			--localize-symbol=ucs_module_global_init "$build_dir/lib/ucx/libuct_cuda.a"
+	fi
 	run_logged partial-link "${cc_words[@]}" -nostdlib -r -o "$work_dir/velo_ucx.o" \
 		-Wl,--whole-archive "${inputs[@]}" -Wl,--no-whole-archive
 	ar=$("${cc_words[@]}" -print-prog-name=ar)
@@ -742,7 +788,10 @@ build() {
 	# on a pipe would stop nm early, and pipefail would report that as a failure.
 	local sym syms
 	syms=$("$nm" "$build_dir/lib/libvelo_ucx.a" 2>/dev/null) || die "$nm could not read libvelo_ucx.a."
-	for sym in ucp_init_version uct_ib_init uct_ib_md_ops_devx_entry uct_rdmacm_init uct_cma_init uct_tcp_init; do
+	local want_syms=(ucp_init_version uct_ib_init uct_ib_md_ops_devx_entry uct_rdmacm_init uct_cma_init uct_tcp_init)
+	# The CUDA variant: the cuda_copy and cuda_ipc transports' constructors.
+	[ -z "$cuda_root" ] || want_syms+=(uct_cuda_copy_component uct_cuda_ipc_component)
+	for sym in "${want_syms[@]}"; do
 		grep -q " [TtDd] $sym\$" <<<"$syms" ||
 			die "libvelo_ucx.a lacks $sym; the partial link or the configure result is wrong (logs in $work_dir/logs)."
 	done
@@ -787,6 +836,9 @@ cpu_seconds() {
 build_tools() {
 	local info="$obj_dir/src/tools/info" perf="$obj_dir/src/tools/perf" objs lib
 	local cc_words link_libs=(-libverbs -lmlx5 -lrdmacm -lpthread -ldl -lrt -lm)
+	# The CUDA variant links the driver API and NVML as the cuda-tagged Go binaries do: against
+	# the stubs at link time, the driver's libcuda.so.1 and libnvidia-ml.so.1 at run time.
+	[ -z "$cuda_root" ] || link_libs=(-L"$cuda_root/lib/stubs" -lcuda -lnvidia-ml "${link_libs[@]}")
 	read -r -a cc_words <<<"$cc"
 	mkdir -p "$build_dir/bin"
 	run_logged tools-info-objects make -C "$info" build_config.h
@@ -802,19 +854,28 @@ build_tools() {
 	run_logged tools-perf-link bash -c 'cd "$1" && shift && "$@"' _ "$perf" "${cc_words[@]}" -fopenmp -o "$build_dir/bin/ucx_perftest" \
 		$objs "$lib" "$build_dir/lib/libvelo_ucx.a" "${link_libs[@]}" -lstdc++
 	[ -n "$configure_host" ] && return 0 # a cross build cannot run its tools here
-	local v
+	local v run=()
+	# The CUDA variant's tools need libcuda.so.1 to start: on a machine without the NVIDIA
+	# driver the sysroot's run/ folder supplies the stub (every CUDA call then fails cleanly).
+	if [ -n "$cuda_root" ] && ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
+		run=(env LD_LIBRARY_PATH="$cuda_root/run${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+	fi
 	# 1.13 prints "# Version 1.13.1", later releases "# Library version: 1.22.0".
-	v=$("$build_dir/bin/ucx_info" -v 2>&1 | sed -n -E 's/^# (Library version:|Version) //p')
+	v=$("${run[@]}" "$build_dir/bin/ucx_info" -v 2>&1 | sed -n -E 's/^# (Library version:|Version) //p')
 	[ "$v" = "$ucx_version" ] || die "the ucx_info just built reports library version '${v:-none}', not $ucx_version; the tools link picked up another UCX." \
 		"Look for a UCX on LIBRARY_PATH or in $work_dir/logs/tools-info-link.log."
 	# Read whole before grep: grep -q stops early, and pipefail would call that a failure.
 	local out
-	out=$(UCX_TLS=tcp "$build_dir/bin/ucx_info" -d 2>&1) || true
+	out=$(UCX_TLS=tcp "${run[@]}" "$build_dir/bin/ucx_info" -d 2>&1) || true
 	grep -q 'Transport: tcp' <<<"$out" ||
 		die "the ucx_info just built lists no tcp transport; the static link lost UCX's modules (logs in $work_dir/logs)."
-	out=$("$build_dir/bin/ucx_info" -b 2>&1) || true
+	out=$("${run[@]}" "$build_dir/bin/ucx_info" -b 2>&1) || true
 	grep -q '^#define uct_MODULES .*:ib:rdmacm' <<<"$out" ||
 		die "the ucx_info just built does not list the ib and rdmacm modules as compiled in; see $obj_dir/config.h."
+	if [ -n "$cuda_root" ]; then
+		grep -q '^#define uct_MODULES .*:cuda' <<<"$out" ||
+			die "the CUDA variant's ucx_info does not list the cuda module as compiled in; see $obj_dir/config.h."
+	fi
 }
 
 # tool_objects DIR PROGRAM: the object files automake's Makefile in DIR lists for PROGRAM.
@@ -888,6 +949,7 @@ if [ -n "${UCX_DIR:-}" ]; then
 fi
 check_extra_configure
 check_headers
+check_cuda_root
 resolve_source
 [ -z "$needs_autogen" ] || [ "$cmd" = patches ] || [ "$cmd" = patch-check ] || check_autotools
 select_version

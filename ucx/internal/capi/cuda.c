@@ -1,4 +1,4 @@
-//go:build cuda
+//go:build cuda && ucx_static
 
 // The few CUDA driver calls velo makes itself (build tag cuda): initialise the driver, count
 // the devices, ask what memory an address is, and copy between host and device memory.
@@ -152,7 +152,7 @@ const char *velo_cuda_error_name(int res)
 	case CUDA_ERROR_INVALID_VALUE:       return "CUDA_ERROR_INVALID_VALUE";
 	case CUDA_ERROR_NOT_INITIALIZED:     return "CUDA_ERROR_NOT_INITIALIZED";
 	case CUDA_ERROR_STUB_LIBRARY:        return "CUDA_ERROR_STUB_LIBRARY";
-	case CUDA_ERROR_INSUFFICIENT_DRIVER: return "CUDA_ERROR_INSUFFICIENT_DRIVER";
+	case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH: return "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH";
 	case CUDA_ERROR_NO_DEVICE:           return "CUDA_ERROR_NO_DEVICE";
 	case CUDA_ERROR_INVALID_DEVICE:      return "CUDA_ERROR_INVALID_DEVICE";
 	default:                             return "unknown CUDA error";

@@ -1,9 +1,10 @@
-//go:build cgo && linux && ucx_static
+//go:build cgo && linux && ucx_static && !cuda
 
 package capi
 
 // The static link (build tag ucx_static), used instead of link_pkgconfig.go. It needs
 // `make ucx-static`, which installs UCX's headers and libvelo_ucx.a under third_party/ucx/build.
+// With the cuda tag too, link_static_cuda.go links the CUDA variant instead.
 //
 // libvelo_ucx.a holds one relocatable object made of all UCX libraries (libucm, libucs, libuct,
 // the ib, rdmacm and cma transports, libucp). Linking the separate archives would pull in only

@@ -1,6 +1,7 @@
-//go:build !cuda
+//go:build !(cuda && ucx_static)
 
-// The build without the cuda tag: no CUDA library is linked, and every call says so. Package
+// The build without the cuda tag (or with it but without ucx_static, which link_cuda_needs_static.go
+// refuses): no CUDA library is linked, and every call says so. Package
 // ucx turns VELO_CUDA_NOT_BUILT into an error matching errors.ErrUnsupported that names the
 // build tags (see cuda.c for the build with them).
 
