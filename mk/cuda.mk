@@ -26,9 +26,11 @@ CUDA_TAGS := cuda,ucx_static
 # type, and the twins of the CUDA wrappers.
 CUDA_UCX_TESTS ?= MemoryType|MemoryHost|MemoryCUDA|CUDA|Twin
 # velo packages (relative to velo/, e.g. ./rendezvous/...) whose tests also run under the tag, and
-# their -run pattern. The velo API for GPU memory adds its packages here.
-CUDA_VELO_PKGS ?=
-CUDA_VELO_TESTS ?= .
+# their -run pattern: the velo API's memory-type tests (velo/memory*_test.go: host memory through
+# the device path, refusals, two processes over the real UCX transport). Extend both as the GPU
+# API grows.
+CUDA_VELO_PKGS ?= .
+CUDA_VELO_TESTS ?= Memory
 
 .PHONY: cuda-sysroot ucx-static-cuda ucx-static-cuda-tools test-cuda
 TEST_TARGETS += test-cuda
@@ -57,7 +59,8 @@ test-cuda: ucx-static-cuda
 	cd ucx && $(CUDA_GO) $(GO) vet -tags $(CUDA_TAGS) ./... && \
 	$(CUDA_GO) $(CUDA_RUN_ENV) GOEXPERIMENT=cgocheck2 $(GOTEST) -tags $(CUDA_TAGS) -run '$(CUDA_UCX_TESTS)' . ./internal/capi && \
 	cd ../velo && $(CUDA_GO) $(GO) build -tags $(CUDA_TAGS) ./... && $(CUDA_GO) $(GO) vet -tags $(CUDA_TAGS) ./... && \
-	(cd ../test && $(CUDA_GO) $(GO) vet -tags $(CUDA_TAGS) ./gpu) && \
+	(cd ../test && $(CUDA_GO) $(GO) vet -tags $(CUDA_TAGS) ./gpu && \
+		$(CUDA_GO) $(CUDA_RUN_ENV) UCX_TLS=$${UCX_TLS:-tcp} $(GOTEST) -tags $(CUDA_TAGS) -run 'Harness' ./gpu) && \
 	if [ -n "$(strip $(CUDA_VELO_PKGS))" ]; then \
 		$(CUDA_GO) $(CUDA_RUN_ENV) $(RDMA_TEST_ENV) UCX_TLS=$${UCX_TLS:-tcp} $(GOTEST) -tags $(CUDA_TAGS) -run '$(CUDA_VELO_TESTS)' $(CUDA_VELO_PKGS); \
 	fi; \

@@ -1,0 +1,208 @@
+//go:build cuda && ucx_static && cgo && linux
+
+package gpu
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/velo-go/velo/velo"
+	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/transport/tcp"
+	"github.com/velo-go/velo/velo/transport/ucxtransport"
+)
+
+// velo over GPU memory, two processes: an owner process stages a region of GPU memory zero-copy
+// (RegisterRegionMemory of CUDAMemory, StageRegion), and this process reads it into GPU memory
+// with GetIntoMemory and, as a batch of 64 KiB blocks, ReadRanges, each checked against the
+// SHA-256 of the host copy the owner uploaded. Once with velo's RDMA path (UCX reads the device
+// memory itself, path rdma/ok) and once with the owner's RDMA path switched off (the chunked path
+// through host bounce buffers on both sides, path chunked/device_bounce: never silent).
+
+const veloOwnerRole = "velo-owner"
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func veloNode(opts ...velo.Option) (*velo.Velo, error) {
+	ctl, err := tcp.New(tcp.Config{})
+	if err != nil {
+		return nil, err
+	}
+	u, err := ucxtransport.New(ucxtransport.Config{TLS: suiteTLS(), EagerEndpoints: true, Logger: quiet()})
+	if err != nil {
+		return nil, err
+	}
+	return velo.New(context.Background(), append([]velo.Option{velo.WithLogger(quiet()), velo.WithTransport(ctl), velo.WithUCXTransport(u)}, opts...)...)
+}
+
+// veloHello is the owner process's first line.
+type veloHello struct {
+	Peer   velo.PeerInfo `json:"peer"`
+	Handle string        `json:"handle"`
+	SHA256 string        `json:"sha256"`
+	Err    string        `json:"err,omitempty"`
+}
+
+// runVeloOwner stages size bytes of GPU memory (pattern seed 91) and serves it until stdin
+// closes; then it prints its path counts and registrations and exits.
+func runVeloOwner(size int, bounce bool) error {
+	var opts []velo.Option
+	if bounce {
+		opts = append(opts, velo.WithRDMA(velo.RDMAConfig{Disabled: true}))
+	}
+	v, err := veloNode(opts...)
+	if err != nil {
+		return err
+	}
+	data := pattern(size, 91)
+	buf, err := Alloc(0, size)
+	if err != nil {
+		v.Close()
+		return err
+	}
+	// velo first, then the memory: the application frees device memory only after velo is done.
+	defer buf.Free()
+	defer v.Close()
+	if err := buf.Upload(data); err != nil {
+		return err
+	}
+	g, err := v.RegisterRegionMemory(velo.CUDAMemory(buf.Ptr, size, 0))
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	h, err := v.StageRegion(ctx, g)
+	if err != nil {
+		return err
+	}
+	ht, err := h.MarshalText()
+	if err != nil {
+		return err
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(veloHello{Peer: v.PeerInfo(), Handle: string(ht), SHA256: hexsum(data)}); err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	lines, _ := metrics.Lines(v.Metrics(), metrics.RDMAPathTotal)
+	fmt.Printf("OWNER PATHS\n%s\n", strings.Join(lines, "\n"))
+	g.Free()
+	v.Close()
+	select {
+	case <-g.Done():
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("the GPU region was not released within 30 s of Close")
+	}
+	return nil
+}
+
+func startVeloOwner(t *testing.T, size int, bounce bool) (veloHello, func() string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), roleEnv+"="+veloOwnerRole, fmt.Sprintf("VELO_GPU_SIZE=%d", size), fmt.Sprintf("VELO_GPU_BOUNCE=%t", bounce))
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	r := bufio.NewReader(out)
+	line, err := r.ReadBytes('\n')
+	require.NoError(t, err, "the owner process's first line")
+	var hello veloHello
+	require.NoError(t, json.Unmarshal(line, &hello), "%s", line)
+	require.Empty(t, hello.Err)
+	finish := func() string {
+		_ = in.Close()
+		rest, _ := io.ReadAll(r)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			require.NoError(t, err, "owner process:\n%s", rest)
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Fatalf("owner process did not exit:\n%s", rest)
+		}
+		return string(rest)
+	}
+	return hello, finish
+}
+
+func TestVeloGPURegion(t *testing.T) {
+	devicesOrSkip(t)
+	const size = 64 << 20
+	for _, c := range []struct {
+		name   string
+		bounce bool
+		path   metrics.Path
+		reason metrics.Reason
+	}{
+		{"zero-copy", false, metrics.PathRDMA, metrics.ReasonOK},
+		{"bounce", true, metrics.PathChunked, metrics.ReasonDeviceBounce},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			hello, finish := startVeloOwner(t, size, c.bounce)
+			v, err := veloNode()
+			require.NoError(t, err)
+			defer v.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			require.NoError(t, v.RegisterPeer(ctx, hello.Peer))
+			var h velo.Handle
+			require.NoError(t, h.UnmarshalText([]byte(hello.Handle)))
+			require.EqualValues(t, size, h.Size)
+
+			dst, err := Alloc(0, size)
+			require.NoError(t, err)
+			defer dst.Free()
+			got := make([]byte, size)
+
+			// The whole region into GPU memory.
+			start := time.Now()
+			l, err := v.GetIntoMemory(ctx, h, velo.CUDAMemory(dst.Ptr, size, 0))
+			require.NoError(t, err)
+			el := time.Since(start)
+			require.NoError(t, dst.Download(got))
+			require.Equal(t, hello.SHA256, hexsum(got), "GetIntoMemory: SHA-256 differs from the owner's host copy")
+			require.NoError(t, l.Detach(ctx))
+			t.Logf("%s: 64 MiB GPU→GPU with GetIntoMemory in %v (%.0f MiB/s)", c.name, el, float64(size)/(1<<20)/el.Seconds())
+
+			// A batch of 64 KiB blocks into GPU memory, in reverse order.
+			const block = 64 << 10
+			n := 256
+			ranges := make([]velo.Range, n)
+			for i := range ranges {
+				j := n - 1 - i
+				ranges[i] = velo.RangeInto(uint64(i*block), block, velo.CUDAMemory(dst.Ptr+uintptr(j*block), block, 0))
+			}
+			start = time.Now()
+			require.NoError(t, v.ReadRanges(ctx, h, ranges))
+			t.Logf("%s: %d blocks of 64 KiB GPU→GPU with ReadRanges in %v", c.name, n, time.Since(start))
+			require.NoError(t, dst.Download(got[:n*block]))
+			want := pattern(size, 91)
+			for i := 0; i < n; i++ {
+				j := n - 1 - i
+				require.Equal(t, hexsum(want[i*block:(i+1)*block]), hexsum(got[j*block:(j+1)*block]), "block %d", i)
+			}
+
+			lines, err := metrics.Lines(v.Metrics(), metrics.RDMAPathTotal)
+			require.NoError(t, err)
+			joined := strings.Join(lines, "\n")
+			require.Contains(t, joined, fmt.Sprintf(`path="%s",reason="%s"`, c.path, c.reason), "consumer's path counts:\n%s", joined)
+			ownerOut := finish()
+			require.Contains(t, ownerOut, fmt.Sprintf(`path="%s",reason="%s"`, c.path, c.reason), "owner's path counts:\n%s", ownerOut)
+			t.Logf("consumer paths:\n%s\nowner:\n%s", joined, ownerOut)
+		})
+	}
+}
