@@ -115,9 +115,10 @@ func QueryMemory(addr uintptr) (MemoryType, int, error) {
 }
 
 // CopyMemory copies n bytes from src to dst, each host or device memory (unified addressing),
-// with cuMemcpy on the primary context of the device that owns one of them, and returns once
-// the bytes are at dst. velo never creates a CUDA context of its own: the primary context is
-// the one the runtime API and UCX's cuda_copy use too.
+// on the primary context of the device that owns one of them, and returns once the bytes are at
+// dst. velo never creates a CUDA context of its own: the primary context is the one the runtime
+// API and UCX's cuda_copy use too. The copy goes on a non-blocking stream of its own, so it does
+// not wait for the application's streams: synchronise them before handing the memory over.
 func CopyMemory(dst, src uintptr, n int) error {
 	if n < 0 {
 		return fmt.Errorf("ucx: CopyMemory: %w: negative length %d", StatusInvalidParam, n)

@@ -169,7 +169,7 @@ int velo_cuda_enabled(void);
 int velo_cuda_device_count(int *count);
 // The memory type (a ucs_memory_type_t) and device ordinal (-1 for host) of addr.
 int velo_cuda_query(uint64_t addr, int *memtype, int *ordinal);
-// A synchronous copy of n bytes between any two of host and device memory (unified
+// A copy of n bytes, finished when it returns, between any two of host and device memory (unified
 // addressing), on the primary context of the device that owns one of them.
 int velo_cuda_copy(uint64_t dst, uint64_t src, size_t n);
 const char *velo_cuda_error_name(int res);

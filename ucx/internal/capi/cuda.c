@@ -5,7 +5,9 @@
 // Everything else on the GPU is UCX's (its cuda_copy and cuda_ipc transports) or the
 // application's. velo never creates a CUDA context: a copy runs on the primary context of the
 // device that owns the memory, retained once per device for the life of the process and made
-// current only for the duration of the copy, exactly as UCX's cuda_copy does.
+// current only for the duration of the copy, as UCX's cuda_copy does; it goes on a non-blocking
+// stream of velo's own on that context, so it neither waits for nor orders the application's
+// streams (the application synchronises its own work before it hands memory to velo).
 //
 // Nothing here crashes without a GPU: with the driver's stub library (the build machine) or no
 // device, cuInit fails and every call returns that result, which package ucx reports.
@@ -22,6 +24,9 @@ static pthread_once_t  velo_cuda_once = PTHREAD_ONCE_INIT;
 static CUresult        velo_cuda_init_result;
 static pthread_mutex_t velo_cuda_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUcontext       velo_cuda_primary[VELO_CUDA_MAX_DEVICES];
+/* velo's own stream per device, non-blocking: a copy waits for itself, never for the
+ * application's work on the legacy default stream or any other. */
+static CUstream        velo_cuda_stream[VELO_CUDA_MAX_DEVICES];
 
 static void velo_cuda_init_once(void)
 {
@@ -80,10 +85,12 @@ int velo_cuda_query(uint64_t addr, int *memtype, int *ordinal)
 	return CUDA_SUCCESS;
 }
 
-/* The primary context of device ordinal, retained on first use. */
-static CUresult velo_cuda_context(int ordinal, CUcontext *ctx)
+/* The primary context of device ordinal and velo's stream on it, made on first use (the context
+ * retained for the life of the process). */
+static CUresult velo_cuda_context(int ordinal, CUcontext *ctx, CUstream *stream)
 {
 	CUresult res = CUDA_SUCCESS;
+	CUcontext prev;
 	CUdevice dev;
 
 	if (ordinal < 0 || ordinal >= VELO_CUDA_MAX_DEVICES) {
@@ -96,7 +103,15 @@ static CUresult velo_cuda_context(int ordinal, CUcontext *ctx)
 			res = cuDevicePrimaryCtxRetain(&velo_cuda_primary[ordinal], dev);
 		}
 	}
-	*ctx = velo_cuda_primary[ordinal];
+	if (res == CUDA_SUCCESS && velo_cuda_stream[ordinal] == NULL) {
+		res = cuCtxPushCurrent(velo_cuda_primary[ordinal]);
+		if (res == CUDA_SUCCESS) {
+			res = cuStreamCreate(&velo_cuda_stream[ordinal], CU_STREAM_NON_BLOCKING);
+			cuCtxPopCurrent(&prev);
+		}
+	}
+	*ctx    = velo_cuda_primary[ordinal];
+	*stream = velo_cuda_stream[ordinal];
 	pthread_mutex_unlock(&velo_cuda_lock);
 	return res;
 }
@@ -105,6 +120,7 @@ int velo_cuda_copy(uint64_t dst, uint64_t src, size_t n)
 {
 	int dst_type, dst_dev, src_type, src_dev, dev;
 	CUcontext ctx, prev;
+	CUstream stream;
 	CUresult res, res2;
 
 	res = velo_cuda_query(dst, &dst_type, &dst_dev);
@@ -119,7 +135,7 @@ int velo_cuda_copy(uint64_t dst, uint64_t src, size_t n)
 		memmove((void*)(uintptr_t)dst, (const void*)(uintptr_t)src, n);
 		return CUDA_SUCCESS;
 	}
-	res = velo_cuda_context(dev, &ctx);
+	res = velo_cuda_context(dev, &ctx, &stream);
 	if (res != CUDA_SUCCESS) {
 		return res;
 	}
@@ -127,11 +143,12 @@ int velo_cuda_copy(uint64_t dst, uint64_t src, size_t n)
 	if (res != CUDA_SUCCESS) {
 		return res;
 	}
-	/* cuMemcpy with unified addressing finds each side's kind itself; the synchronize makes
-	 * a device-to-device copy complete before the call returns, as for the other directions. */
-	res = cuMemcpy((CUdeviceptr)dst, (CUdeviceptr)src, n);
+	/* With unified addressing the copy finds each side's kind itself. It runs on velo's own
+	 * stream and the call returns once that stream has finished it: the bytes are in place,
+	 * and nothing of the application's was waited for. */
+	res = cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, n, stream);
 	if (res == CUDA_SUCCESS) {
-		res = cuCtxSynchronize();
+		res = cuStreamSynchronize(stream);
 	}
 	res2 = cuCtxPopCurrent(&prev);
 	return res != CUDA_SUCCESS ? res : res2;

@@ -29,8 +29,9 @@ func CudaQuery(addr uintptr) (memType, ordinal, res int) {
 	return int(mt), int(ord), int(r)
 }
 
-// CudaCopy wraps velo_cuda_copy: a synchronous cuMemcpy of n bytes from src to dst on the
-// primary context of the device that owns one of them (memmove when both are host memory).
+// CudaCopy wraps velo_cuda_copy: n bytes from src to dst with cuMemcpyAsync on velo's stream of
+// the primary context of the device that owns one of them, waited for (memmove when both are
+// host memory).
 func CudaCopy(dst, src, n uintptr) int {
 	return int(C.velo_cuda_copy(C.uint64_t(dst), C.uint64_t(src), C.size_t(n)))
 }
