@@ -142,3 +142,43 @@ func TestMemoryCUDARefusedWithoutCUDA(t *testing.T) {
 	require.NoError(t, host.Unregister(ctx))
 
 }
+
+// TestVectoredReplyServesOneMemoryType: a vectored guarded reply is one message from one kind of
+// memory, so the owner serves the reads of the first served read's memory type and refuses the
+// others with UCS_ERR_UNSUPPORTED (never sending from them). Here a second registration's guard
+// slot is marked CUDA by hand, which only the owner's table sees.
+func TestVectoredReplyServesOneMemoryType(t *testing.T) {
+	ctx := testContext(t)
+	a, b := newTestEngine(t, "a", func(c *EngineConfig) { c.RMA = RMAGuarded }), newTestEngine(t, "b", func(c *EngineConfig) { c.RMA = RMAGuarded })
+	skipIfReplyBroken(t, a)
+	ab, err := a.Connect(ctx, b.Address(), ConnectOptions{VectoredGet: true})
+	require.NoError(t, err)
+	src1, src2 := allocFilled(t, 1<<20, 51), allocFilled(t, 1<<20, 52)
+	reg1, err := b.RegisterWith(ctx, src1.Bytes(), RegisterOptions{MemoryType: MemoryHost})
+	require.NoError(t, err)
+	reg2, err := b.RegisterWith(ctx, src2.Bytes(), RegisterOptions{MemoryType: MemoryHost})
+	require.NoError(t, err)
+	b.lock()
+	b.w.guardSetMemType(reg2.slot, MemoryCUDA.ucs())
+	b.wmu.Unlock()
+	k1, err := ParseRegionKey(reg1.RemoteKey())
+	require.NoError(t, err)
+	k2, err := ParseRegionKey(reg2.RemoteKey())
+	require.NoError(t, err)
+	reads := []KeyRead{
+		{Key: k1, Offset: 0, Dst: make([]byte, 4096)},
+		{Key: k2, Offset: 0, Dst: make([]byte, 4096)},
+		{Key: k1, Offset: 8192, Dst: make([]byte, 4096)},
+	}
+	errs := make([]error, len(reads))
+	ab.GetMany(ctx, reads, 16, func(i int, err error) { errs[i] = err })
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[2])
+	require.Equal(t, src1.Bytes()[:4096], reads[0].Dst)
+	require.Equal(t, src1.Bytes()[8192:8192+4096], reads[2].Dst)
+	require.ErrorIs(t, errs[1], StatusUnsupported)
+	require.Contains(t, errs[1].Error(), "one memory type per reply")
+	require.Equal(t, make([]byte, 4096), reads[1].Dst, "a refused read was written")
+	require.NoError(t, reg1.Unregister(ctx))
+	require.NoError(t, reg2.Unregister(ctx))
+}
