@@ -194,34 +194,49 @@ func TestRDMAMemoryOlderConsumer(t *testing.T) {
 	assert.Zero(t, owner.RDMAStats().LeaseRegistrations, "the refused lease registered nothing")
 }
 
-// TestRDMAMemoryPutOverUCX: puts from described memory and into a region taking the device path
-// (chunks through the receiver's copy), byte for byte, with the notification after the bytes.
+// TestRDMAMemoryPutOverUCX: puts from described memory (through the writer's host buffer) into a
+// region taking the device path, byte for byte, with the notification after the bytes: by RDMA
+// into a registration made for writing with the region's memory type, and, with the receiver's
+// RDMA path switched off, by chunks that the receiver copies in (device_bounce on its side).
 func TestRDMAMemoryPutOverUCX(t *testing.T) {
-	recv, writer := ucxMemPair(t)
-	ctx := tctx(t)
-	mem := make([]byte, 6<<20)
-	g, err := recv.RegisterRegionMemory(bounced(HostMemory(mem)))
-	require.NoError(t, err)
-	defer g.Free()
-	gr, err := recv.GrantWrite(ctx, writer.ID(), g, GrantOptions{})
-	require.NoError(t, err)
-	defer func() { _ = gr.Revoke(context.Background()) }()
+	for _, c := range []struct {
+		name   string
+		opts   []Option
+		path   metrics.Path
+		reason metrics.Reason
+	}{
+		{"rdma", nil, metrics.PathRDMA, metrics.ReasonOK},
+		{"bounce", []Option{WithRDMA(RDMAConfig{Disabled: true})}, metrics.PathChunked, metrics.ReasonDeviceBounce},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			recv, writer := ucxMemPair(t, c.opts...)
+			ctx := tctx(t)
+			mem := make([]byte, 6<<20)
+			g, err := recv.RegisterRegionMemory(bounced(HostMemory(mem)))
+			require.NoError(t, err)
+			defer g.Free()
+			gr, err := recv.GrantWrite(ctx, writer.ID(), g, GrantOptions{})
+			require.NoError(t, err)
+			defer func() { _ = gr.Revoke(context.Background()) }()
 
-	src := payload(5<<20+9, 14) // two pieces through the writer's 4 MiB host buffer
-	require.NoError(t, writer.PutMemory(ctx, gr.Handle(), 100, bounced(HostMemory(src)), &PutOptions{Notify: true, Payload: []byte("done")}))
-	n := <-gr.Notifications()
-	assert.Equal(t, []byte("done"), n.Payload)
-	require.Equal(t, src, mem[100:100+len(src)])
-	assert.Equal(t, make([]byte, 100), mem[:100], "bytes before the put untouched")
-	assert.Equal(t, 1.0, pushPath(t, recv, "receiver", metrics.PathChunked, metrics.ReasonDeviceBounce))
+			src := payload(5<<20+9, 14) // two pieces through the writer's 4 MiB host buffer
+			require.NoError(t, writer.PutMemory(ctx, gr.Handle(), 100, bounced(HostMemory(src)), &PutOptions{Notify: true, Payload: []byte("done")}))
+			n := <-gr.Notifications()
+			assert.Equal(t, []byte("done"), n.Payload)
+			require.Equal(t, src, mem[100:100+len(src)])
+			assert.Equal(t, make([]byte, 100), mem[:100], "bytes before the put untouched")
+			assert.Equal(t, 1.0, pushPath(t, recv, "receiver", c.path, c.reason))
 
-	// Plain host memory described with HostMemory is put as it is. (Past the bytes read above:
-	// the race detector sees no order between this test's reads and the receiver's writes.)
-	src2 := payload(70000, 15)
-	at := uint64(100 + len(src) + 100)
-	require.NoError(t, writer.PutMemory(ctx, gr.Handle(), at, HostMemory(src2), &PutOptions{Notify: true}))
-	<-gr.Notifications()
-	require.Equal(t, src2, mem[at:at+uint64(len(src2))])
+			// Plain host memory described with HostMemory is put as it is. (Past the bytes read
+			// above: the race detector sees no order between this test's reads and the
+			// receiver's writes.)
+			src2 := payload(70000, 15)
+			at := uint64(100 + len(src) + 100)
+			require.NoError(t, writer.PutMemory(ctx, gr.Handle(), at, HostMemory(src2), &PutOptions{Notify: true}))
+			<-gr.Notifications()
+			require.Equal(t, src2, mem[at:at+uint64(len(src2))])
+		})
+	}
 }
 
 // TestRDMAMemoryCUDARefusedOverUCX: CUDA memory on an instance with the UCX transport. Built

@@ -336,7 +336,11 @@ func (gr *Grant) acquire(offer bool) (acquireResponse, error) {
 	if !gr.decided || (!gr.rdmaPath && offer && gr.reason == metrics.ReasonNoOffer) {
 		gr.decide(offer)
 	}
-	resp := acquireResponse{RDMA: gr.rdmaPath, Reason: string(gr.reason), ChunkSize: uint32(s.cfg.ChunkSize),
+	reason := gr.reason
+	if !gr.rdmaPath && gr.region.Memory().Typed() {
+		reason = metrics.ReasonDeviceBounce // the chunks are copied in through a host buffer
+	}
+	resp := acquireResponse{RDMA: gr.rdmaPath, Reason: string(reason), ChunkSize: uint32(s.cfg.ChunkSize),
 		TTLMillis: uint64(max(time.Until(gr.expires), 0) / time.Millisecond)}
 	if gr.rdmaPath {
 		resp.Keys = gr.keys
@@ -345,7 +349,7 @@ func (gr *Grant) acquire(offer bool) (acquireResponse, error) {
 	if gr.rdmaPath {
 		path = metrics.PathRDMA
 	}
-	s.m.countPath("receiver", path, gr.reason, 1)
+	s.m.countPath("receiver", path, reason, 1)
 	return resp, nil
 }
 

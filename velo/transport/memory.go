@@ -33,6 +33,15 @@ func (t MemoryType) String() string {
 // below need, and nothing above the backend dereferences it. Code that may hold such a view
 // checks the memory type before it reads or writes the bytes, and copies with CopyMemory.
 
+// MemoryRMAWriter is an RMAWriter that registers memory of a given type for writing (the UCX
+// transport: the owner's guarded PUT copies into device memory with the CUDA driver, and on
+// InfiniBand the NIC writes it). The push receiver uses it for grants of typed regions.
+type MemoryRMAWriter interface {
+	RMAWriter
+	// RegisterMemoryWritableOf is RegisterMemoryWritable of memory of type t.
+	RegisterMemoryWritableOf(mem []byte, t MemoryType) (Registration, error)
+}
+
 // MemoryRMA is an RMA that also registers, and reads into, memory that is not host memory
 // (the UCX transport). The rendezvous RDMA registry uses it for regions and destinations whose
 // memory type the caller gave; a transport without it serves host memory only.

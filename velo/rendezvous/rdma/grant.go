@@ -27,15 +27,23 @@ func (r *Registry) ServeWrite(g *Region, off, n int, writer transport.InstanceID
 		return nil, nil, nil, g.reason, fmt.Errorf("rdma: the region is plain memory (%s)", g.reason)
 	case !g.pin.of(r):
 		return nil, nil, nil, metrics.ReasonNotPinned, fmt.Errorf("rdma: the region is not in this registry's pinned memory")
-	case g.memory.Typed():
-		// A put into device memory goes by chunks: the receiver copies each one in through its
-		// host buffer (the writer's PUT would need its own memory type, which this release
-		// does not pass).
-		return nil, nil, nil, metrics.ReasonDeviceBounce, fmt.Errorf("rdma: the region is %v memory, written by chunks through a host buffer", g.memory.Type)
 	}
 	wr, ok := r.rma.(transport.RMAWriter)
 	if !ok {
 		return nil, nil, nil, metrics.ReasonNotConfigured, fmt.Errorf("rdma: the %s transport cannot register memory for writing", r.backend)
+	}
+	register := wr.RegisterMemoryWritable
+	if g.memory.Typed() {
+		// Device memory is registered for writing with its type, where the transport can; any
+		// other transport's grant goes by chunks, which the receiver copies in with the
+		// transport's copy.
+		tw, ok := r.rma.(transport.MemoryRMAWriter)
+		if !ok {
+			return nil, nil, nil, metrics.ReasonDeviceBounce, fmt.Errorf("rdma: the region is %v memory and the %s transport registers host memory only for writing: written by chunks through a host buffer", g.memory.Type, r.backend)
+		}
+		register = func(mem []byte) (transport.Registration, error) {
+			return tw.RegisterMemoryWritableOf(mem, g.memory.Type)
+		}
 	}
 	if err := r.pool.reserve(n); err != nil {
 		return nil, nil, nil, metrics.ReasonBudget, err
@@ -45,7 +53,7 @@ func (r *Registry) ServeWrite(g *Region, off, n int, writer transport.InstanceID
 		r.pool.unreserve(n)
 		return nil, nil, nil, metrics.ReasonPoolExhausted, err
 	}
-	reg, err := wr.RegisterMemoryWritable(g.mem[off : off+n])
+	reg, err := register(g.mem[off : off+n])
 	if err != nil {
 		r.pool.unreserve(n)
 		s.dropReg()

@@ -11,7 +11,30 @@ import (
 	"github.com/velo-go/velo/velo/transport"
 )
 
-var _ transport.MemoryRMA = (*Transport)(nil)
+var (
+	_ transport.MemoryRMA       = (*Transport)(nil)
+	_ transport.MemoryRMAWriter = (*Transport)(nil)
+)
+
+// RegisterMemoryWritableOf implements transport.MemoryRMAWriter: RegisterMemoryWritable with
+// the memory type passed to ucp_mem_map (the guarded PUT copies into CUDA memory with the driver).
+func (t *Transport) RegisterMemoryWritableOf(mem []byte, mt transport.MemoryType) (transport.Registration, error) {
+	um, err := ucxMemory(mt)
+	if err != nil {
+		return nil, err
+	}
+	if len(mem) == 0 {
+		return nil, errors.New("ucx: RegisterMemoryWritable: empty region")
+	}
+	if t.isClosed() {
+		return nil, fmt.Errorf("ucx: RegisterMemoryWritable: %w", transport.ErrClosed)
+	}
+	r, err := t.eng.RegisterWith(context.Background(), mem, ucx.RegisterOptions{Access: ucx.AccessWrite, MemoryType: um})
+	if err != nil {
+		return nil, fmt.Errorf("ucx: registering %d bytes of %v memory for writing: %w", len(mem), mt, err)
+	}
+	return &registration{r: r}, nil
+}
 
 // ucxMemory is t as package ucx names it.
 func ucxMemory(t transport.MemoryType) (ucx.MemoryType, error) {
