@@ -68,14 +68,15 @@ build: deps
 	@for m in $(MODULES); do echo "build $$m (CGO_ENABLED=0)"; (cd $$m && CGO_ENABLED=0 $(GO) build ./...); done
 
 # The suites run TEST_JOBS at a time, each suite's output printed whole when it ends. The static
-# UCX build goes first: it is the longest single step, and much of it (configure) uses one core.
+# UCX build goes first: it is the longest single step, and much of it (configure) uses one core;
+# the CUDA build of the same UCX (test-cuda) goes second, beside it.
 # The suites of TEST_ALONE run afterwards, alone: they put a bridge with an address into this
 # network namespace for their hosts, and UCX in another suite's process, which offers every
 # interface it finds when it starts, fails to connect (UCS_ERR_UNREACHABLE) or stalls when that
 # interface goes away under it.
 TEST_JOBS ?= 2
 TEST_ALONE = test-faults test-rails
-TEST_ORDER = $(filter test-static,$(TEST_TARGETS)) $(filter-out test-static $(TEST_ALONE),$(TEST_TARGETS))
+TEST_ORDER = $(filter test-static test-cuda,$(TEST_TARGETS)) $(filter-out test-static test-cuda $(TEST_ALONE),$(TEST_TARGETS))
 test: deps
 	@start=$$(date +%s); \
 	$(MAKE) --no-print-directory --output-sync=target -j$(TEST_JOBS) $(TEST_ORDER); \

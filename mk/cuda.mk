@@ -14,7 +14,7 @@
 #                         and the GPU suite (test/gpu) with -tags cuda,ucx_static, runs the
 #                         ucx module's memory-type tests under cgocheck2 (host memory through the
 #                         typed paths; the CUDA calls answer the stub driver's error) and the tests
-#                         of CUDA_VELO_PKGS, checks that -tags cuda without ucx_static is refused
+#                         of CUDA_VELO_PKGS and ibcheck's CUDA report, checks that -tags cuda without ucx_static is refused
 #                         by name (make test runs it)
 #
 # Nothing of the default build needs any of this: only the targets above and the cuda tag do.
@@ -29,8 +29,8 @@ CUDA_UCX_TESTS ?= MemoryType|MemoryHost|MemoryCUDA|CUDA|Twin
 # their -run pattern: the velo API's memory-type tests (velo/memory*_test.go: host memory through
 # the device path, refusals, two processes over the real UCX transport). Extend both as the GPU
 # API grows.
-CUDA_VELO_PKGS ?= .
-CUDA_VELO_TESTS ?= Memory
+CUDA_VELO_PKGS ?= . ./rendezvous/... ./internal/wire ./transport/ucxtransport
+CUDA_VELO_TESTS ?= Memory|RDMADescriptor|RDMAOffer|PublicErrorsMatchTheirSentinels|ErrorFamiliesHaveOneRoot
 
 .PHONY: cuda-sysroot ucx-static-cuda ucx-static-cuda-tools test-cuda
 TEST_TARGETS += test-cuda
@@ -65,5 +65,6 @@ test-cuda: ucx-static-cuda
 	cd test && $(CUDA_GO) $(GO) vet -tags $(CUDA_TAGS) ./gpu
 	cd test && $(CUDA_GO) $(CUDA_RUN_ENV) UCX_TLS=$${UCX_TLS:-tcp} $(GOTEST) -tags $(CUDA_TAGS) -run 'Harness' ./gpu
 	$(if $(strip $(CUDA_VELO_PKGS)),cd velo && $(CUDA_GO) $(CUDA_RUN_ENV) $(RDMA_TEST_ENV) UCX_TLS=$${UCX_TLS:-tcp} $(GOTEST) -tags $(CUDA_TAGS) -run '$(CUDA_VELO_TESTS)' $(CUDA_VELO_PKGS))
+	cd tools/ibcheck && $(CUDA_GO) $(CUDA_RUN_ENV) $(GOTEST) -tags $(CUDA_TAGS) -run 'UCXProbe|GPUOnThisMachine' .
 	@echo "test-cuda: passed"
 endif
