@@ -12,6 +12,8 @@ import (
 	"github.com/velo-go/velo/velo/messenger"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport"
+
+	"github.com/velo-go/velo/velo/internal/fanout"
 )
 
 // GetRequest is one entry of GetBatch.
@@ -303,7 +305,7 @@ func (b *batch) acquire(owner transport.InstanceID, part []int, offer []byte, re
 func (b *batch) acquireEach(owner transport.InstanceID, part []int, offer []byte, reason metrics.Reason) []grant {
 	var mu sync.Mutex
 	var grants []grant
-	forEach(len(part), b.r.cfg.BatchWindow, func(k int) {
+	fanout.Each(len(part), b.r.cfg.BatchWindow, func(k int) {
 		i := part[k]
 		start := time.Now()
 		l, resp, err := b.r.acquire(b.ctx, b.reqs[i].Handle, offer)
@@ -468,7 +470,7 @@ func (r *Rendezvous) pullSpans(ctx context.Context, owner transport.InstanceID, 
 		}
 		done(k, err)
 	}
-	forEach(len(tasks), r.cfg.BatchWindow, func(j int) {
+	fanout.Each(len(tasks), r.cfg.BatchWindow, func(j int) {
 		t := tasks[j]
 		s := spans[t.k]
 		if errs[t.k].Load() == nil {
@@ -502,29 +504,6 @@ func (r *Rendezvous) pullSpans(ctx context.Context, owner transport.InstanceID, 
 			finish(t.k)
 		}
 	})
-}
-
-// forEach runs f(0..n-1) on up to window goroutines and returns when every call returned.
-func forEach(n, window int, f func(i int)) {
-	if n == 0 {
-		return
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for w := 0; w < min(max(window, 1), n); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				f(i)
-			}
-		}()
-	}
-	wg.Wait()
 }
 
 // batchEntryErr is the error of one entry of a batch answer, said as remoteErr says a single

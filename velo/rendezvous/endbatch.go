@@ -8,6 +8,8 @@ import (
 	"github.com/velo-go/velo/velo/internal/wire"
 	"github.com/velo-go/velo/velo/messenger"
 	"github.com/velo-go/velo/velo/transport"
+
+	"github.com/velo-go/velo/velo/internal/fanout"
 )
 
 // endsInFlight is how many end-batch messages EndLeases keeps in flight at once, over all owners.
@@ -50,7 +52,7 @@ func (r *Rendezvous) EndLeases(ctx context.Context, leases []*Lease, release boo
 			idx = idx[n:]
 		}
 	}
-	forEach(len(parts), endsInFlight, func(k int) {
+	fanout.Each(len(parts), endsInFlight, func(k int) {
 		r.endPart(ctx, parts[k].owner, leases, parts[k].idx, release, what, errs)
 	})
 	return errs
@@ -60,7 +62,7 @@ func (r *Rendezvous) EndLeases(ctx context.Context, leases []*Lease, release boo
 func (r *Rendezvous) endPart(ctx context.Context, owner transport.InstanceID, leases []*Lease, idx []int, release bool, what string, errs []error) {
 	settle := func(i int, err error) { errs[i] = leases[i].settle(ctx, release, err) }
 	each := func() {
-		forEach(len(idx), r.cfg.BatchWindow, func(k int) {
+		fanout.Each(len(idx), r.cfg.BatchWindow, func(k int) {
 			i := idx[k]
 			settle(i, r.endLease(ctx, owner, leases[i].id, release, what))
 		})

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/velo-go/velo/velo/internal/wire"
 	"github.com/velo-go/velo/velo/metrics"
@@ -149,26 +148,6 @@ func (c *Consumer) GetMemory(ctx context.Context, owner transport.InstanceID, de
 		return fmt.Errorf("rdma: %w: the %s transport reads into host memory only", ErrUnsupportedMemory, c.r.backend)
 	}
 	return mr.GetMemory(ctx, owner, d.Key, 0, dst, mt)
-}
-
-// forEachRead runs f(0..n-1) on up to window goroutines and returns once every call returned.
-func forEachRead(n, window int, f func(i int)) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for w := 0; w < min(max(window, 1), n); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				f(i)
-			}
-		}()
-	}
-	wg.Wait()
 }
 
 func isManyReader(rma transport.RMA) bool {

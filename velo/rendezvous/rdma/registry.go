@@ -16,6 +16,8 @@ import (
 	"github.com/velo-go/velo/velo/rendezvous"
 	"github.com/velo-go/velo/velo/transport"
 	"github.com/velo-go/velo/verbs"
+
+	"github.com/velo-go/velo/velo/internal/fanout"
 )
 
 // Options are what the runtime hands the registry besides its Config.
@@ -556,7 +558,7 @@ func (c *Consumer) GetMany(ctx context.Context, owner transport.InstanceID, read
 		for _, j := range typed {
 			isTyped[j] = true
 		}
-		forEachRead(len(typed), window, func(n int) {
+		fanout.Each(len(typed), window, func(n int) {
 			j := typed[n]
 			err := ctx.Err()
 			if err == nil && !ok {
