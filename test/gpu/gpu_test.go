@@ -54,6 +54,12 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		os.Exit(0)
+	case benchOwnerRole:
+		if err := runBenchOwner(os.Getenv("VELO_GPU_BENCH_HOSTONLY") == "true"); err != nil {
+			fmt.Fprintln(os.Stderr, "gpu bench owner:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }
