@@ -72,7 +72,7 @@ func TestGPUBench(t *testing.T) {
 	cfg := benchConfig{
 		rounds:    envInt("VELO_GPU_BENCH_ROUNDS", 3),
 		budget:    time.Duration(envInt("VELO_GPU_BENCH_BUDGET", 240)) * time.Second,
-		bytesPer:  256 << 20,
+		bytesPer:  512 << 20,
 		minGets:   2,
 		hostOnly:  os.Getenv("VELO_GPU_BENCH_MEM") == "host",
 		probeWait: 10 * time.Second,
@@ -676,9 +676,13 @@ func (p *perftest) memWhy(mem, out string) string {
 	return p.cudaWhy
 }
 
+// firstLine is the first line of out that contains sub, without UCX's log prefix.
 func firstLine(out, sub string) string {
 	for _, l := range strings.Split(out, "\n") {
 		if strings.Contains(l, sub) {
+			if _, msg, ok := strings.Cut(l, "ERROR "); ok {
+				l = msg
+			}
 			return strings.TrimSpace(l)
 		}
 	}
@@ -824,4 +828,30 @@ func (l *lockedLog) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestBenchHarnessPerftestCUDAAllocator runs ucx_perftest -m cuda of this checkout's CUDA build as
+// the benchmark does and checks what the benchmark makes of the answer: the recipe's perftest
+// (third_party/ucx/build-cuda/bin) has no CUDA memory allocator; the bundle's (bin/gpu-bundle,
+// when make test-gpu-bundle built it) has one, which reaches the driver (on a machine without a
+// GPU, the stub's error). Each one absent is skipped.
+func TestBenchHarnessPerftestCUDAAllocator(t *testing.T) {
+	for _, c := range []struct{ name, path, want string }{
+		{"recipe", "../../third_party/ucx/build-cuda/bin/ucx_perftest", "no CUDA memory allocator"},
+		{"bundle", "../../bin/gpu-bundle/ucx_perftest", "found no usable GPU"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := os.Stat(c.path); err != nil {
+				t.Skipf("no %s here", c.path)
+			}
+			p := &perftest{tool: ucx.Tool{Path: c.path}, env: append(os.Environ(), "UCX_TLS="+benchTLS()), cfg: benchConfig{probeWait: 5 * time.Second}}
+			x, why := p.run("ucp_am_bw", "cuda", 4096, 4)
+			if c.name == "bundle" && why == "" {
+				require.Positive(t, x, "a GPU answered: then a figure")
+				return
+			}
+			require.Contains(t, why, c.want)
+			t.Log(why)
+		})
+	}
 }
