@@ -451,7 +451,6 @@ func runBench(t *testing.T, cfg benchConfig) []benchRow {
 		for _, kind := range []string{"host", "cuda"} {
 			m, err := allocBench(kind, n, cfg.hostOnly)
 			require.NoError(t, err)
-			defer m.free()
 			dst[kind] = m
 		}
 		// One get of each pair first: wire-up, first registrations, page faults; and the check
@@ -491,7 +490,19 @@ func runBench(t *testing.T, cfg benchConfig) []benchRow {
 			require.NoError(t, v.Unref(ctx, handles[kind]))
 			o.call(benchReq{Op: "free", ID: rep.ID})
 		}
+		for _, m := range dst { // every get into it has returned
+			m.free()
+		}
 		rows = append(rows, row)
+		// As it goes, so that a run stopped later still leaves this size's figures in its log.
+		var line []string
+		for _, c := range benchCases {
+			line = append(line, c.name+" "+cell(row.velo[c.name]))
+		}
+		for _, b := range benchBaselines {
+			line = append(line, "perftest "+b.name+" "+cell(row.perf[b.name]))
+		}
+		t.Logf("%s, %d gets, GB/s: %s", sizeName(n), row.gets, strings.Join(line, ", "))
 	}
 	printBench(w, rows, pf, cfg)
 	if cut {
