@@ -52,7 +52,8 @@ test-gpu-bundle: ucx-static-cuda-tools
 	$(CC) -fopenmp -o $(GPU_BUNDLE)/ucx_perftest $$perf/ucx_perftest-*.o $(GPU_PERFTEST_OBJ)/cuda_alloc.o $$perf/lib/.libs/libucxperf.a \
 		third_party/ucx/build-cuda/lib/libvelo_ucx.a $(CUDA_ROOT)/lib/libcudart_static.a -L$(CUDA_ROOT)/lib/stubs -lcuda -lnvidia-ml \
 		-libverbs -lmlx5 -lrdmacm -lpthread -ldl -lrt -lm -lstdc++; \
-	nm $(GPU_BUNDLE)/ucx_perftest | grep -q ' T cudaMalloc$$' || { echo "test-gpu-bundle: the bundle's ucx_perftest lacks the CUDA runtime its allocator calls"; exit 1; }
+	syms=$$(nm $(GPU_BUNDLE)/ucx_perftest); for f in ucx_perf_cuda_init cudaGetDeviceCount; do \
+		grep -qE " [Tt] $$f$$" <<<"$$syms" || { echo "test-gpu-bundle: the bundle's ucx_perftest lacks $$f (perftest's CUDA allocator or the CUDA runtime it calls)"; exit 1; }; done
 	@for l in $(GPU_RDMA_LIBS); do p=$$(ldconfig -p | sed -n "s|.*$$l ([^)]*x86-64[^)]*) => ||p" | head -1); \
 		[ -n "$$p" ] || { echo "test-gpu-bundle: $$l not found here (make deps installs rdma-core and gcc's libgomp1)"; exit 1; }; cp -L "$$p" $(GPU_BUNDLE)/lib/; done
 	@{ echo "velo GPU bundle $$(git rev-parse --short HEAD)$$([ -z "$$(git status --porcelain -- ucx test/gpu velo)" ] || echo +changes), built $$(date -u +%Y-%m-%dT%H:%M:%SZ); UCX $$(readlink third_party/ucx/build-cuda | sed -e 's/^build-//' -e 's/-cuda$$//'), CUDA 11.8 (Debian 12), go $$($(GO) env GOVERSION)"; \
