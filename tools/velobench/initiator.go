@@ -415,7 +415,8 @@ func (in *initiator) measure(ctx context.Context, s spec) (Point, error) {
 		return Point{}, fmt.Errorf("asking the target for its CPU time: %w", err)
 	}
 	lanes0, lanesWhy0 := in.lanes.read()
-	paths0, cpu0, rails0 := pathCounts(v.Metrics()), cpuNanos(), railBytes(v.Metrics())
+	paths0, rails0 := counters(v.Metrics())
+	cpu0 := cpuNanos()
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	lat := make([][]time.Duration, s.callers)
@@ -443,7 +444,8 @@ func (in *initiator) measure(ctx context.Context, s spec) (Point, error) {
 		}()
 	}
 	wg.Wait()
-	cpu1, paths1, rails1 := cpuNanos(), pathCounts(v.Metrics()), railBytes(v.Metrics())
+	cpu1 := cpuNanos()
+	paths1, rails1 := counters(v.Metrics())
 	lanes1, lanesWhy1 := in.lanes.read()
 	if err := errors.Join(errs...); err != nil {
 		return Point{}, firstCause(errs)

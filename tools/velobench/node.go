@@ -201,71 +201,48 @@ func routableHost() string {
 // putPathPrefix marks velo_push_path_total's pairs among the path counts.
 const putPathPrefix = "put:"
 
-// pathCounts reads velo_rendezvous_rdma_path_total as "path/reason" -> count.
-func pathCounts(g prometheus.Gatherer) map[string]float64 {
-	out := map[string]float64{}
+// counters is one gather of the instance's metrics, the counters a point compares before and after:
+// the path counts ("path/reason" -> count; push's pairs prefixed putPathPrefix) and the bytes
+// read over each rail ("index:device" -> bytes; empty without rails). One Gather serves both, so
+// the two are of the same moment.
+func counters(g prometheus.Gatherer) (paths, railBytes map[string]float64) {
+	paths, railBytes = map[string]float64{}, map[string]float64{}
 	if g == nil {
-		return out
+		return paths, railBytes
 	}
 	mfs, err := g.Gather()
 	if err != nil {
-		return out
+		return paths, railBytes
 	}
 	for _, mf := range mfs {
-		prefix := ""
+		// Each family is summed by two of its labels, under prefix+<a>+sep+<b>.
+		var out map[string]float64
+		var prefix, a, sep, b string
 		switch mf.GetName() {
 		case metrics.RDMAPathTotal:
+			out, a, sep, b = paths, "path", "/", "reason"
 		case push.PathTotal:
 			// Push's: "put:rdma/ok" counts puts on the writer, grants' paths on the receiver.
-			prefix = putPathPrefix
+			out, prefix, a, sep, b = paths, putPathPrefix, "path", "/", "reason"
+		case rails.MetricBytes:
+			out, a, sep, b = railBytes, "rail", ":", "device"
 		default:
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			var path, reason string
+			var va, vb string
 			for _, l := range m.GetLabel() {
 				switch l.GetName() {
-				case "path":
-					path = l.GetValue()
-				case "reason":
-					reason = l.GetValue()
+				case a:
+					va = l.GetValue()
+				case b:
+					vb = l.GetValue()
 				}
 			}
-			out[prefix+path+"/"+reason] += m.GetCounter().GetValue()
+			out[prefix+va+sep+vb] += m.GetCounter().GetValue()
 		}
 	}
-	return out
-}
-
-// railBytes reads velo_rails_bytes_total as "index:device" -> bytes read over the rail; empty
-// without rails.
-func railBytes(g prometheus.Gatherer) map[string]float64 {
-	out := map[string]float64{}
-	if g == nil {
-		return out
-	}
-	mfs, err := g.Gather()
-	if err != nil {
-		return out
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != rails.MetricBytes {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var rail, dev string
-			for _, l := range m.GetLabel() {
-				switch l.GetName() {
-				case "rail":
-					rail = l.GetValue()
-				case "device":
-					dev = l.GetValue()
-				}
-			}
-			out[rail+":"+dev] = m.GetCounter().GetValue()
-		}
-	}
-	return out
+	return paths, railBytes
 }
 
 // railDelta is after minus before for every rail, zeros kept (a rail that carried nothing is the

@@ -358,7 +358,8 @@ func (t *target) dropFrom(from velo.InstanceID) {
 
 func (t *target) stats(context.Context, *velo.Message) ([]byte, error) {
 	lb, why := t.lanes.read()
-	return json.Marshal(statsResp{CPUNanos: cpuNanos(), Paths: pathCounts(t.n.v.Metrics()), Lanes: lb, LanesWhy: why, Rails: railBytes(t.n.v.Metrics())})
+	paths, railBytes := counters(t.n.v.Metrics())
+	return json.Marshal(statsResp{CPUNanos: cpuNanos(), Paths: paths, Lanes: lb, LanesWhy: why, Rails: railBytes})
 }
 
 func (t *target) sayBye(_ context.Context, m *velo.Message) ([]byte, error) {
