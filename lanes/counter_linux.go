@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,15 +51,29 @@ type Counter struct {
 const (
 	skbLen        = 0
 	skbFamily     = 88
+	skbLocalIP4   = 96  // network byte order
+	skbLocalIP6   = 116 // four words, network byte order
 	skbRemotePort = 132 // network byte order, in the upper 16 bits on little-endian hosts
 	skbLocalPort  = 136 // host byte order
 )
 
 // The map's key: local port (u32), remote port as the kernel stores it (u32), IP protocol (u8),
-// direction (u8), family (u8), a pad byte. Its value: bytes (u64), packets (u64).
+// direction (u8), the packets' family (u8), the socket's family (u8), the socket's local address
+// (16 bytes: an IPv4 socket's in the last four). Its value: bytes (u64), packets (u64).
+//
+// The local address is what tells the interfaces of a multi-NIC host apart: each rail has an
+// address of its own, and a socket's local address is the one its packets leave and arrive on.
 const (
-	keySize   = 12
+	keySize   = 28
 	valueSize = 16
+)
+
+// Where the program keeps the key, a scratch byte and the new value on its stack (offsets from
+// the frame pointer; the key's fields at keyOff plus their offset above).
+const (
+	keyOff     = -32
+	scratchOff = -40
+	valueOff   = -56
 )
 
 const (
@@ -83,41 +98,61 @@ func program(flows *ebpf.Map, dir Direction) asm.Instructions {
 	keyPtr := func(r asm.Register, off int32) asm.Instructions {
 		return asm.Instructions{asm.Mov.Reg(r, asm.RFP), asm.Add.Imm(r, off)}
 	}
-	// loadByte: r2 = the packet's byte at off, through fp-24; a packet too short for it goes
-	// to lookup with what the key has so far (protocol 0).
+	// loadByte: r2 = the packet's byte at off, through the scratch byte; a packet too short for
+	// it goes to lookup with what the key has so far (protocol 0).
 	loadByte := func(off int32) asm.Instructions {
 		return asm.Instructions{
 			asm.Mov.Reg(asm.R1, asm.R6),
 			asm.Mov.Imm(asm.R2, off),
 			asm.Mov.Reg(asm.R3, asm.RFP),
-			asm.Add.Imm(asm.R3, -24),
+			asm.Add.Imm(asm.R3, scratchOff),
 			asm.Mov.Imm(asm.R4, 1),
 			asm.FnSkbLoadBytes.Call(),
 			asm.JNE.Imm(asm.R0, 0, "lookup"),
-			asm.LoadMem(asm.R2, asm.RFP, -24, asm.Byte),
+			asm.LoadMem(asm.R2, asm.RFP, scratchOff, asm.Byte),
+		}
+	}
+	// copyWord: the context's word at from into the key at field (the address words keep the
+	// network byte order they have in the kernel, so the key holds the address's bytes in order).
+	copyWord := func(from int16, field int16) asm.Instructions {
+		return asm.Instructions{
+			asm.LoadMem(asm.R2, asm.R6, from, asm.Word),
+			asm.StoreMem(asm.RFP, keyOff+field, asm.R2, asm.Word),
 		}
 	}
 	var p asm.Instructions
 	p = append(p,
 		asm.Mov.Reg(asm.R6, asm.R1),
-		// key at fp-16 .. fp-5, zeroed (pad included) so equal flows hash alike
+		// the key, zeroed (an IPv4 address's unused bytes included) so equal flows hash alike
 		asm.Mov.Imm(asm.R2, 0),
-		asm.StoreMem(asm.RFP, -16, asm.R2, asm.DWord),
-		asm.StoreMem(asm.RFP, -8, asm.R2, asm.DWord),
-		asm.LoadMem(asm.R2, asm.R6, skbLocalPort, asm.Word),
-		asm.StoreMem(asm.RFP, -16, asm.R2, asm.Word),
-		asm.LoadMem(asm.R2, asm.R6, skbRemotePort, asm.Word),
-		asm.StoreMem(asm.RFP, -12, asm.R2, asm.Word),
-		asm.Mov.Imm(asm.R2, int32(dir)),
-		asm.StoreMem(asm.RFP, -7, asm.R2, asm.Byte),
-		asm.LoadMem(asm.R3, asm.R6, skbFamily, asm.Word),
-		asm.StoreMem(asm.RFP, -6, asm.R3, asm.Byte),
+		asm.StoreMem(asm.RFP, keyOff, asm.R2, asm.DWord),
+		asm.StoreMem(asm.RFP, keyOff+8, asm.R2, asm.DWord),
+		asm.StoreMem(asm.RFP, keyOff+16, asm.R2, asm.DWord),
+		asm.StoreMem(asm.RFP, keyOff+24, asm.R2, asm.Word),
 	)
+	p = append(p, copyWord(skbLocalPort, 0)...)
+	p = append(p, copyWord(skbRemotePort, 4)...)
+	p = append(p,
+		asm.Mov.Imm(asm.R2, int32(dir)),
+		asm.StoreMem(asm.RFP, keyOff+9, asm.R2, asm.Byte),
+		asm.LoadMem(asm.R3, asm.R6, skbFamily, asm.Word),
+		asm.StoreMem(asm.RFP, keyOff+10, asm.R3, asm.Byte),
+		asm.StoreMem(asm.RFP, keyOff+11, asm.R3, asm.Byte),
+		// The socket's local address, by the socket's family.
+		asm.JEq.Imm(asm.R3, afInet6, "addr6"),
+		asm.JNE.Imm(asm.R3, afInet, "version"),
+	)
+	p = append(p, copyWord(skbLocalIP4, 24)...)
+	p = append(p, asm.Ja.Label("version"))
+	p = append(p, labeled("addr6", copyWord(skbLocalIP6, 12))...)
+	p = append(p, copyWord(skbLocalIP6+4, 16)...)
+	p = append(p, copyWord(skbLocalIP6+8, 20)...)
+	p = append(p, copyWord(skbLocalIP6+12, 24)...)
 	// The IP version comes from the packet, not from the socket's family: a dual-stack socket
 	// (AF_INET6) talking to an IPv4 peer sends and receives IPv4 packets, whose protocol byte
 	// is at offset 9, not 6. The data starts at the network header in cgroup_skb programs. The
 	// family stays the socket's only when the first byte cannot be read.
-	p = append(p, loadByte(0)...)
+	p = append(p, labeled("version", loadByte(0))...)
 	p = append(p,
 		asm.RSh.Imm(asm.R2, 4),
 		asm.JEq.Imm(asm.R2, 4, "v4"),
@@ -127,7 +162,7 @@ func program(flows *ebpf.Map, dir Direction) asm.Instructions {
 		// the stack puts on BIG TCP packets above 64 KiB for the jumbo payload option, comes
 		// first; the protocol is then its first byte, at 40.
 		asm.Mov.Imm(asm.R2, afInet6).WithSymbol("v6"),
-		asm.StoreMem(asm.RFP, -6, asm.R2, asm.Byte),
+		asm.StoreMem(asm.RFP, keyOff+10, asm.R2, asm.Byte),
 	)
 	p = append(p, loadByte(6)...)
 	p = append(p, asm.JNE.Imm(asm.R2, 0, "proto"))
@@ -136,14 +171,14 @@ func program(flows *ebpf.Map, dir Direction) asm.Instructions {
 		asm.Ja.Label("proto"),
 		// IPv4: the protocol at byte 9.
 		asm.Mov.Imm(asm.R2, afInet).WithSymbol("v4"),
-		asm.StoreMem(asm.RFP, -6, asm.R2, asm.Byte),
+		asm.StoreMem(asm.RFP, keyOff+10, asm.R2, asm.Byte),
 	)
 	p = append(p, loadByte(9)...)
 	p = append(p,
-		asm.StoreMem(asm.RFP, -8, asm.R2, asm.Byte).WithSymbol("proto"),
+		asm.StoreMem(asm.RFP, keyOff+8, asm.R2, asm.Byte).WithSymbol("proto"),
 		asm.LoadMapPtr(asm.R1, fd).WithSymbol("lookup"),
 	)
-	p = append(p, keyPtr(asm.R2, -16)...)
+	p = append(p, keyPtr(asm.R2, keyOff)...)
 	p = append(p,
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, "insert"),
@@ -152,20 +187,20 @@ func program(flows *ebpf.Map, dir Direction) asm.Instructions {
 	// A new flow: insert {len, 1}; if another CPU inserted it first, look it up and add.
 	p = append(p,
 		asm.LoadMem(asm.R2, asm.R6, skbLen, asm.Word).WithSymbol("insert"),
-		asm.StoreMem(asm.RFP, -40, asm.R2, asm.DWord),
+		asm.StoreMem(asm.RFP, valueOff, asm.R2, asm.DWord),
 		asm.Mov.Imm(asm.R2, 1),
-		asm.StoreMem(asm.RFP, -32, asm.R2, asm.DWord),
+		asm.StoreMem(asm.RFP, valueOff+8, asm.R2, asm.DWord),
 		asm.LoadMapPtr(asm.R1, fd),
 	)
-	p = append(p, keyPtr(asm.R2, -16)...)
-	p = append(p, keyPtr(asm.R3, -40)...)
+	p = append(p, keyPtr(asm.R2, keyOff)...)
+	p = append(p, keyPtr(asm.R3, valueOff)...)
 	p = append(p,
 		asm.Mov.Imm(asm.R4, int32(ebpf.UpdateNoExist)),
 		asm.FnMapUpdateElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, "allow"),
 		asm.LoadMapPtr(asm.R1, fd),
 	)
-	p = append(p, keyPtr(asm.R2, -16)...)
+	p = append(p, keyPtr(asm.R2, keyOff)...)
 	p = append(p,
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, "allow"),
@@ -176,6 +211,12 @@ func program(flows *ebpf.Map, dir Direction) asm.Instructions {
 		asm.Return(),
 	)
 	return p
+}
+
+// labeled gives the first of ins the symbol a jump names.
+func labeled(symbol string, ins asm.Instructions) asm.Instructions {
+	ins[0] = ins[0].WithSymbol(symbol)
+	return ins
 }
 
 // New makes a fresh cgroup and attaches the counting programs to it. Close undoes all of it.
@@ -303,10 +344,19 @@ func decode(k [keySize]byte, v [valueSize]byte) Flow {
 	if binary.NativeEndian.Uint16([]byte{1, 0}) == 1 { // little-endian
 		rp = bits.ReverseBytes16(uint16(remote >> 16))
 	}
-	return Flow{
+	f := Flow{
 		LocalPort: uint16(local), RemotePort: rp, Protocol: k[8], Dir: Direction(k[9]), IPv6: k[10] == afInet6,
 		Bytes: binary.NativeEndian.Uint64(v[0:]), Packets: binary.NativeEndian.Uint64(v[8:]),
 	}
+	switch k[11] {
+	case afInet:
+		f.LocalAddr = netip.AddrFrom4([4]byte(k[24:28]))
+	case afInet6:
+		// A dual-stack socket talking IPv4 has a v4-mapped address: report the IPv4 one, which
+		// is the interface's.
+		f.LocalAddr = netip.AddrFrom16([16]byte(k[12:28])).Unmap()
+	}
+	return f
 }
 
 // Close detaches the programs, removes the map, and removes the cgroup once its processes are

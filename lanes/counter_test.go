@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -140,6 +141,19 @@ func childCounterThenSleep() {
 	time.Sleep(time.Hour)
 }
 
+// transfer runs this test binary as the child mode in c's cgroup, moving n bytes (env: more of the
+// child's settings), and returns the ports the child printed.
+func transfer(t *testing.T, c *Counter, mode string, n int, env ...string) (server, client uint16) {
+	t.Helper()
+	cmd := c.Command(os.Args[0])
+	cmd.Env = append(append(os.Environ(), childEnv+"="+mode, "BYTES="+strconv.Itoa(n)), env...)
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	_, err = fmt.Sscanf(string(out), "server %d client %d", &server, &client)
+	require.NoError(t, err, "child said %q", out)
+	return server, client
+}
+
 // newCounter makes a counter, or skips the test where counting cannot work: not root (the suite
 // makes cgroups and loads programs), or no cgroup v2 mount. Anywhere else a failure is a failure.
 func newCounter(t *testing.T, parent string) *Counter {
@@ -169,13 +183,7 @@ func testParent(t *testing.T) string { return "velo-lanes-test-" + strconv.Itoa(
 func TestCountsALoopbackTransfer(t *testing.T) {
 	c := newCounter(t, testParent(t))
 	const n = 64 << 20
-	cmd := c.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), childEnv+"=loopback", "BYTES="+strconv.Itoa(n))
-	out, err := cmd.Output()
-	require.NoError(t, err)
-	var server, client uint16
-	_, err = fmt.Sscanf(string(out), "server %d client %d", &server, &client)
-	require.NoError(t, err, "child said %q", out)
+	server, client := transfer(t, c, "loopback", n)
 
 	flows, err := c.Read()
 	require.NoError(t, err)
@@ -200,6 +208,38 @@ func TestCountsALoopbackTransfer(t *testing.T) {
 	assert.Equal(t, "transfer", lanes[0].Name)
 	assert.GreaterOrEqual(t, lanes[0].BytesOut, uint64(n))
 	assert.GreaterOrEqual(t, lanes[0].BytesIn, uint64(n))
+	for _, f := range flows {
+		if f.Touches(server) {
+			assert.Equal(t, "127.0.0.1", f.LocalAddr.String(), "flow %+v", f)
+		}
+	}
+}
+
+// TestLocalAddressTellsInterfacesApart: a server on 127.0.0.2 and its client on 127.0.0.1 (two
+// addresses, as two rails of a host have) are told apart by the flows' local address, and an
+// address lane takes each side's bytes.
+func TestLocalAddressTellsInterfacesApart(t *testing.T) {
+	c := newCounter(t, testParent(t))
+	const n = 8 << 20
+	server, client := transfer(t, c, "loopback", n, "LOOPBACK=127.0.0.2")
+	flows, err := c.Read()
+	require.NoError(t, err)
+	for _, f := range flows {
+		switch f.LocalPort {
+		case server:
+			assert.Equal(t, "127.0.0.2", f.LocalAddr.String(), "the server's flow %+v", f)
+		case client:
+			assert.Equal(t, "127.0.0.1", f.LocalAddr.String(), "the client's flow %+v", f)
+		}
+	}
+	lanes := Classify(flows, "other",
+		AddrLane("server side", netip.MustParsePrefix("127.0.0.2/32")),
+		AddrLane("client side", netip.MustParsePrefix("127.0.0.1/32")))
+	require.GreaterOrEqual(t, len(lanes), 2)
+	assert.GreaterOrEqual(t, lanes[0].BytesIn, uint64(n), "the server's address received the transfer")
+	assert.Less(t, lanes[0].BytesOut, uint64(n)/10, "the server's address sent only ACKs")
+	assert.GreaterOrEqual(t, lanes[1].BytesOut, uint64(n), "the client's address sent it")
+	assert.Less(t, lanes[1].BytesIn, uint64(n)/10)
 }
 
 // TestDualStackListenerCountsAsTCP: a server on a dual-stack socket ("[::]", family AF_INET6)
@@ -210,13 +250,7 @@ func TestCountsALoopbackTransfer(t *testing.T) {
 func TestDualStackListenerCountsAsTCP(t *testing.T) {
 	c := newCounter(t, testParent(t))
 	const n = 8 << 20
-	cmd := c.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), childEnv+"=dualstack", "BYTES="+strconv.Itoa(n))
-	out, err := cmd.Output()
-	require.NoError(t, err)
-	var server, client uint16
-	_, err = fmt.Sscanf(string(out), "server %d client %d", &server, &client)
-	require.NoError(t, err, "child said %q", out)
+	server, client := transfer(t, c, "dualstack", n)
 
 	flows, err := c.Read()
 	require.NoError(t, err)
@@ -227,6 +261,11 @@ func TestDualStackListenerCountsAsTCP(t *testing.T) {
 		}
 		assert.Equal(t, "tcp", f.ProtocolName(), "flow %+v of the dual-stack connection", f)
 		assert.False(t, f.IPv6, "flow %+v carried IPv4 packets", f)
+		if f.RemotePort != 0 {
+			assert.Equal(t, "127.0.0.1", f.LocalAddr.String(), "flow %+v: the v4-mapped address is reported as IPv4", f)
+		} else { // the handshake, charged to the listener, whose address is the wildcard
+			assert.Equal(t, "::", f.LocalAddr.String(), "the listener's flow %+v", f)
+		}
 		switch {
 		case f.LocalPort == server && f.RemotePort == client && f.Dir == Ingress:
 			serverIn += f.Bytes
@@ -258,13 +297,7 @@ func TestIPv6LoopbackCountsAsTCP(t *testing.T) {
 	}
 	probe.Close()
 	const n = 1 << 20
-	cmd := c.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), childEnv+"=loopback", "BYTES="+strconv.Itoa(n), "LOOPBACK=[::1]")
-	out, err := cmd.Output()
-	require.NoError(t, err)
-	var server, client uint16
-	_, err = fmt.Sscanf(string(out), "server %d client %d", &server, &client)
-	require.NoError(t, err, "child said %q", out)
+	server, _ := transfer(t, c, "loopback", n, "LOOPBACK=[::1]")
 	flows, err := c.Read()
 	require.NoError(t, err)
 	var serverIn uint64
@@ -274,6 +307,7 @@ func TestIPv6LoopbackCountsAsTCP(t *testing.T) {
 		}
 		assert.Equal(t, "tcp", f.ProtocolName(), "flow %+v of %+v", f, flows)
 		assert.True(t, f.IPv6, "flow %+v carried IPv6 packets", f)
+		assert.Equal(t, "::1", f.LocalAddr.String(), "flow %+v", f)
 		if f.LocalPort == server && f.Dir == Ingress {
 			serverIn += f.Bytes
 		}
@@ -286,13 +320,7 @@ func TestTwoCountersDoNotMix(t *testing.T) {
 	a := newCounter(t, testParent(t))
 	b := newCounter(t, testParent(t))
 	run := func(c *Counter, n int) uint16 {
-		cmd := c.Command(os.Args[0])
-		cmd.Env = append(os.Environ(), childEnv+"=loopback", "BYTES="+strconv.Itoa(n))
-		out, err := cmd.Output()
-		require.NoError(t, err)
-		var server, client uint16
-		_, err = fmt.Sscanf(string(out), "server %d client %d", &server, &client)
-		require.NoError(t, err)
+		server, _ := transfer(t, c, "loopback", n)
 		return server
 	}
 	sa := run(a, 8<<20)

@@ -2,7 +2,9 @@
 // that moved them. A Counter makes a fresh cgroup v2, attaches two small eBPF programs to it
 // (cgroup_skb egress and ingress, written with cilium/ebpf's asm package, so no compiler is
 // needed) that count bytes and packets per socket — local port, remote port, IP protocol,
-// direction — for every process started inside the cgroup, and reads the counts from an eBPF map.
+// direction, and the socket's local address, which names the interface (the rail, on a host with
+// several NICs) — for every process started inside the cgroup, and reads the counts from an eBPF
+// map.
 // `ibcheck lanes` puts the RDMA ports' own counters (verbs.ReadPortCounters) beside them, so one
 // report shows what crossed the IP stack and what crossed the NICs.
 //

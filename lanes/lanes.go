@@ -3,6 +3,7 @@ package lanes
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"sort"
 )
 
@@ -41,7 +42,12 @@ type Flow struct {
 	// dual-stack socket (AF_INET6) talking to an IPv4 peer carries IPv4 packets, and its flows
 	// say IPv6 false. Only a packet whose first byte cannot be read falls back to the socket's
 	// family.
-	IPv6           bool
+	IPv6 bool
+	// LocalAddr is the socket's local address (an IPv4 address for a dual-stack socket talking
+	// IPv4); it names the interface the flow used, so a host's rails, each with an address of its
+	// own, are told apart by it. The zero Addr when the socket has no address family the
+	// programs know.
+	LocalAddr      netip.Addr
 	Dir            Direction
 	Bytes, Packets uint64
 }
@@ -115,6 +121,19 @@ func PortsLane(name string, ports ...uint16) LaneMatch {
 	return LaneMatch{Name: name, Match: func(f Flow) bool {
 		for _, p := range ports {
 			if f.Touches(p) {
+				return true
+			}
+		}
+		return false
+	}}
+}
+
+// AddrLane is the lane of every flow whose local address lies in one of prefixes: the flows of
+// one interface (one rail) when prefixes are its addresses.
+func AddrLane(name string, prefixes ...netip.Prefix) LaneMatch {
+	return LaneMatch{Name: name, Match: func(f Flow) bool {
+		for _, p := range prefixes {
+			if f.LocalAddr.IsValid() && p.Contains(f.LocalAddr) {
 				return true
 			}
 		}

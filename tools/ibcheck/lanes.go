@@ -7,9 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/signal"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,6 +40,7 @@ type lanesReport struct {
 	ExitStatus int            `json:"exit_status"`
 	Lanes      []laneJSON     `json:"lanes"`
 	Flows      []flowJSON     `json:"flows"`
+	Addresses  []addressJSON  `json:"local_addresses"`
 	RDMAPorts  []rdmaPortJSON `json:"rdma_ports"`
 	Note       string         `json:"note,omitempty"`
 }
@@ -50,8 +54,19 @@ type laneJSON struct {
 	Sockets    int    `json:"socket_directions"`
 }
 
+// addressJSON is the bytes of every flow with one local address: what one interface (one rail,
+// where each NIC has an address of its own) carried for the command.
+type addressJSON struct {
+	Address   string `json:"address"`
+	Interface string `json:"interface,omitempty"` // the interface holding it here, when one does
+	BytesOut  uint64 `json:"bytes_out"`
+	BytesIn   uint64 `json:"bytes_in"`
+	Sockets   int    `json:"socket_directions"`
+}
+
 type flowJSON struct {
 	Protocol   string `json:"protocol"`
+	LocalAddr  string `json:"local_address,omitempty"`
 	LocalPort  uint16 `json:"local_port"`
 	RemotePort uint16 `json:"remote_port"`
 	Direction  string `json:"direction"`
@@ -158,8 +173,9 @@ func runLanes(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if i == *top {
 			break
 		}
-		rep.Flows = append(rep.Flows, flowJSON{Protocol: f.ProtocolName(), LocalPort: f.LocalPort, RemotePort: f.RemotePort, Direction: f.Dir.String(), Bytes: f.Bytes, Packets: f.Packets})
+		rep.Flows = append(rep.Flows, flowJSON{Protocol: f.ProtocolName(), LocalAddr: addrString(f.LocalAddr), LocalPort: f.LocalPort, RemotePort: f.RemotePort, Direction: f.Dir.String(), Bytes: f.Bytes, Packets: f.Packets})
 	}
+	rep.Addresses = byLocalAddress(flows, interfaceAddrs())
 	var notes []string
 	if readErr != nil {
 		notes = append(notes, readErr.Error())
@@ -205,6 +221,64 @@ func exitStatus(err error) int {
 	return check.ExitFail
 }
 
+// byLocalAddress sums the flows by their local address, largest first; names maps an address to
+// the interface that holds it on this host. Flows without an address (a listener's wildcard
+// included) are left out: they carry handshakes, not transfers.
+func byLocalAddress(flows []lanes.Flow, names map[netip.Addr]string) []addressJSON {
+	idx := map[netip.Addr]int{}
+	var out []addressJSON
+	for _, f := range flows {
+		if !f.LocalAddr.IsValid() || f.LocalAddr.IsUnspecified() {
+			continue
+		}
+		i, ok := idx[f.LocalAddr]
+		if !ok {
+			i = len(out)
+			idx[f.LocalAddr] = i
+			out = append(out, addressJSON{Address: f.LocalAddr.String(), Interface: names[f.LocalAddr]})
+		}
+		out[i].Sockets++
+		if f.Dir == lanes.Egress {
+			out[i].BytesOut += f.Bytes
+		} else {
+			out[i].BytesIn += f.Bytes
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		return out[i].BytesOut+out[i].BytesIn > out[j].BytesOut+out[j].BytesIn
+	})
+	return out
+}
+
+// interfaceAddrs maps each address of this host's interfaces (in ibcheck's network namespace) to
+// the interface's name.
+func interfaceAddrs() map[netip.Addr]string {
+	out := map[netip.Addr]string{}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return out
+	}
+	for _, ifc := range ifs {
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if p, err := netip.ParsePrefix(a.String()); err == nil {
+				out[p.Addr().Unmap()] = ifc.Name
+			}
+		}
+	}
+	return out
+}
+
+func addrString(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.String()
+}
+
 func writeLanes(w io.Writer, rep lanesReport) {
 	fmt.Fprintf(w, "ibcheck lanes: %s exited with status %d\n", strings.Join(rep.Command, " "), rep.ExitStatus)
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
@@ -227,11 +301,23 @@ func writeLanes(w io.Writer, rep lanesReport) {
 			fmt.Fprintf(w, "  %s hw_counters: %s\n", p.Port, strings.Join(hw, ", "))
 		}
 	}
+	if len(rep.Addresses) > 0 {
+		fmt.Fprintln(w, "by local address (one per interface, one per rail where each NIC has its own):")
+		tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+		for _, a := range rep.Addresses {
+			name := a.Interface
+			if name == "" {
+				name = "-"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\tout %s\tin %s\t%d sockets\n", a.Address, name, verbs.FormatBytes(a.BytesOut), verbs.FormatBytes(a.BytesIn), a.Sockets)
+		}
+		tw.Flush()
+	}
 	if len(rep.Flows) > 0 {
 		fmt.Fprintln(w, "largest flows:")
 		tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 		for _, f := range rep.Flows {
-			fmt.Fprintf(tw, "  %s\t%d -> %d\t%s\t%s\t%d packets\n", f.Protocol, f.LocalPort, f.RemotePort, f.Direction, verbs.FormatBytes(f.Bytes), f.Packets)
+			fmt.Fprintf(tw, "  %s\t%s:%d -> %d\t%s\t%s\t%d packets\n", f.Protocol, f.LocalAddr, f.LocalPort, f.RemotePort, f.Direction, verbs.FormatBytes(f.Bytes), f.Packets)
 		}
 		tw.Flush()
 	}

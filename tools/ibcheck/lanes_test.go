@@ -82,6 +82,21 @@ func TestLanesCommand(t *testing.T) {
 	// there are depends on how the receiver was scheduled (2.9 % on top under load in one run),
 	// so the bound is loose: it catches a transfer counted twice, not the header share.
 	assert.Less(t, rep.Lanes[0].BytesOut, uint64(n)*5/4)
+	// By local address: the one interface the transfer used, loopback, named as this host names it.
+	require.NotEmpty(t, rep.Addresses, "no bytes by local address: %s", b)
+	assert.Equal(t, "127.0.0.1", rep.Addresses[0].Address)
+	assert.Equal(t, "lo", rep.Addresses[0].Interface)
+	assert.GreaterOrEqual(t, rep.Addresses[0].BytesOut, uint64(n))
+	assert.GreaterOrEqual(t, rep.Addresses[0].BytesIn, uint64(n))
+	require.NotEmpty(t, rep.Flows)
+	assert.Equal(t, "127.0.0.1", rep.Flows[0].LocalAddr)
+
+	// The table says the same.
+	stderr.Reset()
+	code = run(context.Background(), []string{"lanes", "--control-port", strconv.Itoa(port), "--", os.Args[0]},
+		nil, &stdout, &stderr, testSystem(t))
+	require.Equal(t, 7, code, "stderr: %s", stderr.String())
+	assert.Regexp(t, `by local address[^\n]*\n\s+127\.0\.0\.1\s+lo\s+out 8(\.[0-9]+)? MiB\s+in 8(\.[0-9]+)? MiB`, stderr.String())
 
 	// Without a command: a usage error.
 	code = run(context.Background(), []string{"lanes"}, nil, &stdout, &stderr, testSystem(t))
