@@ -6,8 +6,9 @@
 #                     slicing, batches and ranges, failover, probes after the cool-down, mixed
 #                     releases); velo's rail choice; and, as root, two hosts in network namespaces
 #                     joined by two, then four, veth rails shaped with tc to 200 Mbit/s (test/multirail):
-#                     one 48 MiB GET over all of them in equal shares by the kernel's counters, a
-#                     rail at half the rate carrying a third, a rail set down mid-GET (right bytes
+#                     one 48 MiB GET over all of them in equal shares by the kernel's counters
+#                     (each interface's, and the lane witness: the owner under ibcheck lanes, bytes
+#                     by local address), a rail at half the rate carrying a third, a rail set down mid-GET (right bytes
 #                     on the RDMA path, the rail paused, back after its cool-down), both set down
 #                     (chunked fallback, right bytes). About a minute on 2 cores. It adds network interfaces, so make test runs it alone
 #                     (TEST_ALONE). The hosts link velo's static UCX (VELO_UCX_GO, Makefile; the

@@ -210,12 +210,13 @@ func railnodeBin(t *testing.T) string {
 
 // node is one railnode process in a namespace.
 type node struct {
-	name   string
-	cmd    *exec.Cmd
-	in     io.WriteCloser
-	lines  chan []byte
-	stderr *syncBuffer
-	mu     sync.Mutex
+	name     string
+	cmd      *exec.Cmd
+	in       io.WriteCloser
+	lines    chan []byte
+	stderr   *syncBuffer
+	mu       sync.Mutex
+	stopOnce sync.Once
 }
 
 type syncBuffer struct {
@@ -238,8 +239,16 @@ func (s *syncBuffer) String() string {
 // startNode starts railnode in h's namespace over h's rails, with args, and waits until it is up.
 func startNode(t *testing.T, name string, h host, args ...string) *node {
 	t.Helper()
-	a := append([]string{"netns", "exec", h.ns, railnodeBin(t), "-devices", strings.Join(h.devs, ","), "-ctl", h.ctl + ":0"}, args...)
-	cmd := exec.Command("ip", a...)
+	return startNodeUnder(t, name, h, nil, args...)
+}
+
+// startNodeUnder is startNode with the command run under wrap (a command line that ends in the
+// one it runs, such as ibcheck lanes' "--"), or directly when wrap is empty.
+func startNodeUnder(t *testing.T, name string, h host, wrap []string, args ...string) *node {
+	t.Helper()
+	a := append([]string{"ip", "netns", "exec", h.ns, railnodeBin(t), "-devices", strings.Join(h.devs, ","), "-ctl", h.ctl + ":0"}, args...)
+	a = append(append([]string(nil), wrap...), a...)
+	cmd := exec.Command(a[0], a[1:]...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "UCX_NET_DEVICES=") {
 			cmd.Env = append(cmd.Env, kv)
@@ -265,15 +274,7 @@ func startNode(t *testing.T, name string, h host, args ...string) *node {
 		close(n.lines)
 	}()
 	t.Cleanup(func() {
-		n.in.Close()
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
+		n.stop()
 		if t.Failed() || os.Getenv("VELO_TEST_LOG") != "" {
 			t.Logf("%s's log:\n%s", name, n.stderr.String())
 		}
@@ -286,6 +287,22 @@ func startNode(t *testing.T, name string, h host, args ...string) *node {
 		t.Fatalf("%s did not come up in 60 s:\n%s", name, n.stderr.String())
 	}
 	return n
+}
+
+// stop ends the node: its standard input closes, and it is killed if it has not exited 10 s
+// later. Only the first call waits; later ones return at once.
+func (n *node) stop() {
+	n.stopOnce.Do(func() {
+		n.in.Close()
+		done := make(chan struct{})
+		go func() { _ = n.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = n.cmd.Process.Kill()
+			<-done
+		}
+	})
 }
 
 // answer is railnode's answer to a command.

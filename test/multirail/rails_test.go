@@ -1,6 +1,7 @@
 package multirail
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -39,8 +40,9 @@ func shares(d []float64) []float64 {
 }
 
 // TestOneGetOverSeveralRails: a 48 MiB GET between hosts joined by two, then four, rails of the
-// same rate goes over all of them, in equal shares by the kernel's own counters, at close to the
-// rails' summed rate.
+// same rate goes over all of them, in equal shares by the kernel's own counters — each rail's
+// interface, and the lane witness (ibcheck lanes around the owner, bytes by the sockets' local
+// address) — at close to the rails' summed rate.
 func TestOneGetOverSeveralRails(t *testing.T) {
 	for _, n := range []int{2, 4} {
 		t.Run(fmt.Sprintf("%d rails", n), func(t *testing.T) {
@@ -49,7 +51,7 @@ func TestOneGetOverSeveralRails(t *testing.T) {
 				rates[i] = railRate
 			}
 			oh, ch := newHosts(t, rates...)
-			o, c := pair(t, oh, ch)
+			o, c, w := pairWitnessed(t, oh, ch)
 			const size = 48 << 20
 			h, sum := stage(t, o, size, uint64(n))
 			before := txBytes(t, oh)
@@ -73,15 +75,35 @@ func TestOneGetOverSeveralRails(t *testing.T) {
 			}
 			assert.Equal(t, float64(size), got)
 			assert.Greater(t, rate, 0.75*float64(n)*railBytesPerS, "%d rails moved the GET at %.1f MB/s, one rail's is %.0f", n, rate/1e6, railBytesPerS/1e6)
+
+			// The lane witness says the same: the owner's sockets on each rail's address sent
+			// that rail's share, and together the GET's bytes (with TCP and IP headers, and
+			// nothing else of size: the control plane has an address of its own).
+			sent, err := w.sentBy(t, oh.ips)
+			if errors.Is(err, errNoWitness) {
+				t.Logf("no lane witness on this machine: %v", err)
+				return
+			}
+			require.NoError(t, err)
+			var total float64
+			for _, b := range sent {
+				total += float64(b)
+			}
+			assert.GreaterOrEqual(t, total, float64(size), "the rails' addresses sent less than the GET: %v", sent)
+			assert.Less(t, total, float64(size)*1.1, "the rails' addresses sent far more than the GET: %v", sent)
+			for i, b := range sent {
+				assert.InDelta(t, 1/float64(n), float64(b)/total, 0.3/float64(n), "rail %d (%s) sent %d of %.0f bytes by the witness", i, oh.ips[i], b, total)
+				assert.InDelta(t, d[i], float64(b), 0.1*d[i]+64<<10, "rail %d: the witness (%d) and the interface's counter (%.0f) differ", i, b, d[i])
+			}
 		})
 	}
 }
 
 // TestSlowerRailCarriesLess: with one rail at half the other's rate, the GET's slices follow the
-// rates: the slow rail carries about a third.
+// rates: the slow rail carries about a third, by the interfaces' counters and by the lane witness.
 func TestSlowerRailCarriesLess(t *testing.T) {
 	oh, ch := newHosts(t, railRate, "100mbit")
-	o, c := pair(t, oh, ch)
+	o, c, w := pairWitnessed(t, oh, ch)
 	const size = 48 << 20
 	h, sum := stage(t, o, size, 2)
 	before := txBytes(t, oh)
@@ -91,6 +113,15 @@ func TestSlowerRailCarriesLess(t *testing.T) {
 	sh := shares(d)
 	t.Logf("48 MiB in %.2f s (%.1f MB/s of the %.1f both rails allow); kernel tx bytes by rail %v, shares %.2f", a.Seconds, size/a.Seconds/1e6, 1.5*railBytesPerS/1e6, d, sh)
 	assert.InDelta(t, 1.0/3, sh[1], 0.12, "the slow rail carried %.0f%% of the bytes", 100*sh[1])
+
+	sent, err := w.sentBy(t, oh.ips)
+	if errors.Is(err, errNoWitness) {
+		t.Logf("no lane witness on this machine: %v", err)
+		return
+	}
+	require.NoError(t, err)
+	slow := float64(sent[1]) / float64(sent[0]+sent[1])
+	assert.InDelta(t, 1.0/3, slow, 0.12, "by the witness the slow rail sent %.0f%% of the bytes (%v)", 100*slow, sent)
 }
 
 // TestRailDownMidGet: a rail whose link goes down in the middle of a 64 MiB GET loses the GET
