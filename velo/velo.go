@@ -630,7 +630,7 @@ func (h *host) PeerDown(peer transport.InstanceID, err error) {
 func (h *host) ClaimPrefix() int { return h.v.msgr.ClaimPrefix() }
 func (h *host) Claim(from transport.InstanceID, prefix []byte, size int) []byte {
 	h.v.heardFrom(from)
-	return h.v.msgr.Claim(from, prefix, size)
+	return h.v.msgr.ClaimOn(h.idx, from, prefix, size)
 }
 func (h *host) Claimed(from transport.InstanceID, prefix []byte, err error) {
 	h.v.msgr.Claimed(from, prefix, err)

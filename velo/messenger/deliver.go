@@ -14,16 +14,32 @@ import (
 	"github.com/velo-go/velo/velo/transport"
 )
 
-// ClaimPrefix is the number of leading bytes Claim needs: the fixed frame header.
-func (g *Messenger) ClaimPrefix() int { return wire.HeaderLen }
+// ClaimPrefix is the number of leading bytes Claim needs: the fixed frame header, and for a
+// request a claimer takes (ClaimRequests) its name and the claimer's own prefix.
+func (g *Messenger) ClaimPrefix() int {
+	if n := g.claimPrefix.Load(); n > 0 {
+		return int(n)
+	}
+	return wire.HeaderLen
+}
 
 // Claim takes the body of a response frame for a RequestInto call whose buffer has exactly the
-// body's size; anything else is left to Deliver.
+// body's size; anything else is left to Deliver. It claims no request: ClaimOn does, for the
+// transport whose index it is given.
 func (g *Messenger) Claim(from transport.InstanceID, prefix []byte, size int) []byte {
+	return g.ClaimOn(-1, from, prefix, size)
+}
+
+// ClaimOn is Claim for a frame that arrived on transport idx: besides answers, it gives a request
+// with a claimer (ClaimRequests) to that claimer, and answers it on idx once it is read.
+func (g *Messenger) ClaimOn(idx int, from transport.InstanceID, prefix []byte, size int) []byte {
 	if len(prefix) < wire.HeaderLen {
 		return nil
 	}
 	h, err := wire.DecodeHeader(prefix)
+	if err == nil && h.Kind == wire.KindRequest && idx >= 0 {
+		return g.claimRequest(idx, from, h, prefix, size)
+	}
 	if err != nil || h.Kind != wire.KindResponse || h.Flags != 0 {
 		return nil
 	}
@@ -36,9 +52,13 @@ func (g *Messenger) Claim(from transport.InstanceID, prefix []byte, size int) []
 	return c.claim(size - wire.HeaderLen)
 }
 
-// Claimed completes a claimed call.
+// Claimed completes a claimed call, or a claimed request.
 func (g *Messenger) Claimed(from transport.InstanceID, prefix []byte, err error) {
 	h, _ := wire.DecodeHeader(prefix)
+	if h.Kind == wire.KindRequest {
+		g.claimedRequest(from, h, err)
+		return
+	}
 	g.mu.Lock()
 	c := g.calls[h.ID]
 	g.mu.Unlock()

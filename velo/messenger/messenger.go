@@ -154,11 +154,14 @@ type Messenger struct {
 	refusedFrom   map[transport.InstanceID]struct{} // peers whose one-way messages were refused while draining (for the log)
 	inboxMsgs     atomic.Int64
 	inboxBytes    atomic.Int64
+	claimPrefix   atomic.Int64 // ClaimPrefix: the fixed header, or what the request claimers need
 
 	mu         sync.Mutex
 	transports []transport.Transport
 	handlers   map[string]Handler
 	internal   map[string]InternalHandler
+	claimers   map[string]claimer // internal requests read straight into their destination (claimreq.go)
+	claims     map[claimKey]*pendingClaim
 	calls      map[uint64]*call
 	inboxes    map[transport.InstanceID]*inbox
 	closed     bool
@@ -180,6 +183,7 @@ func New(cfg Config) *Messenger {
 	return &Messenger{
 		cfg: cfg, log: cfg.Logger, m: cfg.Metrics, ctx: ctx, cancel: cancel,
 		handlers: map[string]Handler{}, internal: map[string]InternalHandler{},
+		claimers: map[string]claimer{}, claims: map[claimKey]*pendingClaim{},
 		calls: map[uint64]*call{}, inboxes: map[transport.InstanceID]*inbox{},
 		drainingPeers: map[transport.InstanceID]struct{}{}, refusedFrom: map[transport.InstanceID]struct{}{},
 	}
@@ -333,14 +337,7 @@ func (g *Messenger) route(peer transport.InstanceID, size int) (int, transport.T
 
 // maxInline is the largest payload sent inline to peer: the threshold, and what fits one frame.
 func (g *Messenger) maxInline(peer transport.InstanceID, overhead int) int {
-	limit := 0
-	g.mu.Lock()
-	for _, t := range g.transports {
-		if t.Reaches(peer) && t.MaxFrameSize()-overhead > limit {
-			limit = t.MaxFrameSize() - overhead
-		}
-	}
-	g.mu.Unlock()
+	limit := g.maxFrame(peer, overhead)
 	if g.getStager() != nil && g.cfg.StageThreshold > 0 && g.cfg.StageThreshold < limit {
 		limit = g.cfg.StageThreshold
 	}
@@ -352,6 +349,25 @@ func (g *Messenger) maxInline(peer transport.InstanceID, overhead int) int {
 // own protocols that carry data keep their requests at or below it).
 func (g *Messenger) MaxInline(peer transport.InstanceID, name string) int {
 	return g.maxInline(peer, wire.HeaderLen+1+len(name))
+}
+
+// MaxParts is the largest payload RequestParts sends to peer for name: what the largest frame of
+// a transport that reaches peer holds besides the header (0 when none reaches it).
+func (g *Messenger) MaxParts(peer transport.InstanceID, name string) int {
+	return g.maxFrame(peer, wire.HeaderLen+1+len(name))
+}
+
+// maxFrame is what the largest frame of a transport that reaches peer holds besides overhead.
+func (g *Messenger) maxFrame(peer transport.InstanceID, overhead int) int {
+	limit := 0
+	g.mu.Lock()
+	for _, t := range g.transports {
+		if t.Reaches(peer) && t.MaxFrameSize()-overhead > limit {
+			limit = t.MaxFrameSize() - overhead
+		}
+	}
+	g.mu.Unlock()
+	return limit
 }
 
 // prepare stages payload when it is too large to travel inline.
@@ -463,6 +479,27 @@ func (g *Messenger) RequestInto(ctx context.Context, peer transport.InstanceID, 
 	return err
 }
 
+// RequestParts is Request for a payload in parts (a header of the caller's and the bytes it
+// describes, say), which go out one after the other without being joined into one buffer first.
+// Such a payload is never staged, whatever the staging threshold: above MaxParts it is refused,
+// so callers that move bulk data cut it into pieces of at most that size (a receiver that claims
+// the request, ClaimRequests, reads each piece straight into place, so pieces as large as a
+// frame cost it nothing extra). The parts are not touched after RequestParts returns.
+func (g *Messenger) RequestParts(ctx context.Context, peer transport.InstanceID, name string, parts ...[]byte) ([]byte, error) {
+	size := 0
+	for _, p := range parts {
+		size += len(p)
+	}
+	if limit := g.MaxParts(peer, name); size > limit {
+		return nil, fmt.Errorf("messenger: %w: a payload of %d bytes in parts for %q is above the %d bytes one frame to %016x carries (cut it into pieces of at most MaxParts)", transport.ErrFrameTooLarge, size, name, limit, uint64(peer))
+	}
+	c, err := g.callParts(ctx, -1, peer, name, parts, nil)
+	if err != nil {
+		return nil, err
+	}
+	return c.resp, nil
+}
+
 // RequestOver is Request on one transport (by the index AddTransport returned), for velo's own
 // probes: it neither stages nor refuses a draining peer.
 func (g *Messenger) RequestOver(ctx context.Context, via int, peer transport.InstanceID, name string, payload []byte) ([]byte, error) {
@@ -488,6 +525,12 @@ func (g *Messenger) SendInternal(ctx context.Context, peer transport.InstanceID,
 }
 
 func (g *Messenger) call(ctx context.Context, via int, peer transport.InstanceID, name string, payload, sink []byte) (*call, error) {
+	return g.callParts(ctx, via, peer, name, [][]byte{payload}, sink)
+}
+
+// callParts sends a request whose payload is parts: one part is staged when it is too large to
+// travel inline (RequestParts keeps several parts to the inline size).
+func (g *Messenger) callParts(ctx context.Context, via int, peer transport.InstanceID, name string, parts [][]byte, sink []byte) (*call, error) {
 	if !strings.HasPrefix(name, InternalPrefix) {
 		// velo's own protocol still talks to a draining peer: its transfers must complete.
 		if err := g.drainingPeer(peer); err != nil {
@@ -499,9 +542,13 @@ func (g *Messenger) call(ctx context.Context, via int, peer transport.InstanceID
 	if err != nil {
 		return nil, fmt.Errorf("messenger: %w: %v", ErrInvalidName, err)
 	}
-	body, flags, err := g.prepare(ctx, peer, len(hdr), payload)
-	if err != nil {
-		return nil, err
+	var flags wire.Flags
+	if len(parts) == 1 {
+		var body []byte
+		if body, flags, err = g.prepare(ctx, peer, len(hdr), parts[0]); err != nil {
+			return nil, err
+		}
+		parts = [][]byte{body}
 	}
 	hdr[2] = byte(flags)
 	if r := inlineRunOf(ctx); r != nil {
@@ -518,12 +565,14 @@ func (g *Messenger) call(ctx context.Context, via int, peer transport.InstanceID
 	g.calls[id] = c
 	g.mu.Unlock()
 
-	idx, t, err := g.sendVia(ctx, via, peer, "request", hdr, body)
+	idx, t, err := g.sendVia(ctx, via, peer, "request", append([][]byte{hdr}, parts...)...)
 	c.mu.Lock()
 	c.transport = idx
 	c.mu.Unlock()
 	if err != nil {
-		g.unstage(flags, body)
+		if len(parts) == 1 {
+			g.unstage(flags, parts[0])
+		}
 		g.finish(c, nil, 0, err)
 		return nil, err
 	}

@@ -98,8 +98,9 @@ type AuthGate interface {
 
 // Claimer is an optional extension of Host for transports that read frames off a byte stream
 // (TCP). It exists so that a large frame whose destination is already known — a rendezvous chunk
-// answering a pull, whose bytes belong in the caller's GetInto buffer — is read from the socket
-// straight into that buffer instead of into a fresh frame and then copied. On a loaded machine
+// answering a pull, whose bytes belong in the caller's GetInto buffer, or a chunk of a chunked
+// push, whose bytes belong in a granted range — is read from the socket straight into that buffer
+// instead of into a fresh frame and then copied. On a loaded machine
 // that copy and allocation are the difference between the chunked path keeping up with a raw TCP
 // stream and not. Transports that receive whole messages (UCX active messages) ignore it.
 //

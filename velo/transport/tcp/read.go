@@ -272,7 +272,7 @@ func (c *conn) readFrames(a *await) error {
 		if timed {
 			c.nc.SetReadDeadline(time.Now().Add(c.t.cfg.IOTimeout))
 		}
-		frame, err := c.readOne(size, prefixLen)
+		frame, claimed, err := c.readOne(size, prefixLen)
 		if err != nil {
 			return err
 		}
@@ -281,8 +281,13 @@ func (c *conn) readFrames(a *await) error {
 		if timed {
 			c.nc.SetReadDeadline(time.Time{})
 		}
-		answer := frame == nil // claimed: an answer, already in its buffer
-		if !answer {
+		// A claimed frame is already where it belongs: an answer in its caller's buffer, or a
+		// request (a bulk write) in its destination and answered by the claimer.
+		answer := frame == nil && (c.t.inline == nil || c.t.inline.Answers(claimed))
+		if frame == nil && !answer {
+			c.lastUnsolicited.Store(time.Now().UnixNano())
+		}
+		if frame != nil {
 			if answer = c.t.inline != nil && c.t.inline.Answers(frame); !answer {
 				c.lastUnsolicited.Store(time.Now().UnixNano())
 			}
@@ -368,13 +373,13 @@ func (c *conn) readErr(err error) error {
 }
 
 // readOne reads the frame that follows a length prefix: into a buffer a claimer provides (and
-// returns nil), or into a new frame that it returns for delivery.
-func (c *conn) readOne(size, prefixLen int) ([]byte, error) {
+// returns the frame's prefix as claimed), or into a new frame that it returns for delivery.
+func (c *conn) readOne(size, prefixLen int) (frame, claimed []byte, err error) {
 	if prefixLen > 0 && size > 0 {
 		k := min(prefixLen, size)
 		prefix := make([]byte, k)
 		if _, err := io.ReadFull(c.br, prefix); err != nil {
-			return nil, fmt.Errorf("truncated frame: %w", err)
+			return nil, nil, fmt.Errorf("truncated frame: %w", err)
 		}
 		if dst := c.t.claimer.Claim(c.peer, prefix, size); dst != nil {
 			var err error
@@ -384,20 +389,20 @@ func (c *conn) readOne(size, prefixLen int) ([]byte, error) {
 				err = fmt.Errorf("truncated frame: %w", err)
 			}
 			c.t.claimer.Claimed(c.peer, prefix, err)
-			return nil, err
+			return nil, prefix, err
 		}
 		frame := make([]byte, size)
 		copy(frame, prefix)
 		if _, err := io.ReadFull(c.br, frame[k:]); err != nil {
-			return nil, fmt.Errorf("truncated frame: %w", err)
+			return nil, nil, fmt.Errorf("truncated frame: %w", err)
 		}
-		return frame, nil
+		return frame, nil, nil
 	}
-	frame := make([]byte, size)
+	frame = make([]byte, size)
 	if _, err := io.ReadFull(c.br, frame); err != nil {
-		return nil, fmt.Errorf("truncated frame: %w", err)
+		return nil, nil, fmt.Errorf("truncated frame: %w", err)
 	}
-	return frame, nil
+	return frame, nil, nil
 }
 
 // vacancyWatch starts a readLoop on connections that stay unread. Its goroutine runs while some
