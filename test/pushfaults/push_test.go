@@ -152,6 +152,55 @@ func TestWriterStoppedMidPut(t *testing.T) {
 	recv.clean()
 }
 
+// TestChunkedWriterStoppedMidChunk: on the chunked path the receiver reads each chunk from the
+// socket straight into the region, so a writer stopped in the middle of a chunk leaves a read into
+// the region pending. The writer is SIGSTOPped while 64 MiB puts follow each other over the
+// receiver's chunked path (its kill switch), and the receiver revokes the grant: Done waits for
+// that read, and closes once the control plane's I/O timeout (3 s here) has cut it, not later.
+// A second writer then writes the range; the stopped writer resumes, its put fails, and the region
+// keeps the second writer's bytes; nothing outside the grant changed.
+func TestChunkedWriterStoppedMidChunk(t *testing.T) {
+	const span = 64 << 20
+	const ioTimeout = 3 * time.Second
+	t.Setenv(killSwitchEnv, "1")
+	recv := startPeer(t, "receiver", "-io-timeout", ioTimeout.String())
+	t.Setenv(killSwitchEnv, "") // the writers keep their RDMA path; the receiver answers chunked
+	r := recv.ok("region %d %d", span+2*guard, regionSeed)
+	require.Equal(t, false, r["pinned"], "the receiver's region (reason %v)", r["reason"])
+	writer := startPeer(t, "writer")
+	link(t, recv, writer)
+	id, h := recv.grant(writer, guard, span, time.Minute)
+
+	writer.send("putloop %s %d %d %d %d", h, guard, span, 2, 1000)
+	time.Sleep(500 * time.Millisecond)
+	writer.signal(syscall.SIGSTOP)
+	time.Sleep(100 * time.Millisecond) // what the writer had sent is read; the receiver waits for the rest
+
+	recv.ok("revoke %d", id)
+	took, why := recv.done(id, ioTimeout+5*time.Second)
+	t.Logf("Done %v after the revocation: %s", took, why)
+	assert.Contains(t, why, "write grant ended")
+	recv.guards("after the stalled writer's grant ended", guard, span)
+
+	second := startPeer(t, "second")
+	link(t, recv, second)
+	id2, h2 := recv.grant(second, guard, span, time.Minute)
+	r = second.ok("put %s %d %d %d", h2, guard, span, 3)
+	want := r["sha256"]
+	require.Equal(t, want, recv.sum(guard, span), "the second writer's bytes")
+
+	writer.signal(syscall.SIGCONT)
+	r = writer.read(time.Minute)
+	t.Logf("the resumed writer: %v puts, then %q", r["puts"], r["error"])
+	require.NotEmpty(t, r["error"], "the resumed writer's put succeeded after its grant ended")
+	time.Sleep(200 * time.Millisecond)
+	require.Equal(t, want, recv.sum(guard, span), "the resumed writer wrote into the region after its grant ended")
+	recv.guards("after the stalled writer resumed", guard, span)
+
+	recv.ok("revoke %d", id2)
+	recv.done(id2, 10*time.Second)
+}
+
 // TestReceiverDrainsMidPut: the receiver drains while the writer's batches of 1 MiB puts are in
 // flight. The batch returns (no hang); each entry completed, with its bytes in the receiver's
 // memory, or failed saying the grant ended or the receiver drains; the grant ends; nothing outside

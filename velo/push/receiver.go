@@ -56,6 +56,7 @@ type Grant struct {
 	timer     *time.Timer
 
 	mu       sync.RWMutex // read-held by a chunk's copy; written to end the grant
+	claims   sync.WaitGroup // chunks being read from the socket straight into the region (claimWrite)
 	ended    bool
 	why      error
 	decided  bool
@@ -228,9 +229,10 @@ func (gr *Grant) Wait(ctx context.Context, ranges ...Range) error {
 	}
 }
 
-// end ends the grant once: no chunk is copied after it returns from taking the lock, its keys are
-// revoked (quarantined by the registry while a write may be in flight), and Done closes once they
-// are dead.
+// end ends the grant once: no chunk is copied or claimed after it returns from taking the lock,
+// its keys are revoked (quarantined by the registry while a write may be in flight), and Done
+// closes once they are dead and the chunks claimed before the end are read (a writer that stalls
+// in the middle of one is cut off by the control plane's I/O timeout, tcp.Config.IOTimeout).
 func (gr *Grant) end(sentinel error, why string) {
 	gr.mu.Lock()
 	if gr.ended {
@@ -270,6 +272,7 @@ func (gr *Grant) end(sentinel error, why string) {
 		for _, d := range deads {
 			<-d
 		}
+		gr.claims.Wait()
 		gr.unstage()
 		close(gr.done)
 	}()
@@ -423,6 +426,55 @@ func (s *Service) onWrite(ctx context.Context, from transport.InstanceID, p []by
 	gr.cmu.Unlock()
 	s.m.addBytes("received", metrics.PathChunked, len(data))
 	return nil, nil, nil
+}
+
+// claimWrite takes a chunk's bytes from the control plane's socket straight into the granted
+// range (messenger.ClaimRequests): no frame is allocated for it and nothing is copied after the
+// read. It claims only a write onWrite would serve — an authorized writer's live grant, a range
+// inside it, host memory — and leaves every other request to onWrite, which refuses it with its
+// reason (or, for device memory, copies it in through the transport).
+func (s *Service) claimWrite(from transport.InstanceID, head []byte, size int) ([]byte, func(error) error) {
+	h, inHead, err := decodeWrite(head)
+	if err != nil || size < writeHeaderLen || (s.cfg.Authorize != nil && s.cfg.Authorize(from) != nil) {
+		return nil, nil
+	}
+	gr, err := s.lookup(h.Ref, from)
+	if err != nil {
+		return nil, nil
+	}
+	n := uint64(size - writeHeaderLen)
+	if n == 0 || gr.rangeOf(h.Offset, n) < 0 || gr.region.Memory().Typed() {
+		return nil, nil
+	}
+	gr.mu.RLock()
+	if gr.ended {
+		gr.mu.RUnlock()
+		return nil, nil
+	}
+	gr.claims.Add(1) // before the grant can end: Done waits for this read
+	gr.mu.RUnlock()
+	dst := gr.region.Bytes()[h.Offset : h.Offset+n]
+	copy(dst, inHead) // the chunk's first bytes came with the header
+	return dst[len(inHead):], func(err error) error {
+		defer gr.claims.Done()
+		if err != nil {
+			return err
+		}
+		gr.mu.RLock()
+		ended, why := gr.ended, gr.why
+		gr.mu.RUnlock()
+		if ended {
+			// The bytes landed before Done closed, as a write in flight may; the writer hears that
+			// the grant ended, as it would have at the handler.
+			return receiverErr(why)
+		}
+		// As in onWrite: the chunk counts before any later notification is delivered.
+		gr.cmu.Lock()
+		gr.chunks++
+		gr.cmu.Unlock()
+		s.m.addBytes("received", metrics.PathChunked, int(n))
+		return nil
+	}
 }
 
 func (gr *Grant) rangeOf(off, n uint64) int {

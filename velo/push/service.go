@@ -131,6 +131,7 @@ func New(cfg Config) *Service {
 	g := cfg.Messenger
 	g.HandleInternal(opAcquire, s.onAcquire)
 	g.HandleInternal(opWrite, s.onWrite)
+	g.ClaimRequests(opWrite, writeHeaderLen, s.claimWrite)
 	g.HandleInternal(opNotify, s.onNotify)
 	return s
 }

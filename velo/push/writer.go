@@ -217,10 +217,10 @@ func (s *Service) acquire(ctx context.Context, h GrantHandle) (*held, error) {
 	}
 	hd.acquired, hd.rdma, hd.keys = true, resp.RDMA, resp.Keys
 	hd.reason = metrics.Reason(resp.Reason)
-	// A chunk travels inside its request: above what the messenger sends inline it would be staged,
-	// and the receiver's handler would get a token instead of the bytes.
-	inline := s.cfg.Messenger.MaxInline(h.Receiver, opWrite) - writeHeaderLen
-	hd.chunk = max(min(int(resp.ChunkSize), s.cfg.ChunkSize, inline), 1<<10)
+	// A chunk travels inside its request, behind its header, in one frame (RequestParts, never
+	// staged); the receiver reads it straight into the region.
+	frame := s.cfg.Messenger.MaxParts(h.Receiver, opWrite) - writeHeaderLen
+	hd.chunk = max(min(int(resp.ChunkSize), s.cfg.ChunkSize, frame), 1<<10)
 	if !resp.RDMA && offer {
 		s.log.Debug("push: the receiver answered a grant on the chunked path", "receiver", fmt.Sprintf("%016x", uint64(h.Receiver)), "grant", h.ID, "reason", resp.Reason)
 	}
@@ -322,11 +322,10 @@ func (s *Service) sendChunk(ctx context.Context, h GrantHandle, ref grantRef, r 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	hdr := writeHeader{Ref: ref, Offset: r.Offset + uint64(off)}
-	msg := make([]byte, 0, writeHeaderLen+n)
-	msg = hdr.append(msg)
-	msg = append(msg, r.Src[off:off+n]...)
-	if _, err := s.cfg.Messenger.Request(ctx, h.Receiver, opWrite, msg); err != nil {
+	// The chunk leaves from the caller's buffer behind its header (the transport writes both in
+	// one go): no copy on this side.
+	hdr := writeHeader{Ref: ref, Offset: r.Offset + uint64(off)}.append(make([]byte, 0, writeHeaderLen))
+	if _, err := s.cfg.Messenger.RequestParts(ctx, h.Receiver, opWrite, hdr, r.Src[off:off+n]); err != nil {
 		err = opErr("put", err)
 		if errors.Is(err, ErrGrantEnded) || errors.Is(err, ErrBadGrant) {
 			s.forget(heldKey{h.Receiver, h.ID})

@@ -79,6 +79,7 @@ import (
 
 func main() {
 	forceAfter := flag.Duration("force-close-after", 0, "RDMAConfig.ForceCloseAfter (0: the default)")
+	ioTimeout := flag.Duration("io-timeout", 0, "the TCP control plane's tcp.Config.IOTimeout (0: the default)")
 	logLevel := flag.String("log", "warn", "log level on standard error")
 	cpu := flag.Int("cpu", -1, "bind every thread of the process to this CPU (-1: no binding)")
 	burners := flag.Int("burn", 0, "be N busy threads, not a velo instance, until standard input closes")
@@ -102,7 +103,7 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
-	ctl, err := tcp.New(tcp.Config{Listener: ln})
+	ctl, err := tcp.New(tcp.Config{Listener: ln, IOTimeout: *ioTimeout})
 	if err != nil {
 		fatal(err)
 	}
