@@ -55,7 +55,7 @@ type Grant struct {
 	unstage   func()
 	timer     *time.Timer
 
-	mu       sync.RWMutex // read-held by a chunk's copy; written to end the grant
+	mu       sync.RWMutex   // read-held by a chunk's copy; written to end the grant
 	claims   sync.WaitGroup // chunks being read from the socket straight into the region (claimWrite)
 	ended    bool
 	why      error
