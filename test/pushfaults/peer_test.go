@@ -2,9 +2,11 @@ package pushfaults
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +17,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/velo-go/velo/test/internal/netns"
 )
 
 var (
@@ -86,8 +90,20 @@ func (b *buffer) String() string {
 // and prints its standard error when the test failed.
 func startPeer(t *testing.T, name string, flags ...string) *peer {
 	t.Helper()
-	cmd := exec.Command(pushpeer(t), append([]string{"-log", "info"}, flags...)...)
+	return startPeerOn(t, nil, name, flags...)
+}
+
+// startPeerOn is startPeer on host h (a network namespace: the peer's control plane listens on
+// the host's address and its UCX uses the host's interface), or on this host when h is nil.
+func startPeerOn(t *testing.T, h *netns.Host, name string, flags ...string) *peer {
+	t.Helper()
+	args := append([]string{"-log", "info"}, flags...)
+	cmd := exec.Command(pushpeer(t), args...)
 	cmd.Env = os.Environ()
+	if h != nil {
+		cmd = h.Command(context.Background(), pushpeer(t), append(args, "-listen", net.JoinHostPort(h.IP.String(), "0"))...)
+		cmd.Env = append(os.Environ(), "UCX_NET_DEVICES="+h.Dev)
+	}
 	if os.Getenv("UCX_TLS") == "" {
 		cmd.Env = append(cmd.Env, "UCX_TLS=tcp")
 	}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/velo-go/velo/test/internal/netns"
 )
 
 // guard is how many bytes on each side of a grant no put may touch.
@@ -21,10 +23,37 @@ const regionSeed = 1
 // side.
 func receiverWithRegion(t *testing.T, size uint64, flags ...string) *peer {
 	t.Helper()
-	recv := startPeer(t, "receiver", flags...)
+	return receiverWithRegionOn(t, oneHost, size, flags...)
+}
+
+func receiverWithRegionOn(t *testing.T, at placement, size uint64, flags ...string) *peer {
+	t.Helper()
+	recv := at(t, "receiver", flags...)
 	r := recv.ok("region %d %d", size+2*guard, regionSeed)
 	require.Equal(t, true, r["pinned"], "the region is not pinned: %v", r["reason"])
 	return recv
+}
+
+// placement starts the suite's peers: all on this host, or the receiver on one host and the
+// writers on another (network namespaces joined by a veth pair, so the writes leave a host).
+type placement func(t *testing.T, name string, flags ...string) *peer
+
+func oneHost(t *testing.T, name string, flags ...string) *peer {
+	t.Helper()
+	return startPeer(t, name, flags...)
+}
+
+// twoHosts makes the hosts (it skips the test where namespaces cannot be made, saying why).
+func twoHosts(t *testing.T) placement {
+	t.Helper()
+	p := netns.New(t)
+	return func(t *testing.T, name string, flags ...string) *peer {
+		t.Helper()
+		if name == "receiver" {
+			return startPeerOn(t, &p.A, name, flags...)
+		}
+		return startPeerOn(t, &p.B, name, flags...)
+	}
 }
 
 // TestPutSizes: puts of 1 KiB to 256 MiB, at odd offsets, from a writer process into a receiver
@@ -32,13 +61,21 @@ func receiverWithRegion(t *testing.T, size uint64, flags ...string) *peer {
 // writer's bytes (SHA-256); the bytes around the grant are untouched; the grant took the RDMA path
 // (one registration); once revoked, nothing stays registered.
 func TestPutSizes(t *testing.T) {
-	const span = 256 << 20
-	recv := receiverWithRegion(t, span)
-	writer := startPeer(t, "writer")
+	putSizes(t, oneHost, 256<<20, []uint64{1 << 10, 64<<10 + 3, 1<<20 + 1, 16 << 20, 256 << 20})
+}
+
+// TestPutSizesAcrossHosts: the same between two hosts (network namespaces joined by a veth pair,
+// UCX and the control plane on the veth's addresses), up to 64 MiB.
+func TestPutSizesAcrossHosts(t *testing.T) {
+	putSizes(t, twoHosts(t), 64<<20, []uint64{1 << 10, 64<<10 + 3, 1<<20 + 1, 64 << 20})
+}
+
+func putSizes(t *testing.T, at placement, span uint64, sizes []uint64) {
+	recv := receiverWithRegionOn(t, at, span)
+	writer := at(t, "writer")
 	link(t, recv, writer)
 	id, h := recv.grant(writer, guard, span, time.Minute)
 
-	sizes := []uint64{1 << 10, 64<<10 + 3, 1<<20 + 1, 16 << 20, span}
 	for i, n := range sizes {
 		off := guard + uint64(i)*4099%(span-n+1)
 		note := fmt.Sprintf("put-%d", i)
@@ -70,10 +107,15 @@ func TestPutSizes(t *testing.T) {
 // TestWriterKilledMidPut: the writer is SIGKILLed while puts of 64 MiB follow each other. The
 // receiver's grant ends naming the writer, nothing outside it was written, nothing stays
 // registered, and a new writer gets the same range and writes it.
-func TestWriterKilledMidPut(t *testing.T) {
+func TestWriterKilledMidPut(t *testing.T) { writerKilledMidPut(t, oneHost) }
+
+// TestWriterKilledMidPutAcrossHosts: the same with the writers on another host than the receiver.
+func TestWriterKilledMidPutAcrossHosts(t *testing.T) { writerKilledMidPut(t, twoHosts(t)) }
+
+func writerKilledMidPut(t *testing.T, at placement) {
 	const span = 64 << 20
-	recv := receiverWithRegion(t, span)
-	writer := startPeer(t, "writer")
+	recv := receiverWithRegionOn(t, at, span)
+	writer := at(t, "writer")
 	link(t, recv, writer)
 	id, h := recv.grant(writer, guard, span, time.Minute)
 
@@ -89,7 +131,7 @@ func TestWriterKilledMidPut(t *testing.T) {
 	recv.clean()
 	recv.guards("after the writer died", guard, span)
 
-	second := startPeer(t, "second")
+	second := at(t, "second")
 	link(t, recv, second)
 	id2, h2 := recv.grant(second, guard, span, time.Minute)
 	r := second.ok("put %s %d %d %d", h2, guard, span, 3)
@@ -109,10 +151,15 @@ const forceAfter = 2 * time.Second
 // keep the region); the range is granted to a second writer, which writes it. Then the stopped
 // writer goes on: its put fails saying the grant ended, and the region keeps the second writer's
 // bytes.
-func TestWriterStoppedMidPut(t *testing.T) {
+func TestWriterStoppedMidPut(t *testing.T) { writerStoppedMidPut(t, oneHost) }
+
+// TestWriterStoppedMidPutAcrossHosts: the same with the writers on another host than the receiver.
+func TestWriterStoppedMidPutAcrossHosts(t *testing.T) { writerStoppedMidPut(t, twoHosts(t)) }
+
+func writerStoppedMidPut(t *testing.T, at placement) {
 	const span = 64 << 20
-	recv := receiverWithRegion(t, span, "-force-close-after", forceAfter.String())
-	writer := startPeer(t, "writer")
+	recv := receiverWithRegionOn(t, at, span, "-force-close-after", forceAfter.String())
+	writer := at(t, "writer")
 	link(t, recv, writer)
 	id, h := recv.grant(writer, guard, span, time.Minute)
 
@@ -130,7 +177,7 @@ func TestWriterStoppedMidPut(t *testing.T) {
 	recv.clean()
 	recv.guards("after the stalled writer's grant ended", guard, span)
 
-	second := startPeer(t, "second")
+	second := at(t, "second")
 	link(t, recv, second)
 	id2, h2 := recv.grant(second, guard, span, time.Minute)
 	r := second.ok("put %s %d %d %d", h2, guard, span, 3)
@@ -205,11 +252,16 @@ func TestChunkedWriterStoppedMidChunk(t *testing.T) {
 // flight. The batch returns (no hang); each entry completed, with its bytes in the receiver's
 // memory, or failed saying the grant ended or the receiver drains; the grant ends; nothing outside
 // it was written and nothing stays registered.
-func TestReceiverDrainsMidPut(t *testing.T) {
+func TestReceiverDrainsMidPut(t *testing.T) { receiverDrainsMidPut(t, oneHost) }
+
+// TestReceiverDrainsMidPutAcrossHosts: the same with the writer on another host than the receiver.
+func TestReceiverDrainsMidPutAcrossHosts(t *testing.T) { receiverDrainsMidPut(t, twoHosts(t)) }
+
+func receiverDrainsMidPut(t *testing.T, at placement) {
 	const entry, entries = 1 << 20, 64
 	const span = entry * entries
-	recv := receiverWithRegion(t, span)
-	writer := startPeer(t, "writer")
+	recv := receiverWithRegionOn(t, at, span)
+	writer := at(t, "writer")
 	link(t, recv, writer)
 	id, h := recv.grant(writer, guard, span, time.Minute)
 

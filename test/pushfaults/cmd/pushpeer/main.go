@@ -49,7 +49,7 @@
 // With -burn N the program is no velo instance but N busy threads, until standard input closes
 // (the soak's CPU load); with -cpu C every thread of the process is bound to CPU C.
 //
-// The instance runs a TCP control plane on 127.0.0.1 and the UCX transport (UCX_TLS=tcp unless the
+// The instance runs a TCP control plane on 127.0.0.1 (or -listen) and the UCX transport (UCX_TLS=tcp unless the
 // environment names transports), with the RDMA registry, so a region is pinned and a put takes
 // the RDMA path (velo's guarded PUT over tcp).
 package main
@@ -80,6 +80,7 @@ import (
 func main() {
 	forceAfter := flag.Duration("force-close-after", 0, "RDMAConfig.ForceCloseAfter (0: the default)")
 	ioTimeout := flag.Duration("io-timeout", 0, "the TCP control plane's tcp.Config.IOTimeout (0: the default)")
+	listen := flag.String("listen", "127.0.0.1:0", "the TCP control plane's listen address (a network namespace's own address, for the suite's two hosts)")
 	logLevel := flag.String("log", "warn", "log level on standard error")
 	cpu := flag.Int("cpu", -1, "bind every thread of the process to this CPU (-1: no binding)")
 	burners := flag.Int("burn", 0, "be N busy threads, not a velo instance, until standard input closes")
@@ -99,7 +100,7 @@ func main() {
 		fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		fatal(err)
 	}
