@@ -279,8 +279,14 @@ func (gr *Grant) end(sentinel error, why string) {
 }
 
 // lookup finds the live grant ref names for from, checking the nonce, the writer and its
-// incarnation.
+// incarnation (a grant whose writer restarted ends here).
 func (s *Service) lookup(ref grantRef, from transport.InstanceID) (*Grant, error) {
+	return s.find(ref, from, true)
+}
+
+// find is lookup; with endRestarted false it leaves a grant whose writer restarted to a later
+// lookup (a transport's reader, which must not block on ending a grant, only declines).
+func (s *Service) find(ref grantRef, from transport.InstanceID, endRestarted bool) (*Grant, error) {
 	s.mu.Lock()
 	gr := s.grants[ref.ID]
 	closed, draining := s.closed, s.draining
@@ -299,6 +305,9 @@ func (s *Service) lookup(ref grantRef, from transport.InstanceID) (*Grant, error
 	}
 	if s.cfg.Incarnation != nil && gr.writerInc != 0 {
 		if inc, ok := s.cfg.Incarnation(from); ok && inc != gr.writerInc {
+			if !endRestarted {
+				return nil, receiverErr(opErrorf(ErrGrantEnded, "grant %d's writer restarted", ref.ID))
+			}
 			gr.end(ErrGrantEnded, "its writer restarted")
 			return nil, receiverErr(opErrorf(ErrGrantEnded, "grant %d was given to incarnation %016x of its writer, which restarted", ref.ID, gr.writerInc))
 		}
@@ -438,7 +447,7 @@ func (s *Service) claimWrite(from transport.InstanceID, head []byte, size int) (
 	if err != nil || size < writeHeaderLen || (s.cfg.Authorize != nil && s.cfg.Authorize(from) != nil) {
 		return nil, nil
 	}
-	gr, err := s.lookup(h.Ref, from)
+	gr, err := s.find(h.Ref, from, false)
 	if err != nil {
 		return nil, nil
 	}
