@@ -19,13 +19,8 @@ const guard = 64 << 10
 // regionSeed is the fill of every receiver's region; writers put other fills.
 const regionSeed = 1
 
-// receiverWithRegion starts a receiver with a pinned region of size bytes plus a guard on each
-// side.
-func receiverWithRegion(t *testing.T, size uint64, flags ...string) *peer {
-	t.Helper()
-	return receiverWithRegionOn(t, oneHost, size, flags...)
-}
-
+// receiverWithRegionOn starts a receiver where at puts it, with a pinned region of size bytes
+// plus a guard on each side.
 func receiverWithRegionOn(t *testing.T, at placement, size uint64, flags ...string) *peer {
 	t.Helper()
 	recv := at(t, "receiver", flags...)
