@@ -172,16 +172,17 @@ func (v *Velo) startPush() (*push.Service, error) {
 	if v.rdma != nil {
 		cfg.Registry = v.rdma
 	}
-	for _, t := range v.transports {
+	cfg.WriterVia = -1
+	for i, t := range v.transports {
 		w, wok := t.(transport.RMAWriter)
 		r, rok := t.(transport.RMA)
 		if wok && rok {
-			cfg.Writer, cfg.CanRMA = w, r.CanGet
+			cfg.Writer, cfg.CanRMA, cfg.WriterVia = w, r.CanGet, i
 			break
 		}
 	}
 	if cfg.Registry == nil || v.rdma.KillSwitch() {
-		cfg.Writer = nil // the kill switch, or no registry: this side writes by chunks too
+		cfg.Writer, cfg.WriterVia = nil, -1 // the kill switch, or no registry: this side writes by chunks too
 	}
 	if v.authMode != auth.ModeNone {
 		cfg.Authorize = v.authorize

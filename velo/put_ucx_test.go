@@ -71,3 +71,28 @@ func TestPushUCXTransportToPlainRegion(t *testing.T) {
 	require.Equal(t, src, mem[100:100+len(src)])
 	assert.Equal(t, 1.0, pushPath(t, writer, "writer", metrics.PathChunked, metrics.ReasonNotPinned))
 }
+
+// TestPushNotificationTravelsWithTheWrites: the notifications of a grant written by RDMA go on
+// the UCX transport the writes use (the receiver counts one more UCX frame received per notified
+// put), not on the TCP control plane, and still arrive after their data, in order.
+func TestPushNotificationTravelsWithTheWrites(t *testing.T) {
+	recv, writer := ucxPushPair(t)
+	f := newPushFixture(t, recv, writer, 1<<20, GrantOptions{})
+	require.True(t, f.region.Pinned(), "the region is pinned: %s", f.region.Reason())
+	frames := func() float64 {
+		return metric(t, recv, "velo_ucx_transport_frames_total", map[string]string{"direction": "received"})
+	}
+	require.NoError(t, f.put(t, 0, payload(4096, 1), nil)) // acquires the grant: its messages go by TCP
+	before := frames()
+	const puts = 8
+	for i := range puts {
+		require.NoError(t, f.put(t, i*4096, payload(4096, uint64(10+i)), &PutOptions{Notify: true, Payload: []byte{byte(i)}}))
+	}
+	assert.GreaterOrEqual(t, frames()-before, float64(puts), "the receiver got fewer UCX frames than notifications")
+	for i := range puts {
+		nt := <-f.grant.Notifications()
+		require.Equal(t, []byte{byte(i)}, nt.Payload, "in order")
+	}
+	f.check(t, "after the notified puts")
+	assert.Equal(t, float64(puts+1), pushPath(t, writer, "writer", metrics.PathRDMA, metrics.ReasonOK))
+}

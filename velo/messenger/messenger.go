@@ -351,6 +351,18 @@ func (g *Messenger) MaxInline(peer transport.InstanceID, name string) int {
 	return g.maxInline(peer, wire.HeaderLen+1+len(name))
 }
 
+// CarriesOver reports whether transport via (the index AddTransport returned) reaches peer and
+// carries a request of name with a payload of size bytes in one frame: what RequestOver needs.
+func (g *Messenger) CarriesOver(via int, peer transport.InstanceID, name string, size int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if via < 0 || via >= len(g.transports) {
+		return false
+	}
+	t := g.transports[via]
+	return t.Reaches(peer) && wire.HeaderLen+1+len(name)+size <= t.MaxFrameSize()
+}
+
 // MaxParts is the largest payload RequestParts sends to peer for name: what the largest frame of
 // a transport that reaches peer holds besides the header (0 when none reaches it).
 func (g *Messenger) MaxParts(peer transport.InstanceID, name string) int {

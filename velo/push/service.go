@@ -78,6 +78,11 @@ type Config struct {
 	Writer transport.RMAWriter
 	// CanRMA reports whether the writer's RMA transport reaches peer.
 	CanRMA func(peer transport.InstanceID) bool
+	// WriterVia is the messenger's index of Writer's transport (AddTransport), or -1. The
+	// notifications of a grant written by RDMA travel on it, beside the writes, when it reaches
+	// the receiver and carries the message: a round trip on the data path's own transport, not
+	// on the control plane (docs/velo.md, push).
+	WriterVia int
 	// Authorize, when set, decides whether a peer may acquire a grant (and so receive its keys),
 	// write chunks and notify; as for the pull path's leases.
 	Authorize func(peer transport.InstanceID) error

@@ -142,7 +142,7 @@ func (s *Service) PutBatch(ctx context.Context, h GrantHandle, reqs []PutRequest
 			return
 		}
 		notes.Add(1)
-		nt.enqueue(ref, notifyEntry{Ranges: []Range{{r.Offset, uint64(len(r.Src))}}, Payload: r.Payload}, func(err error) {
+		nt.enqueue(ref, hd.rdma, notifyEntry{Ranges: []Range{{r.Offset, uint64(len(r.Src))}}, Payload: r.Payload}, func(err error) {
 			if err != nil {
 				nmu.Lock()
 				errs[i] = opErr("notify", err)
@@ -171,7 +171,7 @@ func (s *Service) PutBatch(ctx context.Context, h GrantHandle, reqs []PutRequest
 		ranges = coalesce(ranges)
 	}
 	done := make(chan error, 1)
-	nt.enqueue(ref, notifyEntry{Ranges: ranges, Payload: opts.Payload}, func(err error) { done <- err })
+	nt.enqueue(ref, hd.rdma, notifyEntry{Ranges: ranges, Payload: opts.Payload}, func(err error) { done <- err })
 	return errs, opErr("notify", <-done)
 }
 
@@ -349,6 +349,7 @@ type notifier struct {
 
 type pendingNote struct {
 	ref   grantRef
+	rdma  bool // the grant's writes go by RDMA: the note may travel on the writes' transport
 	entry notifyEntry
 	done  func(error)
 }
@@ -365,10 +366,10 @@ func (s *Service) notifier(peer transport.InstanceID) *notifier {
 }
 
 // enqueue queues a notification whose bytes are already in the receiver's memory; done gets its
-// outcome.
-func (n *notifier) enqueue(ref grantRef, e notifyEntry, done func(error)) {
+// outcome. rdma says the grant's writes went by RDMA.
+func (n *notifier) enqueue(ref grantRef, rdma bool, e notifyEntry, done func(error)) {
 	n.mu.Lock()
-	n.queue = append(n.queue, pendingNote{ref, e, done})
+	n.queue = append(n.queue, pendingNote{ref, rdma, e, done})
 	start := !n.busy
 	n.busy = true
 	n.mu.Unlock()
@@ -388,20 +389,26 @@ func (n *notifier) run() {
 			n.mu.Unlock()
 			return
 		}
-		ref := n.queue[0].ref
+		ref, rdma := n.queue[0].ref, n.queue[0].rdma
 		k, bytes := 0, 0
-		for k < len(n.queue) && k < maxNotifyEntries && n.queue[k].ref == ref && (k == 0 || bytes+len(n.queue[k].entry.Payload) <= maxNotifyBytes) {
+		for k < len(n.queue) && k < maxNotifyEntries && n.queue[k].ref == ref && n.queue[k].rdma == rdma && (k == 0 || bytes+len(n.queue[k].entry.Payload) <= maxNotifyBytes) {
 			bytes += len(n.queue[k].entry.Payload)
 			k++
 		}
 		batch := append([]pendingNote(nil), n.queue[:k]...)
 		n.queue = append(n.queue[:0], n.queue[k:]...)
 		n.mu.Unlock()
-		n.send(ref, batch)
+		n.send(ref, rdma, batch)
 	}
 }
 
-func (n *notifier) send(ref grantRef, batch []pendingNote) {
+// send delivers one message of notifications and hands each its outcome. The notifications of a
+// grant written by RDMA go on the writes' own transport when it reaches the receiver and carries
+// the message (Config.WriterVia): the writes just used it, and on a small host the control plane's
+// TCP socket, right after UCX traffic, waits for CPUs the UCX progress threads still hold. Either
+// way a message goes only after the writes it covers completed at the receiver, and one message
+// at a time, so the order holds across the two transports.
+func (n *notifier) send(ref grantRef, rdma bool, batch []pendingNote) {
 	m := notifyMessage{Ref: ref}
 	for _, p := range batch {
 		m.Entries = append(m.Entries, p.entry)
@@ -419,7 +426,13 @@ func (n *notifier) send(ref grantRef, batch []pendingNote) {
 	ctx, cancel := bg()
 	defer cancel()
 	start := time.Now()
-	ans, err := n.s.cfg.Messenger.Request(ctx, n.peer, opNotify, b)
+	var ans []byte
+	g := n.s.cfg.Messenger
+	if via := n.s.cfg.WriterVia; rdma && n.s.cfg.Writer != nil && g.CarriesOver(via, n.peer, opNotify, len(b)) {
+		ans, err = g.RequestOver(ctx, via, n.peer, opNotify, b)
+	} else {
+		ans, err = g.Request(ctx, n.peer, opNotify, b)
+	}
 	if err != nil {
 		if errors.Is(opErr("notify", err), ErrGrantEnded) {
 			n.s.forget(heldKey{n.peer, ref.ID})
