@@ -16,6 +16,7 @@ import (
 
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/push"
+	"github.com/velo-go/velo/velo/transport/tcp"
 )
 
 // Push tests that need no RDMA: every put takes the chunked path over the TCP control plane. The
@@ -133,6 +134,22 @@ func TestPushChunked(t *testing.T) {
 	f.check(t, "after the puts")
 	assert.Equal(t, 6.0, pushPath(t, writer, "writer", metrics.PathChunked, metrics.ReasonNotConfigured))
 	assert.Equal(t, 1.0, pushPath(t, recv, "receiver", metrics.PathChunked, metrics.ReasonNotConfigured))
+}
+
+// TestPushChunkedToASmallFrameReceiver: a receiver whose control plane reads frames of at most
+// 300 KiB answers the grant with pieces that fit them, so a writer with the default 16 MiB frames
+// still lands a 2 MiB put (each piece is one frame, read straight into the region).
+func TestPushChunkedToASmallFrameReceiver(t *testing.T) {
+	ctl, err := tcp.New(tcp.Config{ListenAddress: "127.0.0.1:0", MaxFrameSize: 300 << 10})
+	require.NoError(t, err)
+	recv, writer := newInstance(t, WithTransport(ctl)), newInstance(t)
+	require.NoError(t, recv.RegisterPeer(tctx(t), writer.PeerInfo()))
+	require.NoError(t, writer.RegisterPeer(tctx(t), recv.PeerInfo()))
+	f := newPushFixture(t, recv, writer, 4<<20, GrantOptions{})
+	require.NoError(t, f.put(t, 3, payload(2<<20+5, 7), &PutOptions{Notify: true}))
+	<-f.grant.Notifications()
+	f.check(t, "after the put")
+	assert.Equal(t, 1.0, pushPath(t, writer, "writer", metrics.PathChunked, metrics.ReasonNotConfigured))
 }
 
 // TestPushNotificationsAfterData: a batch of 1,000 puts of 64 KiB into a 64 MiB region with a

@@ -352,7 +352,12 @@ func (gr *Grant) acquire(offer bool) (acquireResponse, error) {
 	if !gr.rdmaPath && gr.region.Memory().Typed() {
 		reason = metrics.ReasonDeviceBounce // the chunks are copied in through a host buffer
 	}
-	resp := acquireResponse{RDMA: gr.rdmaPath, Reason: string(reason), ChunkSize: uint32(s.cfg.ChunkSize),
+	// A piece travels in one frame (the writer's RequestParts): no larger than this side reads.
+	chunk := s.cfg.ChunkSize
+	if limit := s.cfg.Messenger.MaxParts(gr.writer, opWrite) - writeHeaderLen; limit > 0 && limit < chunk {
+		chunk = limit
+	}
+	resp := acquireResponse{RDMA: gr.rdmaPath, Reason: string(reason), ChunkSize: uint32(chunk),
 		TTLMillis: uint64(max(time.Until(gr.expires), 0) / time.Millisecond)}
 	if gr.rdmaPath {
 		resp.Keys = gr.keys
