@@ -14,6 +14,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"unicode/utf8"
 )
 
 // series is one line of a panel: the points of one operation (at one batch and caller count), or
@@ -99,8 +100,14 @@ func writeSVG(w io.Writer, r *Report) error {
 	bw := bufio.NewWriter(w)
 	ss := plotSeries(r)
 	height := max(marginTop+2*panelH+panelGap+60, marginTop+20*len(ss)+20) // the legend fits
+	// The legend's longest entry sets the width: at 12 px a character is about 7 px wide.
+	longest := 0
+	for _, s := range ss {
+		longest = max(longest, utf8.RuneCountInString(s.name))
+	}
+	width := max(plotW, plotW-marginR+20+30+7*longest+10)
 	fmt.Fprintf(bw, `<?xml version="1.0" encoding="UTF-8"?>`+"\n")
-	fmt.Fprintf(bw, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", plotW, height, plotW, height)
+	fmt.Fprintf(bw, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(bw, "<title>%s</title>\n", esc("velobench "+r.Velobench+": GB/s and latency against block size"))
 	e := r.Initiator
 	env := fmt.Sprintf("%s; UCX %s, UCX_TLS=%s; %s; %s; kernel %s; %s", r.Mode, e.UCX, e.UCXEnv["UCX_TLS"], e.Host, e.CPU, e.Kernel, e.Go)

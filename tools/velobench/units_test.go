@@ -103,6 +103,16 @@ func TestSVG(t *testing.T) {
 	assert.Contains(t, b.String(), "line rate mlx5_0:1 400 Gb/s")
 
 	// An incomplete run says so; one with no point is still a document.
+	// A long legend entry (a putbatch's baseline) widens the drawing instead of running off it.
+	long := syntheticReport()
+	for _, blk := range []int64{64 << 10, 1 << 20} {
+		long.Points = append(long.Points, Point{Op: opPutB, Block: blk, Batch: 16, Callers: 4, GBps: 3, Latency: Latency{P50: 70},
+			Perftest: &Perftest{Test: "ucp_put_bw", GBps: 2, LatencyP50: 90}})
+	}
+	b.Reset()
+	require.NoError(t, writeSVG(&b, long))
+	assert.Contains(t, checkSVG(t, b.Bytes()), "perftest ucp_put_bw (putbatch x16 4c)")
+
 	r.Complete, r.Ended = false, "interrupted <at> point 4"
 	b.Reset()
 	require.NoError(t, writeSVG(&b, r))

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -185,6 +186,7 @@ func checkSVG(t *testing.T, b []byte) []string {
 	d := xml.NewDecoder(bytes.NewReader(b))
 	var drawn, legend []string
 	inLegend, root := false, ""
+	var width, textX float64 // the drawing's width; the x of the legend text being read
 	for {
 		tok, err := d.Token()
 		if errors.Is(err, io.EOF) {
@@ -197,6 +199,12 @@ func checkSVG(t *testing.T, b []byte) []string {
 				root = el.Name.Local
 			}
 			for _, a := range el.Attr {
+				if root == el.Name.Local && a.Name.Local == "width" && width == 0 {
+					width, _ = strconv.ParseFloat(a.Value, 64)
+				}
+				if el.Name.Local == "text" && a.Name.Local == "x" {
+					textX, _ = strconv.ParseFloat(a.Value, 64)
+				}
 				if a.Name.Local == "data-series" {
 					drawn = append(drawn, a.Value)
 				}
@@ -211,6 +219,8 @@ func checkSVG(t *testing.T, b []byte) []string {
 		case xml.CharData:
 			if inLegend && strings.TrimSpace(string(el)) != "" {
 				legend = append(legend, string(el))
+				// About 7 px a character at the drawing's 12 px: the entry must not run off the edge.
+				assert.LessOrEqual(t, textX+7*float64(len([]rune(string(el)))), width, "legend entry %q runs past the drawing's width", string(el))
 			}
 		}
 	}
