@@ -14,22 +14,23 @@ import (
 
 // Operations a sweep can measure, in the order a sweep runs them.
 const (
-	opGet     = "get"      // GetInto of one block, on the RDMA path where both sides can
-	opBatch   = "batch"    // GetBatch of --batch blocks
-	opRanged  = "ranged"   // ReadRanges: --batch ranges of one payload, one lease
-	opChunked = "chunked"  // GetInto of a block staged in plain memory: the chunked path
-	opRequest = "request"  // a messenger Request of one block, echoed back
-	opPut     = "put"      // Put of one block, notified, into a region the target granted
-	opPutB    = "putbatch" // PutBatch of --batch blocks, one notification for the batch
+	opGet     = "get"        // GetInto of one block, on the RDMA path where both sides can
+	opBatch   = "batch"      // GetBatch of --batch blocks
+	opRanged  = "ranged"     // ReadRanges: --batch ranges of one payload, one lease
+	opChunked = "chunked"    // GetInto of a block staged in plain memory: the chunked path
+	opRequest = "request"    // a messenger Request of one block, echoed back
+	opPut     = "put"        // Put of one block, notified, into a region the target granted
+	opPutB    = "putbatch"   // PutBatch of --batch blocks, one notification for the batch
+	opPutC    = "chunkedput" // Put of one block, notified, into a region in plain memory: the chunked path
 )
 
-var allOps = []string{opGet, opBatch, opRanged, opChunked, opRequest, opPut, opPutB}
+var allOps = []string{opGet, opBatch, opRanged, opChunked, opRequest, opPut, opPutB, opPutC}
 
 // batched reports whether the operation moves --batch blocks per call; the others move one.
 func batched(op string) bool { return op == opBatch || op == opRanged || op == opPutB }
 
 // isPut reports whether the operation writes into the target (push) rather than reads from it.
-func isPut(op string) bool { return op == opPut || op == opPutB }
+func isPut(op string) bool { return op == opPut || op == opPutB || op == opPutC }
 
 // errUsage marks a command line that cannot run: the exit code is 2 and the message says why.
 // errHelp is -h: the flags were printed, and the exit code is 0.
@@ -118,7 +119,7 @@ func (s *sweep) register(fs *flag.FlagSet) {
 	s.Callers = []int{1}
 	s.Memory = 1 << 30
 	s.Bytes = 64 << 20
-	fs.Func("ops", "operations to measure, comma-separated: get, batch, ranged, chunked, request, put, putbatch (default all)", func(v string) error {
+	fs.Func("ops", "operations to measure, comma-separated: get, batch, ranged, chunked, request, put, putbatch, chunkedput (default all)", func(v string) error {
 		ops, err := parseOps(v)
 		s.Ops = ops
 		return err

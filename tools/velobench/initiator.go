@@ -372,6 +372,8 @@ func (in *initiator) measure(ctx context.Context, s spec) (Point, error) {
 		count = s.callers * s.batch
 	case opRanged, opPut, opPutB:
 		count, size = s.callers, s.block*int64(s.batch)
+	case opPutC:
+		count, size, plain = s.callers, s.block, true
 	}
 	var hs []velo.Handle
 	var gs []velo.GrantHandle
@@ -531,8 +533,9 @@ func firstCause(errs []error) error {
 func (in *initiator) operation(s spec, c int, hs []velo.Handle, gs []velo.GrantHandle) caller {
 	v := in.n.v
 	switch s.op {
-	case opPut:
-		// One notified put: it returns once the bytes and then the notification are there.
+	case opPut, opPutC:
+		// One notified put: it returns once the bytes and then the notification are there (into
+		// a pinned region by RDMA, or, for chunkedput, into plain memory by chunks).
 		src := make([]byte, s.block)
 		fill(src, c, 0)
 		h := gs[c]

@@ -10,7 +10,7 @@
 //	velobench version
 //
 // The operations read what the target stages (get, batch, ranged, chunked), ask it (request) or
-// write into regions it grants (put, putbatch). Each point reports GB/s, operations per second,
+// write into regions it grants (put, putbatch; chunkedput into plain memory, by chunks). Each point reports GB/s, operations per second,
 // latency p50/p99/p99.9, the CPU seconds per GB of each process, the path each transfer took
 // (velo's own path metrics, on both sides), the bytes the kernel saw on each side's sockets by
 // lane (control plane, UCX, the rest; where the lanes module may count them), the bytes per rail

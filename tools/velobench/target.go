@@ -17,6 +17,8 @@ import (
 
 	"github.com/velo-go/velo/ucx/benchkit"
 	"github.com/velo-go/velo/velo"
+	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/rendezvous/rdma"
 )
 
 // target is the owner side: it stages what the initiator asks for and answers its requests until
@@ -237,8 +239,13 @@ func (t *target) grant(ctx context.Context, from velo.InstanceID, key stageKey, 
 	gs := &grantSet{}
 	var resp stageResp
 	for k := 0; k < req.Count; k++ {
-		g, err := t.n.v.NewRegion(int(req.Size))
-		if err != nil {
+		var g *velo.Region
+		var err error
+		if req.Plain {
+			// Plain memory, which no transport registers: every put into it takes the chunked
+			// path (not_pinned), as a receiver's buffer that velo did not allocate does.
+			g = rdma.PlainRegion(make([]byte, req.Size), metrics.ReasonNotPinned)
+		} else if g, err = t.n.v.NewRegion(int(req.Size)); err != nil {
 			gs.end()
 			return nil, fmt.Errorf("velobench target: a region of %s for writing: %w", human(req.Size), err)
 		}

@@ -29,7 +29,7 @@ import (
 func TestLocalSweepWritesEveryOutput(t *testing.T) {
 	dir := t.TempDir()
 	js, cs, svg := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.csv"), filepath.Join(dir, "r.svg")
-	p := start(t, "local", childEnv(), nil, append([]string{"local", "--ops", "get,batch,ranged,chunked,request,put,putbatch", "--blocks", "4K,64K",
+	p := start(t, "local", childEnv(), nil, append([]string{"local", "--ops", "get,batch,ranged,chunked,request,put,putbatch,chunkedput", "--blocks", "4K,64K",
 		"--batch", "4", "--json", js, "--csv", cs, "--plot", svg}, quickSweep()...)...)
 	require.Equal(t, 0, p.wait(90*time.Second), p.errOut())
 
@@ -49,7 +49,7 @@ func TestLocalSweepWritesEveryOutput(t *testing.T) {
 		assert.Equal(t, "tcp", e.UCXEnv["UCX_TLS"])
 		assert.NotNil(t, e.Devices)
 	}
-	require.Len(t, r.Points, 14) // seven operations, two blocks
+	require.Len(t, r.Points, 16) // eight operations, two blocks
 	point := doc["points"].([]any)[0].(map[string]any)
 	for _, k := range []string{"op", "block", "batch", "callers", "operations", "bytes", "seconds", "gb_per_s", "ops_per_s", "latency_us",
 		"cpu_s_per_gb_initiator", "cpu_s_per_gb_target", "paths_initiator", "paths_target"} {
@@ -82,9 +82,15 @@ func TestLocalSweepWritesEveryOutput(t *testing.T) {
 			assert.Zero(t, pt.chunkedOps(), pt.label())
 			require.NotNil(t, pt.Perftest)
 			assert.Equal(t, "ucp_put_bw", pt.Perftest.Test, pt.label())
+		case opPutC:
+			// Every put by chunks into the target's plain memory, none by RDMA.
+			assert.GreaterOrEqual(t, pt.PathsInitiator["put:chunked/not_pinned"], ops, pt.label())
+			assert.Zero(t, pt.PathsInitiator["put:rdma/ok"], pt.label())
+			require.NotNil(t, pt.Perftest)
+			assert.Contains(t, pt.Perftest.Note, "no ucx_perftest counterpart")
 		}
 		checkLanes(t, r, pt)
-		if pt.Op != opChunked && pt.Perftest != nil && pt.Perftest.GBps == 0 {
+		if pt.Op != opChunked && pt.Op != opPutC && pt.Perftest != nil && pt.Perftest.GBps == 0 {
 			assert.NotEmpty(t, pt.Perftest.Note+r.PerftestNote, "%s: no perftest figure and no reason", pt.label())
 		}
 	}
@@ -103,13 +109,13 @@ func TestLocalSweepWritesEveryOutput(t *testing.T) {
 	for _, s := range plotSeries(r) {
 		assert.Contains(t, names, s.name)
 	}
-	for _, op := range []string{"get", "batch x4", "ranged x4", "chunked", "request", "put", "putbatch x4", "perftest ucp_get (get)", "perftest ucp_am_lat (request)", "perftest ucp_put_bw (put)"} {
+	for _, op := range []string{"get", "batch x4", "ranged x4", "chunked", "request", "put", "putbatch x4", "chunkedput", "perftest ucp_get (get)", "perftest ucp_am_lat (request)", "perftest ucp_put_bw (put)"} {
 		assert.Contains(t, names, op)
 	}
 
 	out := p.out()
-	assert.Contains(t, out, "[ 1/14] get 4 KiB")
-	assert.Contains(t, out, "[14/14] putbatch 64 KiB x4")
+	assert.Contains(t, out, "[ 1/16] get 4 KiB")
+	assert.Contains(t, out, "[16/16] chunkedput 64 KiB")
 	assert.Contains(t, out, "lanes (socket bytes per point, initiator / target): ")
 	assert.Contains(t, out, "ETA")
 	assert.NotContains(t, out, "\r", "a progress line redrawn without a terminal")
@@ -117,7 +123,7 @@ func TestLocalSweepWritesEveryOutput(t *testing.T) {
 	code, cmp, _ := mustMain(t, "compare", js, js)
 	require.Equal(t, 0, code)
 	assert.Contains(t, cmp, "get 4 KiB")
-	assert.Equal(t, 28, strings.Count(cmp, "1.00x"), cmp) // GB/s and p50 of fourteen points
+	assert.Equal(t, 32, strings.Count(cmp, "1.00x"), cmp) // GB/s and p50 of sixteen points
 }
 
 // checkLanes checks a point's lane bytes on both sides against its path. Where a side cannot count
@@ -154,7 +160,7 @@ func checkLanes(t *testing.T, r *Report, pt Point) {
 			if pt.Block >= 64<<10 {
 				assert.Less(t, s.lanes.Control(), payload/20, what)
 			}
-		case opChunked:
+		case opChunked, opPutC:
 			// The chunked path: the payload on the control plane, nothing of it on UCX's sockets.
 			assert.GreaterOrEqual(t, ctlIn, payload, what)
 			assert.Less(t, ctlIn, payload*3/2+(64<<10), what)
