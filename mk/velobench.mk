@@ -16,12 +16,17 @@
 #                         35 s on 2 cores with a warm cache
 #   make lint-velobench   vet for CGO_ENABLED=0 too (the binary builds without cgo and says UCX is
 #                         not compiled in)
+#   make bench-velobench-overhead
+#                         velobench's get point beside the RDMA-path benchmark's own get, in the
+#                         same rounds of one command (rdmabench -only get -velobench): its last
+#                         column is velobench over rdmabench (the target: within 5 %). Static UCX,
+#                         UCX_TLS=tcp unless set; about a minute. Figures in docs/performance.md
 #
 # VELOBENCH_ARGS go to make velobench-local: VELOBENCH_ARGS='--blocks 4K-64M --plot out.svg'.
 VELOBENCH_BIN ?= bin/velobench
 VELOBENCH_VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 
-.PHONY: velobench test-velobench lint-velobench velobench-local
+.PHONY: velobench test-velobench lint-velobench velobench-local bench-velobench-overhead
 TEST_TARGETS += test-velobench
 LINT_TARGETS += lint-velobench
 
@@ -41,3 +46,6 @@ velobench-local: velobench
 
 lint-velobench: deps
 	cd tools/velobench && CGO_ENABLED=0 $(GO) vet ./... && CGO_ENABLED=0 $(GO) build -o /dev/null .
+
+bench-velobench-overhead: velobench
+	cd test && $(VELO_UCX_GO) $(RDMA_TEST_ENV) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./rdmapath/cmd/rdmabench -only get -velobench $(abspath $(VELOBENCH_BIN)) $(BENCH_ARGS)

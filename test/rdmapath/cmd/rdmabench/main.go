@@ -6,7 +6,9 @@
 //   - RDMA-path gets of 8 and 64 MiB between instances with a cluster secret, whose UCX frames
 //     are sealed, beside the same gets between instances without one (-only seal; seal.go);
 //   - the peak RSS of a process that Gets a 1 GiB payload, against the payload's size: a get never
-//     holds two full copies.
+//     holds two full copies;
+//   - with -velobench, velobench's get point of the same sizes in the same rounds, beside this
+//     bench's RDMA get: velobench's own overhead (make bench-velobench-overhead; velobench.go).
 //
 // The baseline runs as the UCX benchmark of the ucx module (ucx/internal/benchrma, `make
 // bench-rma`) runs it, so the two tables compare: ucx_perftest gets the UCX settings the engine
@@ -71,6 +73,7 @@ func main() {
 	rssMiB := flag.Int("rss", 1024, "payload of the peak-RSS measurement in MiB (0 skips it)")
 	only := flag.String("only", "", `run one table: "get" (beside perftest and the chunked path), "seal" (sealed beside plain) or "rss"`)
 	sealRounds := flag.Int("seal-rounds", 5, "alternating rounds of the seal table")
+	flag.StringVar(&velobenchBin, "velobench", "", "a velobench binary: its get point joins the get table's rounds, beside this bench's RDMA get (velobench's overhead)")
 	flag.Parse()
 	log.SetFlags(0)
 	if os.Getenv("UCX_TLS") == "" {
@@ -347,7 +350,14 @@ func runBench(quick bool, rssMiB int, table, rss bool) error {
 		fmt.Printf("engine defaults, exported to ucx_perftest too: %s\n", strings.Join(same, " "))
 	}
 	fmt.Printf("MiB/s over about 512 MiB per measurement (gets = perftest iterations); median of the rounds [min–max]\n\n")
-	fmt.Printf("%-7s %5s %22s %22s %22s %10s %10s\n", "size", "gets", "ucx_perftest", "velo rdma", "velo chunked", "rdma/perf", "rdma/chunk")
+	if velobenchBin != "" {
+		fmt.Printf("velobench: %s local --ops get --lanes off --perftest off, one run per size and round, between this bench's RDMA and chunked gets\n", velobenchBin)
+	}
+	fmt.Printf("%-7s %5s %22s %22s %22s %10s %10s", "size", "gets", "ucx_perftest", "velo rdma", "velo chunked", "rdma/perf", "rdma/chunk")
+	if velobenchBin != "" {
+		fmt.Printf(" %22s %8s", "velobench get", "vb/rdma")
+	}
+	fmt.Println()
 	for i, n := range sizes {
 		if !table {
 			break
@@ -360,7 +370,7 @@ func runBench(quick bool, rssMiB int, table, rss bool) error {
 				return err
 			}
 		}
-		var perf, rdma, chunked []float64
+		var perf, rdma, chunked, vb []float64
 		for r := 0; r < nrounds; r++ {
 			if perftestErr == nil {
 				p, err := perftest(n, iters)
@@ -374,6 +384,12 @@ func runBench(quick bool, rssMiB int, table, rss bool) error {
 				return err
 			}
 			rdma = append(rdma, x)
+			if velobenchBin != "" {
+				if x, err = velobenchRate(n, iters); err != nil {
+					return err
+				}
+				vb = append(vb, x)
+			}
 			if x, err = velorate(ctx, v, info.Plain[i], dst, iters, metrics.PathChunked); err != nil {
 				return err
 			}
@@ -384,7 +400,11 @@ func runBench(quick bool, rssMiB int, table, rss bool) error {
 		if len(perf) > 0 {
 			perfCol, perfRatio = spread(perf), fmt.Sprintf("%.2fx", r/median(perf))
 		}
-		fmt.Printf("%-7s %5d %22s %22s %22s %10s %9.2fx\n", fmt.Sprintf("%d MiB", n>>20), iters, perfCol, spread(rdma), spread(chunked), perfRatio, r/c)
+		fmt.Printf("%-7s %5d %22s %22s %22s %10s %9.2fx", fmt.Sprintf("%d MiB", n>>20), iters, perfCol, spread(rdma), spread(chunked), perfRatio, r/c)
+		if len(vb) > 0 {
+			fmt.Printf(" %22s %7.2fx", spread(vb), median(vb)/r)
+		}
+		fmt.Println()
 	}
 	if !rss || rssMiB <= 0 {
 		return nil
