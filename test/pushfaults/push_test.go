@@ -172,26 +172,35 @@ func writerStoppedMidPut(t *testing.T, at placement) {
 	recv.clean()
 	recv.guards("after the stalled writer's grant ended", guard, span)
 
+	r := takeOver(t, at, recv, writer, span)
+	assert.True(t, r["ended"] == true || strings.Contains(r["error"].(string), "revoked"),
+		"the resumed writer's error does not say the grant ended: %q", r["error"])
+	recv.clean()
+}
+
+// takeOver grants the stopped writer's range to a second writer, which writes it; then the
+// stopped writer resumes, its put fails, and the region keeps the second writer's bytes with
+// nothing outside the grant changed. It ends the second grant and returns the resumed writer's
+// answer.
+func takeOver(t *testing.T, at placement, recv, stopped *peer, span uint64) map[string]any {
+	t.Helper()
 	second := at(t, "second")
 	link(t, recv, second)
 	id2, h2 := recv.grant(second, guard, span, time.Minute)
-	r := second.ok("put %s %d %d %d", h2, guard, span, 3)
-	want := r["sha256"]
+	want := second.ok("put %s %d %d %d", h2, guard, span, 3)["sha256"]
 	require.Equal(t, want, recv.sum(guard, span), "the second writer's bytes")
 
-	writer.signal(syscall.SIGCONT)
-	r = writer.read(time.Minute)
+	stopped.signal(syscall.SIGCONT)
+	r := stopped.read(time.Minute)
 	t.Logf("the resumed writer: %v puts, then %q", r["puts"], r["error"])
 	require.NotEmpty(t, r["error"], "the resumed writer's put succeeded after its grant ended")
-	assert.True(t, r["ended"] == true || strings.Contains(r["error"].(string), "revoked"),
-		"the resumed writer's error does not say the grant ended: %q", r["error"])
 	time.Sleep(200 * time.Millisecond)
 	require.Equal(t, want, recv.sum(guard, span), "the resumed writer wrote into the region after its grant ended")
 	recv.guards("after the stalled writer resumed", guard, span)
 
 	recv.ok("revoke %d", id2)
 	recv.done(id2, 10*time.Second)
-	recv.clean()
+	return r
 }
 
 // TestChunkedWriterStoppedMidChunk: on the chunked path the receiver reads each chunk from the
@@ -224,23 +233,7 @@ func TestChunkedWriterStoppedMidChunk(t *testing.T) {
 	assert.Contains(t, why, "write grant ended")
 	recv.guards("after the stalled writer's grant ended", guard, span)
 
-	second := startPeer(t, "second")
-	link(t, recv, second)
-	id2, h2 := recv.grant(second, guard, span, time.Minute)
-	r = second.ok("put %s %d %d %d", h2, guard, span, 3)
-	want := r["sha256"]
-	require.Equal(t, want, recv.sum(guard, span), "the second writer's bytes")
-
-	writer.signal(syscall.SIGCONT)
-	r = writer.read(time.Minute)
-	t.Logf("the resumed writer: %v puts, then %q", r["puts"], r["error"])
-	require.NotEmpty(t, r["error"], "the resumed writer's put succeeded after its grant ended")
-	time.Sleep(200 * time.Millisecond)
-	require.Equal(t, want, recv.sum(guard, span), "the resumed writer wrote into the region after its grant ended")
-	recv.guards("after the stalled writer resumed", guard, span)
-
-	recv.ok("revoke %d", id2)
-	recv.done(id2, 10*time.Second)
+	takeOver(t, oneHost, recv, writer, span)
 }
 
 // TestReceiverDrainsMidPut: the receiver drains while the writer's batches of 1 MiB puts are in
