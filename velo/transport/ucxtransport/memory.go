@@ -23,17 +23,7 @@ func (t *Transport) RegisterMemoryWritableOf(mem []byte, mt transport.MemoryType
 	if err != nil {
 		return nil, err
 	}
-	if len(mem) == 0 {
-		return nil, errors.New("ucx: RegisterMemoryWritable: empty region")
-	}
-	if t.isClosed() {
-		return nil, fmt.Errorf("ucx: RegisterMemoryWritable: %w", transport.ErrClosed)
-	}
-	r, err := t.eng.RegisterWith(context.Background(), mem, ucx.RegisterOptions{Access: ucx.AccessWrite, MemoryType: um})
-	if err != nil {
-		return nil, fmt.Errorf("ucx: registering %d bytes of %v memory for writing: %w", len(mem), mt, err)
-	}
-	return &registration{r: r}, nil
+	return t.register("RegisterMemoryWritable", mem, ucx.RegisterOptions{Access: ucx.AccessWrite, MemoryType: um}, " of "+mt.String()+" memory for writing")
 }
 
 // ucxMemory is t as package ucx names it.
@@ -109,17 +99,7 @@ func (t *Transport) RegisterMemoryOf(mem []byte, mt transport.MemoryType) (trans
 	if err != nil {
 		return nil, err
 	}
-	if len(mem) == 0 {
-		return nil, errors.New("ucx: RegisterMemory: empty region")
-	}
-	if t.isClosed() {
-		return nil, fmt.Errorf("ucx: RegisterMemory: %w", transport.ErrClosed)
-	}
-	r, err := t.eng.RegisterWith(context.Background(), mem, ucx.RegisterOptions{MemoryType: um})
-	if err != nil {
-		return nil, fmt.Errorf("ucx: registering %d bytes of %v memory: %w", len(mem), mt, err)
-	}
-	return &registration{r: r}, nil
+	return t.register("RegisterMemory", mem, ucx.RegisterOptions{MemoryType: um}, " of "+mt.String()+" memory")
 }
 
 // GetMemory implements transport.MemoryRMA: Get into a destination of type mt.

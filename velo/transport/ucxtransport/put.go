@@ -15,17 +15,7 @@ var _ transport.RMAWriter = (*Transport)(nil)
 // only. Its sealed key says so, and the engine refuses a guarded GET through it and a guarded PUT
 // outside it (package ucx).
 func (t *Transport) RegisterMemoryWritable(mem []byte) (transport.Registration, error) {
-	if len(mem) == 0 {
-		return nil, errors.New("ucx: RegisterMemoryWritable: empty region")
-	}
-	if t.isClosed() {
-		return nil, fmt.Errorf("ucx: RegisterMemoryWritable: %w", transport.ErrClosed)
-	}
-	r, err := t.eng.RegisterWith(context.Background(), mem, ucx.RegisterOptions{Access: ucx.AccessWrite})
-	if err != nil {
-		return nil, fmt.Errorf("ucx: registering %d bytes for writing: %w", len(mem), err)
-	}
-	return &registration{r: r}, nil
+	return t.register("RegisterMemoryWritable", mem, ucx.RegisterOptions{Access: ucx.AccessWrite}, " for writing")
 }
 
 // WriteMany implements transport.RMAWriter through the engine's PutMany on the peer's endpoint:

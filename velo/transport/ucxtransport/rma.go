@@ -26,17 +26,24 @@ func (t *Transport) CanGet(id transport.InstanceID) bool {
 // key, sealed by the engine in an envelope that names the region and this registration (see
 // package ucx). Every call is its own registration with its own key.
 func (t *Transport) RegisterMemory(mem []byte) (transport.Registration, error) {
+	return t.register("RegisterMemory", mem, ucx.RegisterOptions{}, "")
+}
+
+// register is every RegisterMemory* of the transport: one engine registration of mem with opts,
+// refused when mem is empty or the transport is closed. call names the method in errors, and
+// kind the registration (" for writing", " of cuda memory", ...).
+func (t *Transport) register(call string, mem []byte, opts ucx.RegisterOptions, kind string) (transport.Registration, error) {
 	if len(mem) == 0 {
-		return nil, errors.New("ucx: RegisterMemory: empty region")
+		return nil, fmt.Errorf("ucx: %s: empty region", call)
 	}
 	if t.isClosed() {
-		return nil, fmt.Errorf("ucx: RegisterMemory: %w", transport.ErrClosed)
+		return nil, fmt.Errorf("ucx: %s: %w", call, transport.ErrClosed)
 	}
 	// The engine registers in the calling goroutine (it waits for nothing but its lock), so no
 	// deadline is needed: a timer per registration would cost more than the registration.
-	r, err := t.eng.Register(context.Background(), mem)
+	r, err := t.eng.RegisterWith(context.Background(), mem, opts)
 	if err != nil {
-		return nil, fmt.Errorf("ucx: registering %d bytes: %w", len(mem), err)
+		return nil, fmt.Errorf("ucx: registering %d bytes%s: %w", len(mem), kind, err)
 	}
 	return &registration{r: r}, nil
 }
