@@ -354,33 +354,15 @@ func (o *benchOwner) call(req benchReq) benchRep {
 
 func startBenchOwner(t *testing.T, hostOnly bool) (*benchOwner, velo.PeerInfo) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), roleEnv+"="+benchOwnerRole, fmt.Sprintf("VELO_GPU_BENCH_HOSTONLY=%t", hostOnly))
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
+	var hello benchHello
+	c := startRole(t, benchOwnerRole, &hello, fmt.Sprintf("VELO_GPU_BENCH_HOSTONLY=%t", hostOnly))
 	t.Cleanup(func() {
-		_ = in.Close()
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("bench owner process: %v", err)
-			}
-		case <-time.After(60 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Errorf("bench owner process did not exit")
+		if err := endRole(c, 60*time.Second); err != nil {
+			t.Errorf("bench owner process: %v", err)
 		}
 	})
-	o := &benchOwner{t: t, in: in, dec: json.NewDecoder(out)}
-	var hello benchHello
-	require.NoError(t, o.dec.Decode(&hello), "the bench owner's first line")
 	require.Empty(t, hello.Err, "the bench owner")
-	return o, hello.Peer
+	return &benchOwner{t: t, in: c.In, dec: json.NewDecoder(c.Out)}, hello.Peer
 }
 
 // runBench measures cfg and prints the table; it returns the rows it measured.

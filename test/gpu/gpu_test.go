@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/velo-go/velo/ucx"
+	"github.com/velo-go/velo/ucx/benchkit"
 )
 
 // The owner process: a child of the test binary (VELO_GPU_ROLE=owner) that registers host or
@@ -203,40 +203,48 @@ func runOwner(in io.Reader, out io.Writer) error {
 // owner is the test's handle on its owner process.
 type owner struct {
 	t    *testing.T
-	cmd  *exec.Cmd
 	in   io.WriteCloser
 	dec  *json.Decoder
 	addr []byte
 }
 
+// startRole runs this test binary again as role (roleEnv, with env beside it), its stdin and
+// stdout the test's (benchkit.StartChild), and decodes its first line into hello.
+func startRole(t *testing.T, role string, hello any, env ...string) *benchkit.Child {
+	t.Helper()
+	c, err := benchkit.StartChild(append(append(os.Environ(), roleEnv+"="+role), env...), hello, "-test.run=^$")
+	require.NoError(t, err, "the %s process", role)
+	return c
+}
+
+// endRole closes the child's stdin and waits up to within for it to exit, killing it after that;
+// the error says how it ended when not cleanly.
+func endRole(c *benchkit.Child, within time.Duration) error {
+	_ = c.In.Close()
+	done := make(chan error, 1)
+	go func() { done <- c.Cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(within):
+		_ = c.Cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("did not exit within %v", within)
+	}
+}
+
 func startOwner(t *testing.T) *owner {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), roleEnv+"=owner")
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	o := &owner{t: t, cmd: cmd, in: in, dec: json.NewDecoder(out)}
+	var hello ownerRep
+	c := startRole(t, "owner", &hello)
+	o := &owner{t: t, in: c.In, dec: json.NewDecoder(c.Out)}
 	t.Cleanup(func() {
 		_ = json.NewEncoder(o.in).Encode(ownerReq{Op: "quit"})
-		_ = o.in.Close()
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("owner process: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Errorf("owner process did not exit")
+		if err := endRole(c, 30*time.Second); err != nil {
+			t.Errorf("owner process: %v", err)
 		}
 	})
-	var hello ownerRep
-	require.NoError(t, o.dec.Decode(&hello), "the owner process's first line")
+	var err error
 	o.addr, err = base64.StdEncoding.DecodeString(hello.Addr)
 	require.NoError(t, err)
 	return o

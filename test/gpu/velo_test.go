@@ -3,14 +3,12 @@
 package gpu
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -108,32 +106,13 @@ func runVeloOwner(size int, bounce bool) error {
 
 func startVeloOwner(t *testing.T, size int, bounce bool) (veloHello, func() string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), roleEnv+"="+veloOwnerRole, fmt.Sprintf("VELO_GPU_SIZE=%d", size), fmt.Sprintf("VELO_GPU_BOUNCE=%t", bounce))
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	r := bufio.NewReader(out)
-	line, err := r.ReadBytes('\n')
-	require.NoError(t, err, "the owner process's first line")
 	var hello veloHello
-	require.NoError(t, json.Unmarshal(line, &hello), "%s", line)
+	c := startRole(t, veloOwnerRole, &hello, fmt.Sprintf("VELO_GPU_SIZE=%d", size), fmt.Sprintf("VELO_GPU_BOUNCE=%t", bounce))
 	require.Empty(t, hello.Err)
 	finish := func() string {
-		_ = in.Close()
-		rest, _ := io.ReadAll(r)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			require.NoError(t, err, "owner process:\n%s", rest)
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Fatalf("owner process did not exit:\n%s", rest)
-		}
+		_ = c.In.Close()
+		rest, _ := io.ReadAll(c.Out)
+		require.NoError(t, endRole(c, 30*time.Second), "owner process:\n%s", rest)
 		return string(rest)
 	}
 	return hello, finish
