@@ -56,6 +56,18 @@ func ucxMemPair(t *testing.T, ownerOpts ...Option) (owner, cons *Velo) {
 
 func bounced(m Memory) Memory { m.bounce = true; return m }
 
+// typedPaths are the two ways memory taking the device path moves: by typed RDMA, and, with the
+// serving side's RDMA path switched off, through the bounce buffers.
+var typedPaths = []struct {
+	name   string
+	opts   []Option
+	path   metrics.Path
+	reason metrics.Reason
+}{
+	{"rdma", nil, metrics.PathRDMA, metrics.ReasonOK},
+	{"bounce", []Option{WithRDMA(RDMAConfig{Disabled: true})}, metrics.PathChunked, metrics.ReasonDeviceBounce},
+}
+
 // memCase reads a staged region of src with GetIntoMemory, GetBatch and ReadRanges into
 // destinations made by dst, checks every byte, and returns what each read's lease said.
 func memReads(t *testing.T, cons *Velo, h Handle, src []byte, dst func([]byte) Memory) {
@@ -199,15 +211,7 @@ func TestRDMAMemoryOlderConsumer(t *testing.T) {
 // into a registration made for writing with the region's memory type, and, with the receiver's
 // RDMA path switched off, by chunks that the receiver copies in (device_bounce on its side).
 func TestRDMAMemoryPutOverUCX(t *testing.T) {
-	for _, c := range []struct {
-		name   string
-		opts   []Option
-		path   metrics.Path
-		reason metrics.Reason
-	}{
-		{"rdma", nil, metrics.PathRDMA, metrics.ReasonOK},
-		{"bounce", []Option{WithRDMA(RDMAConfig{Disabled: true})}, metrics.PathChunked, metrics.ReasonDeviceBounce},
-	} {
+	for _, c := range typedPaths {
 		t.Run(c.name, func(t *testing.T) {
 			recv, writer := ucxMemPair(t, c.opts...)
 			ctx := tctx(t)
@@ -284,15 +288,7 @@ func TestRDMAMemoryCUDARefusedOverUCX(t *testing.T) {
 // switched off. The child checks every byte against the SHA-256 the parent sent and prints its
 // path counts.
 func TestRDMAMemoryAcrossProcesses(t *testing.T) {
-	for _, c := range []struct {
-		name   string
-		opts   []Option
-		path   metrics.Path
-		reason metrics.Reason
-	}{
-		{"rdma", nil, metrics.PathRDMA, metrics.ReasonOK},
-		{"bounce", []Option{WithRDMA(RDMAConfig{Disabled: true})}, metrics.PathChunked, metrics.ReasonDeviceBounce},
-	} {
+	for _, c := range typedPaths {
 		t.Run(c.name, func(t *testing.T) {
 			owner := ucxMemNode(t, c.opts...)
 			ctx := tctx(t)
