@@ -168,6 +168,7 @@ func (v *Velo) startPush() (*push.Service, error) {
 			return inc, ok
 		},
 		AuthRefused: v.m.CountAuthRefusal,
+		InlineMax:   v.pushInline,
 	}
 	if v.rdma != nil {
 		cfg.Registry = v.rdma

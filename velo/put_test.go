@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -156,13 +157,26 @@ func TestPushChunkedToASmallFrameReceiver(t *testing.T) {
 // notification each; the receiver checks every notified range the moment its notification arrives
 // and never finds it incomplete; every notification arrives once, and in the writer's order for
 // puts of one notifier message. Wait sees the ranges covered.
+// At 1 KiB the puts travel inside their notifications (push.DefaultInlineMax); the rule is the
+// same.
 func TestPushNotificationsAfterData(t *testing.T) {
-	recv, writer := pushPair(t)
-	testPushNotifications(t, recv, writer, metrics.PathChunked)
+	for _, size := range []int{64 << 10, 1 << 10} {
+		t.Run(sizeName(size), func(t *testing.T) {
+			recv, writer := pushPair(t)
+			testPushNotifications(t, recv, writer, metrics.PathChunked, size)
+		})
+	}
 }
 
-func testPushNotifications(t *testing.T, recv, writer *Velo, want metrics.Path) {
-	const n, size = 1000, 64 << 10
+func sizeName(n int) string {
+	if n >= 1<<10 && n%(1<<10) == 0 {
+		return strconv.Itoa(n>>10) + "KiB"
+	}
+	return strconv.Itoa(n) + "B"
+}
+
+func testPushNotifications(t *testing.T, recv, writer *Velo, want metrics.Path, size int) {
+	const n = 1000
 	src := payload(n*size, 77)
 	sums := make([][32]byte, n)
 	for i := range sums {
@@ -212,6 +226,101 @@ func testPushNotifications(t *testing.T, recv, writer *Velo, want metrics.Path) 
 	if want == metrics.PathRDMA {
 		assert.Equal(t, float64(n), pushPath(t, writer, "writer", metrics.PathRDMA, metrics.ReasonOK))
 	}
+	inline := 0.0
+	if size <= push.DefaultInlineMax {
+		inline = n
+	}
+	assert.Equal(t, inline, metric(t, recv, push.InlineWritesTotal, map[string]string{"side": "receiver"}), "puts that came inside their notifications")
+}
+
+// testPushInline: a notified put of up to push.DefaultInlineMax bytes travels inside its
+// notification (one message: the receiver copies the bytes in, then delivers), byte for byte and
+// in order, counted on the grant's path and as inline on both sides; a larger one goes as a write;
+// a handle stretched over the guard bytes is refused by the receiver's own ranges with nothing
+// written or delivered; and a receiver without the message (an earlier release) still gets the
+// puts, as writes and notifications.
+// inlineSizes are testPushInline's notified puts that travel inside their notifications.
+var inlineSizes = []int{1, 64, 1000, push.DefaultInlineMax}
+
+func testPushInline(t *testing.T, recv, writer *Velo, path metrics.Path, reason metrics.Reason) *pushFixture {
+	t.Helper()
+	ctx := tctx(t)
+	f := newPushFixture(t, recv, writer, 1<<20, GrantOptions{})
+	inline := func(v *Velo, side string) float64 {
+		return metric(t, v, push.InlineWritesTotal, map[string]string{"side": side})
+	}
+	sizes := inlineSizes
+	for i, n := range sizes {
+		require.NoError(t, f.put(t, i*8192, payload(n, uint64(i+1)), &PutOptions{Notify: true, Payload: []byte{byte(i)}}), "%d bytes", n)
+		nt := <-f.grant.Notifications()
+		require.Equal(t, []GrantRange{{Offset: f.span.Offset + uint64(i*8192), Length: uint64(n)}}, nt.Ranges)
+		require.Equal(t, []byte{byte(i)}, nt.Payload)
+	}
+	assert.Equal(t, float64(len(sizes)), inline(writer, "writer"))
+	assert.Equal(t, float64(len(sizes)), inline(recv, "receiver"))
+
+	require.NoError(t, f.put(t, 64<<10, payload(push.DefaultInlineMax+1, 9), &PutOptions{Notify: true}))
+	<-f.grant.Notifications()
+	assert.Equal(t, float64(len(sizes)), inline(writer, "writer"), "a put above the limit goes as a write")
+	require.NoError(t, f.put(t, 128<<10, payload(100, 10), nil))
+	assert.Equal(t, float64(len(sizes)), inline(writer, "writer"), "a put without a notification goes as a write")
+	assert.Equal(t, float64(len(sizes)+2), pushPath(t, writer, "writer", path, reason))
+
+	wider := f.h
+	wider.Ranges = []GrantRange{{Offset: 0, Length: uint64(len(f.region.Bytes()))}}
+	err := writer.Put(ctx, wider, 0, payload(100, 11), &PutOptions{Notify: true})
+	require.ErrorIs(t, err, ErrOutOfGrant, "a stretched handle: the receiver checks its own ranges")
+	t.Logf("%v", err)
+	f.checkGuards(t, "after the stretched handle")
+	select {
+	case nt := <-f.grant.Notifications():
+		t.Fatalf("a refused put was notified: %+v", nt)
+	default:
+	}
+
+	// The receiver as an earlier release would be: no handler for the message. The writer learns
+	// it from the first put and writes every later one the grant's way.
+	recv.msgr.HandleInternal("velo.push.notewrite", nil)
+	for i := range 2 {
+		require.NoError(t, f.put(t, 256<<10+i*4096, payload(200, uint64(20+i)), &PutOptions{Notify: true, Payload: []byte("old")}))
+		nt := <-f.grant.Notifications()
+		require.Equal(t, []GrantRange{{Offset: f.span.Offset + 256<<10 + uint64(i*4096), Length: 200}}, nt.Ranges)
+	}
+	// Read once, at the end: each put's bytes are ordered before a later notification's delivery,
+	// which the race detector sees; a read between puts would race with the next chunked write.
+	f.check(t, "after every put")
+	assert.Equal(t, float64(len(sizes)), inline(writer, "writer"))
+	assert.Equal(t, float64(len(sizes)+4), pushPath(t, writer, "writer", path, reason))
+	return f
+}
+
+// TestPushInlineLimit: WithPushInlineMax(0) writes even a small notified put and notifies after
+// it; a raised limit carries larger ones; a limit out of bounds is refused at New, naming the range.
+func TestPushInlineLimit(t *testing.T) {
+	inline := func(v *Velo) float64 {
+		return metric(t, v, push.InlineWritesTotal, map[string]string{"side": "writer"})
+	}
+	for _, c := range []struct {
+		limit, size int
+		inline      float64
+	}{{0, 64, 0}, {16 << 10, 16 << 10, 1}, {16 << 10, 16<<10 + 1, 0}} {
+		recv, writer := pushPair(t, WithPushInlineMax(c.limit))
+		f := newPushFixture(t, recv, writer, 64<<10, GrantOptions{})
+		require.NoError(t, f.put(t, 0, payload(c.size, 3), &PutOptions{Notify: true}))
+		<-f.grant.Notifications()
+		f.check(t, "after the put")
+		assert.Equal(t, c.inline, inline(writer), "limit %d, a put of %d bytes", c.limit, c.size)
+	}
+	for _, bad := range []int{-1, 64<<10 + 1} {
+		_, err := New(tctx(t), WithPushInlineMax(bad))
+		require.ErrorContains(t, err, "want 0 (off) to 65536 bytes")
+	}
+}
+
+// TestPushSmallNotifiedPutsTravelInline is testPushInline on the chunked path.
+func TestPushSmallNotifiedPutsTravelInline(t *testing.T) {
+	recv, writer := pushPair(t)
+	testPushInline(t, recv, writer, metrics.PathChunked, metrics.ReasonNotConfigured)
 }
 
 // TestPushBadInput: each bad input gets its own error naming what to do, nothing outside the

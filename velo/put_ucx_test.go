@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/push"
 	"github.com/velo-go/velo/velo/rendezvous/rdma"
 )
 
@@ -53,8 +54,25 @@ func TestPushOverUCXTransport(t *testing.T) {
 
 // TestPushNotificationsOverUCXTransport is TestPushNotificationsAfterData on the RDMA path.
 func TestPushNotificationsOverUCXTransport(t *testing.T) {
+	for _, size := range []int{64 << 10, 1 << 10} {
+		t.Run(sizeName(size), func(t *testing.T) {
+			recv, writer := ucxPushPair(t)
+			testPushNotifications(t, recv, writer, metrics.PathRDMA, size)
+		})
+	}
+}
+
+// TestPushSmallNotifiedPutsTravelInlineOverUCX is testPushInline on the RDMA path: the message of
+// a notified small put goes on the UCX transport, beside the writes.
+func TestPushSmallNotifiedPutsTravelInlineOverUCX(t *testing.T) {
 	recv, writer := ucxPushPair(t)
-	testPushNotifications(t, recv, writer, metrics.PathRDMA)
+	frames := func() float64 {
+		return metric(t, recv, "velo_ucx_transport_frames_total", map[string]string{"direction": "received"})
+	}
+	before := frames()
+	f := testPushInline(t, recv, writer, metrics.PathRDMA, metrics.ReasonOK)
+	require.True(t, f.region.Pinned(), "the region is pinned: %s", f.region.Reason())
+	assert.GreaterOrEqual(t, frames()-before, float64(len(inlineSizes)), "the inline puts came as UCX frames")
 }
 
 // TestPushUCXTransportToPlainRegion: a region in plain memory is written by chunks (reason not_pinned) even
@@ -84,9 +102,9 @@ func TestPushNotificationTravelsWithTheWrites(t *testing.T) {
 	}
 	require.NoError(t, f.put(t, 0, payload(4096, 1), nil)) // acquires the grant: its messages go by TCP
 	before := frames()
-	const puts = 8
+	const puts, size = 8, push.DefaultInlineMax + 1 // written by RDMA, then notified
 	for i := range puts {
-		require.NoError(t, f.put(t, i*4096, payload(4096, uint64(10+i)), &PutOptions{Notify: true, Payload: []byte{byte(i)}}))
+		require.NoError(t, f.put(t, i*size, payload(size, uint64(10+i)), &PutOptions{Notify: true, Payload: []byte{byte(i)}}))
 	}
 	assert.GreaterOrEqual(t, frames()-before, float64(puts), "the receiver got fewer UCX frames than notifications")
 	for i := range puts {

@@ -66,6 +66,7 @@ type options struct {
 	grace       time.Duration
 	maxGet      uint64
 	inboxLimit  int
+	pushInline  int // WithPushInlineMax: the limit + 1 (0: the default)
 
 	rmaTransport transport.Transport // WithUCXTransport: the transport the RDMA registry reads with
 	rdma         RDMAConfig
@@ -228,6 +229,19 @@ func WithMaxGetSize(n uint64) Option {
 	}
 }
 
+// WithPushInlineMax sets the largest put with a notification whose bytes travel inside the
+// notification's message (default 4 KiB, at most 64 KiB); 0 writes every put by the grant's path
+// and notifies after it (docs/velo.md, push).
+func WithPushInlineMax(n int) Option {
+	return func(o *options) error {
+		if n < 0 || n > 64<<10 {
+			return fmt.Errorf("velo: push inline limit %d: want 0 (off) to 65536 bytes", n)
+		}
+		o.pushInline = n + 1
+		return nil
+	}
+}
+
 // WithShutdownGrace sets how long Close waits for running handlers (default 5 s).
 func WithShutdownGrace(d time.Duration) Option {
 	return func(o *options) error { o.grace = d; return nil }
@@ -246,6 +260,7 @@ type Velo struct {
 	rdma        *rdma.Registry // nil unless WithUCXTransport
 	rails       *RailChoice    // nil unless WithRails
 	grace       time.Duration
+	pushInline  int // push.Config.InlineMax (0: its default)
 
 	peers    peerTable
 	draining atomic.Bool
@@ -303,6 +318,12 @@ func New(ctx context.Context, opts ...Option) (*Velo, error) {
 	v.log = o.log.With("velo", fmt.Sprintf("%016x", uint64(v.id)))
 	v.rails = o.rails
 	v.logRails()
+	if o.pushInline > 0 {
+		v.pushInline = o.pushInline - 1
+		if v.pushInline == 0 {
+			v.pushInline = -1 // push.Config: negative turns it off
+		}
+	}
 	reg := o.reg
 	if reg == nil {
 		r := prometheus.NewRegistry()

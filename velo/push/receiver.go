@@ -418,19 +418,35 @@ func (s *Service) onWrite(ctx context.Context, from transport.InstanceID, p []by
 	if n == 0 || gr.rangeOf(h.Offset, n) < 0 {
 		return nil, nil, receiverErr(opErrorf(ErrOutOfGrant, "[%d, +%d) is not inside a range of grant %d", h.Offset, n, gr.id))
 	}
+	if _, err := s.writeAt(gr, h.Offset, data); err != nil {
+		return nil, nil, err
+	}
+	s.m.addBytes("received", metrics.PathChunked, len(data))
+	return nil, nil, nil
+}
+
+// writeAt copies data to off of gr's region (a chunk that came through the handler, or a small put
+// that came inside its notification) and says which path the grant is on. It fails once the grant
+// ended: no byte lands after Done.
+func (s *Service) writeAt(gr *Grant, off uint64, data []byte) (metrics.Path, error) {
+	n := uint64(len(data))
 	gr.mu.RLock()
 	if gr.ended {
 		gr.mu.RUnlock()
-		return nil, nil, receiverErr(gr.why)
+		return "", receiverErr(gr.why)
+	}
+	path := metrics.PathChunked
+	if gr.rdmaPath {
+		path = metrics.PathRDMA
 	}
 	if m := gr.region.Memory(); m.Typed() {
-		// Device memory: the chunk arrived in a host buffer and is copied in with the transport.
-		if err := s.copyIn(gr.region.Bytes()[h.Offset:h.Offset+n], m, data); err != nil {
+		// Device memory: the bytes arrived in a host buffer and are copied in with the transport.
+		if err := s.copyIn(gr.region.Bytes()[off:off+n], m, data); err != nil {
 			gr.mu.RUnlock()
-			return nil, nil, receiverErr(fmt.Errorf("push: write of %d bytes at %d into %v memory: %w", n, h.Offset, m.Type, err))
+			return "", receiverErr(fmt.Errorf("push: write of %d bytes at %d into %v memory: %w", n, off, m.Type, err))
 		}
 	} else {
-		copy(gr.region.Bytes()[h.Offset:], data)
+		copy(gr.region.Bytes()[off:], data)
 	}
 	gr.mu.RUnlock()
 	// The copy happens before every later notification's delivery and Wait (both take cmu), so a
@@ -438,8 +454,7 @@ func (s *Service) onWrite(ctx context.Context, from transport.InstanceID, p []by
 	gr.cmu.Lock()
 	gr.chunks++
 	gr.cmu.Unlock()
-	s.m.addBytes("received", metrics.PathChunked, len(data))
-	return nil, nil, nil
+	return path, nil
 }
 
 // claimWrite takes a chunk's bytes from the control plane's socket straight into the granted
@@ -505,46 +520,92 @@ func (s *Service) onNotify(ctx context.Context, from transport.InstanceID, p []b
 	if err != nil {
 		return nil, nil, receiverErr(opErrorf(ErrBadGrant, "notify: %v", err))
 	}
+	return s.answerEach(from, m.Ref, len(m.Entries), func(gr *Grant, i int) byte {
+		e := m.Entries[i]
+		for _, r := range e.Ranges {
+			if gr.rangeOf(r.Offset, r.Length) < 0 {
+				return notifyRange
+			}
+		}
+		return gr.deliver(from, e)
+	})
+}
+
+// onNoteWrite serves small puts that came inside their notifications: each entry's bytes are
+// copied into its range and then its notification is delivered, one entry at a time in order, as
+// a write followed by a notification would be. An entry outside the grant, or one the grant ended
+// before, is answered with its code and writes nothing.
+func (s *Service) onNoteWrite(ctx context.Context, from transport.InstanceID, p []byte) ([][]byte, func(), error) {
+	m, err := decodeNoteWrites(p)
+	if err != nil {
+		return nil, nil, receiverErr(opErrorf(ErrBadGrant, "notified write: %v", err))
+	}
+	return s.answerEach(from, m.Ref, len(m.Entries), func(gr *Grant, i int) byte {
+		e := m.Entries[i]
+		n := uint64(len(e.Data))
+		if gr.rangeOf(e.Offset, n) < 0 {
+			return notifyRange
+		}
+		path, err := s.writeAt(gr, e.Offset, e.Data)
+		switch {
+		case err != nil && gr.hasEnded():
+			return notifyEnded
+		case err != nil:
+			s.log.Warn("push: a notified write could not be copied in", "grant", gr.id, "offset", e.Offset, "bytes", n, "err", err)
+			return notifyCopy
+		}
+		s.m.addBytes("received", path, int(n))
+		s.m.inlineWrites.WithLabelValues("receiver").Inc()
+		return gr.deliver(from, notifyEntry{Ranges: []Range{{e.Offset, n}}, Payload: e.Payload})
+	})
+}
+
+// answerEach serves a message of n notes for the grant ref names, once its writer is authorized
+// and the grant found: serve decides each, one at a time and in order (one delivery at a time per
+// grant), and the answer is their codes.
+func (s *Service) answerEach(from transport.InstanceID, ref grantRef, n int, serve func(gr *Grant, i int) byte) ([][]byte, func(), error) {
 	if err := s.authorize(from); err != nil {
 		return nil, nil, err
 	}
-	gr, err := s.lookup(m.Ref, from)
+	gr, err := s.lookup(ref, from)
 	if err != nil {
 		return nil, nil, err
 	}
-	codes := make([]byte, len(m.Entries))
+	codes := make([]byte, n)
 	gr.dmu.Lock()
 	defer gr.dmu.Unlock()
-	for i, e := range m.Entries {
-		ok := true
-		for _, r := range e.Ranges {
-			if gr.rangeOf(r.Offset, r.Length) < 0 {
-				ok = false
-			}
-		}
-		if !ok {
-			codes[i] = notifyRange
-			continue
-		}
-		select {
-		case <-gr.stop:
-			codes[i] = notifyEnded
-			continue
-		default:
-		}
-		n := Notification{Writer: from, Grant: gr.id, Ranges: e.Ranges, Payload: e.Payload}
-		gr.cover(e.Ranges)
-		if gr.onNotify != nil {
-			gr.onNotify(n)
-			continue
-		}
-		select {
-		case gr.ch <- n:
-		case <-gr.stop:
-			codes[i] = notifyEnded
-		}
+	for i := range codes {
+		codes[i] = serve(gr, i)
 	}
 	return [][]byte{codes}, nil, nil
+}
+
+// hasEnded reports whether the grant ended (it stays ended).
+func (gr *Grant) hasEnded() bool {
+	gr.mu.RLock()
+	defer gr.mu.RUnlock()
+	return gr.ended
+}
+
+// deliver hands one notification to the grant's handler or channel (dmu held) and says how it went.
+func (gr *Grant) deliver(from transport.InstanceID, e notifyEntry) byte {
+	select {
+	case <-gr.stop:
+		return notifyEnded
+	default:
+	}
+	n := Notification{Writer: from, Grant: gr.id, Ranges: e.Ranges, Payload: e.Payload}
+	gr.cover(e.Ranges)
+	if gr.onNotify != nil {
+		gr.onNotify(n)
+		return notifyOK
+	}
+	select {
+	case gr.ch <- n:
+		return notifyOK
+	case <-gr.stop:
+		return notifyEnded
+	}
 }
 
 // cover adds ranges to what notifications said is written and wakes Wait.

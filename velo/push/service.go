@@ -50,6 +50,9 @@ const (
 	opAcquire = "velo.push.acquire"
 	opWrite   = "velo.push.write"
 	opNotify  = "velo.push.notify"
+	// opNoteWrite carries small puts inside their notifications (a receiver of an earlier
+	// release does not know it: its writer falls back to a write and a notification).
+	opNoteWrite = "velo.push.notewrite"
 )
 
 // Defaults.
@@ -62,6 +65,10 @@ const (
 	DefaultWindow = 16
 	// DefaultMaxNotify is the largest notification payload.
 	DefaultMaxNotify = 1 << 20
+	// DefaultInlineMax is the largest put that travels inside its own notification (Config.InlineMax).
+	DefaultInlineMax = 4 << 10
+	// maxNoteWriteBytes bounds one message of notified small puts: one eager frame on any transport.
+	maxNoteWriteBytes = 128 << 10
 	// DefaultNotifyBuffer is the capacity of a grant's notification channel.
 	DefaultNotifyBuffer = 1024
 	// notifyTimeout bounds one notification message's round trip.
@@ -95,6 +102,11 @@ type Config struct {
 	ChunkSize   int
 	Window      int
 	MaxNotify   int
+	// InlineMax is the largest put with a notification that travels inside the notification's
+	// message (one round trip: the receiver copies the bytes in, then delivers), rather than as a
+	// write and then a notification (two). 0 takes DefaultInlineMax; a negative value sends every
+	// put as a write (docs/velo.md, push).
+	InlineMax int
 }
 
 // Service is one instance's push service: receiver and writer at once.
@@ -128,6 +140,9 @@ func New(cfg Config) *Service {
 	if cfg.MaxNotify <= 0 {
 		cfg.MaxNotify = DefaultMaxNotify
 	}
+	if cfg.InlineMax == 0 {
+		cfg.InlineMax = DefaultInlineMax
+	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
@@ -138,6 +153,7 @@ func New(cfg Config) *Service {
 	g.HandleInternal(opWrite, s.onWrite)
 	g.ClaimRequests(opWrite, writeHeaderLen, s.claimWrite)
 	g.HandleInternal(opNotify, s.onNotify)
+	g.HandleInternal(opNoteWrite, s.onNoteWrite)
 	return s
 }
 
@@ -227,16 +243,18 @@ func (s *Service) authorize(from transport.InstanceID) error {
 
 // Metrics are the push path's series.
 type Metrics struct {
-	path   *prometheus.CounterVec
-	bytes  *prometheus.CounterVec
-	grants prometheus.Gauge
+	path         *prometheus.CounterVec
+	bytes        *prometheus.CounterVec
+	inlineWrites *prometheus.CounterVec
+	grants       prometheus.Gauge
 }
 
 // Series names.
 const (
-	PathTotal   = "velo_push_path_total"
-	BytesTotal  = "velo_push_bytes_total"
-	GrantsGauge = "velo_push_grants"
+	PathTotal         = "velo_push_path_total"
+	BytesTotal        = "velo_push_bytes_total"
+	InlineWritesTotal = "velo_push_inline_writes_total"
+	GrantsGauge       = "velo_push_grants"
 )
 
 // Sides of velo_push_path_total: a writer counts each put, a receiver each acquire of a grant (when
@@ -252,9 +270,13 @@ func NewMetrics() *Metrics {
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: BytesTotal,
 			Help: "Bytes put: written by this instance as writer (sent) or copied in from chunks as receiver (received), by path."},
 			[]string{"direction", "path"}),
+		inlineWrites: prometheus.NewCounterVec(prometheus.CounterOpts{Name: InlineWritesTotal,
+			Help: "Puts whose bytes travelled inside their notification (InlineMax): sent by this instance as writer, copied in as receiver. They are also counted in velo_push_path_total and velo_push_bytes_total under the grant's path."},
+			[]string{"side"}),
 		grants: prometheus.NewGauge(prometheus.GaugeOpts{Name: GrantsGauge, Help: "Write grants this instance holds live as receiver."}),
 	}
 	for _, side := range Sides {
+		m.inlineWrites.WithLabelValues(side)
 		m.path.WithLabelValues(side, string(metrics.PathRDMA), string(metrics.ReasonOK))
 		for _, r := range metrics.ChunkedReasons {
 			m.path.WithLabelValues(side, string(metrics.PathChunked), string(r))
@@ -269,7 +291,7 @@ func NewMetrics() *Metrics {
 
 // Collectors are the series to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.path, m.bytes, m.grants}
+	return []prometheus.Collector{m.path, m.bytes, m.inlineWrites, m.grants}
 }
 
 func (m *Metrics) countPath(side string, p metrics.Path, r metrics.Reason, n int) {

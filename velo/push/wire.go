@@ -342,18 +342,26 @@ func (m notifyMessage) append(b []byte) ([]byte, error) {
 	return b, nil
 }
 
-func decodeNotify(b []byte) (notifyMessage, error) {
-	var m notifyMessage
+// decodeNotes reads the start every message of notes has: the grant and the count of entries.
+func decodeNotes(b []byte, what string) (grantRef, int, []byte, error) {
 	ref, b, err := decodeRef(b)
 	if err != nil || len(b) < 2 {
-		return m, errShort
+		return ref, 0, nil, errShort
+	}
+	n := int(binary.BigEndian.Uint16(b))
+	if n == 0 || n > maxNotifyEntries {
+		return ref, 0, nil, fmt.Errorf("%d %s (1 to %d)", n, what, maxNotifyEntries)
+	}
+	return ref, n, b[2:], nil
+}
+
+func decodeNotify(b []byte) (notifyMessage, error) {
+	var m notifyMessage
+	ref, n, b, err := decodeNotes(b, "notifications")
+	if err != nil {
+		return m, err
 	}
 	m.Ref = ref
-	n := int(binary.BigEndian.Uint16(b))
-	b = b[2:]
-	if n == 0 || n > maxNotifyEntries {
-		return m, fmt.Errorf("%d notifications (1 to %d)", n, maxNotifyEntries)
-	}
 	for range n {
 		if len(b) < 2 {
 			return m, errShort
@@ -384,6 +392,7 @@ const (
 	notifyOK    byte = 0
 	notifyEnded byte = 1 // the grant ended before the notification was delivered
 	notifyRange byte = 2 // a range outside the grant
+	notifyCopy  byte = 3 // a notified write's bytes could not be copied in (device memory)
 )
 
 func decodeNotifyAnswer(b []byte, n int) ([]byte, error) {
@@ -391,4 +400,82 @@ func decodeNotifyAnswer(b []byte, n int) ([]byte, error) {
 		return nil, fmt.Errorf("notify answer: %d codes for %d notifications", len(b), n)
 	}
 	return b, nil
+}
+
+// noteWrite is a small put that travels inside its own notification: where the bytes go, the
+// notification's payload, and the bytes. The receiver copies the bytes into the range and then
+// delivers the notification, in one handler, so one message does what a write and a notification
+// behind it do in two round trips.
+type noteWrite struct {
+	Offset  uint64
+	Payload []byte
+	Data    []byte
+}
+
+// noteWriteMessage carries the notified small puts of one grant, in the order they are delivered.
+type noteWriteMessage struct {
+	Ref     grantRef
+	Entries []noteWrite
+}
+
+// noteWriteEntryLen is an entry's fixed part: offset, payload length, data length.
+const noteWriteEntryLen = 8 + 4 + 4
+
+func (m noteWriteMessage) size() int {
+	n := refLen + 2
+	for _, e := range m.Entries {
+		n += noteWriteEntryLen + len(e.Payload) + len(e.Data)
+	}
+	return n
+}
+
+func (m noteWriteMessage) append(b []byte) ([]byte, error) {
+	if len(m.Entries) == 0 || len(m.Entries) > maxNotifyEntries {
+		return nil, fmt.Errorf("notified write: %d entries (1 to %d)", len(m.Entries), maxNotifyEntries)
+	}
+	b = m.Ref.append(b)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(m.Entries)))
+	for _, e := range m.Entries {
+		if len(e.Data) == 0 || uint64(len(e.Data)) > 0xffffffff || uint64(len(e.Payload)) > 0xffffffff {
+			return nil, errors.New("notified write: an entry's data is empty or too large")
+		}
+		b = binary.BigEndian.AppendUint64(b, e.Offset)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(e.Payload)))
+		b = binary.BigEndian.AppendUint32(b, uint32(len(e.Data)))
+		b = append(b, e.Payload...)
+		b = append(b, e.Data...)
+	}
+	return b, nil
+}
+
+// decodeNoteWrites reads a noteWriteMessage. Payloads are copied (a notification outlives the
+// message); Data points into b, which the handler copies into the region before it returns.
+func decodeNoteWrites(b []byte) (noteWriteMessage, error) {
+	var m noteWriteMessage
+	ref, n, b, err := decodeNotes(b, "notified writes")
+	if err != nil {
+		return m, err
+	}
+	m.Ref = ref
+	for range n {
+		if len(b) < noteWriteEntryLen {
+			return m, errShort
+		}
+		off := binary.BigEndian.Uint64(b)
+		pl := uint64(binary.BigEndian.Uint32(b[8:]))
+		dl := uint64(binary.BigEndian.Uint32(b[12:]))
+		b = b[noteWriteEntryLen:]
+		if dl == 0 {
+			return m, errors.New("a notified write of no bytes")
+		}
+		if uint64(len(b)) < pl+dl {
+			return m, errShort
+		}
+		m.Entries = append(m.Entries, noteWrite{Offset: off, Payload: append([]byte(nil), b[:pl]...), Data: b[pl : pl+dl]})
+		b = b[pl+dl:]
+	}
+	if len(b) != 0 {
+		return m, fmt.Errorf("%d trailing bytes", len(b))
+	}
+	return m, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -45,6 +46,9 @@ type held struct {
 	reason   metrics.Reason
 	keys     [][]byte
 	chunk    int
+	// noInline: the receiver does not take notified small puts in one message (an earlier
+	// release), so every put goes as a write.
+	noInline bool
 }
 
 // Put writes src at offset of the receiver's region through h, and then, with notify, sends
@@ -151,10 +155,36 @@ func (s *Service) PutBatch(ctx context.Context, h GrantHandle, reqs []PutRequest
 			notes.Done()
 		})
 	}
-	if hd.rdma {
-		s.putRDMA(ctx, h, hd, reqs, valid, window, written)
-	} else {
-		s.putChunked(ctx, h, hd, ref, reqs, valid, window, written)
+	direct, inline := s.splitInline(hd, reqs, valid)
+	var retry []int
+	queued := make([]pendingNote, 0, len(inline))
+	for _, i := range inline {
+		notes.Add(1)
+		queued = append(queued, s.inlineNote(ctx, nt, ref, hd, reqs[i], func(err error) {
+			nmu.Lock()
+			if errors.Is(err, messenger.ErrUnknownHandler) {
+				retry = append(retry, i)
+			} else if err != nil {
+				errs[i] = opErr("put", err)
+			}
+			nmu.Unlock()
+			notes.Done()
+		}))
+	}
+	if len(queued) > 0 {
+		nt.enqueueWrites(queued, len(direct) == 0)
+	}
+	s.putDirect(ctx, h, hd, ref, reqs, direct, window, written)
+	notes.Wait()
+	if len(retry) > 0 {
+		// A receiver of an earlier release: these go as writes and notifications, as every later
+		// put of the grant will.
+		hd.mu.Lock()
+		hd.noInline = true
+		hd.mu.Unlock()
+		sort.Ints(retry)
+		s.putDirect(ctx, h, hd, ref, reqs, retry, window, written)
+		notes.Wait()
 	}
 	notes.Wait()
 	if !opts.Notify {
@@ -173,6 +203,55 @@ func (s *Service) PutBatch(ctx context.Context, h GrantHandle, reqs []PutRequest
 	done := make(chan error, 1)
 	nt.enqueue(ref, hd.rdma, notifyEntry{Ranges: ranges, Payload: opts.Payload}, func(err error) { done <- err })
 	return errs, opErr("notify", <-done)
+}
+
+// splitInline parts the valid entries into those written by the grant's path (direct) and the
+// notified ones small enough to travel inside their notification (inline).
+func (s *Service) splitInline(hd *held, reqs []PutRequest, valid []int) (direct, inline []int) {
+	hd.mu.Lock()
+	off := hd.noInline
+	hd.mu.Unlock()
+	for _, i := range valid {
+		if r := reqs[i]; !off && r.Notify && len(r.Src) <= s.cfg.InlineMax {
+			inline = append(inline, i)
+		} else {
+			direct = append(direct, i)
+		}
+	}
+	return direct, inline
+}
+
+// putDirect writes entries by the grant's path; written hears of each.
+func (s *Service) putDirect(ctx context.Context, h GrantHandle, hd *held, ref grantRef, reqs []PutRequest, entries []int, window int, written func(int, error)) {
+	switch {
+	case len(entries) == 0:
+	case hd.rdma:
+		s.putRDMA(ctx, h, hd, reqs, entries, window, written)
+	default:
+		s.putChunked(ctx, h, hd, ref, reqs, entries, window, written)
+	}
+}
+
+// inlineNote makes the note of a notified small put: it leaves in a message of notified writes,
+// in its turn among the notifications to that receiver, on the route the grant's notifications
+// take, and done hears how it went (messenger.ErrUnknownHandler from a receiver that does not take
+// such messages).
+func (s *Service) inlineNote(ctx context.Context, nt *notifier, ref grantRef, hd *held, r PutRequest, done func(error)) pendingNote {
+	path, reason := metrics.PathChunked, hd.reason
+	if hd.rdma {
+		path, reason = metrics.PathRDMA, metrics.ReasonOK
+	}
+	w := &noteWrite{Offset: r.Offset, Payload: r.Payload, Data: r.Src}
+	return pendingNote{ref: ref, rdma: hd.rdma, write: w, ctx: ctx, done: func(err error) {
+		if err == nil {
+			s.m.countPath("writer", path, reason, 1)
+			s.m.addBytes("sent", path, len(r.Src))
+			s.m.inlineWrites.WithLabelValues("writer").Inc()
+		} else if errors.Is(opErr("put", err), ErrGrantEnded) {
+			s.forget(heldKey{nt.peer, ref.ID})
+		}
+		done(err)
+	}}
 }
 
 // coalesce merges ranges (a batch notification over more than MaxRanges entries).
@@ -351,7 +430,19 @@ type pendingNote struct {
 	ref   grantRef
 	rdma  bool // the grant's writes go by RDMA: the note may travel on the writes' transport
 	entry notifyEntry
+	// write, when set, is a notified small put: its bytes travel in the message and entry is
+	// unused. ctx is its caller's: a put whose context ended before its turn is not sent.
+	write *noteWrite
+	ctx   context.Context
 	done  func(error)
+}
+
+// size is what the note adds to its message.
+func (p pendingNote) size() int {
+	if p.write != nil {
+		return noteWriteEntryLen + len(p.write.Payload) + len(p.write.Data)
+	}
+	return len(p.entry.Payload)
 }
 
 func (s *Service) notifier(peer transport.InstanceID) *notifier {
@@ -368,20 +459,47 @@ func (s *Service) notifier(peer transport.InstanceID) *notifier {
 // enqueue queues a notification whose bytes are already in the receiver's memory; done gets its
 // outcome. rdma says the grant's writes went by RDMA.
 func (n *notifier) enqueue(ref grantRef, rdma bool, e notifyEntry, done func(error)) {
+	n.push(pendingNote{ref: ref, rdma: rdma, entry: e, done: done})
+}
+
+// enqueueWrites queues notified small puts (pendingNote.write set). With here, and the notifier
+// idle, the caller's goroutine sends what is queued itself and returns once it has: a hand-off to
+// the notifier's goroutine and back costs a lone small put more than its message does on a busy
+// host. Notes queued meanwhile by others go on on the notifier's goroutine.
+func (n *notifier) enqueueWrites(notes []pendingNote, here bool) {
 	n.mu.Lock()
-	n.queue = append(n.queue, pendingNote{ref, rdma, e, done})
+	n.queue = append(n.queue, notes...)
+	start := !n.busy
+	n.busy = true
+	owed := len(n.queue)
+	n.mu.Unlock()
+	switch {
+	case !start:
+	case here:
+		n.run(owed)
+	default:
+		go n.run(-1)
+	}
+}
+
+func (n *notifier) push(p pendingNote) {
+	n.mu.Lock()
+	n.queue = append(n.queue, p)
 	start := !n.busy
 	n.busy = true
 	n.mu.Unlock()
 	if start {
-		go n.run()
+		go n.run(-1)
 	}
 }
 
 // maxNotifyBytes bounds the payload bytes of one notification message.
 const maxNotifyBytes = 4 << 20
 
-func (n *notifier) run() {
+// run sends what is queued, one message at a time, until the queue is empty; with owed >= 0 (a
+// caller's goroutine) only that many notes, and what is queued after them goes on on a goroutine
+// of its own.
+func (n *notifier) run(owed int) {
 	for {
 		n.mu.Lock()
 		if len(n.queue) == 0 {
@@ -389,72 +507,132 @@ func (n *notifier) run() {
 			n.mu.Unlock()
 			return
 		}
-		ref, rdma := n.queue[0].ref, n.queue[0].rdma
+		if owed == 0 {
+			n.mu.Unlock()
+			go n.run(-1) // still busy: the notes queued behind the caller's
+			return
+		}
+		first := n.queue[0]
+		limit := maxNotifyBytes
+		if first.write != nil {
+			limit = maxNoteWriteBytes
+		}
+		// One message holds consecutive notes of one grant and one kind (notifications, or
+		// notified writes), so the order they were queued in is the order they are delivered in.
 		k, bytes := 0, 0
-		for k < len(n.queue) && k < maxNotifyEntries && n.queue[k].ref == ref && n.queue[k].rdma == rdma && (k == 0 || bytes+len(n.queue[k].entry.Payload) <= maxNotifyBytes) {
-			bytes += len(n.queue[k].entry.Payload)
+		for k < len(n.queue) && k < maxNotifyEntries {
+			q := n.queue[k]
+			if q.ref != first.ref || q.rdma != first.rdma || (q.write != nil) != (first.write != nil) || (k > 0 && bytes+q.size() > limit) {
+				break
+			}
+			bytes += q.size()
 			k++
 		}
 		batch := append([]pendingNote(nil), n.queue[:k]...)
 		n.queue = append(n.queue[:0], n.queue[k:]...)
+		if owed > 0 {
+			owed = max(owed-k, 0)
+		}
 		n.mu.Unlock()
-		n.send(ref, rdma, batch)
+		if first.write != nil {
+			n.sendWrites(first.ref, first.rdma, batch)
+		} else {
+			n.send(first.ref, first.rdma, batch)
+		}
 	}
 }
 
-// send delivers one message of notifications and hands each its outcome. The notifications of a
-// grant written by RDMA go on the writes' own transport when it reaches the receiver and carries
-// the message (Config.WriterVia): the writes just used it, and on a small host the control plane's
-// TCP socket, right after UCX traffic, waits for CPUs the UCX progress threads still hold. Either
-// way a message goes only after the writes it covers completed at the receiver, and one message
-// at a time, so the order holds across the two transports.
+// send delivers one message of notifications and hands each its outcome.
 func (n *notifier) send(ref grantRef, rdma bool, batch []pendingNote) {
 	m := notifyMessage{Ref: ref}
 	for _, p := range batch {
 		m.Entries = append(m.Entries, p.entry)
 	}
-	fail := func(err error) {
-		for _, p := range batch {
-			p.done(err)
-		}
-	}
 	b, err := m.append(nil)
 	if err != nil {
-		fail(err)
+		fail(batch, err)
 		return
 	}
+	n.exchange(ref, rdma, opNotify, b, batch)
+}
+
+// sendWrites sends one message of notified small puts (leaving out those whose caller gave up
+// before their turn) and hands each its outcome.
+func (n *notifier) sendWrites(ref grantRef, rdma bool, batch []pendingNote) {
+	m := noteWriteMessage{Ref: ref}
+	live := batch[:0:0]
+	for _, p := range batch {
+		if err := p.ctx.Err(); err != nil {
+			p.done(err)
+			continue
+		}
+		m.Entries = append(m.Entries, *p.write)
+		live = append(live, p)
+	}
+	if len(live) == 0 {
+		return
+	}
+	b, err := m.append(make([]byte, 0, m.size()))
+	if err != nil {
+		fail(live, err)
+		return
+	}
+	n.exchange(ref, rdma, opNoteWrite, b, live)
+}
+
+func fail(batch []pendingNote, err error) {
+	for _, p := range batch {
+		p.done(err)
+	}
+}
+
+// exchange sends one message (op, b) carrying batch's notes and hands each note its answer. The
+// notes of a grant written by RDMA go on the writes' own transport when it reaches the receiver
+// and carries the message (Config.WriterVia): the writes just used it, and on a small host the
+// control plane's TCP socket, right after UCX traffic, waits for CPUs the UCX progress threads
+// still hold. Either way a notification goes only after the writes it covers completed at the
+// receiver (a notified write carries its own bytes), and one message at a time, so the order holds
+// across the two transports.
+func (n *notifier) exchange(ref grantRef, rdma bool, op string, b []byte, batch []pendingNote) {
 	ctx, cancel := bg()
 	defer cancel()
 	start := time.Now()
 	var ans []byte
+	var err error
 	g := n.s.cfg.Messenger
-	if via := n.s.cfg.WriterVia; rdma && n.s.cfg.Writer != nil && g.CarriesOver(via, n.peer, opNotify, len(b)) {
-		ans, err = g.RequestOver(ctx, via, n.peer, opNotify, b)
+	if via := n.s.cfg.WriterVia; rdma && n.s.cfg.Writer != nil && g.CarriesOver(via, n.peer, op, len(b)) {
+		ans, err = g.RequestOver(ctx, via, n.peer, op, b)
 	} else {
-		ans, err = g.Request(ctx, n.peer, opNotify, b)
+		ans, err = g.Request(ctx, n.peer, op, b)
 	}
 	if err != nil {
 		if errors.Is(opErr("notify", err), ErrGrantEnded) {
 			n.s.forget(heldKey{n.peer, ref.ID})
 		}
-		fail(err)
+		fail(batch, err)
 		return
 	}
 	codes, err := decodeNotifyAnswer(ans, len(batch))
 	if err != nil {
-		fail(fmt.Errorf("%w: %v", messenger.ErrProtocol, err))
+		fail(batch, fmt.Errorf("%w: %v", messenger.ErrProtocol, err))
 		return
 	}
 	for i, p := range batch {
-		switch codes[i] {
-		case notifyOK:
+		switch code := codes[i]; {
+		case code == notifyOK:
 			p.done(nil)
-		case notifyEnded:
+		case code == notifyEnded && p.write != nil:
+			p.done(fmt.Errorf("grant %d ended before the put landed: %w", ref.ID, ErrGrantEnded))
+		case code == notifyEnded:
 			p.done(fmt.Errorf("grant %d ended before the notification was delivered: %w", ref.ID, ErrGrantEnded))
-		case notifyRange:
+		case code == notifyRange && p.write != nil:
+			p.done(fmt.Errorf("[%d, +%d) is not inside a range of grant %d at the receiver: %w", p.write.Offset, len(p.write.Data), ref.ID, ErrOutOfGrant))
+		case code == notifyRange:
 			p.done(fmt.Errorf("the notification names a range outside grant %d: %w", ref.ID, ErrOutOfGrant))
+		case code == notifyCopy:
+			p.done(fmt.Errorf("the receiver could not copy the bytes into grant %d's region (its log says why): retry, or send the put without a notification", ref.ID))
 		default:
-			p.done(fmt.Errorf("%w: notification answer code %d", messenger.ErrProtocol, codes[i]))
+			p.done(fmt.Errorf("%w: notification answer code %d", messenger.ErrProtocol, code))
 		}
 	}
 	if d := time.Since(start); d > 5*time.Second {
