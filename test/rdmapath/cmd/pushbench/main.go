@@ -117,12 +117,8 @@ func main() {
 }
 
 // startRDMA brings up an instance with a TCP control plane and the UCX transport beside it (so
-// the RDMA registry, and push's RDMA path).
-//
-// With ucxFirst the UCX transport comes first in the instance's list, so its messages (a push
-// notification among them) go over UCX wherever it reaches the peer; otherwise the TCP control
-// plane carries them, as the runtime's documentation recommends.
-func startRDMA(ctx context.Context, mode ucx.RMAMode, ucxFirst bool) (*velo.Velo, *ucxtransport.Transport, error) {
+// the RDMA registry, and push's RDMA path), with extra options.
+func startRDMA(ctx context.Context, mode ucx.RMAMode, extra ...velo.Option) (*velo.Velo, *ucxtransport.Transport, error) {
 	ctl, err := tcp.New(tcp.Config{})
 	if err != nil {
 		return nil, nil, err
@@ -133,10 +129,8 @@ func startRDMA(ctx context.Context, mode ucx.RMAMode, ucxFirst bool) (*velo.Velo
 		return nil, nil, err
 	}
 	opts := []velo.Option{velo.WithTransport(ctl), velo.WithUCXTransport(u)}
-	if ucxFirst {
-		opts = []velo.Option{velo.WithUCXTransport(u), velo.WithTransport(ctl)}
-	}
 	opts = append(opts, velo.WithLogger(quiet), velo.WithRDMA(velo.RDMAConfig{Pool: velo.RDMAPoolConfig{RegisteredBytesBudget: 1 << 30}}))
+	opts = append(opts, extra...)
 	v, err := velo.New(ctx, opts...)
 	return v, u, err
 }
@@ -164,7 +158,7 @@ type bench struct {
 	quick         bool
 	rounds        int
 	rdma, plain   *velo.Velo
-	ucxFirst      *velo.Velo // messages over UCX (startRDMA's ucxFirst)
+	twoTrips      *velo.Velo // writes a small notified put, then notifies (velo.WithPushInlineMax(0))
 	direct        *velo.Velo // writes with ucp_put_nbx and a flush (nil: directErr says why)
 	directErr     error
 	recv          *benchkit.Child
@@ -190,15 +184,15 @@ func run(quick bool, only string, rounds int) error {
 	defer recv.Stop()
 	b.recv, b.dec = recv, json.NewDecoder(recv.Out)
 	var u *ucxtransport.Transport
-	if b.rdma, u, err = startRDMA(ctx, ucx.RMAAuto, false); err != nil {
+	if b.rdma, u, err = startRDMA(ctx, ucx.RMAAuto); err != nil {
 		return err
 	}
 	defer b.rdma.Close()
-	if b.ucxFirst, _, err = startRDMA(ctx, ucx.RMAAuto, true); err != nil {
+	if b.twoTrips, _, err = startRDMA(ctx, ucx.RMAAuto, velo.WithPushInlineMax(0)); err != nil {
 		return err
 	}
-	defer b.ucxFirst.Close()
-	if err := b.ucxFirst.RegisterPeer(ctx, hello.RDMA); err != nil {
+	defer b.twoTrips.Close()
+	if err := b.twoTrips.RegisterPeer(ctx, hello.RDMA); err != nil {
 		return err
 	}
 	if b.plain, err = startPlain(ctx); err != nil {
@@ -211,13 +205,13 @@ func run(quick bool, only string, rounds int) error {
 	if err := b.plain.RegisterPeer(ctx, hello.Plain); err != nil {
 		return err
 	}
-	wh := writerHello{RDMA: b.rdma.PeerInfo(), Plain: b.plain.PeerInfo(), UCXFirst: b.ucxFirst.PeerInfo()}
+	wh := writerHello{RDMA: b.rdma.PeerInfo(), Plain: b.plain.PeerInfo(), TwoTrips: b.twoTrips.PeerInfo()}
 	// The direct writer: ucp_put_nbx and a flush, the operation ucp_put_bw measures, which over
 	// tcp is UCX's software RMA. A guarded UCX refuses it there.
 	if g, gerr := ucx.SoftwareRMAGuard(); gerr == nil && g.Enforced {
 		b.directErr = fmt.Errorf("the linked UCX's guard (%s) refuses a direct PUT over UCX_TLS=%s (software RMA); make bench-push measures it on the system's UCX", g.Version, os.Getenv("UCX_TLS"))
 	} else {
-		if b.direct, _, err = startRDMA(ctx, ucx.RMADirect, false); err != nil {
+		if b.direct, _, err = startRDMA(ctx, ucx.RMADirect); err != nil {
 			return err
 		}
 		defer b.direct.Close()
@@ -557,7 +551,7 @@ func (b *bench) notifyTable() error {
 	if b.quick {
 		n, perfIters = 200, 2000
 	}
-	fmt.Printf("RDMA-path Put of %d B with a notification: round trip until the receiver's handler ran and answered, beside ucx_perftest -t ucp_am_lat of %d B (its round trip, twice the half it prints); µs, median of %d puts or of perftest's %d iterations per round, median of the rounds [min-max]\n",
+	fmt.Printf("RDMA-path Put of %d B with a notification: round trip until the receiver's handler ran and answered, beside ucx_perftest -t ucp_am_lat of %d B (its round trip, twice the half it prints); µs, median of %d puts or of perftest's %d iterations per round, median of the rounds [min-max]. \"Put + notify\": the bytes inside the notification's message (velo's default up to 4 KiB); \"Put, then notify\": a writer with velo.WithPushInlineMax(0), a write and then the notification\n",
 		notifySize, notifySize, n, perfIters)
 	if b.amErr != nil {
 		fmt.Printf("baseline: none: %v\n", b.amErr)
@@ -577,7 +571,7 @@ func (b *bench) notifyTable() error {
 	}{
 		{"Put + notify", b.rdma, b.grants.Pinned, notify, metrics.PathRDMA, metrics.ReasonOK},
 		{"Put (no notification)", b.rdma, b.grants.Pinned, nil, metrics.PathRDMA, metrics.ReasonOK},
-		{"Put + notify, msgs on UCX", b.ucxFirst, b.grants.UCXFirst, notify, metrics.PathRDMA, metrics.ReasonOK},
+		{"Put, then notify", b.twoTrips, b.grants.TwoTrips, notify, metrics.PathRDMA, metrics.ReasonOK},
 		{"chunked Put + notify", b.plain, b.grants.Plain, notify, metrics.PathChunked, plainReason},
 		{"chunked Put", b.plain, b.grants.Plain, nil, metrics.PathChunked, plainReason},
 	}

@@ -33,16 +33,16 @@ type receiverHello struct {
 type writerHello struct {
 	RDMA, Plain velo.PeerInfo
 	Direct      *velo.PeerInfo
-	// UCXFirst is a writer whose messages (a notification among them) go over its UCX transport,
-	// listed before the TCP control plane.
-	UCXFirst velo.PeerInfo
+	// TwoTrips is a writer that sends even a small notified put as a write and then its
+	// notification (velo.WithPushInlineMax(0)).
+	TwoTrips velo.PeerInfo
 }
 
 // grantsHello is the receiver's second line: the grants and how their regions are held.
 type grantsHello struct {
 	Pinned, Plain             velo.GrantHandle
 	Direct                    velo.GrantHandle `json:",omitzero"`
-	UCXFirst                  velo.GrantHandle
+	TwoTrips                  velo.GrantHandle
 	PinnedReason, PlainReason string
 }
 
@@ -65,7 +65,7 @@ const grantTTL = 24 * time.Hour
 
 func runReceiver() error {
 	ctx := context.Background()
-	rv, _, err := startRDMA(ctx, ucx.RMAAuto, false)
+	rv, _, err := startRDMA(ctx, ucx.RMAAuto)
 	if err != nil {
 		return err
 	}
@@ -103,7 +103,7 @@ func runReceiver() error {
 			return err
 		}
 	}
-	if err := rv.RegisterPeer(ctx, w.UCXFirst); err != nil {
+	if err := rv.RegisterPeer(ctx, w.TwoTrips); err != nil {
 		return err
 	}
 
@@ -152,12 +152,12 @@ func runReceiver() error {
 		return err
 	}
 	defer small.Free()
-	gu, err := rv.GrantWrite(ctx, w.UCXFirst.ID, small, velo.GrantOptions{TTL: grantTTL, OnNotify: onNotify})
+	gu, err := rv.GrantWrite(ctx, w.TwoTrips.ID, small, velo.GrantOptions{TTL: grantTTL, OnNotify: onNotify})
 	if err != nil {
 		return err
 	}
 	defer gu.Revoke(ctx)
-	hello.UCXFirst = gu.Handle()
+	hello.TwoTrips = gu.Handle()
 	go serveRaw(ln, plain.Bytes())
 	if err := benchkit.Announce(hello); err != nil {
 		return err
