@@ -317,6 +317,66 @@ func TestPushInlineLimit(t *testing.T) {
 	}
 }
 
+// noteWriteBytes encodes one notified write by hand (velo/push/wire.go's layout, big-endian): the
+// grant's id and nonce, one entry, its offset, payload and bytes.
+func noteWriteBytes(h GrantHandle, off uint64, payload, data []byte) []byte {
+	b := binary.BigEndian.AppendUint64(nil, h.ID)
+	b = append(b, h.Nonce[:]...)
+	b = binary.BigEndian.AppendUint16(b, 1)
+	b = binary.BigEndian.AppendUint64(b, off)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(payload)))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(data)))
+	return append(append(b, payload...), data...)
+}
+
+// TestPushNotifiedWritesByHand: notified writes sent straight on the messenger, as a peer that
+// skips the writer's own checks would send them — from an instance the grant does not name, with
+// a forged nonce, outside the grant, over the guard bytes, malformed — are each refused by the
+// receiver with its reason; nothing outside the grant is written and nothing is delivered. The same
+// message from the grantee lands and is delivered.
+func TestPushNotifiedWritesByHand(t *testing.T) {
+	recv, writer := pushPair(t)
+	third := newInstance(t)
+	ctx := tctx(t)
+	require.NoError(t, third.RegisterPeer(ctx, recv.PeerInfo()))
+	require.NoError(t, recv.RegisterPeer(ctx, third.PeerInfo()))
+	f := newPushFixture(t, recv, writer, 64<<10, GrantOptions{})
+	const op = "velo.push.notewrite"
+	data := payload(512, 5)
+	send := func(from *Velo, b []byte) ([]byte, error) { return from.msgr.Request(ctx, recv.ID(), op, b) }
+
+	_, err := send(third, noteWriteBytes(f.h, f.span.Offset, nil, data))
+	require.ErrorContains(t, err, "write grant belongs to another writer", "another instance")
+	forged := f.h
+	forged.Nonce[3] ^= 0x40
+	_, err = send(writer, noteWriteBytes(forged, f.span.Offset, nil, data))
+	require.ErrorContains(t, err, "nonce does not match", "a forged nonce")
+	for _, off := range []uint64{0, f.span.End() - 100, f.span.End(), 1 << 62} {
+		ans, err := send(writer, noteWriteBytes(f.h, off, []byte("x"), data))
+		require.NoError(t, err)
+		require.Equal(t, []byte{2}, ans, "offset %d: answered out of the grant (code 2)", off)
+	}
+	b := noteWriteBytes(f.h, f.span.Offset, nil, data)
+	for _, bad := range [][]byte{b[:len(b)-1], append(bytes.Clone(b), 0), b[:30]} {
+		_, err = send(writer, bad)
+		require.ErrorContains(t, err, "notified write", "a malformed message")
+	}
+	select {
+	case nt := <-f.grant.Notifications():
+		t.Fatalf("a refused write was delivered: %+v", nt)
+	default:
+	}
+
+	ans, err := send(writer, noteWriteBytes(f.h, f.span.Offset+8, []byte("by hand"), data))
+	require.NoError(t, err)
+	require.Equal(t, []byte{0}, ans)
+	nt := <-f.grant.Notifications()
+	require.Equal(t, []GrantRange{{Offset: f.span.Offset + 8, Length: uint64(len(data))}}, nt.Ranges)
+	require.Equal(t, []byte("by hand"), nt.Payload)
+	copy(f.guard[f.span.Offset+8:], data)
+	f.check(t, "after the messages by hand")
+}
+
 // TestPushSmallNotifiedPutsTravelInline is testPushInline on the chunked path.
 func TestPushSmallNotifiedPutsTravelInline(t *testing.T) {
 	recv, writer := pushPair(t)
