@@ -351,7 +351,7 @@ func (e *Engine) start() error {
 	if err := w.enableGuardV(guardVReqID, guardVRepID); err != nil {
 		return fail(err)
 	}
-	if err := w.enableGuardPut(guardPutReqID, guardPutRepID); err != nil {
+	if err := w.enableGuardPut(guardPutReqID, guardPutRepID, guardPutVReqID, guardPutVRepID); err != nil {
 		return fail(err)
 	}
 	if ctx.replyBroken {
@@ -366,7 +366,7 @@ func (e *Engine) start() error {
 				"or link a newer UCX (make ucx-static)", n, Version().Major, Version().Minor))
 		})
 	}
-	for _, id := range []uint16{guardRepID, guardVRepID, guardPutRepID} {
+	for _, id := range []uint16{guardRepID, guardVRepID, guardPutRepID, guardPutVRepID} {
 		if err := w.SetAMHandler(id); err != nil {
 			liveEngines.Add(-1)
 			return fail(err)
@@ -641,6 +641,9 @@ func (e *Engine) onEvent(ev *Event) {
 			return
 		case guardPutRepID:
 			e.onGuardPutReply(am)
+			return
+		case guardPutVRepID:
+			e.onGuardPutVReply(am)
 			return
 		}
 		e.onUserAM(am)

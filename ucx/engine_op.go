@@ -24,11 +24,12 @@ const (
 	opFlush
 	opRecvAM
 	opClose
-	opPutGuarded // one piece of a guarded write (put.go)
-	opPutDirect  // ucp_put_nbx and the flush behind it (put.go)
+	opPutGuarded  // one piece of a guarded write (put.go)
+	opPutDirect   // ucp_put_nbx and the flush behind it (put.go)
+	opPutGuardedV // many small guarded writes in one request (put.go)
 )
 
-var opNames = [...]string{"send_am", "get_guarded", "get_guarded_vector", "get_direct", "put", "flush", "recv_am", "close", "put_guarded", "put_direct"}
+var opNames = [...]string{"send_am", "get_guarded", "get_guarded_vector", "get_direct", "put", "flush", "recv_am", "close", "put_guarded", "put_direct", "put_guarded_vector"}
 
 // engineOp is one operation of the engine, its state guarded by wmu. It may own several UCX requests (a
 // guarded GET owns its request message and the receive of the reply); it settles on the
@@ -51,7 +52,7 @@ type engineOp struct {
 	batchIdx int
 	sharedRK bool // rk belongs to the batch, which destroys it
 	// vectored guarded GET: the batch indexes and destinations of its reads, and each read's
-	// own outcome
+	// own outcome (a vectored guarded PUT: its writes' indexes and outcomes)
 	vidx  []int
 	vdst  [][]byte
 	verrs []error

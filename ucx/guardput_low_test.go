@@ -5,6 +5,7 @@ package ucx
 import (
 	"bytes"
 	"encoding/binary"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -42,8 +43,9 @@ func newGuardPutTarget(t *testing.T, regLen int) *guardPutTarget {
 		t.Skip("protocol v2 on UCX 1.13: the binding refuses AM sends with the reply flag, which the guarded requests need")
 	}
 	require.NoError(t, p.b.enableGuard(guardReqID, guardRepID))
-	require.NoError(t, p.b.enableGuardPut(guardPutReqID, guardPutRepID))
+	require.NoError(t, p.b.enableGuardPut(guardPutReqID, guardPutRepID, guardPutVReqID, guardPutVRepID))
 	require.NoError(t, p.a.SetAMHandler(guardPutRepID))
+	require.NoError(t, p.a.SetAMHandler(guardPutVRepID))
 	m := allocFilled(t, regLen+2*lowGuard, 99)
 	return &guardPutTarget{p: p, mem: m.Bytes(), reg: m.Bytes()[lowGuard : lowGuard+regLen]}
 }
@@ -162,6 +164,165 @@ func TestLowGuardedPutChecks(t *testing.T) {
 		status, _ := g.send(t, putRequest(capi.GuardPutMagic, wslot, token, g.addr(0), uint64(len(data)), 0), data, AMEager)
 		assert.Equal(t, StatusRejected, status)
 		assert.True(t, bytes.Equal(snapshot, g.mem))
+	}
+}
+
+// putVEntry is one entry of a vectored guarded PUT request (velo_ucx_getv_entry_t's layout).
+type putVEntry struct {
+	slot        uint32
+	token, addr uint64
+	n           uint64
+}
+
+// putVRequest is a vectored guarded PUT request header with its entries.
+func putVRequest(magic uint32, count uint32, es []putVEntry) []byte {
+	h := make([]byte, capi.GuardPutVReqHdrLen+len(es)*capi.GuardVEntryLen)
+	binary.LittleEndian.PutUint32(h[0:], magic)
+	binary.LittleEndian.PutUint32(h[4:], count)
+	for j, e := range es {
+		ent := h[capi.GuardPutVReqHdrLen+j*capi.GuardVEntryLen:]
+		binary.LittleEndian.PutUint32(ent[0:], e.slot)
+		binary.LittleEndian.PutUint64(ent[8:], e.token)
+		binary.LittleEndian.PutUint64(ent[16:], e.addr)
+		binary.LittleEndian.PutUint64(ent[24:], e.n)
+	}
+	return h
+}
+
+// pinParts pins the parts SendAMParts hands to C (in an iov) and returns the unpin.
+func pinParts(parts [][]byte) func() {
+	var pin runtime.Pinner
+	for _, p := range parts {
+		if len(p) > 0 {
+			pin.Pin(&p[0])
+		}
+	}
+	return pin.Unpin
+}
+
+// sendV posts one vectored request from worker a and waits for the reply (a status per entry),
+// or, with no reply expected, until the target counted a malformed request.
+func (g *guardPutTarget) sendV(t *testing.T, hdr []byte, parts [][]byte, flags AMFlags, replyExpected bool) []Status {
+	t.Helper()
+	g.nextID++
+	binary.LittleEndian.PutUint64(hdr[8:], g.nextID)
+	was := g.p.b.guardPutStats().Refused[capi.PutRefusedMalformed]
+	defer pinParts(parts)()
+	req, err := g.p.ab.SendAMParts(guardPutVReqID, hdr, parts, flags|AMReply)
+	require.NoError(t, err)
+	var got []Status
+	replied := false
+	g.p.until(t, func() bool {
+		done := req == nil || req.Done()
+		if !replyExpected {
+			return done && g.p.b.guardPutStats().Refused[capi.PutRefusedMalformed] > was
+		}
+		return replied && done
+	}, func(w *Worker, ev *Event) {
+		if w == g.p.a && ev.Kind == EventAM && ev.AM.ID == guardPutVRepID {
+			h := ev.AM.Header
+			require.True(t, replyExpected, "a reply to a request the target could not read")
+			require.Equal(t, capi.GuardPutVMagic, binary.LittleEndian.Uint32(h[8:]))
+			require.Equal(t, g.nextID, binary.LittleEndian.Uint64(h[0:]), "a reply for another request")
+			n := int(binary.LittleEndian.Uint32(h[12:]))
+			require.Len(t, h, capi.GuardPutVRepHdrLen+4*n)
+			for j := range n {
+				got = append(got, Status(int32(binary.LittleEndian.Uint32(h[capi.GuardPutVRepHdrLen+4*j:]))))
+			}
+			replied = true
+		}
+	})
+	return got
+}
+
+// TestLowGuardedPutVectorChecks drives the vectored request by hand: each write is decided on its
+// own exactly as a single request is (live token, write access, range), only the served ones
+// write, and the answer says which; data that is not exactly the entries' bytes, or came by
+// rendezvous, writes nothing and is answered malformed for every entry; a header that cannot be
+// read (magic, count, length) is counted and not answered.
+func TestLowGuardedPutVectorChecks(t *testing.T) {
+	g := newGuardPutTarget(t, 64<<10)
+	const token = 0x0ddc_0ffe_e0dd_f00d
+	wslot, err := g.p.b.guardAddAccess(token, g.addr(0), uint64(len(g.reg)), AccessWrite)
+	require.NoError(t, err)
+	rslot, err := g.p.b.guardAddAccess(token+1, g.addr(0), uint64(len(g.reg)), AccessRead)
+	require.NoError(t, err)
+	gone, err := g.p.b.guardAddAccess(token+2, g.addr(0), uint64(len(g.reg)), AccessWrite)
+	require.NoError(t, err)
+	g.p.b.guardRevoke(gone)
+	a, b, c := bytes.Repeat([]byte("a"), 1000), bytes.Repeat([]byte("b"), 3000), bytes.Repeat([]byte("c"), 500)
+	want := append([]byte(nil), g.mem...)
+
+	{ // mixed: each entry on its own
+		es := []putVEntry{
+			{wslot, token, g.addr(100), uint64(len(a))},
+			{rslot, token + 1, g.addr(5000), uint64(len(b))},
+			{gone, token + 2, g.addr(9000), uint64(len(c))},
+			{wslot, token ^ 1, g.addr(9000), uint64(len(c))},
+			{wslot, token, g.addr(len(g.reg) - 10), uint64(len(c))},
+			{wslot, token, g.addr(20000), uint64(len(b))},
+			{wslot, token, g.addr(len(g.reg)), 0},
+		}
+		was := g.p.b.guardPutStats()
+		got := g.sendV(t, putVRequest(capi.GuardPutVMagic, uint32(len(es)), es), [][]byte{a, b, c, c, c, b}, AMEager, true)
+		require.Equal(t, []Status{StatusOK, StatusUnsupported, StatusRejected, StatusRejected, StatusInvalidAddr, StatusOK, StatusOK}, got)
+		copy(want[lowGuard+100:], a)
+		copy(want[lowGuard+20000:], b)
+		require.True(t, bytes.Equal(want, g.mem), "only the served entries wrote, where they said")
+		now := g.p.b.guardPutStats()
+		assert.Equal(t, was.Served+3, now.Served)
+		assert.Equal(t, was.ServedBytes+uint64(len(a)+len(b)), now.ServedBytes)
+		assert.Equal(t, was.Refused[capi.PutRefusedReadOnly]+1, now.Refused[capi.PutRefusedReadOnly])
+		assert.Equal(t, was.Refused[capi.PutRefusedRevoked]+2, now.Refused[capi.PutRefusedRevoked])
+		assert.Equal(t, was.Refused[capi.PutRefusedRange]+1, now.Refused[capi.PutRefusedRange])
+	}
+
+	two := []putVEntry{{wslot, token, g.addr(0), uint64(len(a))}, {wslot, token, g.addr(30000), uint64(len(b))}}
+	truncated := []Status{StatusMessageTruncated, StatusMessageTruncated}
+	for _, bad := range []struct {
+		name  string
+		es    []putVEntry
+		parts [][]byte
+		flags AMFlags
+	}{
+		{"a byte short", two, [][]byte{a, b[1:]}, AMEager},
+		{"a byte over", two, [][]byte{a, b, {0}}, AMEager},
+		{"a length that wraps the sum", []putVEntry{{wslot, token, g.addr(0), uint64(len(a))}, {wslot, token, g.addr(0), ^uint64(0) - 100}}, [][]byte{a, b}, AMEager},
+		{"data by rendezvous", two, [][]byte{a, b}, AMRendezvous},
+	} {
+		was := g.p.b.guardPutStats()
+		got := g.sendV(t, putVRequest(capi.GuardPutVMagic, uint32(len(bad.es)), bad.es), bad.parts, bad.flags, true)
+		assert.Equal(t, truncated, got, bad.name)
+		assert.True(t, bytes.Equal(want, g.mem), "%s: a malformed request wrote", bad.name)
+		assert.Equal(t, was.Served, g.p.b.guardPutStats().Served, bad.name)
+	}
+
+	for _, bad := range []struct {
+		name string
+		hdr  []byte
+	}{
+		{"bad magic", putVRequest(capi.GuardPutMagic, 2, two)},
+		{"no entries", putVRequest(capi.GuardPutVMagic, 0, nil)},
+		{"more entries than the header holds", putVRequest(capi.GuardPutVMagic, 3, two)},
+		{"fewer entries than the header holds", putVRequest(capi.GuardPutVMagic, 1, two)},
+		{"above the limit", putVRequest(capi.GuardPutVMagic, uint32(capi.GuardPutVMax+1), make([]putVEntry, capi.GuardPutVMax+1))},
+		{"a header too short to name anything", make([]byte, 8)},
+	} {
+		if len(bad.hdr) < capi.GuardPutVReqHdrLen { // no room for a request id: sent as it is
+			was := g.p.b.guardPutStats().Refused[capi.PutRefusedMalformed]
+			unpin := pinParts([][]byte{a, b})
+			req, err := g.p.ab.SendAMParts(guardPutVReqID, bad.hdr, [][]byte{a, b}, AMEager|AMReply)
+			require.NoError(t, err)
+			g.p.until(t, func() bool {
+				return g.p.b.guardPutStats().Refused[capi.PutRefusedMalformed] > was && (req == nil || req.Done())
+			}, func(w *Worker, ev *Event) {
+				require.False(t, w == g.p.a && ev.Kind == EventAM && ev.AM.ID == guardPutVRepID, "%s: answered", bad.name)
+			})
+			unpin()
+		} else {
+			g.sendV(t, bad.hdr, [][]byte{a, b}, AMEager, false)
+		}
+		assert.True(t, bytes.Equal(want, g.mem), "%s: an unreadable request wrote", bad.name)
 	}
 }
 

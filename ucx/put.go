@@ -88,7 +88,9 @@ func (e *Engine) checkAM(id uint16, header []byte, parts [][]byte) error {
 // write's failure fails only that write. A write whose key lacks write access (ErrAccessDenied)
 // or whose range lies outside its key's region (ErrOutOfRange) fails without being sent. On the
 // guarded path a write is cut into pieces of up to 256 KiB, and the window counts pieces; the
-// pieces of a write that failed are not sent. PutMany returns once no Src is in UCX's hands.
+// pieces of a write that failed are not sent. To a peer that answers them
+// (ConnectOptions.VectoredPut), consecutive smaller writes go several to a request (up to 256
+// KiB), each still checked and reported on its own, and the request counts once in the window. PutMany returns once no Src is in UCX's hands.
 // When ctx ends, pieces not yet posted fail with ctx.Err() and pieces waiting for their answer
 // are abandoned (their bytes may still land).
 func (c *Conn) PutMany(ctx context.Context, writes []KeyWrite, window int, done func(i int, err error)) {
@@ -250,6 +252,16 @@ func (b *putBatch) pump() {
 			continue
 		}
 		direct := c.resolveRMA(e) == RMADirect
+		if !direct && c.opts.VectoredPut && b.nextOff == 0 && len(w.Src) < b.chunk {
+			// A small write, with the small writes after it, in one request (gather moves
+			// b.next past them); alone if none follows.
+			if idx := b.gather(); len(idx) > 1 {
+				b.postVector(idx)
+			} else {
+				b.postPiece(i, 0, len(w.Src), false)
+			}
+			continue
+		}
 		n := len(w.Src) - b.nextOff
 		if !direct {
 			n = min(n, b.chunk)
@@ -259,22 +271,88 @@ func (b *putBatch) pump() {
 		if b.nextOff == len(w.Src) {
 			b.next, b.nextOff, b.started = i+1, 0, false
 		}
-		op := &engineOp{kind: opPutGuarded, op: newOp(), conn: c, onFinish: b.finished, batchIdx: i}
-		src := w.Src[off : off+n]
-		if n > 0 {
-			op.pin.Pin(&src[0])
-		}
-		b.inflight[op] = struct{}{}
-		b.pending[i]++
-		e.track(op)
-		addr := w.Key.Base() + w.Offset + uint64(off)
-		if direct {
-			op.kind = opPutDirect
-			b.postDirect(op, w.Key, addr, src)
-		} else {
-			e.putGuarded(op, w.Key.k, addr, src)
-		}
+		b.postPiece(i, off, n, direct)
 	}
+}
+
+// postPiece sends n bytes of write i from off: a guarded request, or on the direct path a put and
+// a flush.
+func (b *putBatch) postPiece(i, off, n int, direct bool) {
+	c, e := b.c, b.c.e
+	w := b.writes[i]
+	op := &engineOp{kind: opPutGuarded, op: newOp(), conn: c, onFinish: b.finished, batchIdx: i}
+	src := w.Src[off : off+n]
+	if n > 0 {
+		op.pin.Pin(&src[0])
+	}
+	b.inflight[op] = struct{}{}
+	b.pending[i]++
+	e.track(op)
+	addr := w.Key.Base() + w.Offset + uint64(off)
+	if direct {
+		op.kind = opPutDirect
+		b.postDirect(op, w.Key, addr, src)
+	} else {
+		e.putGuarded(op, w.Key.k, addr, src)
+	}
+}
+
+// gather takes write b.next (checked, smaller than a piece) and the writes after it that fit one
+// vectored request with it: each smaller than a piece, a piece's bytes in all, no more entries
+// than the request carries. A write that fails its local check on the way fails here. It leaves
+// b.next after the last write taken (or failed); the caller sends what it took, whatever the
+// writes after it hold.
+func (b *putBatch) gather() []int {
+	idx := []int{b.next}
+	bytes := len(b.writes[b.next].Src)
+	j := b.next + 1
+	for j < len(b.writes) && len(idx) < b.vector() {
+		w := b.writes[j]
+		if len(w.Src) >= b.chunk || bytes+len(w.Src) > b.chunk {
+			break
+		}
+		if err := writeErr(w); err != nil {
+			b.fail(j, err)
+			j++
+			continue
+		}
+		idx = append(idx, j)
+		bytes += len(w.Src)
+		j++
+	}
+	b.next, b.nextOff, b.started = j, 0, false
+	return idx
+}
+
+// vector is how many writes one vectored request carries: what the target answers in one reply
+// and what fits the worker's largest AM header.
+func (b *putBatch) vector() int {
+	v := capi.GuardPutVMax
+	if h := (b.c.e.maxAMHeader - capi.GuardPutVReqHdrLen) / capi.GuardVEntryLen; h < v {
+		v = max(h, 1)
+	}
+	return v
+}
+
+// postVector sends the writes idx names as one vectored guarded request, their bytes straight
+// from the callers' buffers (an iov).
+func (b *putBatch) postVector(idx []int) {
+	c, e := b.c, b.c.e
+	op := &engineOp{kind: opPutGuardedV, op: newOp(), conn: c, onFinish: b.finished, vidx: idx, verrs: make([]error, len(idx))}
+	h := make([]byte, capi.GuardPutVReqHdrLen+len(idx)*capi.GuardVEntryLen)
+	parts := make([][]byte, 0, len(idx))
+	for j, i := range idx {
+		w := b.writes[i]
+		putGuardEntry(h[capi.GuardPutVReqHdrLen+j*capi.GuardVEntryLen:], w.Key.k, w.Key.Base()+w.Offset, len(w.Src))
+		if len(w.Src) > 0 {
+			op.pin.Pin(&w.Src[0])
+			parts = append(parts, w.Src)
+		}
+		b.pending[i]++
+	}
+	b.inflight[op] = struct{}{}
+	e.track(op)
+	e.putGuardedV(op, h, parts)
 }
 
 // writeErr refuses a write that cannot succeed, before anything is sent.
@@ -328,21 +406,57 @@ func (e *Engine) putGuarded(op *engineOp, k SealedKey, remoteAddr uint64, src []
 	binary.LittleEndian.PutUint64(h[24:], uint64(len(src)))
 	binary.LittleEndian.PutUint64(h[32:], op.getID)
 	op.pin.Pin(op.hdr)
-	op.waiting = true
-	e.gets[op.getID] = op
-	op.conn.gets[op.getID] = op
-	req, err := op.conn.ep.SendAM(guardPutReqID, h, src, AMEager|AMReply)
-	if err != nil {
-		op.unwait(e)
-	}
-	op.sendReq = req
-	e.started(op, req, err)
+	e.sendGuardRequest(op, guardPutReqID, h, src)
 }
 
-// finished runs under wmu when one piece finished: it settles its write once every posted piece
-// of it is done, and refills the window.
+// putGuardedV sends one vectored guarded write request: the header (its entries filled in by
+// the caller) gets its request id, and parts, the writes' bytes, follow it eagerly. op waits for
+// the target's answer, a status per write.
+func (e *Engine) putGuardedV(op *engineOp, h []byte, parts [][]byte) {
+	e.nextGetID++
+	op.getID = e.nextGetID
+	binary.LittleEndian.PutUint32(h[0:], capi.GuardPutVMagic)
+	binary.LittleEndian.PutUint32(h[4:], uint32(len(op.vidx)))
+	binary.LittleEndian.PutUint64(h[8:], op.getID)
+	op.pin.Pin(&h[0])
+	e.sendGuardRequest(op, guardPutVReqID, h, parts...)
+}
+
+// onGuardPutVReply handles the target's answer to a vectored guarded write: a status per write.
+func (e *Engine) onGuardPutVReply(am *AMEvent) {
+	op := e.vectorReply(am, capi.GuardPutVRepHdrLen, capi.GuardPutVMagic, opPutGuardedV, "vectored guarded PUT")
+	if op == nil {
+		return
+	}
+	hdr := am.Header
+	for j := range op.vidx {
+		op.verrs[j] = putStatusErr(Status(int32(binary.LittleEndian.Uint32(hdr[capi.GuardPutVRepHdrLen+4*j:]))))
+	}
+	op.settle(nil)
+	op.tryFinish(e)
+}
+
+// finished runs under wmu when one piece (or one vectored request) finished: it settles its
+// write once every posted piece of it is done, and refills the window.
 func (b *putBatch) finished(op *engineOp) {
 	delete(b.inflight, op)
+	if op.kind == opPutGuardedV {
+		for j, i := range op.vidx {
+			b.pending[i]--
+			err := op.result
+			if err == nil {
+				err = op.verrs[j]
+			}
+			if err != nil && b.errs[i] == nil {
+				b.errs[i] = err
+			}
+			if b.pending[i] == 0 {
+				b.record(i, b.errs[i])
+			}
+		}
+		b.pump()
+		return
+	}
 	i := op.batchIdx
 	b.pending[i]--
 	if op.result != nil && b.errs[i] == nil {

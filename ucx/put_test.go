@@ -269,6 +269,92 @@ func TestPutManyMixed(t *testing.T) {
 	p.guardsIntact(t)
 }
 
+// TestPutManyVectored: to a peer that answers vectored guarded PUTs, consecutive small writes go
+// several to a request. Writes of 4 KiB, 64 KiB, 200 KiB and 1 MiB in one batch each report once
+// with every byte in place; in a mixed batch a write the target refuses, one refused before
+// sending and one without a key each fail alone among good ones; and a peer that did not say it
+// answers them is never sent one.
+func TestPutManyVectored(t *testing.T) {
+	ctx := testContext(t)
+	p := newPutPair(t, 64<<20, func(c *EngineConfig) { c.RMA = RMAGuarded })
+	ab, err := p.a.Connect(ctx, p.b.Address(), ConnectOptions{VectoredPut: true})
+	require.NoError(t, err)
+	vectors := func() float64 { return testutil.ToFloat64(p.a.metrics.ops.WithLabelValues("put_guarded_vector", "ok")) }
+
+	var writes []KeyWrite
+	off := 0
+	src := allocFilled(t, 48<<20, 31).Bytes()
+	for _, c := range []struct{ n, size int }{{1000, 4 << 10}, {300, 64 << 10}, {10, 200 << 10}, {8, 1 << 20}, {1000, 4 << 10}} {
+		for range c.n {
+			writes = append(writes, KeyWrite{Key: p.key, Offset: uint64(off), Src: src[off : off+c.size]})
+			off += c.size
+		}
+	}
+	// Neighbours in the batch are not neighbours in memory.
+	for i := range writes {
+		j := i * 7 % len(writes)
+		writes[i].Src, writes[j].Src = writes[j].Src, writes[i].Src
+		writes[i].Offset, writes[j].Offset = writes[j].Offset, writes[i].Offset
+	}
+	seen := make([]int, len(writes))
+	ab.PutMany(ctx, writes, 16, func(i int, err error) {
+		seen[i]++
+		assert.NoError(t, err, "write %d", i)
+	})
+	for i, w := range writes {
+		require.Equal(t, 1, seen[i], "write %d reported %d times", i, seen[i])
+		require.True(t, bytes.Equal(w.Src, p.area[w.Offset:w.Offset+uint64(len(w.Src))]), "write %d", i)
+	}
+	p.guardsIntact(t)
+	sent := vectors()
+	// 2,318 writes; 2,000 of 4 KiB and 300 of 64 KiB fit several to a request.
+	assert.Greater(t, sent, 50.0, "the small writes were not sent in vectored requests")
+	assert.Less(t, sent, 1000.0, "the small writes were not sent in vectored requests")
+
+	s := p.key.k
+	s.Token++
+	bad, err := ParseRegionKey(AppendSealedKey(nil, s))
+	require.NoError(t, err)
+	before := append([]byte(nil), p.area...)
+	small := func(b byte) []byte { return bytes.Repeat([]byte{b}, 3000) }
+	mixed := []KeyWrite{
+		{Key: p.key, Offset: 0, Src: small(1)},
+		{Key: bad, Offset: 8192, Src: small(2)},           // refused by the target, inside a request
+		{Key: p.key, Offset: 64<<20 - 100, Src: small(3)}, // past the end: refused before sending
+		{Key: p.key, Offset: 16384, Src: small(4)},
+		{Key: nil, Src: small(5)}, // no key
+		{Key: p.key, Offset: 24576, Src: small(6)},
+	}
+	errs := make([]error, len(mixed))
+	calls := 0
+	ab.PutMany(ctx, mixed, 4, func(i int, err error) { errs[i] = err; calls++ })
+	require.Equal(t, len(mixed), calls)
+	require.NoError(t, errs[0])
+	require.ErrorIs(t, errs[1], ErrRemoteKeyRevoked)
+	require.ErrorIs(t, errs[2], ErrOutOfRange)
+	require.NoError(t, errs[3])
+	require.ErrorIs(t, errs[4], ErrInvalidRemoteKey)
+	require.NoError(t, errs[5])
+	want := before
+	for _, i := range []int{0, 3, 5} {
+		copy(want[mixed[i].Offset:], mixed[i].Src)
+	}
+	require.True(t, bytes.Equal(want, p.area), "only the good writes landed")
+	assert.Greater(t, vectors(), sent, "the mixed batch went in vectored requests")
+	p.guardsIntact(t)
+
+	// p.ab was connected without VectoredPut: its writes go one request each.
+	sent = vectors()
+	var failed error
+	p.ab.PutMany(ctx, writes[:200], 16, func(i int, err error) {
+		if err != nil && failed == nil {
+			failed = err
+		}
+	})
+	require.NoError(t, failed)
+	assert.Equal(t, sent, vectors(), "a peer that did not say it answers vectored PUTs got one")
+}
+
 // TestPutNotifyNeverEarly: the receiver checks the bytes of each notified write the moment its
 // notification arrives, over many writes; it never finds them missing. The writer reuses one
 // source buffer and rewrites the same ranges, so a notification that overtook its data would see

@@ -144,11 +144,11 @@ func (e *Engine) getGuarded(op *engineOp, k SealedKey, remoteAddr uint64) {
 
 // sendGuardRequest sends a guarded GET's request (hdr, pinned by op) and files op as waiting
 // for the owner's reply, which carries its getID.
-func (e *Engine) sendGuardRequest(op *engineOp, id uint16, hdr []byte) {
+func (e *Engine) sendGuardRequest(op *engineOp, id uint16, hdr []byte, parts ...[]byte) {
 	op.waiting = true
 	e.gets[op.getID] = op
 	op.conn.gets[op.getID] = op
-	req, err := op.conn.ep.SendAM(id, hdr, nil, AMEager|AMReply)
+	req, err := op.conn.ep.SendAMParts(id, hdr, parts, AMEager|AMReply)
 	if err != nil {
 		op.unwait(e)
 	}
@@ -167,36 +167,54 @@ func (e *Engine) getGuardedV(op *engineOp, ks []SealedKey, addrs []uint64) {
 	binary.LittleEndian.PutUint32(h[4:], uint32(n))
 	binary.LittleEndian.PutUint64(h[8:], op.getID)
 	for j := range op.vdst {
-		ent := h[capi.GuardVReqHdrLen+j*capi.GuardVEntryLen:]
-		binary.LittleEndian.PutUint32(ent[0:], ks[j].Slot)
-		binary.LittleEndian.PutUint64(ent[8:], ks[j].Token)
-		binary.LittleEndian.PutUint64(ent[16:], addrs[j])
-		binary.LittleEndian.PutUint64(ent[24:], uint64(len(op.vdst[j])))
+		putGuardEntry(h[capi.GuardVReqHdrLen+j*capi.GuardVEntryLen:], ks[j], addrs[j], len(op.vdst[j]))
 	}
 	op.pin.Pin(&h[0])
 	e.sendGuardRequest(op, guardVReqID, h)
 }
 
+// vectorReply finds the operation a vectored reply answers (by its request id, magic and kind)
+// and checks that the reply carries a status per entry of it, after a header of hdrLen bytes. A
+// reply it cannot use is counted and dropped; one whose count is wrong fails the operation. It
+// returns nil in both cases, and for an operation already abandoned.
+func (e *Engine) vectorReply(am *AMEvent, hdrLen int, magic uint32, kind opKind, what string) *engineOp {
+	hdr := am.Header
+	if len(hdr) < hdrLen || binary.LittleEndian.Uint32(hdr[8:]) != magic {
+		e.metrics.amDropped.WithLabelValues("bad_guard_reply").Inc()
+		return nil
+	}
+	op := e.gets[binary.LittleEndian.Uint64(hdr[0:])]
+	if op == nil || op.kind != kind {
+		return nil
+	}
+	op.unwait(e)
+	if n := int(binary.LittleEndian.Uint32(hdr[12:])); n != len(op.vidx) || len(hdr) != hdrLen+4*n {
+		e.metrics.amDropped.WithLabelValues("bad_guard_reply").Inc()
+		op.settle(fmt.Errorf("ucx: %s reply for %d entries, want %d: %w", what, n, len(op.vidx), StatusMessageTruncated))
+		op.tryFinish(e)
+		return nil
+	}
+	return op
+}
+
+// putGuardEntry writes one entry of a vectored guarded request (velo_ucx_getv_entry_t, the same
+// for reads and writes): the registration's slot and token, the address, the length.
+func putGuardEntry(ent []byte, k SealedKey, addr uint64, n int) {
+	binary.LittleEndian.PutUint32(ent[0:], k.Slot)
+	binary.LittleEndian.PutUint32(ent[4:], 0)
+	binary.LittleEndian.PutUint64(ent[8:], k.Token)
+	binary.LittleEndian.PutUint64(ent[16:], addr)
+	binary.LittleEndian.PutUint64(ent[24:], uint64(n))
+}
+
 // onGuardVReply handles the owner's answer to a vectored guarded GET: a status per read, then the
 // bytes of the served reads back to back.
 func (e *Engine) onGuardVReply(am *AMEvent) {
+	op := e.vectorReply(am, capi.GuardVRepHdrLen, capi.GuardVMagic, opGetGuardedV, "vectored guarded GET")
+	if op == nil {
+		return // malformed, or abandoned: the reply's data is released unread
+	}
 	hdr := am.Header
-	if len(hdr) < capi.GuardVRepHdrLen || binary.LittleEndian.Uint32(hdr[8:]) != capi.GuardVMagic {
-		e.metrics.amDropped.WithLabelValues("bad_guard_reply").Inc()
-		return
-	}
-	op := e.gets[binary.LittleEndian.Uint64(hdr[0:])]
-	if op == nil || op.kind != opGetGuardedV {
-		return // abandoned: the reply's data is released unread
-	}
-	op.unwait(e)
-	n := int(binary.LittleEndian.Uint32(hdr[12:]))
-	if n != len(op.vdst) || len(hdr) != capi.GuardVRepHdrLen+4*n {
-		e.metrics.amDropped.WithLabelValues("bad_guard_reply").Inc()
-		op.settle(fmt.Errorf("ucx: vectored guarded GET reply for %d reads, want %d: %w", n, len(op.vdst), StatusMessageTruncated))
-		op.tryFinish(e)
-		return
-	}
 	want := 0
 	for j := range op.vdst {
 		switch status := Status(int32(binary.LittleEndian.Uint32(hdr[capi.GuardVRepHdrLen+4*j:]))); {

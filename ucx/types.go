@@ -337,6 +337,10 @@ type ConnectOptions struct {
 	// an earlier release would drop such a request unanswered, so it is off unless the peer
 	// said it can (velo's UCX transport reads that from the peer's address).
 	VectoredGet bool
+	// VectoredPut says the peer's engine answers vectored guarded PUTs (this release and
+	// later): PutMany then sends consecutive small guarded writes as one request. Off unless the
+	// peer said it can, for the same reason as VectoredGet.
+	VectoredPut bool
 	// OnError is called once, where the engine runs handlers, when UCX reports the
 	// endpoint failed (the peer died, keepalive expired, the connection was reset). The
 	// engine then force-closes the endpoint; later operations fail with

@@ -32,6 +32,10 @@ import (
 //	                                                                 write_key_at_another_registration
 //	guarded PUT: a request whose length lies, or whose data comes    length_lies, by_rendezvous
 //	  by rendezvous, writes nothing
+//	vectored guarded PUT: each write checked as a single one is      vector_no_key_guessed_slots,
+//	                                                                 vector_each_refused_for_its_reason
+//	vectored guarded PUT: data that is not exactly the entries'      vector_length_lies,
+//	  bytes writes nothing                                           vector_length_wraps
 //	guarded GET: a write-only key does not read                      get_through_the_write_key
 func TestGuardedPutByHand(t *testing.T) {
 	bin := buildPutVictim(t)
@@ -88,6 +92,51 @@ func TestGuardedPutByHand(t *testing.T) {
 		})
 	}
 
+	// The vectored request: the same checks entry by entry, and data that is not exactly the
+	// entries' bytes writes nothing at all.
+	two := data + data
+	vcases := []struct {
+		name     string
+		writes   []guardRead
+		data     string
+		outcomes map[string]float64
+	}{
+		{"vector_no_key_guessed_slots", []guardRead{
+			{Slot: 0, Token: 0, Addr: write.base, Len: 64}, {Slot: 3, Token: guessedToken, Addr: write.base + 64, Len: 64},
+		}, two, map[string]float64{"revoked": 2}},
+		{"vector_each_refused_for_its_reason", []guardRead{
+			{Slot: read.slot, Token: read.token, Addr: read.base, Len: 64},
+			{Slot: revoked.slot, Token: revoked.token, Addr: revoked.base, Len: 64},
+			{Slot: write.slot, Token: write.token, Addr: global.addr, Len: 64},
+			{Slot: write.slot, Token: write.token, Addr: write.base + write.size - 32, Len: 64},
+		}, two + two, map[string]float64{"read_only": 1, "revoked": 1, "out_of_range": 2}},
+		{"vector_length_lies", []guardRead{
+			{Slot: write.slot, Token: write.token, Addr: write.base, Len: 64}, {Slot: write.slot, Token: write.token, Addr: write.base + 64, Len: 65},
+		}, two, map[string]float64{"malformed": 2}},
+		{"vector_length_wraps", []guardRead{
+			{Slot: write.slot, Token: write.token, Addr: write.base, Len: 64}, {Slot: write.slot, Token: write.token, Addr: write.base + 64, Len: ^uint64(0) - 32},
+		}, two, map[string]float64{"malformed": 2}},
+	}
+	for _, c := range vcases {
+		t.Run(c.name, func(t *testing.T) {
+			before := putCounters(t, v)
+			r := atk.ok(map[string]any{"op": "guarded_putv", "reads": c.writes, "data": c.data})
+			t.Logf("vectored guarded PUT of %d writes: replied %v, statuses %v", len(c.writes), r["replied"], r["statuses"])
+			require.Equal(t, true, r["replied"], "the target did not answer (it should refuse, not go quiet)")
+			statuses := r["statuses"].([]any)
+			require.Len(t, statuses, len(c.writes))
+			for j, st := range statuses {
+				assert.NotEqual(t, float64(0), st, "the target served write %d", j)
+			}
+			assert.Empty(t, v.ok("check")["changed"], "the target's memory changed")
+			for outcome, n := range c.outcomes {
+				after := putCountersReach(t, v, "put:"+outcome, before["put:"+outcome]+n)
+				assert.Equal(t, before["put:"+outcome]+n, after["put:"+outcome], "refusals counted as %s: %v", outcome, after)
+			}
+			assert.Equal(t, before["put:served"], putCounters(t, v)["put:served"], "the target counted a write as served")
+		})
+	}
+
 	t.Run("get_through_the_write_key", func(t *testing.T) {
 		r := atk.ok(map[string]any{"op": "guarded_get", "reads": []guardRead{{Slot: write.slot, Token: write.token, Addr: write.base, Len: 64}}})
 		assert.Equal(t, true, r["replied"])
@@ -104,6 +153,17 @@ func TestGuardedPutByHand(t *testing.T) {
 		require.Len(t, changed, 1, "%v", changed)
 		assert.Contains(t, changed[0], "write: byte 128 is \"PWNED")
 		assert.Equal(t, float64(1), putCountersReach(t, v, "put:served", 1)["put:served"])
+	})
+	t.Run("legit_vector_still_served", func(t *testing.T) {
+		r := atk.ok(map[string]any{"op": "guarded_putv", "data": data + data, "reads": []guardRead{
+			{Slot: write.slot, Token: write.token, Addr: write.base + 512, Len: 64},
+			{Slot: write.slot, Token: write.token, Addr: write.base + 1024, Len: 64},
+		}})
+		require.Equal(t, []any{float64(0), float64(0)}, r["statuses"], "the right key in range was refused: %v", r)
+		changed := v.ok("check")["changed"].([]any)
+		require.Len(t, changed, 1, "%v", changed)
+		assert.Contains(t, changed[0], "write: byte 512 is \"PWNED")
+		assert.Equal(t, float64(3), putCountersReach(t, v, "put:served", 3)["put:served"])
 	})
 }
 

@@ -220,7 +220,29 @@ typedef struct velo_ucx_gput_stats {
 	uint64_t last_length;
 } velo_ucx_gput_stats_t;
 
-ucs_status_t velo_ucx_guardput_enable(velo_ucx_ring_t *ring, unsigned req_id, unsigned rep_id);
+// Vectored guarded PUT: many writes, each with its own registration's slot and token (the entry
+// of the vectored GET), in one request whose data is their bytes back to back, sent eagerly. Each
+// write is checked and copied on its own, exactly as a single request is; the reply carries a
+// status per write.
+typedef struct velo_ucx_putv_req_hdr {
+	uint32_t magic;
+	uint32_t count;
+	uint64_t req_id;
+} velo_ucx_putv_req_hdr_t; // followed by count velo_ucx_getv_entry_t
+
+typedef struct velo_ucx_putv_rep_hdr {
+	uint64_t req_id;
+	uint32_t magic;
+	uint32_t count;
+} velo_ucx_putv_rep_hdr_t; // followed by count int32_t statuses
+
+#define VELO_UCX_GUARDPUTV_MAGIC 0x56505631u /* "VPV1" */
+#define VELO_UCX_GUARDPUTV_MAX   64          /* writes in one request */
+
+// velo_ucx_guardput_enable answers single requests on req_id (replies on rep_id) and vectored
+// ones on vreq_id (replies on vrep_id).
+ucs_status_t velo_ucx_guardput_enable(velo_ucx_ring_t *ring, unsigned req_id, unsigned rep_id,
+                                      unsigned vreq_id, unsigned vrep_id);
 void velo_ucx_guardput_stats(velo_ucx_ring_t *ring, velo_ucx_gput_stats_t *out);
 
 // Resource query (what ucx_info -d shows).

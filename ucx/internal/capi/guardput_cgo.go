@@ -11,6 +11,13 @@ const (
 	GuardPutReqHdrLen = int(C.sizeof_velo_ucx_put_req_hdr_t)
 	GuardPutRepHdrLen = int(C.sizeof_velo_ucx_put_rep_hdr_t)
 
+	// The vectored guarded PUT: a request header and GuardPutVMax entries at most (the vectored
+	// GET's, GuardVEntryLen each); the reply header is followed by a 32-bit status per entry.
+	GuardPutVMagic     = uint32(C.VELO_UCX_GUARDPUTV_MAGIC)
+	GuardPutVMax       = int(C.VELO_UCX_GUARDPUTV_MAX)
+	GuardPutVReqHdrLen = int(C.sizeof_velo_ucx_putv_req_hdr_t)
+	GuardPutVRepHdrLen = int(C.sizeof_velo_ucx_putv_rep_hdr_t)
+
 	AccessRead  = uint32(C.VELO_UCX_ACCESS_READ)
 	AccessWrite = uint32(C.VELO_UCX_ACCESS_WRITE)
 
@@ -33,9 +40,10 @@ func GuardAddAccess(r Ring, token, base, length uint64, access uint32) (uint32, 
 }
 
 // GuardPutEnable wraps velo_ucx_guardput_enable: this worker answers guarded PUT requests on
-// AM id reqID with replies on repID (after GuardEnable, whose table it checks).
-func GuardPutEnable(r Ring, reqID, repID uint16) Status {
-	return Status(C.velo_ucx_guardput_enable(r.p, C.uint(reqID), C.uint(repID)))
+// AM id reqID with replies on repID, and vectored ones on vreqID with replies on vrepID (after
+// GuardEnable, whose table it checks).
+func GuardPutEnable(r Ring, reqID, repID, vreqID, vrepID uint16) Status {
+	return Status(C.velo_ucx_guardput_enable(r.p, C.uint(reqID), C.uint(repID), C.uint(vreqID), C.uint(vrepID)))
 }
 
 // GuardPutStats wraps velo_ucx_guardput_stats: what this worker did as a guarded PUT's target.

@@ -8,6 +8,11 @@ const (
 	GuardPutReqHdrLen = int(40)
 	GuardPutRepHdrLen = int(16)
 
+	GuardPutVMagic     = uint32(0x56505631)
+	GuardPutVMax       = int(64)
+	GuardPutVReqHdrLen = int(16)
+	GuardPutVRepHdrLen = int(16)
+
 	AccessRead  = uint32(1)
 	AccessWrite = uint32(2)
 
@@ -24,7 +29,7 @@ func GuardAddAccess(r Ring, token, base, length uint64, access uint32) (uint32, 
 }
 
 // GuardPutEnable fails.
-func GuardPutEnable(r Ring, reqID, repID uint16) Status { return NotCompiled }
+func GuardPutEnable(r Ring, reqID, repID, vreqID, vrepID uint16) Status { return NotCompiled }
 
 // GuardPutStats is all zero.
 func GuardPutStats(r Ring) PutStats { return PutStats{LastReason: -1} }

@@ -111,14 +111,17 @@ func TestEndBatchLimits(t *testing.T) {
 	assert.ErrorIs(t, err, ErrMalformed)
 }
 
-// TestUCXBlobVectoredGetFlag: the flag round-trips, and an address of an earlier release (the bit
-// clear) says its engine does not answer vectored GETs.
-func TestUCXBlobVectoredGetFlag(t *testing.T) {
-	for _, v := range []bool{true, false} {
-		b := AppendUCXBlob(nil, UCXBlob{RMA: true, VectoredGet: v, MaxFrame: 1 << 20, Incarnation: 7, Worker: []byte("worker")})
-		got, err := DecodeUCXBlob(b)
-		require.NoError(t, err)
-		assert.Equal(t, v, got.VectoredGet)
-		assert.True(t, got.RMA)
+// TestUCXBlobVectoredFlags: the vectored GET and PUT flags round-trip each on its own, and an
+// address of an earlier release (a bit clear) says its engine does not answer that request.
+func TestUCXBlobVectoredFlags(t *testing.T) {
+	for _, getv := range []bool{true, false} {
+		for _, putv := range []bool{true, false} {
+			b := AppendUCXBlob(nil, UCXBlob{RMA: true, VectoredGet: getv, VectoredPut: putv, MaxFrame: 1 << 20, Incarnation: 7, Worker: []byte("worker")})
+			got, err := DecodeUCXBlob(b)
+			require.NoError(t, err)
+			assert.Equal(t, getv, got.VectoredGet)
+			assert.Equal(t, putv, got.VectoredPut)
+			assert.True(t, got.RMA)
+		}
 	}
 }

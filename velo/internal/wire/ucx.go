@@ -21,7 +21,8 @@ const UCXBlobVersion = 5
 //
 //	0     version (5)
 //	1     flags: bit 0 = serves one-sided reads (RMA); bit 1 = answers vectored guarded GETs
-//	      (many reads in one request); other bits are ignored, so a peer of an earlier release
+//	      (many reads in one request); bit 2 = answers vectored guarded PUTs (many writes in
+//	      one request); other bits are ignored, so a peer of an earlier release
 //	      that does not know a bit still takes the address, and is not sent what it cannot answer
 //	2     reserved (2 bytes, zero)
 //	4     largest frame the instance reads over UCX (uint32)
@@ -34,6 +35,7 @@ const (
 	ucxBlobCRCLen   = 4
 	ucxBlobFlagRMA  = 1 << 0
 	ucxBlobFlagGetV = 1 << 1
+	ucxBlobFlagPutV = 1 << 2
 	// MaxUCXWorkerAddr bounds the worker address; real ones are a few hundred bytes at most.
 	MaxUCXWorkerAddr = 64 << 10
 )
@@ -46,6 +48,8 @@ type UCXBlob struct {
 	RMA     bool
 	// VectoredGet: the peer's engine answers vectored guarded GETs (ucx.ConnectOptions).
 	VectoredGet bool
+	// VectoredPut: the peer's engine answers vectored guarded PUTs (ucx.ConnectOptions).
+	VectoredPut bool
 	MaxFrame    int
 	Incarnation uint64
 	Worker      []byte // aliases the input
@@ -59,6 +63,9 @@ func AppendUCXBlob(dst []byte, b UCXBlob) []byte {
 	}
 	if b.VectoredGet {
 		flags |= ucxBlobFlagGetV
+	}
+	if b.VectoredPut {
+		flags |= ucxBlobFlagPutV
 	}
 	start := len(dst)
 	dst = append(dst, UCXBlobVersion, flags, 0, 0)
@@ -103,6 +110,7 @@ func DecodeUCXBlob(b []byte) (UCXBlob, error) {
 		Version:     b[0],
 		RMA:         b[1]&ucxBlobFlagRMA != 0,
 		VectoredGet: b[1]&ucxBlobFlagGetV != 0,
+		VectoredPut: b[1]&ucxBlobFlagPutV != 0,
 		MaxFrame:    int(binary.BigEndian.Uint32(b[4:])),
 		Incarnation: binary.BigEndian.Uint64(b[8:]),
 		Worker:      body[ucxBlobFixedLen:],

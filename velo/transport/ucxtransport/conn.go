@@ -129,7 +129,7 @@ func (t *Transport) authenticate(ctx context.Context, p *peer) error {
 func (t *Transport) openLocked(ctx context.Context, p *peer, slot uint32) (*outConn, error) {
 	t.mu.Lock()
 	closed := t.closed
-	worker, getv := p.addr.worker, p.addr.getv
+	worker, getv, putv := p.addr.worker, p.addr.getv, p.addr.putv
 	t.mu.Unlock()
 	if closed {
 		return nil, fmt.Errorf("ucx: %w", transport.ErrClosed)
@@ -162,6 +162,7 @@ func (t *Transport) openLocked(ctx context.Context, p *peer, slot uint32) (*outC
 		ErrorMode:   ucx.ErrorModePeer,
 		OnError:     func(err error) { t.connFailed(oc, err) },
 		VectoredGet: getv,
+		VectoredPut: putv,
 	})
 	if err != nil {
 		if errors.Is(err, ucx.ErrClosed) {

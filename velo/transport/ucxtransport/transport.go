@@ -100,6 +100,7 @@ type peerAddr struct {
 	maxFrame int
 	rma      bool
 	getv     bool // its engine answers vectored guarded GETs
+	putv     bool // and vectored guarded PUTs
 }
 
 func (p *peer) touch() { p.lastUse.Store(time.Now().UnixNano()) }
@@ -267,7 +268,7 @@ func (t *Transport) Start(h transport.Host) error {
 		t.gate = g
 		t.gateLogs.Interval = 10 * time.Second
 	}
-	t.blob = appendBlob(nil, peerBlob{RMA: true, VectoredGet: true, MaxFrame: t.cfg.EagerMax, Incarnation: t.inc, Worker: t.worker})
+	t.blob = appendBlob(nil, peerBlob{RMA: true, VectoredGet: true, VectoredPut: true, MaxFrame: t.cfg.EagerMax, Incarnation: t.inc, Worker: t.worker})
 	if err := t.eng.HandleAM(amID, t.onAM); err != nil {
 		return fmt.Errorf("ucx: installing the frame handler: %w", err)
 	}
@@ -347,7 +348,7 @@ func (t *Transport) record(id transport.InstanceID, b peerBlob, added bool) (*pe
 		p.touch()
 		t.peers[id] = p
 	}
-	p.addr = &peerAddr{worker: append([]byte(nil), b.Worker...), maxFrame: b.MaxFrame, rma: b.RMA, getv: b.VectoredGet}
+	p.addr = &peerAddr{worker: append([]byte(nil), b.Worker...), maxFrame: b.MaxFrame, rma: b.RMA, getv: b.VectoredGet, putv: b.VectoredPut}
 	if added {
 		p.added = true
 	} else {

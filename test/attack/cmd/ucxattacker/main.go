@@ -132,7 +132,9 @@ func main() {
 		case "guarded_getv":
 			m, err = a.guardedGet(c, true, timeout)
 		case "guarded_put":
-			m, err = a.guardedPut(c, timeout)
+			m, err = a.guardedPut(c, false, timeout)
+		case "guarded_putv":
+			m, err = a.guardedPut(c, true, timeout)
 		case "forge":
 			m, err = a.forge(c, timeout)
 		case "observe_start":
