@@ -22,13 +22,18 @@ test-push: deps $(VELO_UCX_DEP)
 # handler hashes each notified range the moment its notification arrives and compares it with
 # the SHA-256 the notification carries. Fails on any range that did not yet hold its put's bytes;
 # prints puts/s and the counts. Then the same on the chunked path (the receiver with the kill
-# switch), PUSH_SOAK_CHUNKED_PUTS puts (0 skips it). Results: docs/performance.md, "Push".
+# switch), PUSH_SOAK_CHUNKED_PUTS puts (0 skips it). PUSH_SOAK_MIN and PUSH_SOAK_MAX set the
+# sizes (64 and 4096: every put travels inside its notification). Results: docs/performance.md,
+# "Push".
 PUSH_SOAK_PUTS ?= 100000
 PUSH_SOAK_CHUNKED_PUTS ?= $(PUSH_SOAK_PUTS)
 PUSH_SOAK_BURN ?= 2
+PUSH_SOAK_MIN ?= 4096
+PUSH_SOAK_MAX ?= 65536
 PUSH_SOAK_TIMEOUT ?= 2h
 .PHONY: soak-push
 soak-push: deps $(VELO_UCX_DEP)
 	cd test && $(VELO_UCX_GO) $(RDMA_TEST_ENV) VELO_PUSH_SOAK=$(PUSH_SOAK_PUTS) \
 		VELO_PUSH_SOAK_CHUNKED=$(PUSH_SOAK_CHUNKED_PUTS) VELO_PUSH_SOAK_BURN=$(PUSH_SOAK_BURN) \
+		VELO_PUSH_SOAK_MIN=$(PUSH_SOAK_MIN) VELO_PUSH_SOAK_MAX=$(PUSH_SOAK_MAX) \
 		$(GO) test -count=1 -timeout $(PUSH_SOAK_TIMEOUT) -v -run 'TestPushSoak' ./pushfaults/

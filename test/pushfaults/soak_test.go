@@ -27,16 +27,20 @@ import (
 //	VELO_PUSH_SOAK_CHUNKED=M   notified puts on the chunked path (default N; 0 skips it)
 //	VELO_PUSH_SOAK_BURN=K      busy threads beside the writer (default 2; 0: no load)
 //	VELO_PUSH_SOAK_WINDOW=W    PutBatch's window (default 16)
+//	VELO_PUSH_SOAK_MIN=A, _MAX=B  the puts' sizes in bytes (default 4 KiB to 64 KiB; 64 to 4096
+//	                           sends them all inside their notifications, velo's default limit)
 const (
 	soakEnv        = "VELO_PUSH_SOAK"
 	soakChunkedEnv = "VELO_PUSH_SOAK_CHUNKED"
 	soakBurnEnv    = "VELO_PUSH_SOAK_BURN"
 	soakWindowEnv  = "VELO_PUSH_SOAK_WINDOW"
+	soakMinEnv     = "VELO_PUSH_SOAK_MIN"
+	soakMaxEnv     = "VELO_PUSH_SOAK_MAX"
 	killSwitchEnv  = "VELO_RDMA_RENDEZVOUS_DISABLE" // velo.RDMAKillSwitchEnv
 )
 
-// The soak's puts: 4 KiB to 64 KiB, any size in between (odd ones included), laid end to end in a
-// 16 MiB span, about 480 to a round.
+// The soak's puts: 4 KiB to 64 KiB by default, any size in between (odd ones included), laid end
+// to end in a 16 MiB span, about 480 to a round.
 const (
 	soakSpan = 16 << 20
 	soakMin  = 4 << 10
@@ -99,6 +103,8 @@ func (p *peer) checks(id uint64) soakChecks {
 func runSoak(t *testing.T, total uint64, chunked bool) {
 	burners := int(soakCount(t, soakBurnEnv, 2))
 	window := soakCount(t, soakWindowEnv, 16)
+	minSz, maxSz := soakCount(t, soakMinEnv, soakMin), soakCount(t, soakMaxEnv, soakMax)
+	require.True(t, minSz > 0 && maxSz >= minSz && 2*maxSz <= soakSpan, "%s=%d, %s=%d: want 0 < min <= max <= %d", soakMinEnv, minSz, soakMaxEnv, maxSz, soakSpan/2)
 	cpu := runtime.NumCPU() - 1
 
 	if chunked {
@@ -127,16 +133,16 @@ func runSoak(t *testing.T, total uint64, chunked bool) {
 	if chunked {
 		path = "chunked"
 	}
-	t.Logf("%d notified puts of %d to %d bytes, window %d, path %s, load: %s", total, soakMin, soakMax, window, path, load)
-	writer.send("soak %s %d %d %d %d %d %d %d", h, guard, soakSpan, total, window, time.Now().UnixNano(), soakMin, soakMax)
+	t.Logf("%d notified puts of %d to %d bytes, window %d, path %s, load: %s", total, minSz, maxSz, window, path, load)
+	writer.send("soak %s %d %d %d %d %d %d %d", h, guard, soakSpan, total, window, time.Now().UnixNano(), minSz, maxSz)
 	res := awaitSoak(t, writer, recv, id)
 
 	c := recv.checks(id)
 	secs := res["seconds"].(float64)
 	puts := uint64(res["puts"].(float64))
 	mib := res["bytes"].(float64) / (1 << 20)
-	t.Logf("%s: %d puts in %v rounds, %.1f s: %.0f puts/s, %.1f MiB/s; %d notifications checked, %d observed before their data (%d held the data 5 ms later); canary caught %d",
-		path, puts, res["rounds"], secs, float64(puts)/secs, mib/secs, c.Notes, c.Mismatches, c.Settled, c.CanaryCaught)
+	t.Logf("%s: %d puts in %v rounds, %.1f s: %.0f puts/s, %.1f MiB/s, %v inside their notifications; %d notifications checked, %d observed before their data (%d held the data 5 ms later); canary caught %d",
+		path, puts, res["rounds"], secs, float64(puts)/secs, mib/secs, res["inline"], c.Notes, c.Mismatches, c.Settled, c.CanaryCaught)
 	for _, e := range c.Examples {
 		t.Logf("receiver: %s", e)
 	}

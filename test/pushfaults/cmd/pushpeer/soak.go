@@ -25,6 +25,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/velo-go/velo/velo"
+	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/push"
 )
 
 // pinTo binds every thread of this process to cpu. Threads started later are made by one of these
@@ -214,6 +216,7 @@ func (n *node) soak(a soakArgs) map[string]any {
 	var failures []string
 	start := time.Now()
 	var inBatch time.Duration
+	inlineBefore := n.inlineWrites()
 	for done < a.total && len(failures) == 0 {
 		rounds++
 		var reqs []velo.PutRequest
@@ -256,7 +259,14 @@ func (n *node) soak(a soakArgs) map[string]any {
 		canary = errString(n.v.Put(ctx, a.h, a.off, src, &velo.PutOptions{Notify: true, Payload: []byte(payload)}))
 	}
 	return map[string]any{"puts": done, "rounds": rounds, "bytes": bytes, "seconds": elapsed.Seconds(),
-		"batch_seconds": inBatch.Seconds(), "failures": failures, "canary_error": canary}
+		"batch_seconds": inBatch.Seconds(), "failures": failures, "canary_error": canary,
+		"inline": n.inlineWrites() - inlineBefore}
+}
+
+// inlineWrites is how many puts this writer sent inside their notifications so far.
+func (n *node) inlineWrites() float64 {
+	x, _ := metrics.Value(n.v.Metrics(), push.InlineWritesTotal, map[string]string{"side": "writer"})
+	return x
 }
 
 // soakCommand runs checkgrant, checks and soak.
