@@ -186,7 +186,6 @@ func (s *Service) PutBatch(ctx context.Context, h GrantHandle, reqs []PutRequest
 		s.putDirect(ctx, h, hd, ref, reqs, retry, window, written)
 		notes.Wait()
 	}
-	notes.Wait()
 	if !opts.Notify {
 		return errs, nil
 	}
@@ -550,7 +549,7 @@ func (n *notifier) send(ref grantRef, rdma bool, batch []pendingNote) {
 	}
 	b, err := m.append(nil)
 	if err != nil {
-		fail(batch, err)
+		failNotes(batch, err)
 		return
 	}
 	n.exchange(ref, rdma, opNotify, b, batch)
@@ -574,13 +573,14 @@ func (n *notifier) sendWrites(ref grantRef, rdma bool, batch []pendingNote) {
 	}
 	b, err := m.append(make([]byte, 0, m.size()))
 	if err != nil {
-		fail(live, err)
+		failNotes(live, err)
 		return
 	}
 	n.exchange(ref, rdma, opNoteWrite, b, live)
 }
 
-func fail(batch []pendingNote, err error) {
+// failNotes hands every note of batch the same error.
+func failNotes(batch []pendingNote, err error) {
 	for _, p := range batch {
 		p.done(err)
 	}
@@ -609,12 +609,12 @@ func (n *notifier) exchange(ref grantRef, rdma bool, op string, b []byte, batch 
 		if errors.Is(opErr("notify", err), ErrGrantEnded) {
 			n.s.forget(heldKey{n.peer, ref.ID})
 		}
-		fail(batch, err)
+		failNotes(batch, err)
 		return
 	}
 	codes, err := decodeNotifyAnswer(ans, len(batch))
 	if err != nil {
-		fail(batch, fmt.Errorf("%w: %v", messenger.ErrProtocol, err))
+		failNotes(batch, fmt.Errorf("%w: %v", messenger.ErrProtocol, err))
 		return
 	}
 	for i, p := range batch {
@@ -622,7 +622,7 @@ func (n *notifier) exchange(ref grantRef, rdma bool, op string, b []byte, batch 
 		case code == notifyOK:
 			p.done(nil)
 		case code == notifyEnded && p.write != nil:
-			p.done(fmt.Errorf("grant %d ended before the put landed: %w", ref.ID, ErrGrantEnded))
+			p.done(fmt.Errorf("grant %d ended before the put landed or was notified: %w", ref.ID, ErrGrantEnded))
 		case code == notifyEnded:
 			p.done(fmt.Errorf("grant %d ended before the notification was delivered: %w", ref.ID, ErrGrantEnded))
 		case code == notifyRange && p.write != nil:
