@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/velo-go/velo/test/internal/gobuild"
 )
 
 // The hosts of the suite: two network namespaces joined by n veth pairs, one per rail, each on a
@@ -182,30 +183,15 @@ func txBytes(t *testing.T, h host) []uint64 {
 
 // ------------------------------------------------------------------------------------ railnode
 
-var (
-	buildOnce sync.Once
-	nodeBin   string
-	buildErr  error
-)
-
-// railnodeBin builds cmd/railnode once per test binary (the go command takes the build tag of the
+// railnode is cmd/railnode, built once per test binary (the go command takes the build tag of the
 // static UCX from GOFLAGS, as make test-rails sets it).
-func railnodeBin(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "velo-railnode-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		nodeBin = filepath.Join(dir, "railnode")
-		out, err := exec.Command("go", "build", "-o", nodeBin, "github.com/velo-go/velo/test/multirail/cmd/railnode").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build railnode: %v\n%s", err, out)
-		}
-	})
-	require.NoError(t, buildErr)
-	return nodeBin
+var railnode = gobuild.New("github.com/velo-go/velo/test/multirail/cmd/railnode")
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	railnode.Remove()
+	ibcheck.Remove()
+	os.Exit(code)
 }
 
 // node is one railnode process in a namespace.
@@ -246,7 +232,7 @@ func startNode(t *testing.T, name string, h host, args ...string) *node {
 // one it runs, such as ibcheck lanes' "--"), or directly when wrap is empty.
 func startNodeUnder(t *testing.T, name string, h host, wrap []string, args ...string) *node {
 	t.Helper()
-	a := append([]string{"ip", "netns", "exec", h.ns, railnodeBin(t), "-devices", strings.Join(h.devs, ","), "-ctl", h.ctl + ":0"}, args...)
+	a := append([]string{"ip", "netns", "exec", h.ns, railnode.Path(t), "-devices", strings.Join(h.devs, ","), "-ctl", h.ctl + ":0"}, args...)
 	a = append(append([]string(nil), wrap...), a...)
 	cmd := exec.Command(a[0], a[1:]...)
 	for _, kv := range os.Environ() {

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/velo-go/velo/test/internal/gobuild"
 )
 
 // The lane witness: the owner runs under `ibcheck lanes`, the operators' tool, which counts in the
@@ -19,32 +19,9 @@ import (
 // local address. Each rail of a host has an address of its own, so the report's bytes per local
 // address are the bytes per rail, counted below velo and below UCX.
 
-var (
-	ibcheckOnce sync.Once
-	ibcheckBin  string
-	ibcheckErr  error
-)
-
-// ibcheckPath builds ibcheck once per test binary. It needs no cgo for lanes, so it is built
-// without (quicker, and the same binary operators get from make ibcheck-static).
-func ibcheckPath(t *testing.T) string {
-	t.Helper()
-	ibcheckOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "velo-ibcheck-")
-		if err != nil {
-			ibcheckErr = err
-			return
-		}
-		ibcheckBin = filepath.Join(dir, "ibcheck")
-		cmd := exec.Command("go", "build", "-o", ibcheckBin, "github.com/velo-go/velo/tools/ibcheck")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			ibcheckErr = fmt.Errorf("go build ibcheck: %v\n%s", err, out)
-		}
-	})
-	require.NoError(t, ibcheckErr)
-	return ibcheckBin
-}
+// ibcheck is the operators' tool, built once per test binary. It needs no cgo for lanes, so it is
+// built without (quicker, and the same binary operators get from make ibcheck-static).
+var ibcheck = gobuild.New("github.com/velo-go/velo/tools/ibcheck", "CGO_ENABLED=0")
 
 // witness is one `ibcheck lanes` run around a node.
 type witness struct {
@@ -66,7 +43,7 @@ type lanesReport struct {
 func pairWitnessed(t *testing.T, owner, consumer host, args ...string) (o, c *node, w *witness) {
 	t.Helper()
 	w = &witness{report: filepath.Join(t.TempDir(), "lanes.json")}
-	o = startNodeUnder(t, "owner", owner, []string{ibcheckPath(t), "lanes", "--json", "--report", w.report, "--"}, args...)
+	o = startNodeUnder(t, "owner", owner, []string{ibcheck.Path(t), "lanes", "--json", "--report", w.report, "--"}, args...)
 	c = startNode(t, "consumer", consumer, args...)
 	op, cp := o.call(t, map[string]any{"op": "info"}).Peer, c.call(t, map[string]any{"op": "info"}).Peer
 	c.call(t, map[string]any{"op": "register", "peer": op})

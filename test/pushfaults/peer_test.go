@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,41 +17,18 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/velo-go/velo/test/internal/gobuild"
+
 	"github.com/velo-go/velo/test/internal/netns"
 )
 
-var (
-	buildOnce sync.Once
-	peerBin   string
-	buildErr  error
-)
-
-// pushpeer builds cmd/pushpeer once per test binary. The go command takes the build tag and the
-// UCX flags from the environment (GOFLAGS, CGO_CPPFLAGS), so the program links the UCX the suite
-// was built with.
-func pushpeer(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "velo-pushpeer-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		peerBin = filepath.Join(dir, "pushpeer")
-		out, err := exec.Command("go", "build", "-o", peerBin, "github.com/velo-go/velo/test/pushfaults/cmd/pushpeer").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build pushpeer: %v\n%s", err, out)
-		}
-	})
-	require.NoError(t, buildErr)
-	return peerBin
-}
+// pushpeer is cmd/pushpeer, built once per test binary with the build tag and UCX flags of the
+// environment (GOFLAGS, CGO_CPPFLAGS), so the program links the UCX the suite was built with.
+var pushpeer = gobuild.New("github.com/velo-go/velo/test/pushfaults/cmd/pushpeer")
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if peerBin != "" {
-		os.RemoveAll(filepath.Dir(peerBin))
-	}
+	pushpeer.Remove()
 	os.Exit(code)
 }
 
@@ -98,10 +74,10 @@ func startPeer(t *testing.T, name string, flags ...string) *peer {
 func startPeerOn(t *testing.T, h *netns.Host, name string, flags ...string) *peer {
 	t.Helper()
 	args := append([]string{"-log", "info"}, flags...)
-	cmd := exec.Command(pushpeer(t), args...)
+	cmd := exec.Command(pushpeer.Path(t), args...)
 	cmd.Env = os.Environ()
 	if h != nil {
-		cmd = h.Command(context.Background(), pushpeer(t), append(args, "-listen", net.JoinHostPort(h.IP.String(), "0"))...)
+		cmd = h.Command(context.Background(), pushpeer.Path(t), append(args, "-listen", net.JoinHostPort(h.IP.String(), "0"))...)
 		cmd.Env = append(os.Environ(), "UCX_NET_DEVICES="+h.Dev)
 	}
 	if os.Getenv("UCX_TLS") == "" {

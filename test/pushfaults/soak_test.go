@@ -200,7 +200,7 @@ func awaitSoak(t *testing.T, writer, recv *peer, id uint64) map[string]any {
 // startBurner starts pushpeer -burn: threads busy threads bound to cpu, until the test ends.
 func startBurner(t *testing.T, threads, cpu int) {
 	t.Helper()
-	cmd := exec.Command(pushpeer(t), "-burn", strconv.Itoa(threads), "-cpu", strconv.Itoa(cpu))
+	cmd := exec.Command(pushpeer.Path(t), "-burn", strconv.Itoa(threads), "-cpu", strconv.Itoa(cpu))
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()

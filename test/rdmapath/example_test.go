@@ -2,7 +2,6 @@ package rdmapath_test
 
 import (
 	"bytes"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -10,45 +9,19 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/velo-go/velo/test/internal/gobuild"
 	"github.com/velo-go/velo/test/internal/netns"
 	"github.com/velo-go/velo/velo/discovery/etcd/etcdtest"
 )
 
-// The example is built once per test binary and run as its users run it.
-var (
-	exampleOnce sync.Once
-	examplePath string
-	exampleErr  error
-)
-
-func exampleBinary(t *testing.T) string {
-	t.Helper()
-	exampleOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "velo-rdma-example-")
-		if err != nil {
-			exampleErr = err
-			return
-		}
-		examplePath = filepath.Join(dir, "rendezvous_rdma_two_proc")
-		out, err := exec.Command("go", "build", "-o", examplePath, "github.com/velo-go/velo/velo/examples/rendezvous_rdma_two_proc").CombinedOutput()
-		if err != nil {
-			exampleErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if exampleErr != nil {
-		t.Fatal(exampleErr)
-	}
-	return examplePath
-}
+// example is the two-process example, built once per test binary and run as its users run it.
+var example = gobuild.New("github.com/velo-go/velo/velo/examples/rendezvous_rdma_two_proc")
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if examplePath != "" {
-		os.RemoveAll(filepath.Dir(examplePath))
-	}
+	example.Remove()
 	os.Exit(code)
 }
 
@@ -81,7 +54,7 @@ func pathCounts(out string) map[string]map[string]int {
 // TestExampleOneHost: `UCX_TLS=tcp go run ./velo/examples/rendezvous_rdma_two_proc` with no
 // --role starts both roles, moves 8 MiB on the RDMA path and exits 0.
 func TestExampleOneHost(t *testing.T) {
-	cmd := exec.CommandContext(tctx(t), exampleBinary(t))
+	cmd := exec.CommandContext(tctx(t), example.Path(t))
 	cmd.Env = exampleEnv("UCX_TLS=tcp")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -103,7 +76,7 @@ func TestExampleOneHost(t *testing.T) {
 // TestExampleKillSwitch: with VELO_RDMA_RENDEZVOUS_DISABLE=1 the bytes still arrive, by chunks,
 // both sides report kill_switch, and the example exits non-zero.
 func TestExampleKillSwitch(t *testing.T) {
-	cmd := exec.CommandContext(tctx(t), exampleBinary(t), "--size", "1048576")
+	cmd := exec.CommandContext(tctx(t), example.Path(t), "--size", "1048576")
 	cmd.Env = exampleEnv("UCX_TLS=tcp", "VELO_RDMA_RENDEZVOUS_DISABLE=1")
 	out, err := cmd.CombinedOutput()
 	if err == nil {
@@ -130,7 +103,7 @@ var tcpInfoLine = regexp.MustCompile(`^(owner|consumer): kernel TCP_INFO: (velo 
 // metric says rdma/ok on both sides, and the kernel's byte counts show that the 8 MiB payload
 // crossed UCX's sockets while velo's TCP control plane carried only control messages.
 func TestExampleAcrossNamespaces(t *testing.T) {
-	bin := exampleBinary(t)
+	bin := example.Path(t)
 	p := netns.New(t)
 	dir := t.TempDir()
 	ctx := tctx(t)
@@ -199,7 +172,7 @@ func TestExampleAcrossNamespaces(t *testing.T) {
 // still holds the member file of an owner that was killed (it had no chance to remove it): the
 // consumer finds that owner dead, says so, and joins the owner that starts after it.
 func TestExampleReusesItsDirectory(t *testing.T) {
-	bin := exampleBinary(t)
+	bin := example.Path(t)
 	dir := t.TempDir()
 	ctx := tctx(t)
 	for i := 1; i <= 2; i++ {

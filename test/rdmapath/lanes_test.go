@@ -64,7 +64,7 @@ func lanesOf(t *testing.T, c *lanes.Counter, control uint16) (ctl, other lanes.L
 func TestLanesWitnessTheRDMAPath(t *testing.T) {
 	c := laneCounter(t)
 	const size = 64 << 20
-	cmd := exec.CommandContext(tctx(t), exampleBinary(t), "--size", strconv.Itoa(size))
+	cmd := exec.CommandContext(tctx(t), example.Path(t), "--size", strconv.Itoa(size))
 	cmd.Env = exampleEnv("UCX_TLS=tcp")
 	c.Place(cmd)
 	out, err := cmd.CombinedOutput()
@@ -87,7 +87,7 @@ func TestLanesWitnessTheRDMAPath(t *testing.T) {
 func TestLanesWitnessTheChunkedPath(t *testing.T) {
 	c := laneCounter(t)
 	const size = 64 << 20
-	cmd := exec.CommandContext(tctx(t), exampleBinary(t), "--size", strconv.Itoa(size))
+	cmd := exec.CommandContext(tctx(t), example.Path(t), "--size", strconv.Itoa(size))
 	cmd.Env = exampleEnv("UCX_TLS=tcp", "VELO_RDMA_RENDEZVOUS_DISABLE=1")
 	c.Place(cmd)
 	out, err := cmd.CombinedOutput()
@@ -102,7 +102,7 @@ func TestLanesWitnessTheChunkedPath(t *testing.T) {
 // (network namespaces joined by a veth pair, UCX_NET_DEVICES pinned to it).
 func TestLanesAcrossNamespaces(t *testing.T) {
 	c := laneCounter(t)
-	bin := exampleBinary(t)
+	bin := example.Path(t)
 	p := netns.New(t)
 	dir := t.TempDir()
 	ctx := tctx(t)
