@@ -108,7 +108,8 @@ func (e *Endpoint) SendAMParts(id uint16, header []byte, parts [][]byte, flags A
 		}
 		return e.SendAM(id, header, payload, flags)
 	}
-	iov := capi.Malloc(uintptr(nonEmpty * capi.IOVSize))
+	// Zeroed: the Go stores below read each slot's old value (capi.Calloc).
+	iov := capi.Calloc(uintptr(nonEmpty * capi.IOVSize))
 	if iov == nil {
 		return nil, statusErr("iov", StatusNoMemory)
 	}

@@ -566,6 +566,11 @@ const IOVSize = int(C.sizeof_ucp_dt_iov_t)
 // Malloc wraps malloc (C memory for iov arrays and bounce buffers); Free wraps free.
 func Malloc(n uintptr) unsafe.Pointer { return C.malloc(C.size_t(n)) }
 
+// Calloc wraps calloc: n zeroed bytes. Memory that Go code stores pointers into must start
+// zeroed: the store goes through the write barrier, which reads the slot's old value as a
+// pointer, and malloc's leftovers there are a bad pointer to the collector.
+func Calloc(n uintptr) unsafe.Pointer { return C.calloc(1, C.size_t(n)) }
+
 // Free wraps free.
 func Free(p unsafe.Pointer) { C.free(p) }
 

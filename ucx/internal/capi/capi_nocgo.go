@@ -349,6 +349,9 @@ const IOVSize = int(16)
 // Malloc returns nil: this build never needs C memory.
 func Malloc(n uintptr) unsafe.Pointer { return nil }
 
+// Calloc returns nil.
+func Calloc(n uintptr) unsafe.Pointer { return nil }
+
 // Free does nothing.
 func Free(p unsafe.Pointer) {}
 
