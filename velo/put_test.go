@@ -510,3 +510,25 @@ func TestPushGrantEnds(t *testing.T) {
 		require.Error(t, f.put(t, 0, payload(100, 1), nil))
 	})
 }
+
+// TestChunkedGetAfterPushStarted: an instance that receives pushes (its push service claims bulk
+// write requests, which makes its TCP reads look further into every frame) still fetches chunked
+// payloads into its own buffers, whole and with the owner still up.
+func TestChunkedGetAfterPushStarted(t *testing.T) {
+	cons, owner := pair(t)
+	_, err := cons.pushService()
+	require.NoError(t, err)
+	ctx := tctx(t)
+	for i, n := range []int{10, 3 << 20} { // inside the longer prefix, and two 2 MiB pulls
+		data := payload(n, uint64(i))
+		dst := make([]byte, n)
+		l, err := cons.GetInto(ctx, stage(t, owner, data, false), dst)
+		require.NoError(t, err, "%d bytes", n)
+		require.Equal(t, metrics.PathChunked, l.Path)
+		require.Equal(t, sum(data), sum(dst), "%d bytes", n)
+		require.NoError(t, l.Release(ctx))
+	}
+	for _, p := range cons.Peers() {
+		assert.Equal(t, StateUp, p.State, "peer %v was taken for down: %s", p.ID, p.Err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
@@ -185,4 +186,67 @@ func TestClaimedReadFailureSendsNoAnswer(t *testing.T) {
 	g.Claimed(2, prefix, errors.New("truncated frame: EOF"))
 	assert.ErrorContains(t, got, "EOF", "the claimer hears the read failed")
 	assert.Empty(t, rec.frames(), "the connection is gone: no answer")
+}
+
+// TestAnswerClaimedBehindALongerPrefix: once a request claimer needs more than the header
+// (ClaimRequests), a stream transport reads that many bytes of every frame before it asks, answers
+// included: the answer's first bytes are then in the prefix, and a claimed answer must still land
+// whole in its caller's buffer. Before the claim took the prefix into account, the transport saw
+// a buffer 48 bytes too long and dropped the connection.
+func TestAnswerClaimedBehindALongerPrefix(t *testing.T) {
+	g, rec, idx := newClaimMessenger(t)
+	g.ClaimRequests(InternalPrefix+"test.bulk", 32, func(transport.InstanceID, []byte, int) ([]byte, func(error) error) {
+		return nil, nil
+	})
+	require.Greater(t, g.ClaimPrefix(), wire.HeaderLen+32)
+	const peer = transport.InstanceID(5)
+
+	// answer plays the transport: the call's request went out, its answer comes back through
+	// Claim when the messenger claims it, else through Deliver. It reports whether it was claimed.
+	answer := func(body []byte) bool {
+		var id uint64
+		require.Eventually(t, func() bool {
+			sent := rec.frames()
+			if len(sent) == 0 {
+				return false
+			}
+			h, err := wire.DecodeHeader(sent[len(sent)-1].frame)
+			require.NoError(t, err)
+			id = h.ID
+			return true
+		}, 5*time.Second, time.Millisecond)
+		rec.mu.Lock()
+		rec.sent = nil
+		rec.mu.Unlock()
+		frame := append(wire.AppendHeader(nil, wire.Header{Kind: wire.KindResponse, ID: id}), body...)
+		prefix := frame[:min(g.ClaimPrefix(), len(frame))]
+		rest := g.ClaimOn(idx, peer, prefix, len(frame))
+		if rest == nil {
+			g.Deliver(idx, peer, frame)
+			return false
+		}
+		require.Len(t, rest, len(frame)-len(prefix), "what is left to read after the prefix")
+		copy(rest, frame[len(prefix):])
+		g.Claimed(peer, prefix, nil)
+		return true
+	}
+	body := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(i*7 + 1)
+		}
+		return b
+	}
+	ctx := context.Background()
+
+	for _, n := range []int{0, 10, 100, 4096} { // inside the prefix, across it, well beyond it
+		want := body(n)
+		dst := make([]byte, n)
+		errc := make(chan error, 1)
+		go func() { errc <- g.RequestInto(ctx, peer, "into", nil, dst) }()
+		claimed := answer(want)
+		require.NoError(t, <-errc, "%d bytes", n)
+		assert.True(t, claimed, "a %d-byte answer for RequestInto is claimed", n)
+		assert.Equal(t, want, dst, "%d bytes in the caller's buffer", n)
+	}
 }

@@ -49,7 +49,15 @@ func (g *Messenger) ClaimOn(idx int, from transport.InstanceID, prefix []byte, s
 	if c == nil || c.peer != from {
 		return nil
 	}
-	return c.claim(size - wire.HeaderLen)
+	dst := c.claim(size - wire.HeaderLen)
+	if dst == nil {
+		return nil
+	}
+	// The transport read ClaimPrefix bytes before asking, which is more than the header once a
+	// request claimer needs more (ClaimRequests): the answer's first bytes are in the prefix
+	// already, and the transport reads the rest.
+	head := copy(dst, prefix[wire.HeaderLen:])
+	return dst[head:]
 }
 
 // Claimed completes a claimed call, or a claimed request.
