@@ -67,9 +67,21 @@ func (r *reader) u64(field string) uint64 {
 	return binary.BigEndian.Uint64(b)
 }
 
-// bytes8/16 read a length of that width and then that many bytes.
-func (r *reader) bytes8(field string) []byte  { return r.take(int(r.u8(field+" length")), field) }
-func (r *reader) bytes16(field string) []byte { return r.take(int(r.u16(field+" length")), field) }
+// bytes8/16 read a length of that width and then that many bytes. The length's field name is
+// built only when it is missing: these run for every field of every entry of a batch answer.
+func (r *reader) bytes8(field string) []byte {
+	if r.err == nil && len(r.buf)-r.off < 1 {
+		r.take(1, field+" length")
+	}
+	return r.take(int(r.u8("")), field)
+}
+
+func (r *reader) bytes16(field string) []byte {
+	if r.err == nil && len(r.buf)-r.off < 2 {
+		r.take(2, field+" length")
+	}
+	return r.take(int(r.u16("")), field)
+}
 
 func (r *reader) rest() []byte {
 	if r.err != nil {
