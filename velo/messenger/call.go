@@ -19,6 +19,9 @@ type call struct {
 	id   uint64
 	peer transport.InstanceID
 	sink []byte // when set, the answer must be exactly this many bytes and lands here
+	// upTo relaxes sink: an answer of at most len(sink) bytes lands in its first bytes, a larger
+	// one arrives as any other (RequestBuffer).
+	upTo bool
 	done chan struct{}
 	// waiter tells a transport that reads for its callers (transport.Awaiter) that the call is
 	// complete; it fires right after done closes, whichever way the call ended.
@@ -45,13 +48,14 @@ func (c *call) complete(resp []byte, flags wire.Flags, err error) {
 	c.waiter.Fire()
 }
 
-// claim moves a waiting call with a sink of n bytes to the claimed state.
+// claim moves a waiting call with a sink for n bytes to the claimed state.
 func (c *call) claim(n int) []byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.state != callWaiting || c.sink == nil || len(c.sink) != n {
+	if c.state != callWaiting || c.sink == nil || len(c.sink) != n && !(c.upTo && n <= len(c.sink)) {
 		return nil
 	}
+	c.sink = c.sink[:n]
 	c.state = callClaimed
 	return c.sink
 }

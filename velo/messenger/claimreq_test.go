@@ -191,8 +191,9 @@ func TestClaimedReadFailureSendsNoAnswer(t *testing.T) {
 // TestAnswerClaimedBehindALongerPrefix: once a request claimer needs more than the header
 // (ClaimRequests), a stream transport reads that many bytes of every frame before it asks, answers
 // included: the answer's first bytes are then in the prefix, and a claimed answer must still land
-// whole in its caller's buffer. Before the claim took the prefix into account, the transport saw
-// a buffer 48 bytes too long and dropped the connection.
+// whole in its caller's buffer (RequestInto exactly, RequestBuffer up to its length; one larger
+// than the buffer is delivered as a frame of its own). Before the claim took the prefix into
+// account, the transport saw a buffer 48 bytes too long and dropped the connection.
 func TestAnswerClaimedBehindALongerPrefix(t *testing.T) {
 	g, rec, idx := newClaimMessenger(t)
 	g.ClaimRequests(InternalPrefix+"test.bulk", 32, func(transport.InstanceID, []byte, int) ([]byte, func(error) error) {
@@ -248,5 +249,27 @@ func TestAnswerClaimedBehindALongerPrefix(t *testing.T) {
 		require.NoError(t, <-errc, "%d bytes", n)
 		assert.True(t, claimed, "a %d-byte answer for RequestInto is claimed", n)
 		assert.Equal(t, want, dst, "%d bytes in the caller's buffer", n)
+	}
+
+	buf := make([]byte, 1000)
+	for _, n := range []int{20, 1000, 1001} {
+		want := body(n)
+		type result struct {
+			b   []byte
+			err error
+		}
+		res := make(chan result, 1)
+		go func() {
+			b, err := g.RequestBuffer(ctx, peer, "buffer", nil, buf)
+			res <- result{b, err}
+		}()
+		claimed := answer(want)
+		r := <-res
+		require.NoError(t, r.err, "%d bytes", n)
+		assert.Equal(t, want, r.b, "%d bytes", n)
+		assert.Equal(t, n <= len(buf), claimed, "a %d-byte answer for a %d-byte buffer", n, len(buf))
+		if n <= len(buf) {
+			assert.Same(t, &buf[0], &r.b[0], "the answer is the caller's buffer")
+		}
 	}
 }

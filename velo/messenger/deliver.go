@@ -141,7 +141,7 @@ func (g *Messenger) answer(from transport.InstanceID, msg wire.Message) {
 		g.finish(c, nil, 0, &RemoteError{Peer: from, Code: msg.Err.Code, Kind: msg.Err.Kind, Text: msg.Err.Text})
 		return
 	}
-	if c.sink != nil {
+	if c.sink != nil && !c.upTo {
 		if msg.Flags != 0 || len(msg.Payload) != len(c.sink) {
 			g.finish(c, nil, 0, fmt.Errorf("messenger: %w: peer %016x answered %d bytes (flags %#x), %d expected",
 				ErrProtocol, uint64(from), len(msg.Payload), uint8(msg.Flags), len(c.sink)))

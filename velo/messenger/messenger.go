@@ -466,6 +466,11 @@ func (g *Messenger) Request(ctx context.Context, peer transport.InstanceID, name
 	if err != nil {
 		return nil, err
 	}
+	return g.resolve(ctx, peer, name, c)
+}
+
+// resolve returns call c's answer: its bytes, or those of the payload its answer staged.
+func (g *Messenger) resolve(ctx context.Context, peer transport.InstanceID, name string, c *call) ([]byte, error) {
 	if c.flags&wire.FlagStaged == 0 {
 		return c.resp, nil
 	}
@@ -491,6 +496,20 @@ func (g *Messenger) RequestInto(ctx context.Context, peer transport.InstanceID, 
 	return err
 }
 
+// RequestBuffer is Request for an answer that usually fits buf: an answer of at most len(buf)
+// bytes is read from the transport straight into buf when the transport supports it, and the
+// answer returned is then buf[:n]; a larger one, or one the transport could not read in place,
+// comes in a buffer of its own. Either way the caller may reuse buf once RequestBuffer returned
+// and no slice of the answer is still in use: a caller that reads answers of about the same size
+// over and over (velo's batched acquires) allocates none of them.
+func (g *Messenger) RequestBuffer(ctx context.Context, peer transport.InstanceID, name string, payload, buf []byte) ([]byte, error) {
+	c, err := g.callParts(ctx, -1, peer, name, [][]byte{payload}, buf, true)
+	if err != nil {
+		return nil, err
+	}
+	return g.resolve(ctx, peer, name, c)
+}
+
 // RequestParts is Request for a payload in parts (a header of the caller's and the bytes it
 // describes, say), which go out one after the other without being joined into one buffer first.
 // Such a payload is never staged, whatever the staging threshold: above MaxParts it is refused,
@@ -505,7 +524,7 @@ func (g *Messenger) RequestParts(ctx context.Context, peer transport.InstanceID,
 	if limit := g.MaxParts(peer, name); size > limit {
 		return nil, fmt.Errorf("messenger: %w: a payload of %d bytes in parts for %q is above the %d bytes one frame to %016x carries (cut it into pieces of at most MaxParts)", transport.ErrFrameTooLarge, size, name, limit, uint64(peer))
 	}
-	c, err := g.callParts(ctx, -1, peer, name, parts, nil)
+	c, err := g.callParts(ctx, -1, peer, name, parts, nil, false)
 	if err != nil {
 		return nil, err
 	}
@@ -537,12 +556,12 @@ func (g *Messenger) SendInternal(ctx context.Context, peer transport.InstanceID,
 }
 
 func (g *Messenger) call(ctx context.Context, via int, peer transport.InstanceID, name string, payload, sink []byte) (*call, error) {
-	return g.callParts(ctx, via, peer, name, [][]byte{payload}, sink)
+	return g.callParts(ctx, via, peer, name, [][]byte{payload}, sink, false)
 }
 
 // callParts sends a request whose payload is parts: one part is staged when it is too large to
 // travel inline (RequestParts keeps several parts to the inline size).
-func (g *Messenger) callParts(ctx context.Context, via int, peer transport.InstanceID, name string, parts [][]byte, sink []byte) (*call, error) {
+func (g *Messenger) callParts(ctx context.Context, via int, peer transport.InstanceID, name string, parts [][]byte, sink []byte, upTo bool) (*call, error) {
 	if !strings.HasPrefix(name, InternalPrefix) {
 		// velo's own protocol still talks to a draining peer: its transfers must complete.
 		if err := g.drainingPeer(peer); err != nil {
@@ -568,7 +587,7 @@ func (g *Messenger) callParts(ctx context.Context, via int, peer transport.Insta
 		// arrive on that very connection: let another goroutine read it from now on.
 		r.release()
 	}
-	c := &call{id: id, peer: peer, sink: sink, done: make(chan struct{})}
+	c := &call{id: id, peer: peer, sink: sink, upTo: upTo, done: make(chan struct{})}
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
