@@ -13,6 +13,13 @@ import (
 // in flight unless WithBatchWindow says otherwise.
 const DefaultBatchWindow = rendezvous.DefaultBatchWindow
 
+// DefaultBatchInlineMax is the largest payload a GetBatch entry receives inside the owner's answer
+// to its acquire unless WithBatchInlineMax says otherwise.
+const DefaultBatchInlineMax = rendezvous.DefaultBatchInlineMax
+
+// MaxBatchInline is the largest limit WithBatchInlineMax accepts.
+const MaxBatchInline = rendezvous.MaxBatchInline
+
 // GetRequest is one entry of GetBatch: a handle, and optionally the buffer its payload goes to
 // (Into, exactly Handle.Size bytes; nil for a new buffer).
 type GetRequest = rendezvous.GetRequest
@@ -31,9 +38,11 @@ type Range = rendezvous.Range
 type Region = rdma.Region
 
 // GetBatch fetches many payloads at once and returns one result per request, in order. The
-// handles of one owner are leased together (a few hundred per round trip), their RDMA reads are
-// posted without waiting for each other and chunked payloads are pulled with many pulls in flight:
-// WithBatchWindow per part of up to 256 entries, four parts of an owner moving at once. Each entry fails alone (a released, foreign or
+// handles of one owner are leased together (a few hundred per round trip); a payload of at most
+// WithBatchInlineMax bytes (4 KiB by default) comes inside the owner's answer (path "inline": no
+// registration, no read), the others' RDMA reads are posted without waiting for each other and
+// chunked payloads are pulled with many pulls in flight: WithBatchWindow per part of up to 256
+// entries, four parts of an owner moving at once. Each entry fails alone (a released, foreign or
 // repeated handle, a wrong-sized Into, a context that ended before it was done), and what a failed
 // entry took — its lease, and with it the owner's registration of its memory — is given back before
 // GetBatch returns. each, when not nil, is called once per entry as it completes, one call at a

@@ -81,8 +81,16 @@ func TestGetBatchMixed(t *testing.T) {
 			assert.Same(t, &reqs[i].Into[0], &r.Lease.Bytes()[0], "entry %d did not land in its Into", i)
 		}
 	}
-	assert.Equal(t, float64(len(h1)+len(h2)), pathCount(t, cons.Velo, metrics.PathRDMA, metrics.ReasonOK), "consumer: one rdma/ok per remote entry")
-	assert.Equal(t, float64(len(h1)), pathCount(t, o1.Velo, metrics.PathRDMA, metrics.ReasonOK), "owner 1: one per acquire")
+	for i, r := range res {
+		want := map[bool]metrics.Path{true: metrics.PathInline, false: metrics.PathRDMA}[reqs[i].Handle.Size <= DefaultBatchInlineMax]
+		if i < len(h1)+len(h2) {
+			assert.Equal(t, want, r.Lease.Path, "entry %d of %d bytes", i, reqs[i].Handle.Size)
+		}
+	}
+	assert.Equal(t, float64(len(h2)), pathCount(t, cons.Velo, metrics.PathRDMA, metrics.ReasonOK), "consumer: one rdma/ok per remote entry above 4 KiB")
+	assert.Equal(t, float64(len(h1)), pathCount(t, cons.Velo, metrics.PathInline, metrics.ReasonOK), "consumer: one inline/ok per remote entry of 4 KiB")
+	assert.Equal(t, float64(len(h1)), pathCount(t, o1.Velo, metrics.PathInline, metrics.ReasonOK), "owner 1: one per acquire")
+	assert.Zero(t, pathCount(t, o1.Velo, metrics.PathRDMA, metrics.ReasonOK), "owner 1 registered nothing")
 	for _, r := range res {
 		require.NoError(t, r.Lease.Release(tctx(t)))
 	}

@@ -110,6 +110,15 @@ func TestUnauthenticatedPeerGetsNothing(t *testing.T) {
 	defer cancel2()
 	_, err = intruder.Get(short2, h)
 	require.Error(t, err)
+	// A batch asks for small payloads inside the acquire's answer: it gets none of them either.
+	small, err := owner.RegisterDataPinned(ctx, bytes.Repeat([]byte("y"), 1<<10))
+	require.NoError(t, err)
+	short3, cancel3 := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel3()
+	for i, r := range intruder.GetBatch(short3, []GetRequest{{Handle: small}, {Handle: h}}, nil) {
+		require.Error(t, r.Err, "batch entry %d", i)
+	}
+	assert.Zero(t, pathCount(t, owner, metrics.PathInline, metrics.ReasonOK), "no payload went inline to the intruder")
 
 	select {
 	case <-called:

@@ -86,13 +86,19 @@ func peerBytes(t testing.TB, v *Velo) map[string]float64 {
 	return out
 }
 
-// peerSeries is what peerBytes holds for one peer: the four series with the given bytes.
-func peerSeries(peer *Velo, recvRDMA, recvChunked, servedRDMA, servedChunked int) map[string]float64 {
+// pathBytes are the bytes one direction of a peer's series holds, by path.
+type pathBytes struct{ rdma, chunked, inline int }
+
+// peerSeries is what peerBytes holds for one peer: the six series with the given bytes.
+func peerSeries(peer *Velo, received, served pathBytes) map[string]float64 {
 	id := metrics.PeerLabel(uint64(peer.ID()))
-	return map[string]float64{
-		id + "/received/rdma": float64(recvRDMA), id + "/received/chunked": float64(recvChunked),
-		id + "/served/rdma": float64(servedRDMA), id + "/served/chunked": float64(servedChunked),
+	out := map[string]float64{}
+	for dir, b := range map[string]pathBytes{"received": received, "served": served} {
+		out[id+"/"+dir+"/rdma"] = float64(b.rdma)
+		out[id+"/"+dir+"/chunked"] = float64(b.chunked)
+		out[id+"/"+dir+"/inline"] = float64(b.inline)
 	}
+	return out
 }
 
 func bytesTotal(t testing.TB, v *Velo, direction, path string) float64 {
@@ -150,13 +156,16 @@ func TestTransferTelemetryChunked(t *testing.T) {
 	require.NoError(t, l.Release(ctx))
 	moved += len(into)
 
-	// A batch: each entry is a transfer of its own size.
-	sizes := []int{2 << 10, 50 << 10, 70 << 10} // le_4k, le_64k, le_1m
+	// A batch: each entry is a transfer of its own size; the one of at most 4 KiB comes inside
+	// the acquire's answer (path inline).
+	sizes := []int{2 << 10, 50 << 10, 70 << 10} // inline le_4k, le_64k, le_1m
 	var reqs []GetRequest
 	for i, n := range sizes {
 		reqs = append(reqs, GetRequest{Handle: stage(t, owner, payload(n, uint64(10+i)), false)})
 		moved += n
 	}
+	inline := sizes[0]
+	moved -= inline
 	var leases []*Lease
 	for _, r := range cons.GetBatch(ctx, reqs, nil) {
 		require.NoError(t, r.Err)
@@ -183,13 +192,15 @@ func TestTransferTelemetryChunked(t *testing.T) {
 	require.NoError(t, ll.Release(ctx))
 
 	assert.Equal(t, map[string]uint64{
-		"chunked/le_4k": 4, "chunked/le_64k": 2, "chunked/le_1m": 2, "chunked/le_16m": 2,
+		"chunked/le_4k": 3, "inline/le_4k": 1, "chunked/le_64k": 2, "chunked/le_1m": 2, "chunked/le_16m": 2,
 	}, transferCounts(t, cons))
 	assert.Empty(t, transferCounts(t, owner), "the owner moved nothing in")
-	assert.Equal(t, peerSeries(owner, 0, moved, 0, 0), peerBytes(t, cons))
-	assert.Equal(t, peerSeries(cons, 0, 0, 0, moved), peerBytes(t, owner))
+	assert.Equal(t, peerSeries(owner, pathBytes{chunked: moved, inline: inline}, pathBytes{}), peerBytes(t, cons))
+	assert.Equal(t, peerSeries(cons, pathBytes{}, pathBytes{chunked: moved, inline: inline}), peerBytes(t, owner))
 	assert.EqualValues(t, moved, bytesTotal(t, cons, "received", "chunked"), "the per-peer bytes add up to the total")
 	assert.EqualValues(t, moved, bytesTotal(t, owner, "sent", "chunked"))
+	assert.EqualValues(t, inline, bytesTotal(t, cons, "received", "inline"))
+	assert.EqualValues(t, inline, bytesTotal(t, owner, "sent", "inline"))
 
 	// The owner's leases: 5 gets and 3 batch entries released, 2 ReadRanges detached. The
 	// consumer's own lease (the local get) is its own.
@@ -216,9 +227,9 @@ func TestTransferTelemetryRDMAPath(t *testing.T) {
 		reqs = append(reqs, GetRequest{Handle: stage(t, owner.Velo, payload(n, uint64(2+i)), true)})
 	}
 	var leases []*Lease
-	for _, r := range cons.GetBatch(ctx, reqs, nil) {
+	for i, r := range cons.GetBatch(ctx, reqs, nil) {
 		require.NoError(t, r.Err)
-		require.Equal(t, metrics.PathRDMA, r.Lease.Path)
+		require.Equal(t, []metrics.Path{metrics.PathInline, metrics.PathRDMA}[i], r.Lease.Path, "4 KiB inside the acquire's answer, 64 KiB read")
 		leases = append(leases, r.Lease)
 	}
 	for _, err := range cons.DetachLeases(ctx, leases) {
@@ -241,12 +252,12 @@ func TestTransferTelemetryRDMAPath(t *testing.T) {
 	require.NoError(t, l.Release(ctx))
 
 	assert.Equal(t, map[string]uint64{
-		"rdma/le_1m": 1, "rdma/le_4k": 1, "rdma/le_64k": 2, "chunked/le_1m": 1,
+		"rdma/le_1m": 1, "inline/le_4k": 1, "rdma/le_64k": 2, "chunked/le_1m": 1,
 	}, transferCounts(t, cons.Velo))
-	recvRDMA := 1<<20 + 4<<10 + 64<<10 + 12<<10
-	servedRDMA := 1<<20 + 4<<10 + 64<<10 + 8<<20 + 200<<10 // whole payloads, one lease each, the failed GET's included
-	assert.Equal(t, peerSeries(owner.Velo, recvRDMA, len(fb), 0, 0), peerBytes(t, cons.Velo))
-	assert.Equal(t, peerSeries(cons.Velo, 0, 0, servedRDMA, len(fb)), peerBytes(t, owner.Velo))
+	recvRDMA := 1<<20 + 64<<10 + 12<<10
+	servedRDMA := 1<<20 + 64<<10 + 8<<20 + 200<<10 // whole payloads, one lease each, the failed GET's included
+	assert.Equal(t, peerSeries(owner.Velo, pathBytes{rdma: recvRDMA, chunked: len(fb), inline: 4 << 10}, pathBytes{}), peerBytes(t, cons.Velo))
+	assert.Equal(t, peerSeries(cons.Velo, pathBytes{}, pathBytes{rdma: servedRDMA, chunked: len(fb), inline: 4 << 10}), peerBytes(t, owner.Velo))
 	assert.EqualValues(t, recvRDMA, bytesTotal(t, cons.Velo, "received", "rdma"))
 	// Released: the Get and the fallback's lease; detached: the batch's two, ReadRanges', and the
 	// lease whose GET failed (given up before the fallback's acquire). The abandon is sent in the
@@ -299,15 +310,15 @@ func TestDepartedPeerSeriesGo(t *testing.T) {
 	l, err := a.Get(ctx, stage(t, hub, payload(700, 2), false))
 	require.NoError(t, err)
 	require.NoError(t, l.Release(ctx))
-	want := peerSeries(a, 0, 3000, 0, 700)
-	for k, v := range peerSeries(b, 0, 3000, 0, 0) {
+	want := peerSeries(a, pathBytes{chunked: 3000}, pathBytes{chunked: 700})
+	for k, v := range peerSeries(b, pathBytes{chunked: 3000}, pathBytes{}) {
 		want[k] = v
 	}
 	require.Equal(t, want, peerBytes(t, hub))
 
 	require.NoError(t, a.Close())
-	eventually(t, "the departed peer's series gone", func() bool { return len(peerBytes(t, hub)) == 4 })
-	assert.Equal(t, peerSeries(b, 0, 3000, 0, 0), peerBytes(t, hub), "the live peer's series stay")
+	eventually(t, "the departed peer's series gone", func() bool { return len(peerBytes(t, hub)) == len(peerSeries(b, pathBytes{}, pathBytes{})) })
+	assert.Equal(t, peerSeries(b, pathBytes{chunked: 3000}, pathBytes{}), peerBytes(t, hub), "the live peer's series stay")
 	page := debugPage200(t, hub)
 	assert.NotContains(t, page, "<code>"+metrics.PeerLabel(uint64(a.ID()))+"</code></td><td>", "the page drops the departed peer's bytes")
 	assert.Contains(t, page, "<code>"+metrics.PeerLabel(uint64(b.ID()))+"</code></td><td>")

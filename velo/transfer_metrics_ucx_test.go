@@ -69,8 +69,8 @@ func TestTransferTelemetryOverUCXTransport(t *testing.T) {
 	assert.Equal(t, map[string]uint64{
 		"rdma/le_4k": 1, "rdma/le_64k": 4, "rdma/le_1m": 1, "rdma/le_16m": 1, "chunked/le_1m": 1,
 	}, transferCounts(t, cons))
-	assert.Equal(t, peerSeries(owner, rdmaBytes, len(plain), 0, 0), peerBytes(t, cons))
-	assert.Equal(t, peerSeries(cons, 0, 0, rdmaBytes, len(plain)), peerBytes(t, owner))
+	assert.Equal(t, peerSeries(owner, pathBytes{rdma: rdmaBytes, chunked: len(plain)}, pathBytes{}), peerBytes(t, cons))
+	assert.Equal(t, peerSeries(cons, pathBytes{}, pathBytes{rdma: rdmaBytes, chunked: len(plain)}), peerBytes(t, owner))
 	assert.EqualValues(t, rdmaBytes, bytesTotal(t, cons, "received", "rdma"))
 	assert.Equal(t, map[string]uint64{"released": 8}, leaseCounts(t, owner))
 

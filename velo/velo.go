@@ -67,6 +67,7 @@ type options struct {
 	maxGet      uint64
 	inboxLimit  int
 	pushInline  int // WithPushInlineMax: the limit + 1 (0: the default)
+	batchInline int // WithBatchInlineMax: the limit + 1 (0: the default)
 
 	rmaTransport transport.Transport // WithUCXTransport: the transport the RDMA registry reads with
 	rdma         RDMAConfig
@@ -187,6 +188,20 @@ func WithInboxLimit(n int) Option {
 	}
 }
 
+// WithBatchInlineMax sets the largest payload a GetBatch entry receives inside the owner's answer
+// to the batch's acquire, with no registration and no read of its own (path "inline"; default
+// 4 KiB, at most 64 KiB). As owner it is the largest payload this instance sends that way; 0 turns
+// it off on both sides (docs/velo.md, GetBatch).
+func WithBatchInlineMax(n int) Option {
+	return func(o *options) error {
+		if n < 0 || n > MaxBatchInline {
+			return fmt.Errorf("velo: batch inline limit %d: want 0 (off) to %d bytes", n, MaxBatchInline)
+		}
+		o.batchInline = n + 1
+		return nil
+	}
+}
+
 // WithBatchWindow sets how many reads (RDMA path) or pulls (chunked path) one ReadRanges call, and
 // one part of a GetBatch (up to 256 entries of one owner, four parts moving at once), keep in
 // flight (default 64).
@@ -240,6 +255,18 @@ func WithPushInlineMax(n int) Option {
 		o.pushInline = n + 1
 		return nil
 	}
+}
+
+// inlineLimit turns an inline option (the limit + 1, 0 when not given) into the config value of
+// push and rendezvous: 0 for their default, a negative value for off.
+func inlineLimit(opt int) int {
+	switch {
+	case opt == 0:
+		return 0
+	case opt == 1:
+		return -1
+	}
+	return opt - 1
 }
 
 // WithShutdownGrace sets how long Close waits for running handlers (default 5 s).
@@ -318,12 +345,7 @@ func New(ctx context.Context, opts ...Option) (*Velo, error) {
 	v.log = o.log.With("velo", fmt.Sprintf("%016x", uint64(v.id)))
 	v.rails = o.rails
 	v.logRails()
-	if o.pushInline > 0 {
-		v.pushInline = o.pushInline - 1
-		if v.pushInline == 0 {
-			v.pushInline = -1 // push.Config: negative turns it off
-		}
-	}
+	v.pushInline = inlineLimit(o.pushInline)
 	reg := o.reg
 	if reg == nil {
 		r := prometheus.NewRegistry()
@@ -357,7 +379,8 @@ func New(ctx context.Context, opts ...Option) (*Velo, error) {
 	}
 	v.msgr = messenger.New(messenger.Config{Metrics: m, Logger: v.log, StageThreshold: o.threshold, InboxLimit: o.inboxLimit})
 	rc := rendezvous.Config{Self: v.id, Messenger: v.msgr, Metrics: m, Logger: v.log,
-		ChunkSize: o.chunk, LeaseTTL: o.leaseTTL, StageTTL: o.stageTTL, PullWindow: o.window, BatchWindow: o.batchWindow, MaxGetSize: o.maxGet}
+		ChunkSize: o.chunk, LeaseTTL: o.leaseTTL, StageTTL: o.stageTTL, PullWindow: o.window, BatchWindow: o.batchWindow, MaxGetSize: o.maxGet,
+		BatchInlineMax: inlineLimit(o.batchInline)}
 	if v.rdma != nil {
 		rc.Server, rc.Client, rc.Pool = v.rdma.Owner(), v.rdma.Consumer(), v.rdma
 	}

@@ -11,12 +11,15 @@ import (
 )
 
 // TestGetBatchOverUCX: 2,000 blocks of 4 KiB and 100 of 64 KiB, one GetBatch, over the real UCX
-// transport (its many-read path: the engine's GetMany). Every block arrives whole on rdma/ok, and
-// once the leases are released (ReleaseLeases, one call) the owner holds no registration and no more pinned bytes than
-// before the batch.
+// transport. A consumer with the defaults gets the 4 KiB blocks inside the acquires' answers
+// (inline/ok) and the 64 KiB ones by the transport's many-read path (the engine's GetMany,
+// rdma/ok); one that asks for no inline payloads gets every block by RDMA. Every block arrives
+// whole, and once the leases are ended (DetachLeases, then ReleaseLeases: one call each) the owner
+// holds no registration and no more pinned bytes than before the batch.
 func TestGetBatchOverUCX(t *testing.T) {
-	owner, cons := startNode(t, true), startNode(t, true)
+	owner, cons, rdmaCons := startNode(t, true), startNode(t, true), startNode(t, true, velo.WithBatchInlineMax(0))
 	link(t, owner, cons, true)
+	link(t, owner, rdmaCons, true)
 	ctx := tctx(t)
 	var reqs []velo.GetRequest
 	var want [][]byte
@@ -32,18 +35,30 @@ func TestGetBatchOverUCX(t *testing.T) {
 		want = append(want, b)
 	}
 	before := owner.RDMAStats()
-	res := cons.GetBatch(ctx, reqs, nil)
-	for i, r := range res {
-		require.NoError(t, r.Err, "entry %d", i)
-		require.Equal(t, want[i], r.Lease.Bytes(), "entry %d", i)
-		assert.Equal(t, metrics.PathRDMA, r.Lease.Path)
+	fetch := func(c node, inline int) []*velo.Lease {
+		res := c.GetBatch(ctx, reqs, nil)
+		leases := make([]*velo.Lease, len(res))
+		for i, r := range res {
+			require.NoError(t, r.Err, "entry %d", i)
+			require.Equal(t, want[i], r.Lease.Bytes(), "entry %d", i)
+			if int(r.Lease.Handle().Size) <= inline {
+				assert.Equal(t, metrics.PathInline, r.Lease.Path, "entry %d", i)
+			} else {
+				assert.Equal(t, metrics.PathRDMA, r.Lease.Path, "entry %d", i)
+			}
+			leases[i] = r.Lease
+		}
+		return leases
 	}
-	assert.Equal(t, float64(len(reqs)), pathCount(t, cons.Velo, metrics.PathRDMA, metrics.ReasonOK))
-	leases := make([]*velo.Lease, len(res))
-	for i, r := range res {
-		leases[i] = r.Lease
+	leases := fetch(cons, velo.DefaultBatchInlineMax)
+	assert.Equal(t, 2000.0, pathCount(t, cons.Velo, metrics.PathInline, metrics.ReasonOK))
+	assert.Equal(t, 100.0, pathCount(t, cons.Velo, metrics.PathRDMA, metrics.ReasonOK))
+	for i, err := range cons.DetachLeases(ctx, leases) {
+		require.NoError(t, err, "lease %d", i)
 	}
-	for i, err := range cons.ReleaseLeases(ctx, leases) {
+	leases = fetch(rdmaCons, 0)
+	assert.Equal(t, float64(len(reqs)), pathCount(t, rdmaCons.Velo, metrics.PathRDMA, metrics.ReasonOK))
+	for i, err := range rdmaCons.ReleaseLeases(ctx, leases) {
 		require.NoError(t, err, "lease %d", i)
 	}
 	eventually(t, "every lease registration gone and the pinned bytes back where they were", func() bool {

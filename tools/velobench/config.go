@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/velo-go/velo/velo"
 )
 
 // Operations a sweep can measure, in the order a sweep runs them.
@@ -99,6 +101,8 @@ type meeting struct {
 	// Rails are the UCX_NET_DEVICES entries of velo's rails (velo.WithRails), one per rail, in
 	// the same order on both sides; none: one UCX transport on UCX's own choice of devices.
 	Rails []string
+	// BatchInline is velo.WithBatchInlineMax on this side, or -1 for velo's default.
+	BatchInline int
 }
 
 // registerLanes adds --lanes to a command that runs a velobench process.
@@ -173,6 +177,23 @@ func (m *meeting) register(fs *flag.FlagSet, target bool) {
 	fs.StringVar(&m.Listen, "listen", "0.0.0.0:0", "address of velo's TCP control plane")
 	fs.StringVar(&m.Advertise, "advertise", "", "host (or host:port) the other side dials (default: this node's routable address)")
 	registerRails(fs, &m.Rails)
+	registerBatchInline(fs, &m.BatchInline)
+}
+
+// registerBatchInline adds --batch-inline; *n stays -1 (velo's default) unless it is given.
+func registerBatchInline(fs *flag.FlagSet, n *int) {
+	*n = -1
+	fs.Func("batch-inline", "the largest batch entry that comes inside the owner's answer to the batch's acquire (velo.WithBatchInlineMax; velo's default 4K; the smaller of the two sides' applies): 0 sends every batch entry by its RDMA read", func(v string) error {
+		b, err := parseSize(v)
+		if err != nil {
+			return err
+		}
+		if b < 0 || b > velo.MaxBatchInline {
+			return usageErr("--batch-inline %s: want 0 (off) to %s", v, human(velo.MaxBatchInline))
+		}
+		*n = int(b)
+		return nil
+	})
 }
 
 // registerRails adds --rails.

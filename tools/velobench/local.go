@@ -22,6 +22,7 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfg.out.register(fs)
 	registerLanes(fs, &cfg.lanes)
 	registerRails(fs, &cfg.meet.Rails)
+	registerBatchInline(fs, &cfg.meet.BatchInline)
 	fs.DurationVar(&cfg.meet.Wait, "wait", 30*time.Second, "how long to wait for the target process to start")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: velobench local [flags]\n\nBoth sides on this host, in two processes: a sweep without a second node.\n\n")
@@ -60,6 +61,9 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"--listen", "127.0.0.1:0", "--memory", strconv.FormatInt(cfg.sweep.Memory, 10), "--lanes", cfg.lanes, "--once")
 	if len(cfg.meet.Rails) > 0 {
 		cmd.Args = append(cmd.Args, "--rails", strings.Join(cfg.meet.Rails, ","))
+	}
+	if cfg.meet.BatchInline >= 0 {
+		cmd.Args = append(cmd.Args, "--batch-inline", strconv.Itoa(cfg.meet.BatchInline))
 	}
 	cmd.Stdout, cmd.Stderr = io.Discard, stderr
 	// It starts before this process enters its lane counter's cgroup (initiate): it makes its own

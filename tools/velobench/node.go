@@ -139,6 +139,9 @@ func startNode(ctx context.Context, m meeting, name string, memory int64, log *s
 		velo.WithLogger(log), velo.WithTransport(ctl), ucxOpt, velo.WithDiscovery(d, name),
 		velo.WithRDMA(velo.RDMAConfig{Pool: velo.RDMAPoolConfig{RegisteredBytesBudget: budget(memory)}}),
 	}, opts...)
+	if m.BatchInline >= 0 {
+		all = append(all, velo.WithBatchInlineMax(m.BatchInline))
+	}
 	v, err := velo.New(ctx, all...)
 	if err != nil {
 		ctl.Close()

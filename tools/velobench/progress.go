@@ -132,6 +132,9 @@ func pointLine(pt Point) string {
 	s := fmt.Sprintf("%-30s %8.3f GB/s %10.0f ops/s  p50 %s p99 %s p99.9 %s  CPU %.2f+%.2f s/GB  rdma %.0f chunked %.0f",
 		pt.label(), pt.GBps, pt.OpsPerSec, usText(pt.Latency.P50), usText(pt.Latency.P99), usText(pt.Latency.P999),
 		pt.CPUInitiator, pt.CPUTarget, pt.rdmaOps(), pt.chunkedOps())
+	if n := pt.inlineOps(); n > 0 {
+		s += fmt.Sprintf(" inline %.0f", n)
+	}
 	s += "  " + lanesText(pt)
 	if len(pt.RailsInitiator) > 0 {
 		s += "  rails " + railsText(pt.RailsInitiator)

@@ -136,6 +136,11 @@ func (p Point) chunkedOps() float64 {
 	return sumPrefix(p.PathsInitiator, "chunked/")
 }
 
+// inlineOps are the batch entries that came inside the acquire's answers.
+func (p Point) inlineOps() float64 {
+	return sumPrefix(p.PathsInitiator, "inline/")
+}
+
 // sumPrefix adds the path counts whose path starts with prefix, rendezvous (get) and push (put,
 // "put:rdma/ok") alike: in one point only one of the two moves.
 func sumPrefix(m map[string]float64, prefix string) float64 {
@@ -192,6 +197,8 @@ var csvHeader = []string{
 	"lanes_target_control_out", "lanes_target_control_in", "lanes_target_ucx_out", "lanes_target_ucx_in",
 	"lanes_target_other_out", "lanes_target_other_in",
 	"rail_bytes_initiator", "rail_bytes_target",
+	// Added at the end, so that a reader of the columns above reads them where they were.
+	"inline_ops",
 }
 
 // railCell is one side's bytes per rail, "0:eth1=1048576;1:eth2=1048576" (empty without rails).
@@ -248,7 +255,7 @@ func writeCSV(w io.Writer, r *Report) error {
 		}
 		row = append(row, laneCells(p.LanesInitiator, p.LanesInitiatorWhy)...)
 		row = append(row, laneCells(p.LanesTarget, p.LanesTargetWhy)...)
-		row = append(row, railCell(p.RailsInitiator), railCell(p.RailsTarget))
+		row = append(row, railCell(p.RailsInitiator), railCell(p.RailsTarget), f(p.inlineOps()))
 		if err := cw.Write(row); err != nil {
 			return err
 		}

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"encoding/csv"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -177,7 +179,21 @@ func TestCSV(t *testing.T) {
 	require.Len(t, lines, 7)
 	assert.Contains(t, string(lines[1]), schemaVersion+",get,65536,1,1,")
 	// The lane columns: bytes where a side counted, the reason in each cell where it did not.
-	assert.True(t, bytes.HasSuffix(lines[1], []byte(",100,200,3000,4000000,0,5,not counted: lanes: no cgroup v2,not counted: lanes: no cgroup v2,not counted: lanes: no cgroup v2,not counted: lanes: no cgroup v2,not counted: lanes: no cgroup v2,not counted: lanes: no cgroup v2,0:eth1=3000;1:eth2=1000,")), string(lines[1]))
+	assert.True(t, bytes.HasSuffix(lines[1], []byte(",100,200,3000,4000000,0,5,not counted: lanes: no cgroup v2,not counted: lanes: no cgroup v2,not counted: lanes: no cgroup v2,not counted: lanes: no cgroup v2,not counted: lanes: no cgroup v2,not counted: lanes: no cgroup v2,0:eth1=3000;1:eth2=1000,,0")), string(lines[1]))
 	assert.Contains(t, string(lines[1]), ",ucp_get,11,4,,v-test,1.22.0,rc,")
 	assert.Contains(t, string(lines[2]), ",refused,v-test,")
+
+	// The batch entries that came inside the acquires' answers: the last column, after the
+	// columns v2 had.
+	r := syntheticReport()
+	r.Points = r.Points[:1]
+	r.Points[0].Op, r.Points[0].PathsInitiator = opBatch, map[string]float64{"inline/ok": 16, "rdma/ok": 2}
+	b.Reset()
+	require.NoError(t, writeCSV(&b, r))
+	rows, err := csv.NewReader(&b).ReadAll()
+	require.NoError(t, err)
+	require.Len(t, rows, 2)
+	assert.Equal(t, "inline_ops", rows[0][len(rows[0])-1])
+	assert.Equal(t, "16", rows[1][len(rows[1])-1])
+	assert.Equal(t, "2", rows[1][slices.Index(rows[0], "rdma_ops")])
 }

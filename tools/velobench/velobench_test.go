@@ -19,6 +19,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/velo-go/velo/velo"
 )
 
 // A short local sweep of every operation writes a JSON report of schema velobench/v2 with the
@@ -63,26 +65,32 @@ func TestLocalSweepWritesEveryOutput(t *testing.T) {
 		assert.LessOrEqual(t, pt.Latency.P99, pt.Latency.P999, pt.label())
 		assert.Positive(t, pt.CPUInitiator+pt.CPUTarget, pt.label())
 		ops := float64(pt.Operations * pt.Batch)
-		switch pt.Op {
-		case opGet, opBatch:
+		switch {
+		case inlineBatch(pt):
+			// Blocks within velo's inline limit come inside the acquires' answers, on both sides.
+			assert.GreaterOrEqual(t, pt.PathsInitiator["inline/ok"], ops, pt.label())
+			assert.GreaterOrEqual(t, pt.PathsTarget["inline/ok"], ops, pt.label())
+			assert.Equal(t, pt.inlineOps(), pt.PathsInitiator["inline/ok"], pt.label())
+			assert.Zero(t, pt.rdmaOps(), pt.label())
+		case pt.Op == opGet || pt.Op == opBatch:
 			// Every block on the RDMA path, on both sides (the warm-up's too).
 			assert.GreaterOrEqual(t, pt.PathsInitiator["rdma/ok"], ops, pt.label())
 			assert.GreaterOrEqual(t, pt.PathsTarget["rdma/ok"], ops, pt.label())
-		case opRanged:
+		case pt.Op == opRanged:
 			assert.GreaterOrEqual(t, pt.PathsInitiator["rdma/ok"], float64(pt.Operations), pt.label())
-		case opChunked:
+		case pt.Op == opChunked:
 			assert.Zero(t, pt.rdmaOps(), pt.label())
 			assert.GreaterOrEqual(t, pt.chunkedOps(), ops, pt.label())
 			require.NotNil(t, pt.Perftest)
 			assert.Contains(t, pt.Perftest.Note, "no ucx_perftest counterpart")
-		case opPut, opPutB:
+		case pt.Op == opPut || pt.Op == opPutB:
 			// Every entry written on the RDMA path (the writer counts each), the grant's path
 			// decided once on the receiver.
 			assert.GreaterOrEqual(t, pt.PathsInitiator["put:rdma/ok"], ops, pt.label())
 			assert.Zero(t, pt.chunkedOps(), pt.label())
 			require.NotNil(t, pt.Perftest)
 			assert.Equal(t, "ucp_put_bw", pt.Perftest.Test, pt.label())
-		case opPutC:
+		case pt.Op == opPutC:
 			// Every put by chunks into the target's plain memory, none by RDMA.
 			assert.GreaterOrEqual(t, pt.PathsInitiator["put:chunked/not_pinned"], ops, pt.label())
 			assert.Zero(t, pt.PathsInitiator["put:rdma/ok"], pt.label())
@@ -151,8 +159,13 @@ func checkLanes(t *testing.T, r *Report, pt Point) {
 		if s.reads {
 			ucxIn, ctlIn = s.lanes.UCXIn, s.lanes.ControlIn
 		}
-		switch pt.Op {
-		case opGet, opBatch, opRanged, opPut, opPutB:
+		switch {
+		case inlineBatch(pt):
+			// Inside the acquires' answers: the payload on the control plane, as a chunked one.
+			assert.GreaterOrEqual(t, ctlIn, payload, what)
+			assert.Less(t, ctlIn, payload*3/2+(64<<10), what)
+			assert.Less(t, s.lanes.UCX(), payload/20+(16<<10), what)
+		case pt.Op == opGet || pt.Op == opBatch || pt.Op == opRanged || pt.Op == opPut || pt.Op == opPutB:
 			// The RDMA path over UCX_TLS=tcp: the payload on UCX's sockets (with their headers),
 			// the control plane carrying the leases or grants and no payload.
 			assert.GreaterOrEqual(t, ucxIn, payload, what)
@@ -160,7 +173,7 @@ func checkLanes(t *testing.T, r *Report, pt Point) {
 			if pt.Block >= 64<<10 {
 				assert.Less(t, s.lanes.Control(), payload/20, what)
 			}
-		case opChunked, opPutC:
+		case pt.Op == opChunked || pt.Op == opPutC:
 			// The chunked path: the payload on the control plane, nothing of it on UCX's sockets.
 			assert.GreaterOrEqual(t, ctlIn, payload, what)
 			assert.Less(t, ctlIn, payload*3/2+(64<<10), what)
@@ -168,6 +181,10 @@ func checkLanes(t *testing.T, r *Report, pt Point) {
 		}
 	}
 }
+
+// inlineBatch reports whether pt's blocks come inside the acquires' answers (velo's default limit
+// on both sides).
+func inlineBatch(pt Point) bool { return pt.Op == opBatch && pt.Block <= velo.DefaultBatchInlineMax }
 
 func mustRead(t *testing.T, name string) []byte {
 	t.Helper()

@@ -27,6 +27,9 @@ type Path string
 const (
 	PathRDMA    Path = "rdma"
 	PathChunked Path = "chunked"
+	// PathInline: a payload small enough that the owner sent its bytes inside the answer to the
+	// batched acquire (GetBatch, Config.BatchInlineMax), with neither a registration nor a pull.
+	PathInline Path = "inline"
 )
 
 // Reason says why a transfer took its path. The set is closed; see docs/architecture.md for the
@@ -52,7 +55,8 @@ const (
 	ReasonDeviceBounce Reason = "device_bounce"
 )
 
-// ChunkedReasons are the reasons that go with PathChunked; ReasonOK is the only one for PathRDMA.
+// ChunkedReasons are the reasons that go with PathChunked; ReasonOK is the only one for PathRDMA
+// and PathInline.
 var ChunkedReasons = []Reason{
 	ReasonNoOffer, ReasonKillSwitch, ReasonNotConfigured, ReasonDraining, ReasonPoolExhausted,
 	ReasonBudget, ReasonNotPinned, ReasonGetFailed, ReasonDecodeError, ReasonDeviceBounce,
@@ -60,7 +64,7 @@ var ChunkedReasons = []Reason{
 
 // Valid reports whether (p, r) is one of the pre-declared pairs.
 func Valid(p Path, r Reason) bool {
-	if p == PathRDMA {
+	if p == PathRDMA || p == PathInline {
 		return r == ReasonOK
 	}
 	if p == PathChunked {
@@ -111,7 +115,7 @@ var (
 	// Directions of velo_rendezvous_bytes_total: bytes this instance served as owner ("sent") or
 	// moved in as consumer ("received"); local covers the owner == consumer fast path.
 	ByteDirections = []string{"sent", "received"}
-	BytePaths      = []string{string(PathRDMA), string(PathChunked), "local"}
+	BytePaths      = []string{string(PathRDMA), string(PathChunked), string(PathInline), "local"}
 	// ReapCauses of velo_rendezvous_leases_reaped_total.
 	ReapCauses = []string{"ttl", "peer_down", "shutdown"}
 	// MessageKinds of the messenger counters.
@@ -256,6 +260,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Peers this instance knows, by transport that took their address and state (up, draining: it said it is shutting down, down: a transport lost it)."}, []string{"transport", "state"}),
 	}
 	m.rdmaPath.WithLabelValues(string(PathRDMA), string(ReasonOK))
+	m.rdmaPath.WithLabelValues(string(PathInline), string(ReasonOK))
 	for _, r := range ChunkedReasons {
 		m.rdmaPath.WithLabelValues(string(PathChunked), string(r))
 	}

@@ -19,8 +19,9 @@ func TestEverySeriesExistsAtZero(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(lines) != 1+len(ChunkedReasons) {
-		t.Fatalf("%d path series, want %d: %v", len(lines), 1+len(ChunkedReasons), lines)
+	// rdma/ok, inline/ok and chunked with each of its reasons.
+	if len(lines) != 2+len(ChunkedReasons) {
+		t.Fatalf("%d path series, want %d: %v", len(lines), 2+len(ChunkedReasons), lines)
 	}
 	want := `velo_rendezvous_rdma_path_total{path="chunked",reason="not_configured"} 0`
 	if !contains(lines, want) {
@@ -45,7 +46,15 @@ func TestCountPathKeepsTheEnumClosed(t *testing.T) {
 	if v != 1 || d != 2 {
 		t.Fatalf("not_configured=%v decode_error=%v", v, d)
 	}
-	if l, _ := Lines(reg, RDMAPathTotal); len(l) != 1+len(ChunkedReasons) {
+	m.CountPath(PathInline, ReasonOK)
+	m.CountPath(PathInline, ReasonNoOffer) // inline goes with ok alone
+	if i, _ := Value(reg, RDMAPathTotal, map[string]string{"path": "inline", "reason": "ok"}); i != 1 {
+		t.Fatalf("inline/ok=%v", i)
+	}
+	if d, _ := Value(reg, RDMAPathTotal, map[string]string{"path": "chunked", "reason": "decode_error"}); d != 3 {
+		t.Fatalf("decode_error=%v after an invalid inline pair", d)
+	}
+	if l, _ := Lines(reg, RDMAPathTotal); len(l) != 2+len(ChunkedReasons) {
 		t.Fatalf("a new series appeared: %v", l)
 	}
 }
@@ -101,7 +110,7 @@ func TestValueRefusesAMissingSeries(t *testing.T) {
 		assert.Contains(t, err.Error(), name)
 	}
 	_, err = Value(reg, RDMAPathTotal, map[string]string{"path": "rmda"})
-	assert.Contains(t, err.Error(), "path in [chunked rdma]", "the error lists the label values that exist")
+	assert.Contains(t, err.Error(), "path in [chunked inline rdma]", "the error lists the label values that exist")
 }
 
 // Register registers all or nothing: a clash on the third collector leaves the first two

@@ -117,7 +117,7 @@ var PeerDirections = [2]string{"received", "served"}
 // multi-GiB chunked transfer near the top. Three per decade keeps a quantile read from the
 // buckets (the debug page's p50 and p99, histogram_quantile) within one step of 2.15x of the true
 // value, where a step of 4 (13 bounds) would often put p50 and p99 in the same bucket; the cost
-// is a fixed 25 series per child, 300 in all.
+// is a fixed 25 series per child, 450 in all (three paths, six size classes).
 var TransferBuckets = prometheus.ExponentialBucketsRange(1e-6, 10, 22)
 
 // LeaseBuckets are the bounds of the lease histogram: the transfer bounds continued, at the same
@@ -126,18 +126,21 @@ var TransferBuckets = prometheus.ExponentialBucketsRange(1e-6, 10, 22)
 // histogram would put every expiry in +Inf.
 var LeaseBuckets = prometheus.ExponentialBucketsRange(1e-6, 1000, 28)
 
-// pathIndex maps the two paths to 0 and 1 (the children's arrays); ok is false for any other.
+// pathIndex maps the paths to their place in transferPaths (the children's arrays); ok is false
+// for any other.
 func pathIndex(p Path) (int, bool) {
 	switch p {
 	case PathRDMA:
 		return 0, true
 	case PathChunked:
 		return 1, true
+	case PathInline:
+		return 2, true
 	}
 	return 0, false
 }
 
-var transferPaths = [2]Path{PathRDMA, PathChunked}
+var transferPaths = [3]Path{PathRDMA, PathChunked, PathInline}
 
 // transfers holds the three families and their pre-resolved children. It is one collector to
 // Register (it describes and collects its three families).
@@ -146,7 +149,7 @@ type transfers struct {
 	lease     *prometheus.HistogramVec
 	peerBytes *prometheus.CounterVec
 
-	byClass [2][numSizeClasses]prometheus.Observer
+	byClass [len(transferPaths)][numSizeClasses]prometheus.Observer
 	byEnd   [numLeaseEnds]prometheus.Observer
 
 	mu    sync.RWMutex
@@ -154,7 +157,7 @@ type transfers struct {
 }
 
 // peerSeries are one peer's counters, [direction][path].
-type peerSeries [2][2]prometheus.Counter
+type peerSeries [2][len(transferPaths)]prometheus.Counter
 
 func newTransfers() *transfers {
 	t := &transfers{
@@ -220,7 +223,7 @@ func (t *transfers) peer(id uint64) *peerSeries {
 }
 
 // ObserveTransfer observes one consumer transfer of size bytes that took d on path p. A path
-// outside rdma and chunked is a programming error and is not observed.
+// outside transferPaths is a programming error and is not observed.
 func (m *Metrics) ObserveTransfer(p Path, size uint64, d time.Duration) {
 	i, ok := pathIndex(p)
 	if !ok {

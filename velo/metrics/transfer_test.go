@@ -90,7 +90,7 @@ func TestTransferFamiliesExistAtZero(t *testing.T) {
 	require.NoError(t, err)
 	mf := family(t, reg, TransferDurationSeconds)
 	require.NotNil(t, mf)
-	assert.Len(t, mf.GetMetric(), 2*len(SizeClasses))
+	assert.Len(t, mf.GetMetric(), len(transferPaths)*len(SizeClasses))
 	for _, p := range []Path{PathRDMA, PathChunked} {
 		for _, c := range SizeClasses {
 			m := series(t, reg, TransferDurationSeconds, map[string]string{"path": string(p), "size": c})
@@ -153,7 +153,9 @@ func TestPeerSeriesComeAndGo(t *testing.T) {
 	assert.EqualValues(t, 7, val(a, "received", PathRDMA))
 	assert.EqualValues(t, 0, val(a, "served", PathRDMA))
 	assert.EqualValues(t, 4096, val(b, "served", PathRDMA))
-	assert.Len(t, family(t, reg, PeerBytesTotal).GetMetric(), 8, "four series per peer")
+	m.PeerReceived(a, PathInline, 4096)
+	assert.EqualValues(t, 4096, val(a, "received", PathInline))
+	assert.Len(t, family(t, reg, PeerBytesTotal).GetMetric(), 12, "six series per peer: two directions, three paths")
 	assert.Equal(t, "00000000000000a1", PeerLabel(a))
 
 	m.ForgetPeer(a)

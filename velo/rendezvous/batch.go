@@ -1,6 +1,7 @@
 package rendezvous
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -43,9 +44,15 @@ var ErrDuplicateHandle = errors.New("handle repeated in one batch")
 // DefaultBatchWindow is Config.BatchWindow's default.
 const DefaultBatchWindow = 64
 
-// maxBatchPart bounds the handles of one acquire batch message; with a few hundred bytes per
-// granted entry the answer stays well inside one frame of either transport.
-const maxBatchPart = 256
+// maxBatchPart bounds the handles of one acquire batch message whose payloads move by their own
+// reads or pulls; with a few hundred bytes per granted entry the answer stays well inside one frame
+// of either transport, and four parts moving at once keep the acquires ahead of the reads.
+// Entries expected inline count against maxInlinePart and the inline budget instead: their bytes
+// are the answer, and larger answers carry them with less work per payload.
+const (
+	maxBatchPart  = 256
+	maxInlinePart = 1024
+)
 
 // GetBatch fetches every request's payload and returns one result per request, in request order.
 // It is Get for many handles at once, built for many small payloads (cache blocks of 4 KiB to a
@@ -179,13 +186,31 @@ func (b *batch) fromOwner(owner transport.InstanceID, idx []int) {
 		}
 	}
 	offer, reason, client := r.offerFor(owner, typed)
+	frame := r.msgr.MaxFrame(owner)
 	per := maxBatchPart
-	if f := r.msgr.MaxFrame(owner) - wire.HeaderLen; f > 0 {
-		per = max(1, min(per, f/1024))
+	if f := frame - wire.HeaderLen; f > 0 {
+		per = max(1, min(per, f/batchEntryRoom))
 	}
+	inlineMax := r.inlineFor(owner)
+	// A part ends at its size in entries read or pulled, at maxInlinePart entries, or where the
+	// payloads it expects inline would outgrow the budget of its answer (the owner would send the
+	// rest by their paths).
 	var parts [][]int
-	for start, size := 0, min(per, firstBatchPart); start < len(idx); start, size = start+size, per {
-		parts = append(parts, idx[start:min(start+size, len(idx))])
+	for start, size := 0, min(per, firstBatchPart); start < len(idx); size = per {
+		end, others, inline := start, 0, 0
+		for end < len(idx) && others < size && end-start < maxInlinePart {
+			if n := b.reqs[idx[end]].Handle.Size; n <= uint64(inlineMax) {
+				if end > start && inline+int(n) > inlineBudget(frame, end-start+1) {
+					break
+				}
+				inline += int(n)
+			} else {
+				others++
+			}
+			end++
+		}
+		parts = append(parts, idx[start:end])
+		start = end
 	}
 	granted := make([]chan []grant, len(parts))
 	for k := range granted {
@@ -226,6 +251,38 @@ func (b *batch) fromOwner(owner transport.InstanceID, idx []int) {
 	wg.Wait()
 }
 
+// maxInlineAnswer bounds the inline bytes of one answer to a batched acquire: a consumer has
+// acquiresInFlight of them in flight per owner. Answers of 1, 2 and 4 MiB moved 4 KiB payloads at
+// about 0.45x, 0.6x and 0.65x of one large get (docs/performance.md, "Small transfers").
+const maxInlineAnswer = 4 << 20
+
+// inlineEntryRoom is what an inline entry of an answer takes besides its payload, with room to
+// spare (its lease, path, reason and lengths: about 60 bytes).
+const inlineEntryRoom = 128
+
+// batchEntryRoom is what one entry of a batched acquire's answer is allowed besides its inline
+// bytes (its lease, path, reason, descriptor or error text), with room to spare.
+const batchEntryRoom = 2 << 10
+
+// answerBufs are the buffers answers to inline acquires are read into (RequestBuffer): room for
+// the largest inline budget and a part of inline entries; an answer that is larger (entries with
+// RDMA descriptors beside them) comes in a buffer of its own.
+var answerBufs = sync.Pool{New: func() any {
+	b := make([]byte, wire.HeaderLen+maxInlineAnswer+maxInlinePart*inlineEntryRoom)
+	return &b
+}}
+
+// inlineBudget is how many inline bytes an answer of entries entries may carry on a transport
+// whose frames hold frame bytes (0: unknown). The owner keeps its answer within it; the consumer
+// cuts its parts so that what it expects inline fits.
+func inlineBudget(frame, entries int) int {
+	b := maxInlineAnswer
+	if frame > 0 {
+		b = min(b, frame-wire.HeaderLen-entries*batchEntryRoom)
+	}
+	return max(b, 0)
+}
+
 // How a batch's parts overlap (fromOwner).
 const (
 	firstBatchPart   = 32
@@ -242,13 +299,30 @@ func (b *batch) acquire(owner transport.InstanceID, part []int, offer []byte, re
 	for k, i := range part {
 		hs[k] = b.reqs[i].Handle.wire()
 	}
-	req, err := wire.AppendAcquireBatchRequest(nil, wire.AcquireBatchRequest{Offer: offer, Handles: hs})
+	inlineMax := r.inlineFor(owner)
+	op := opAcquireBatch
+	if inlineMax > 0 {
+		op = opAcquireBatchInline
+	}
+	req, err := wire.AppendAcquireBatchRequest(nil, wire.AcquireBatchRequest{Offer: offer, InlineMax: uint32(inlineMax), Handles: hs})
 	var entries []wire.AcquireBatchEntry
 	start := time.Now()
 	if err == nil {
 		var resp []byte
-		resp, err = r.msgr.Request(b.ctx, owner, opAcquireBatch, req)
+		if op == opAcquireBatchInline {
+			// The answer carries up to maxInlineAnswer bytes of payloads, copied out below: it
+			// is read into a buffer that a later part reuses, not into a new one per part.
+			buf := answerBufs.Get().(*[]byte)
+			defer answerBufs.Put(buf)
+			resp, err = r.msgr.RequestBuffer(b.ctx, owner, op, req, *buf)
+		} else {
+			resp, err = r.msgr.Request(b.ctx, owner, op, req)
+		}
 		switch {
+		case errors.Is(err, messenger.ErrUnknownHandler) && op == opAcquireBatchInline:
+			// An owner of an earlier release: ask it again, and from now on, without inline.
+			r.noInline.Store(owner, true)
+			return b.acquire(owner, part, offer, reason)
 		case errors.Is(err, messenger.ErrUnknownHandler):
 			return b.acquireEach(owner, part, offer, reason)
 		case err != nil:
@@ -275,18 +349,31 @@ func (b *batch) acquire(owner transport.InstanceID, part []int, offer []byte, re
 		return nil
 	}
 	grants := make([]grant, 0, len(part))
+	var inlined, inlineBytes int // counted together, once the part's entries are in place
+	defer func() {
+		r.m.CountPaths(metrics.PathInline, metrics.ReasonOK, inlined)
+		r.received(owner, metrics.PathInline, inlineBytes)
+	}()
 	for k, e := range entries {
 		i := part[k]
 		if e.Failed() {
 			b.done(i, nil, batchEntryErr("get", e.ErrKind, e.ErrText))
 			continue
 		}
-		l, err := r.checkGrant(b.reqs[i].Handle, offer, e.Response)
+		l, err := r.checkGrant(b.reqs[i].Handle, offer, e.Response, e.Inline != nil)
 		if err != nil {
 			b.done(i, nil, err)
 			continue
 		}
 		g := grant{i: i, l: l, resp: e.Response, reason: reason, start: start}
+		if e.Inline != nil {
+			if b.inline(owner, g, e.Inline) {
+				inlined, inlineBytes = inlined+1, inlineBytes+len(e.Inline)
+			}
+			continue
+		}
+		// The descriptor is read after this part's answer buffer went back to answerBufs.
+		g.resp.Descriptor = bytes.Clone(g.resp.Descriptor)
 		if offer != nil {
 			g.reason = metrics.Reason(e.Response.Reason) // we offered; the owner says why not
 		}
@@ -298,6 +385,39 @@ func (b *batch) acquire(owner transport.InstanceID, part []int, offer []byte, re
 		grants = append(grants, g)
 	}
 	return grants
+}
+
+// inline puts the payload an owner sent inside its answer (path inline) in place and reports the
+// entry; it reports whether the entry succeeded (the caller counts it). The bytes are copied out
+// of the answer, whose buffer the next part reuses.
+func (b *batch) inline(owner transport.InstanceID, g grant, data []byte) bool {
+	r := b.r
+	var err error
+	if g.l.data, err = b.alloc(g.i)(len(data)); err != nil {
+		b.fail(owner, g, err)
+		return false
+	}
+	if m := b.reqs[g.i].IntoMemory; m.Typed() {
+		if err := r.copyMemory(g.l.data, m.Type, data, transport.MemoryHost); err != nil {
+			b.fail(owner, g, fmt.Errorf("rendezvous: get: copying an inline payload into %v memory: %w", m.Type, err))
+			return false
+		}
+	} else {
+		copy(g.l.data, data)
+	}
+	g.l.Path, g.l.Reason = metrics.PathInline, metrics.ReasonOK
+	r.m.ObserveTransfer(metrics.PathInline, uint64(len(data)), time.Since(g.start))
+	b.done(g.i, g.l, nil)
+	return true
+}
+
+// inlineFor is the inline limit to ask owner for: Config.BatchInlineMax, or 0 for an owner that
+// answered the inline acquire as an unknown handler (an earlier release).
+func (r *Rendezvous) inlineFor(owner transport.InstanceID) int {
+	if _, old := r.noInline.Load(owner); old {
+		return 0
+	}
+	return r.cfg.BatchInlineMax
 }
 
 // acquireEach leases the entries one acquire message each, Config.BatchWindow at a time: the

@@ -236,17 +236,27 @@ func (r *Rendezvous) acquire(ctx context.Context, h Handle, offer []byte) (*Leas
 		r.m.CountPath(metrics.PathChunked, metrics.ReasonDecodeError)
 		return nil, wire.AcquireResponse{}, fmt.Errorf("rendezvous: acquire from %016x: %w: %v", uint64(h.Owner), ErrProtocol, err)
 	}
-	l, err := r.checkGrant(h, offer, resp)
+	l, err := r.checkGrant(h, offer, resp, false)
 	return l, resp, err
 }
 
 // checkGrant checks an owner's answer to an acquire of h (single or in a batch) against what a
 // correct owner sends, and returns the lease. A wrong answer counts as decode_error and its lease,
 // if it names one, is given back in the background.
-func (r *Rendezvous) checkGrant(h Handle, offer []byte, resp wire.AcquireResponse) (*Lease, error) {
+//
+// inline says whether the answer carried the payload's bytes (a batch entry); exactly those answers
+// name the inline path.
+func (r *Rendezvous) checkGrant(h Handle, offer []byte, resp wire.AcquireResponse, inline bool) (*Lease, error) {
 	var err error
 	if !metrics.Valid(metrics.Path(resp.Path), metrics.Reason(resp.Reason)) {
 		err = fmt.Errorf("path %q with reason %q", resp.Path, resp.Reason)
+	}
+	switch named := resp.Path == string(metrics.PathInline); {
+	case err != nil:
+	case named && !inline:
+		err = errors.New("path inline without the payload")
+	case inline && !named:
+		err = fmt.Errorf("the payload inside the answer with path %q", resp.Path)
 	}
 	if err == nil && resp.Size != h.Size {
 		err = fmt.Errorf("payload of %d bytes, the handle says %d", resp.Size, h.Size)

@@ -16,6 +16,7 @@ func (r *Rendezvous) registerHandlers() {
 	g.HandleInternal(opMetadata, r.onMetadata)
 	g.HandleInternal(opAcquire, r.onAcquire)
 	g.HandleInternal(opAcquireBatch, r.onAcquireBatch)
+	g.HandleInternal(opAcquireBatchInline, r.onAcquireBatch)
 	g.HandleInternal(opPull, r.onPull)
 	g.HandleInternal(opDetach, func(ctx context.Context, from transport.InstanceID, p []byte) ([][]byte, func(), error) {
 		return r.onEndLease(from, p, false)
@@ -121,18 +122,26 @@ func (r *Rendezvous) answer(sl Slot, offer []byte, resp *wire.AcquireResponse, p
 
 // grant takes the lease on h for from and fills what every answer carries.
 func (r *Rendezvous) grant(from transport.InstanceID, h Handle) (Slot, wire.AcquireResponse, error) {
-	sl, err := r.store.newLease(h, from)
+	sl, _, resp, err := r.grantHolding(from, h, -1, r.maxChunk(from))
+	return sl, resp, err
+}
+
+// grantHolding is grant that also holds a payload of at most holdMax bytes of host memory for
+// sending inline (store.newLeaseHolding); chunk is r.maxChunk(from), which a batch looks up once.
+func (r *Rendezvous) grantHolding(from transport.InstanceID, h Handle, holdMax, chunk int) (Slot, *slot, wire.AcquireResponse, error) {
+	sl, held, err := r.store.newLeaseHolding(h, from, holdMax)
 	if err != nil {
-		return Slot{}, wire.AcquireResponse{}, err
+		return Slot{}, nil, wire.AcquireResponse{}, err
 	}
-	return sl, wire.AcquireResponse{Lease: sl.Lease.ID, TTLMillis: uint64(r.cfg.LeaseTTL / time.Millisecond),
-		Size: uint64(len(sl.Data)), ChunkSize: uint32(r.maxChunk(from))}, nil
+	return sl, held, wire.AcquireResponse{Lease: sl.Lease.ID, TTLMillis: uint64(r.cfg.LeaseTTL / time.Millisecond),
+		Size: uint64(len(sl.Data)), ChunkSize: uint32(chunk)}, nil
 }
 
 // onAcquireBatch grants a lease on each handle of the request (one offer for all), entry by entry:
-// a handle that cannot be leased answers its own error and the others are served. The entries
-// that go to the RDMA path are registered together where the server can (RDMAManyServer), each
-// still with its own key.
+// a handle that cannot be leased answers its own error and the others are served. A payload
+// within the inline limit both sides set (the request's InlineMax, Config.BatchInlineMax) goes
+// inside its entry, while the answer's inline budget lasts; the entries that go to the RDMA path
+// are registered together where the server can (RDMAManyServer), each still with its own key.
 func (r *Rendezvous) onAcquireBatch(ctx context.Context, from transport.InstanceID, p []byte) ([][]byte, func(), error) {
 	req, err := wire.DecodeAcquireBatchRequest(p)
 	if err != nil {
@@ -146,10 +155,32 @@ func (r *Rendezvous) onAcquireBatch(ctx context.Context, from transport.Instance
 	var serve []int
 	var slots []Slot
 	var blob []byte
+	inlineMax := min(int(req.InlineMax), r.cfg.BatchInlineMax)
+	budget := inlineBudget(r.msgr.MaxFrame(from), len(req.Handles))
+	// The inline entries' bytes are views of their slots, held (like a pull's) until the answer is
+	// sent; on an early return they are released here.
+	var held []*slot
+	var inlineBytes int
+	defer func() { r.store.unhold(held) }()
+	maxChunk := r.maxChunk(from)
 	for i, wh := range req.Handles {
-		sl, resp, err := r.grant(from, fromWire(wh))
+		holdMax := -1
+		if inlineMax > 0 {
+			holdMax = min(inlineMax, budget)
+		}
+		sl, hold, resp, err := r.grantHolding(from, fromWire(wh), holdMax, maxChunk)
 		if err != nil {
 			entries[i].ErrKind, entries[i].ErrText = batchEntryError(err)
+			continue
+		}
+		if hold != nil {
+			budget -= len(sl.Data)
+			held, inlineBytes = append(held, hold), inlineBytes+len(sl.Data)
+			resp.Path, resp.Reason = string(metrics.PathInline), string(metrics.ReasonOK)
+			entries[i].Response, entries[i].Inline = resp, sl.Data
+			if entries[i].Inline == nil {
+				entries[i].Inline = []byte{}
+			}
 			continue
 		}
 		path, reason, b, ok := r.precheck(sl, req.Offer)
@@ -170,7 +201,7 @@ func (r *Rendezvous) onAcquireBatch(ctx context.Context, from transport.Instance
 			r.answer(slots[k], req.Offer, resp, path, reason)
 		}
 	}
-	b, err := wire.AppendAcquireBatchResponse(nil, entries)
+	parts, err := wire.AcquireBatchResponseParts(entries)
 	if err != nil {
 		for _, e := range entries {
 			if !e.Failed() {
@@ -179,7 +210,14 @@ func (r *Rendezvous) onAcquireBatch(ctx context.Context, from transport.Instance
 		}
 		return nil, nil, err
 	}
-	return [][]byte{b}, nil, nil
+	// The inline payloads go out as parts of the answer, straight from their slots: their holds
+	// end when the answer has been sent (or could not be).
+	r.m.CountPaths(metrics.PathInline, metrics.ReasonOK, len(held))
+	r.m.AddBytes("sent", string(metrics.PathInline), inlineBytes)
+	r.m.PeerServed(uint64(from), metrics.PathInline, inlineBytes)
+	sent := held
+	held = nil // not released on return: once the answer is sent
+	return parts, func() { r.store.unhold(sent) }, nil
 }
 
 // batchEntryError is err as one entry of a batch answer: its sentinel's kind and the owner's text

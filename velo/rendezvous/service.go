@@ -54,6 +54,12 @@ const (
 	DefaultLeaseTTL   = 30 * time.Second
 	DefaultStageTTL   = 5 * time.Minute
 	DefaultPullWindow = 8
+	// DefaultBatchInlineMax is Config.BatchInlineMax's default: entries of a GetBatch up to 4 KiB
+	// come inside the acquire's answer. Below a page a lease's registration, key and read cost
+	// more than the bytes (docs/performance.md, "Small transfers"); above it the RDMA read wins.
+	DefaultBatchInlineMax = 4 << 10
+	// MaxBatchInline bounds Config.BatchInlineMax.
+	MaxBatchInline = wire.MaxInlinePayload
 	// DefaultMaxGetSize bounds the buffer Get allocates for one payload (and so the payload of one
 	// staged message): 4 GiB, above any payload the 1 GiB default RDMA budget can pin.
 	DefaultMaxGetSize = 4 << 30
@@ -65,9 +71,13 @@ const (
 	opAcquire  = messenger.InternalPrefix + "rv.acquire"
 	// opAcquireBatch takes leases on many handles of one owner in one round trip (GetBatch).
 	opAcquireBatch = messenger.InternalPrefix + "rv.acquire_batch"
-	opPull         = messenger.InternalPrefix + "rv.pull"
-	opDetach       = messenger.InternalPrefix + "rv.detach"
-	opRelease      = messenger.InternalPrefix + "rv.release"
+	// opAcquireBatchInline is opAcquireBatch asking for small payloads inside the answer
+	// (Config.BatchInlineMax): a name of its own, which an owner of an earlier release answers as
+	// an unknown handler.
+	opAcquireBatchInline = messenger.InternalPrefix + "rv.acquire_batch_inline"
+	opPull               = messenger.InternalPrefix + "rv.pull"
+	opDetach             = messenger.InternalPrefix + "rv.detach"
+	opRelease            = messenger.InternalPrefix + "rv.release"
 	// opEndBatch ends many leases of one owner in one round trip (EndLeases).
 	opEndBatch = messenger.InternalPrefix + "rv.end_batch"
 	opRef      = messenger.InternalPrefix + "rv.ref"
@@ -96,6 +106,12 @@ type Config struct {
 	// (up to 256 entries of one owner; four parts move at once), keeps in flight (default
 	// DefaultBatchWindow).
 	BatchWindow int
+	// BatchInlineMax is the largest payload a GetBatch entry receives inside the owner's answer
+	// to its batched acquire, with neither a registration nor a read of its own (path inline): as
+	// consumer what this instance asks for, as owner what it grants. 0 takes
+	// DefaultBatchInlineMax; a negative value turns it off (every entry takes the RDMA or the
+	// chunked path). At most MaxBatchInline.
+	BatchInlineMax int
 	// MaxGetSize is the largest payload Get and GetAlloc allocate a buffer for, and so the largest
 	// staged message payload this instance fetches (default DefaultMaxGetSize). A handle's size is
 	// a claim of whoever sent it; without a bound one message could make this instance allocate
@@ -131,6 +147,10 @@ type Rendezvous struct {
 	draining atomic.Bool
 	stop     chan struct{}
 
+	// noInline holds the owners that answered opAcquireBatchInline as an unknown handler (an
+	// earlier release): their batches are acquired without inline payloads.
+	noInline sync.Map // transport.InstanceID -> bool
+
 	bounceSem  chan struct{} // the owner's bounce buffers in use (maxBounce)
 	bounceBufs sync.Pool     // *[]byte
 	wg         sync.WaitGroup
@@ -156,6 +176,10 @@ func New(cfg Config) *Rendezvous {
 	if cfg.MaxGetSize == 0 {
 		cfg.MaxGetSize = DefaultMaxGetSize
 	}
+	if cfg.BatchInlineMax == 0 {
+		cfg.BatchInlineMax = DefaultBatchInlineMax
+	}
+	cfg.BatchInlineMax = min(max(cfg.BatchInlineMax, 0), MaxBatchInline)
 	cfg.MaxGetSize = min(cfg.MaxGetSize, MaxPayload)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -211,14 +211,22 @@ func (s *store) metadata(h Handle) (slotInfo, error) {
 
 // newLease grants consumer a lease on h's slot and returns a view for the path decision.
 func (s *store) newLease(h Handle, consumer transport.InstanceID) (Slot, error) {
+	out, _, err := s.newLeaseHolding(h, consumer, -1)
+	return out, err
+}
+
+// newLeaseHolding is newLease that also holds the payload for reading, as read does, when it is
+// at most holdMax bytes of host memory: held is then the slot, for unhold once the bytes are sent.
+// One lock for both is what a batch's inline entries need.
+func (s *store) newLeaseHolding(h Handle, consumer transport.InstanceID, holdMax int) (_ Slot, held *slot, _ error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sl, err := s.lookupLocked(h)
 	if err != nil {
-		return Slot{}, err
+		return Slot{}, nil, err
 	}
 	if sl.refs == 0 {
-		return Slot{}, fmt.Errorf("%w: %v: every reference was released (its last lease is still ending)", ErrReleased, h)
+		return Slot{}, nil, fmt.Errorf("%w: %v: every reference was released (its last lease is still ending)", ErrReleased, h)
 	}
 	s.nextLse++
 	now := time.Now()
@@ -226,7 +234,28 @@ func (s *store) newLease(h Handle, consumer transport.InstanceID) (Slot, error) 
 	s.leases[l.id] = l
 	sl.leases++
 	s.m.ActiveLeases.Inc()
-	return Slot{ID: sl.id, Data: sl.data, Opts: sl.opts, Lease: LeaseInfo{ID: l.id, Consumer: consumer}}, nil
+	if len(sl.data) <= holdMax && !sl.opts.Memory.Typed() {
+		sl.busy++
+		held = sl
+	}
+	return Slot{ID: sl.id, Data: sl.data, Opts: sl.opts, Lease: LeaseInfo{ID: l.id, Consumer: consumer}}, held, nil
+}
+
+// unhold ends the holds newLeaseHolding took, under one lock.
+func (s *store) unhold(held []*slot) {
+	if len(held) == 0 {
+		return
+	}
+	var frees []func()
+	s.mu.Lock()
+	for _, sl := range held {
+		sl.busy--
+		if f := s.maybeFreeLocked(sl); f != nil {
+			frees = append(frees, f)
+		}
+	}
+	s.mu.Unlock()
+	run(frees...)
 }
 
 // onLeaseEnd adds a hook that runs when the lease ends, however it ends. If the lease already

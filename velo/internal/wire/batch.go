@@ -1,6 +1,9 @@
 package wire
 
-import "fmt"
+import (
+	"encoding/binary"
+	"fmt"
+)
 
 // The batched acquire: one request takes leases on many handles of one owner, one answer says,
 // entry by entry, either the lease (an AcquireResponse) or why not (the error's kind and text).
@@ -10,6 +13,15 @@ import "fmt"
 // AcquireBatchVersion is the version byte of both batch messages.
 const AcquireBatchVersion = 1
 
+// AcquireBatchInlineVersion is the version byte of a request that asks for small payloads inside
+// the answer (AcquireBatchRequest.InlineMax): version 1 with the limit after the offer. It travels
+// under a message name of its own, so that an owner of an earlier release answers it as an
+// unknown handler instead of as a malformed request.
+const AcquireBatchInlineVersion = 2
+
+// MaxInlinePayload bounds one entry's inline payload (and so what InlineMax may ask for).
+const MaxInlinePayload = 64 << 10
+
 // MaxAcquireBatch bounds the entries of one batch message (a count field of 16 bits, and a
 // bound on what one request may make an owner do).
 const MaxAcquireBatch = 4096
@@ -17,8 +29,11 @@ const MaxAcquireBatch = 4096
 // AcquireBatchRequest asks for a lease on each handle; the one offer (empty for none) applies to
 // every entry.
 type AcquireBatchRequest struct {
-	Offer   []byte
-	Handles []Handle
+	Offer []byte
+	// InlineMax asks the owner to send each payload of at most this many bytes inside its entry
+	// of the answer (AcquireBatchEntry.Inline); 0 asks for none.
+	InlineMax uint32
+	Handles   []Handle
 }
 
 // AppendAcquireBatchRequest appends a's encoding to b.
@@ -26,8 +41,18 @@ func AppendAcquireBatchRequest(b []byte, a AcquireBatchRequest) ([]byte, error) 
 	if len(a.Handles) == 0 || len(a.Handles) > MaxAcquireBatch {
 		return b, fmt.Errorf("%w: an acquire batch of %d handles (1 to %d)", ErrMalformed, len(a.Handles), MaxAcquireBatch)
 	}
-	w := writer{b: append(b, AcquireBatchVersion)}
+	if a.InlineMax > MaxInlinePayload {
+		return b, fmt.Errorf("%w: an inline limit of %d bytes (at most %d)", ErrMalformed, a.InlineMax, MaxInlinePayload)
+	}
+	version := uint8(AcquireBatchVersion)
+	if a.InlineMax > 0 {
+		version = AcquireBatchInlineVersion
+	}
+	w := writer{b: append(b, version)}
 	w.bytes16("offer", a.Offer)
+	if a.InlineMax > 0 {
+		w.u32(a.InlineMax)
+	}
 	w.u16(uint16(len(a.Handles)))
 	for _, h := range a.Handles {
 		w.b = AppendHandle(w.b, h)
@@ -38,10 +63,17 @@ func AppendAcquireBatchRequest(b []byte, a AcquireBatchRequest) ([]byte, error) 
 // DecodeAcquireBatchRequest decodes an acquire batch request.
 func DecodeAcquireBatchRequest(b []byte) (AcquireBatchRequest, error) {
 	r := newReader("acquire batch request", b)
-	if v := r.u8("version"); r.err == nil && v != AcquireBatchVersion {
-		return AcquireBatchRequest{}, fmt.Errorf("%w: %w: acquire batch version %d (this build speaks %d)", ErrMalformed, ErrVersion, v, AcquireBatchVersion)
+	v := r.u8("version")
+	if r.err == nil && v != AcquireBatchVersion && v != AcquireBatchInlineVersion {
+		return AcquireBatchRequest{}, fmt.Errorf("%w: %w: acquire batch version %d (this build speaks %d and %d)", ErrMalformed, ErrVersion, v, AcquireBatchVersion, AcquireBatchInlineVersion)
 	}
 	a := AcquireBatchRequest{Offer: r.bytes16("offer")}
+	if v == AcquireBatchInlineVersion {
+		// Zero travels as version 1, so that each request has one encoding.
+		if a.InlineMax = r.u32("inline max"); r.err == nil && (a.InlineMax == 0 || a.InlineMax > MaxInlinePayload) {
+			r.fail("inline limit %d (1 to %d)", a.InlineMax, MaxInlinePayload)
+		}
+	}
 	n := int(r.u16("count"))
 	if r.err == nil && (n == 0 || n > MaxAcquireBatch) {
 		r.fail("%d entries (1 to %d)", n, MaxAcquireBatch)
@@ -72,30 +104,90 @@ type EntryError struct {
 func (e EntryError) Failed() bool { return e.ErrKind != "" || e.ErrText != "" }
 
 // AcquireBatchEntry is one entry of the answer: Response when the lease was granted, else why not.
+// Inline, when not nil, is the whole payload (Response.Size bytes, path "inline"), sent by an
+// owner asked for it (AcquireBatchRequest.InlineMax).
 type AcquireBatchEntry struct {
 	Response AcquireResponse
+	Inline   []byte
 	EntryError
 }
 
 // AppendAcquireBatchResponse appends the entries' encoding to b, in request order.
 func AppendAcquireBatchResponse(b []byte, entries []AcquireBatchEntry) ([]byte, error) {
-	w, err := answerHead(b, AcquireBatchVersion, len(entries), MaxAcquireBatch, "an acquire batch answer")
+	parts, err := AcquireBatchResponseParts(entries)
 	if err != nil {
 		return b, err
 	}
+	for _, p := range parts {
+		b = append(b, p...)
+	}
+	return b, nil
+}
+
+// AcquireBatchResponseParts is the answer's encoding in parts, to be sent one after the other: the
+// inline payloads are not copied but are parts of their own, views of the entries' Inline (which
+// must stay unchanged until the parts are sent).
+func AcquireBatchResponseParts(entries []AcquireBatchEntry) ([][]byte, error) {
+	// One buffer holds everything but the payloads, sized up front so that it is never copied.
+	room := 3
+	inline := 0
+	for _, e := range entries {
+		room += 1 + 2 + 64 + len(e.Response.Path) + len(e.Response.Reason) + len(e.Response.Descriptor) + len(e.ErrKind) + len(e.ErrText) + 4
+		if e.Inline != nil {
+			inline++
+		}
+	}
+	w, err := answerHead(make([]byte, 0, room), AcquireBatchVersion, len(entries), MaxAcquireBatch, "an acquire batch answer")
+	if err != nil {
+		return nil, err
+	}
+	parts := make([][]byte, 0, 2*inline+1)
+	cut := 0 // where the part of w.b not yet in parts begins
 	for _, e := range entries {
 		if e.Failed() {
 			w.entryError(e.ErrKind, e.ErrText)
 			continue
 		}
-		w.u8(0)
-		resp, err := AppendAcquireResponse(nil, e.Response)
-		if err != nil {
-			return b, err
+		tag := uint8(0)
+		if e.Inline != nil {
+			if err := checkInline(e.Response, len(e.Inline)); err != nil {
+				return nil, err
+			}
+			tag = 2
 		}
-		w.bytes16("acquire response", resp)
+		w.u8(tag)
+		at := len(w.b)
+		w.u16(0) // the response's length, known once it is written
+		w.b = appendAcquireResponse(w.b, e.Response, &w.err)
+		n := len(w.b) - at - 2
+		if n > 0xffff {
+			return nil, fmt.Errorf("wire: acquire response is %d bytes, the limit is %d", n, 0xffff)
+		}
+		binary.BigEndian.PutUint16(w.b[at:], uint16(n))
+		if e.Inline != nil {
+			w.u32(uint32(len(e.Inline)))
+			parts = append(parts, w.b[cut:len(w.b):len(w.b)], e.Inline)
+			cut = len(w.b)
+		}
 	}
-	return w.b, w.err
+	if w.err != nil {
+		return nil, w.err
+	}
+	return append(parts, w.b[cut:]), nil
+}
+
+// checkInline checks an inline entry's invariants: the whole payload, within the bound, and no
+// descriptor beside it.
+func checkInline(resp AcquireResponse, n int) error {
+	switch {
+	case n > MaxInlinePayload:
+		return fmt.Errorf("%w: an inline payload of %d bytes (at most %d)", ErrMalformed, n, MaxInlinePayload)
+	case uint64(n) != resp.Size:
+		return fmt.Errorf("%w: an inline payload of %d bytes for a %d-byte lease", ErrMalformed, n, resp.Size)
+	case len(resp.Descriptor) > 0:
+		return fmt.Errorf("%w: an inline payload beside a %d-byte RDMA descriptor", ErrMalformed, len(resp.Descriptor))
+	}
+	return nil
 }
 
 // DecodeAcquireBatchResponse decodes an acquire batch answer. Each granted entry passes the same
@@ -106,14 +198,14 @@ func DecodeAcquireBatchResponse(b []byte) ([]AcquireBatchEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []AcquireBatchEntry
+	out := make([]AcquireBatchEntry, 0, min(n, len(r.buf)/3)) // an entry takes 3 bytes at least
 	for i := 0; i < n && r.err == nil; i++ {
 		switch tag := r.u8("entry tag"); {
 		case r.err != nil:
 		case tag == 1:
 			kind, text := r.entryError(i)
 			out = append(out, AcquireBatchEntry{EntryError: EntryError{ErrKind: kind, ErrText: text}})
-		case tag == 0:
+		case tag == 0 || tag == 2:
 			raw := r.bytes16("acquire response")
 			if r.err != nil {
 				break
@@ -123,7 +215,23 @@ func DecodeAcquireBatchResponse(b []byte) ([]AcquireBatchEntry, error) {
 				r.fail("entry %d: %v", i, err)
 				break
 			}
-			out = append(out, AcquireBatchEntry{Response: resp})
+			e := AcquireBatchEntry{Response: resp}
+			if tag == 2 {
+				n := r.u32("inline length")
+				if r.err == nil {
+					if err := checkInline(resp, int(min(n, MaxInlinePayload+1))); err != nil {
+						r.fail("entry %d: %v", i, err)
+						break
+					}
+				}
+				if e.Inline = r.take(int(n), "inline payload"); r.err != nil {
+					break
+				}
+				if e.Inline == nil {
+					e.Inline = []byte{}
+				}
+			}
+			out = append(out, e)
 		default:
 			r.fail("entry %d: tag %d", i, tag)
 		}

@@ -12,6 +12,7 @@ func FuzzDecodeAcquireBatchRequest(f *testing.F) {
 	for _, a := range []AcquireBatchRequest{
 		{Handles: []Handle{{Owner: 1, Slot: 2, Nonce: 3, Size: 4}}},
 		{Offer: offer, Handles: []Handle{{Owner: 1, Slot: 2, Nonce: 3, Size: 4}, {Owner: 1, Slot: 5, Nonce: 6, Size: 1 << 20}}},
+		{Offer: offer, InlineMax: 4096, Handles: []Handle{{Owner: 1, Slot: 2, Nonce: 3, Size: 4}}},
 	} {
 		b, _ := AppendAcquireBatchRequest(nil, a)
 		f.Add(b)
@@ -25,6 +26,11 @@ func FuzzDecodeAcquireBatchResponse(f *testing.F) {
 		{
 			{Response: AcquireResponse{Path: "rdma", Reason: "ok", Lease: 2, TTLMillis: 1, Size: 4096, ChunkSize: 1, Descriptor: []byte("desc")}},
 			{EntryError: EntryError{ErrKind: "rendezvous.released", ErrText: "slot 7 released"}},
+		},
+		{
+			{Response: AcquireResponse{Path: "inline", Reason: "ok", Lease: 3, TTLMillis: 1, Size: 5, ChunkSize: 1}, Inline: []byte("hello")},
+			{Response: AcquireResponse{Path: "inline", Reason: "ok", Lease: 4, TTLMillis: 1, Size: 0, ChunkSize: 1}, Inline: []byte{}},
+			{Response: AcquireResponse{Path: "rdma", Reason: "ok", Lease: 5, TTLMillis: 1, Size: 4096, ChunkSize: 1, Descriptor: []byte("d")}},
 		},
 	} {
 		b, _ := AppendAcquireBatchResponse(nil, es)
@@ -41,7 +47,7 @@ func TestAcquireBatchLimits(t *testing.T) {
 
 	b, err := AppendAcquireBatchRequest(nil, AcquireBatchRequest{Handles: []Handle{{Owner: 1, Slot: 1, Nonce: 1, Size: 1}}})
 	require.NoError(t, err)
-	b[0] = AcquireBatchVersion + 1
+	b[0] = AcquireBatchInlineVersion + 1
 	_, err = DecodeAcquireBatchRequest(b)
 	assert.ErrorIs(t, err, ErrVersion)
 
@@ -50,6 +56,44 @@ func TestAcquireBatchLimits(t *testing.T) {
 	huge := []byte{AcquireBatchVersion, 0, 0, 0x0f, 0xff}
 	_, err = DecodeAcquireBatchRequest(huge)
 	assert.ErrorIs(t, err, ErrMalformed)
+
+	// The inline request: its own version, a limit of 1 to MaxInlinePayload, zero only as version 1.
+	b, err = AppendAcquireBatchRequest(nil, AcquireBatchRequest{InlineMax: 4096, Handles: []Handle{{Owner: 1, Slot: 1, Nonce: 1, Size: 1}}})
+	require.NoError(t, err)
+	assert.EqualValues(t, AcquireBatchInlineVersion, b[0])
+	a, err := DecodeAcquireBatchRequest(b)
+	require.NoError(t, err)
+	assert.EqualValues(t, 4096, a.InlineMax)
+	_, err = AppendAcquireBatchRequest(nil, AcquireBatchRequest{InlineMax: MaxInlinePayload + 1, Handles: []Handle{{Owner: 1, Slot: 1, Nonce: 1, Size: 1}}})
+	assert.ErrorIs(t, err, ErrMalformed, "an inline limit above the bound")
+	for _, limit := range []uint32{0, MaxInlinePayload + 1} {
+		bad := append([]byte{AcquireBatchInlineVersion, 0, 0}, byte(limit>>24), byte(limit>>16), byte(limit>>8), byte(limit))
+		bad = append(bad, b[len(b)-2-HandleLen:]...)
+		_, err = DecodeAcquireBatchRequest(bad)
+		assert.ErrorIs(t, err, ErrMalformed, "inline limit %d", limit)
+	}
+
+	// An inline entry must be the whole payload, within the bound, without a descriptor.
+	lease := AcquireResponse{Path: "inline", Reason: "ok", Lease: 1, TTLMillis: 1, Size: 4, ChunkSize: 1}
+	_, err = AppendAcquireBatchResponse(nil, []AcquireBatchEntry{{Response: lease, Inline: []byte("abc")}})
+	assert.ErrorIs(t, err, ErrMalformed, "three bytes for a four-byte lease")
+	withDesc := lease
+	withDesc.Descriptor = []byte("d")
+	_, err = AppendAcquireBatchResponse(nil, []AcquireBatchEntry{{Response: withDesc, Inline: []byte("abcd")}})
+	assert.ErrorIs(t, err, ErrMalformed, "a descriptor beside the bytes")
+	good, err := AppendAcquireBatchResponse(nil, []AcquireBatchEntry{{Response: lease, Inline: []byte("abcd")}})
+	require.NoError(t, err)
+	es, err := DecodeAcquireBatchResponse(good)
+	require.NoError(t, err)
+	assert.Equal(t, []byte("abcd"), es[0].Inline)
+	for cut := 1; cut <= 4; cut++ {
+		_, err = DecodeAcquireBatchResponse(good[:len(good)-cut])
+		assert.ErrorIs(t, err, ErrMalformed, "an answer %d bytes short", cut)
+	}
+	lying := append([]byte(nil), good...)
+	lying[len(lying)-5] = 3 // the length says 3 bytes for a 4-byte lease
+	_, err = DecodeAcquireBatchResponse(lying[:len(lying)-1])
+	assert.ErrorIs(t, err, ErrMalformed, "an inline length that is not the lease's size")
 
 	// An answer entry that is neither a lease nor an error.
 	_, err = DecodeAcquireBatchResponse([]byte{AcquireBatchVersion, 0, 1, 1, 0, 0, 0})

@@ -15,9 +15,10 @@ type Pair struct {
 	Reason metrics.Reason
 }
 
-// Pairs are every series of the path metric: rdma/ok and chunked with each chunked reason.
+// Pairs are every series of the path metric: rdma/ok, inline/ok and chunked with each chunked
+// reason.
 func Pairs() []Pair {
-	ps := []Pair{{metrics.PathRDMA, metrics.ReasonOK}}
+	ps := []Pair{{metrics.PathRDMA, metrics.ReasonOK}, {metrics.PathInline, metrics.ReasonOK}}
 	for _, r := range metrics.ChunkedReasons {
 		ps = append(ps, Pair{metrics.PathChunked, r})
 	}
