@@ -282,3 +282,37 @@ func TestGetBatchInlineFromALyingOwner(t *testing.T) {
 	}
 	assert.EqualValues(t, 3, pathCount(t, cons, metrics.PathChunked, metrics.ReasonDecodeError), "each lie counted")
 }
+
+// TestGetBatchInlineTypedMemory: a destination described as device memory (host memory that takes
+// the device paths here, as a CUDA buffer would) receives its inline payload through the
+// transport's copy; a payload the owner holds as such memory is never sent inline: it keeps its
+// path (chunked, through the owner's bounce buffers, without an RDMA registry).
+func TestGetBatchInlineTypedMemory(t *testing.T) {
+	ctx := tctx(t)
+	cons, owner := pair(t)
+	small := payload(1<<10, 5)
+	h := stage(t, owner, small, false)
+	dst := make([]byte, len(small))
+	m := HostMemory(dst)
+	m.bounce = true
+
+	typedSrc := payload(1<<10, 6)
+	tm := HostMemory(typedSrc)
+	tm.bounce = true
+	g, err := owner.RegisterRegionMemory(tm)
+	require.NoError(t, err)
+	defer g.Free()
+	th, err := owner.StageRegion(ctx, g)
+	require.NoError(t, err)
+
+	res := cons.GetBatch(ctx, []GetRequest{GetRequestInto(h, m), {Handle: th}}, nil)
+	require.NoError(t, res[0].Err)
+	assert.Equal(t, metrics.PathInline, res[0].Lease.Path, "into device-typed memory")
+	assert.Equal(t, small, dst)
+	require.NoError(t, res[1].Err)
+	assert.Equal(t, metrics.PathChunked, res[1].Lease.Path, "a device-typed payload is not sent inline")
+	assert.Equal(t, typedSrc, res[1].Lease.Bytes())
+	for _, err := range cons.DetachLeases(ctx, []*Lease{res[0].Lease, res[1].Lease}) {
+		require.NoError(t, err)
+	}
+}
