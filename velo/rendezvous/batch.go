@@ -301,15 +301,21 @@ func (b *batch) acquire(owner transport.InstanceID, part []int, offer []byte, re
 	}
 	inlineMax := r.inlineFor(owner)
 	op := opAcquireBatch
+	expected := 0 // payload bytes the answer should carry
 	if inlineMax > 0 {
 		op = opAcquireBatchInline
+		for _, i := range part {
+			if n := b.reqs[i].Handle.Size; n <= uint64(inlineMax) {
+				expected += int(n)
+			}
+		}
 	}
 	req, err := wire.AppendAcquireBatchRequest(nil, wire.AcquireBatchRequest{Offer: offer, InlineMax: uint32(inlineMax), Handles: hs})
 	var entries []wire.AcquireBatchEntry
 	start := time.Now()
 	if err == nil {
 		var resp []byte
-		if op == opAcquireBatchInline {
+		if expected > 0 {
 			// The answer carries up to maxInlineAnswer bytes of payloads, copied out below: it
 			// is read into a buffer that a later part reuses, not into a new one per part.
 			buf := answerBufs.Get().(*[]byte)
@@ -372,8 +378,10 @@ func (b *batch) acquire(owner transport.InstanceID, part []int, offer []byte, re
 			}
 			continue
 		}
-		// The descriptor is read after this part's answer buffer went back to answerBufs.
-		g.resp.Descriptor = bytes.Clone(g.resp.Descriptor)
+		if expected > 0 {
+			// The descriptor is read after this part's answer buffer went back to answerBufs.
+			g.resp.Descriptor = bytes.Clone(g.resp.Descriptor)
+		}
 		if offer != nil {
 			g.reason = metrics.Reason(e.Response.Reason) // we offered; the owner says why not
 		}
