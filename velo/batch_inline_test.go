@@ -20,20 +20,6 @@ import (
 // and the chunked paths, with the limit set on either side, from an owner without the message, and
 // through answers whose frames are too small for all of them.
 
-// stageSizes stages one pinned payload per size on v and returns the handles and the bytes.
-func stageSizes(t *testing.T, v *Velo, sizes []int, seed uint64) ([]Handle, [][]byte) {
-	t.Helper()
-	hs := make([]Handle, len(sizes))
-	data := make([][]byte, len(sizes))
-	for i, n := range sizes {
-		data[i] = payload(n, seed+uint64(i))
-		h, err := v.RegisterDataPinned(tctx(t), data[i])
-		require.NoError(t, err)
-		hs[i] = h
-	}
-	return hs, data
-}
-
 // fetchAll fetches hs with one GetBatch (every third entry into a buffer of the caller's), checks
 // every payload byte for byte and returns the leases' paths.
 func fetchAll(t *testing.T, cons *Velo, hs []Handle, data [][]byte) ([]metrics.Path, []*Lease) {

@@ -32,10 +32,20 @@ func batchPair(t *testing.T, ownerOpts ...Option) (owner, cons rnode) {
 // stageBlocks stages n pinned payloads of size bytes on v and returns their handles and bytes.
 func stageBlocks(t *testing.T, v *Velo, n, size int, seed uint64) ([]Handle, [][]byte) {
 	t.Helper()
-	hs := make([]Handle, n)
-	data := make([][]byte, n)
-	for i := range hs {
-		data[i] = payload(size, seed+uint64(i))
+	sizes := make([]int, n)
+	for i := range sizes {
+		sizes[i] = size
+	}
+	return stageSizes(t, v, sizes, seed)
+}
+
+// stageSizes stages one pinned payload per size on v and returns the handles and the bytes.
+func stageSizes(t *testing.T, v *Velo, sizes []int, seed uint64) ([]Handle, [][]byte) {
+	t.Helper()
+	hs := make([]Handle, len(sizes))
+	data := make([][]byte, len(sizes))
+	for i, n := range sizes {
+		data[i] = payload(n, seed+uint64(i))
 		h, err := v.RegisterDataPinned(tctx(t), data[i])
 		require.NoError(t, err)
 		hs[i] = h

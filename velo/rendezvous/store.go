@@ -241,7 +241,8 @@ func (s *store) newLeaseHolding(h Handle, consumer transport.InstanceID, holdMax
 	return Slot{ID: sl.id, Data: sl.data, Opts: sl.opts, Lease: LeaseInfo{ID: l.id, Consumer: consumer}}, held, nil
 }
 
-// unhold ends the holds newLeaseHolding took, under one lock.
+// unhold ends holds on slots' bytes (newLeaseHolding's, read's), under one lock, and frees a
+// slot nothing else keeps.
 func (s *store) unhold(held []*slot) {
 	if len(held) == 0 {
 		return
@@ -291,13 +292,7 @@ func (s *store) read(consumer transport.InstanceID, leaseID, off uint64, n uint3
 	l.expires = time.Now().Add(s.ttl)
 	sl := l.slot
 	sl.busy++
-	return sl.data[off : off+uint64(n)], sl.opts.Memory, func() {
-		s.mu.Lock()
-		sl.busy--
-		free := s.maybeFreeLocked(sl)
-		s.mu.Unlock()
-		run(free)
-	}, nil
+	return sl.data[off : off+uint64(n)], sl.opts.Memory, func() { s.unhold([]*slot{sl}) }, nil
 }
 
 // endLease ends a lease the consumer holds: detach keeps the reference, release drops it.

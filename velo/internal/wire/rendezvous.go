@@ -106,7 +106,7 @@ func appendAcquireResponse(b []byte, a AcquireResponse, err *error) []byte {
 // consumer relies on (a lease, a chunk size); the path and reason values are checked against the
 // metric enums by the caller.
 func DecodeAcquireResponse(b []byte) (AcquireResponse, error) {
-	r := &reader{buf: b, ctx: "acquire response"} // on the stack: a batch decodes hundreds
+	r := newReader("acquire response", b)
 	a := AcquireResponse{
 		Path:      internLabel(r.bytes8("path")),
 		Reason:    internLabel(r.bytes8("reason")),
