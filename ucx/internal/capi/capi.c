@@ -25,7 +25,8 @@ velo_ucx_ring_t *velo_ucx_ring_new(ucp_worker_h worker)
 {
 	velo_ucx_ring_t *ring = calloc(1, sizeof(*ring));
 	if (ring != NULL) {
-		ring->worker = worker;
+		ring->worker                 = worker;
+		ring->gput_stats.last_reason = -1; /* no refusal yet */
 	}
 	return ring;
 }

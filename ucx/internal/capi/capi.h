@@ -43,6 +43,26 @@ struct velo_ucx_am_slot;
 struct velo_ucx_guard;
 struct velo_ucx_gput;
 
+// Why the target refused a guarded PUT: the index of its counter.
+enum {
+	VELO_UCX_PUT_REFUSED_MALFORMED = 0, // bad header, length, or data not sent eagerly
+	VELO_UCX_PUT_REFUSED_REVOKED   = 1, // unknown slot, wrong token, revoked registration
+	VELO_UCX_PUT_REFUSED_READONLY  = 2, // the registration grants no write access
+	VELO_UCX_PUT_REFUSED_RANGE     = 3, // the range is not inside the registration
+	VELO_UCX_PUT_REFUSED_KINDS     = 4,
+};
+
+// What the guarded PUT did as target: served, refused by reason, and the last refusal.
+typedef struct velo_ucx_gput_stats {
+	uint64_t served;
+	uint64_t served_bytes;
+	uint64_t refused[VELO_UCX_PUT_REFUSED_KINDS];
+	int32_t  last_reason; // -1 before the first refusal
+	uint32_t last_slot;
+	uint64_t last_address;
+	uint64_t last_length;
+} velo_ucx_gput_stats_t;
+
 typedef struct velo_ucx_ring {
 	velo_ucx_event_t        *events;
 	size_t                   count, cap;
@@ -57,6 +77,9 @@ typedef struct velo_ucx_ring {
 	uint32_t                 guardv_rep_id;
 	uint64_t                 guard_served, guard_refused;
 	struct velo_ucx_gput    *gput;   // guarded-PUT state (guardput.c), or NULL
+	// The guarded PUT's counters live in the ring, beside the GET's, so that Go reads them as
+	// plain fields after every progress call instead of crossing into C for a copy.
+	velo_ucx_gput_stats_t    gput_stats;
 } velo_ucx_ring_t;
 
 velo_ucx_ring_t *velo_ucx_ring_new(ucp_worker_h worker);
@@ -200,26 +223,6 @@ typedef struct velo_ucx_put_rep_hdr {
 
 #define VELO_UCX_GUARDPUT_MAGIC 0x56475031u /* "VGP1" */
 
-// Why the target refused a guarded PUT: the index of its counter.
-enum {
-	VELO_UCX_PUT_REFUSED_MALFORMED = 0, // bad header, length, or data not sent eagerly
-	VELO_UCX_PUT_REFUSED_REVOKED   = 1, // unknown slot, wrong token, revoked registration
-	VELO_UCX_PUT_REFUSED_READONLY  = 2, // the registration grants no write access
-	VELO_UCX_PUT_REFUSED_RANGE     = 3, // the range is not inside the registration
-	VELO_UCX_PUT_REFUSED_KINDS     = 4,
-};
-
-// What the guarded PUT did as target: served, refused by reason, and the last refusal.
-typedef struct velo_ucx_gput_stats {
-	uint64_t served;
-	uint64_t served_bytes;
-	uint64_t refused[VELO_UCX_PUT_REFUSED_KINDS];
-	int32_t  last_reason; // -1 before the first refusal
-	uint32_t last_slot;
-	uint64_t last_address;
-	uint64_t last_length;
-} velo_ucx_gput_stats_t;
-
 // Vectored guarded PUT: many writes, each with its own registration's slot and token (the entry
 // of the vectored GET), in one request whose data is their bytes back to back, sent eagerly. Each
 // write is checked and copied on its own, exactly as a single request is; the reply carries a
@@ -243,7 +246,6 @@ typedef struct velo_ucx_putv_rep_hdr {
 // ones on vreq_id (replies on vrep_id).
 ucs_status_t velo_ucx_guardput_enable(velo_ucx_ring_t *ring, unsigned req_id, unsigned rep_id,
                                       unsigned vreq_id, unsigned vrep_id);
-void velo_ucx_guardput_stats(velo_ucx_ring_t *ring, velo_ucx_gput_stats_t *out);
 
 // Resource query (what ucx_info -d shows).
 typedef struct velo_ucx_resource {

@@ -34,8 +34,7 @@
 #include <string.h>
 
 struct velo_ucx_gput {
-	uint32_t              rep_id, vrep_id;
-	velo_ucx_gput_stats_t stats;
+	uint32_t rep_id, vrep_id;
 };
 
 typedef struct {
@@ -49,14 +48,16 @@ static void gput_reply_cb(void *request, ucs_status_t status, void *user_data)
 	ucp_request_free(request);
 }
 
-static int32_t gput_refuse(struct velo_ucx_gput *g, int reason, uint32_t slot, uint64_t address,
+static int32_t gput_refuse(velo_ucx_ring_t *ring, int reason, uint32_t slot, uint64_t address,
                            uint64_t length, int32_t status)
 {
-	g->stats.refused[reason]++;
-	g->stats.last_reason  = reason;
-	g->stats.last_slot    = slot;
-	g->stats.last_address = address;
-	g->stats.last_length  = length;
+	velo_ucx_gput_stats_t *st = &ring->gput_stats;
+
+	st->refused[reason]++;
+	st->last_reason  = reason;
+	st->last_slot    = slot;
+	st->last_address = address;
+	st->last_length  = length;
 	return status;
 }
 
@@ -66,34 +67,33 @@ static int32_t gput_refuse(struct velo_ucx_gput *g, int reason, uint32_t slot, u
 static int32_t gput_write(velo_ucx_ring_t *ring, uint32_t slot_id, uint64_t token, uint64_t address,
                           uint64_t length, const void *data)
 {
-	struct velo_ucx_gput *g      = ring->gput;
 	struct velo_ucx_guard *guard = ring->guard;
 	guard_slot_t *slot;
 
 	if (guard == NULL || slot_id >= guard->count) {
-		return gput_refuse(g, VELO_UCX_PUT_REFUSED_REVOKED, slot_id, address, length, UCS_ERR_REJECTED);
+		return gput_refuse(ring, VELO_UCX_PUT_REFUSED_REVOKED, slot_id, address, length, UCS_ERR_REJECTED);
 	}
 	slot = &guard->slots[slot_id];
 	if (slot->state != GUARD_LIVE || slot->token != token) {
-		return gput_refuse(g, VELO_UCX_PUT_REFUSED_REVOKED, slot_id, address, length, UCS_ERR_REJECTED);
+		return gput_refuse(ring, VELO_UCX_PUT_REFUSED_REVOKED, slot_id, address, length, UCS_ERR_REJECTED);
 	}
 	if (!(slot->access & VELO_UCX_ACCESS_WRITE)) {
-		return gput_refuse(g, VELO_UCX_PUT_REFUSED_READONLY, slot_id, address, length, UCS_ERR_UNSUPPORTED);
+		return gput_refuse(ring, VELO_UCX_PUT_REFUSED_READONLY, slot_id, address, length, UCS_ERR_UNSUPPORTED);
 	}
 	if (address < slot->base || length > slot->length || address - slot->base > slot->length - length) {
-		return gput_refuse(g, VELO_UCX_PUT_REFUSED_RANGE, slot_id, address, length, UCS_ERR_INVALID_ADDR);
+		return gput_refuse(ring, VELO_UCX_PUT_REFUSED_RANGE, slot_id, address, length, UCS_ERR_INVALID_ADDR);
 	}
 	if (length > 0 && slot->memtype > UCS_MEMORY_TYPE_HOST) {
 		/* Device memory: the bytes go through the CUDA driver (a build without CUDA has no
 		 * such registration, and answers with the refusal below if one ever appears). */
 		if (velo_cuda_copy(address, (uint64_t)(uintptr_t)data, length) != 0) {
-			return gput_refuse(g, VELO_UCX_PUT_REFUSED_MALFORMED, slot_id, address, length, UCS_ERR_UNSUPPORTED);
+			return gput_refuse(ring, VELO_UCX_PUT_REFUSED_MALFORMED, slot_id, address, length, UCS_ERR_UNSUPPORTED);
 		}
 	} else if (length > 0) {
 		memcpy((void*)(uintptr_t)address, data, length);
 	}
-	g->stats.served++;
-	g->stats.served_bytes += length;
+	ring->gput_stats.served++;
+	ring->gput_stats.served_bytes += length;
 	return UCS_OK;
 }
 
@@ -103,7 +103,7 @@ static int32_t gput_check(velo_ucx_ring_t *ring, const velo_ucx_put_req_hdr_t *r
 {
 	if (req->magic != VELO_UCX_GUARDPUT_MAGIC || (recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ||
 	    req->length != (uint64_t)length || (length > 0 && data == NULL)) {
-		return gput_refuse(ring->gput, VELO_UCX_PUT_REFUSED_MALFORMED, req->slot, req->address,
+		return gput_refuse(ring, VELO_UCX_PUT_REFUSED_MALFORMED, req->slot, req->address,
 		                   req->length, UCS_ERR_MESSAGE_TRUNCATED);
 	}
 	return gput_write(ring, req->slot, req->token, req->address, req->length, data);
@@ -126,7 +126,7 @@ static ucs_status_t gput_req_cb(void *arg, const void *header, size_t header_len
 	}
 	if (header_length != sizeof(req) || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
 		/* Not ours, or no way to answer: nothing is written either way. */
-		gput_refuse(ring->gput, VELO_UCX_PUT_REFUSED_MALFORMED, UINT32_MAX, 0, 0, UCS_ERR_MESSAGE_TRUNCATED);
+		gput_refuse(ring, VELO_UCX_PUT_REFUSED_MALFORMED, UINT32_MAX, 0, 0, UCS_ERR_MESSAGE_TRUNCATED);
 		return UCS_OK;
 	}
 	memcpy(&req, header, sizeof(req));
@@ -179,13 +179,13 @@ static ucs_status_t gputv_req_cb(void *arg, const void *header, size_t header_le
 		return UCS_OK;
 	}
 	if (header_length < sizeof(req) || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
-		gput_refuse(ring->gput, VELO_UCX_PUT_REFUSED_MALFORMED, UINT32_MAX, 0, 0, UCS_ERR_MESSAGE_TRUNCATED);
+		gput_refuse(ring, VELO_UCX_PUT_REFUSED_MALFORMED, UINT32_MAX, 0, 0, UCS_ERR_MESSAGE_TRUNCATED);
 		return UCS_OK;
 	}
 	memcpy(&req, header, sizeof(req));
 	if (req.magic != VELO_UCX_GUARDPUTV_MAGIC || req.count == 0 || req.count > VELO_UCX_GUARDPUTV_MAX ||
 	    header_length != sizeof(req) + (size_t)req.count * sizeof(e)) {
-		gput_refuse(ring->gput, VELO_UCX_PUT_REFUSED_MALFORMED, UINT32_MAX, 0, 0, UCS_ERR_MESSAGE_TRUNCATED);
+		gput_refuse(ring, VELO_UCX_PUT_REFUSED_MALFORMED, UINT32_MAX, 0, 0, UCS_ERR_MESSAGE_TRUNCATED);
 		return UCS_OK;
 	}
 	/* The data must be exactly the entries' bytes (no entry's length can wrap the sum: each is
@@ -209,7 +209,7 @@ static ucs_status_t gputv_req_cb(void *arg, const void *header, size_t header_le
 			status = gput_write(ring, e.slot, e.token, e.address, e.length, (const uint8_t*)data + off);
 			off += e.length;
 		} else {
-			status = gput_refuse(ring->gput, VELO_UCX_PUT_REFUSED_MALFORMED, e.slot, e.address,
+			status = gput_refuse(ring, VELO_UCX_PUT_REFUSED_MALFORMED, e.slot, e.address,
 			                     e.length, UCS_ERR_MESSAGE_TRUNCATED);
 		}
 		if (reply != NULL) {
@@ -247,7 +247,6 @@ ucs_status_t velo_ucx_guardput_enable(velo_ucx_ring_t *ring, unsigned req_id, un
 		if (ring->gput == NULL) {
 			return UCS_ERR_NO_MEMORY;
 		}
-		ring->gput->stats.last_reason = -1;
 	}
 	ring->gput->rep_id  = rep_id;
 	ring->gput->vrep_id = vrep_id;
@@ -258,11 +257,3 @@ ucs_status_t velo_ucx_guardput_enable(velo_ucx_ring_t *ring, unsigned req_id, un
 	return velo_ucx_set_handler_cb(ring, vreq_id, gputv_req_cb);
 }
 
-void velo_ucx_guardput_stats(velo_ucx_ring_t *ring, velo_ucx_gput_stats_t *out)
-{
-	memset(out, 0, sizeof(*out));
-	out->last_reason = -1;
-	if (ring->gput != NULL) {
-		*out = ring->gput->stats;
-	}
-}

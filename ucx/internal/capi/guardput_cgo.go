@@ -46,10 +46,11 @@ func GuardPutEnable(r Ring, reqID, repID, vreqID, vrepID uint16) Status {
 	return Status(C.velo_ucx_guardput_enable(r.p, C.uint(reqID), C.uint(repID), C.uint(vreqID), C.uint(vrepID)))
 }
 
-// GuardPutStats wraps velo_ucx_guardput_stats: what this worker did as a guarded PUT's target.
+// GuardPutStats is what this worker did as a guarded PUT's target: the ring's counters, read as
+// fields (no call into C; the engine reads them after every progress call). The caller holds the
+// worker, as for RingGuardStats.
 func GuardPutStats(r Ring) PutStats {
-	var s C.velo_ucx_gput_stats_t
-	C.velo_ucx_guardput_stats(r.p, &s)
+	s := &r.p.gput_stats
 	out := PutStats{
 		Served:      uint64(s.served),
 		ServedBytes: uint64(s.served_bytes),
