@@ -41,35 +41,15 @@ func perftestTool(t *testing.T) ucx.Tool {
 	return tool
 }
 
-// directGetProbe runs ProbeDirectGet between two engines of this process over UCX_TLS.
-func directGetProbe(t *testing.T) error {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	owner, err := ucx.NewEngine(ctx, ucx.EngineConfig{Name: "probe-owner"})
-	require.NoError(t, err)
-	defer owner.Close(context.Background())
-	reader, err := ucx.NewEngine(ctx, ucx.EngineConfig{Name: "probe-reader", RMA: ucx.RMADirect})
-	require.NoError(t, err)
-	defer reader.Close(context.Background())
-	mem, err := ucx.AllocMemory(4096, ucx.MemoryOptions{})
-	require.NoError(t, err)
-	defer mem.Free()
-	reg, err := owner.Register(ctx, mem.Bytes())
-	require.NoError(t, err)
-	defer reg.Unregister(context.Background())
-	c, err := reader.Connect(ctx, owner.Address(), ucx.ConnectOptions{})
-	require.NoError(t, err)
-	return ProbeDirectGet(ctx, c, reg.Addr(), reg.RemoteKey())
-}
-
 // A real run of the linked release's ucx_perftest over tcp: the baseline the benchmarks use.
 // Where the linked UCX's guard refuses software RMA (the static build over tcp) perftest's GET
 // cannot run (its client waits forever on the refusal): the probe must say so, and the test
 // skips with that reason.
 func TestRunAGetOverLoopback(t *testing.T) {
 	tool := perftestTool(t)
-	if err := directGetProbe(t); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := ProbeLoopbackGet(ctx); err != nil {
 		require.ErrorIs(t, err, ErrGetRefusedByGuard)
 		g, gerr := ucx.SoftwareRMAGuard()
 		require.NoError(t, gerr)
@@ -77,8 +57,6 @@ func TestRunAGetOverLoopback(t *testing.T) {
 		require.Positive(t, g.Refused.Get, "the guard did not count the refused GET")
 		t.Skipf("ucx_perftest -t ucp_get is not run: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	r, err := Run(ctx, tool, "-t", "ucp_get", "-s", "65536", "-n", "200")
 	require.NoError(t, err)
 	require.Equal(t, 200, r.Iterations)
