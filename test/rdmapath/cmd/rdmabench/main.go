@@ -34,6 +34,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -501,8 +502,8 @@ func perftest(size, iters int) (float64, error) {
 
 // perftestGetRefused says why ucx_perftest -t ucp_get cannot be the baseline, or nil: over tcp
 // (and ud) its GET is software RMA, which velo's guard refuses. The refused GET does not fail
-// perftest, it hangs it (its server spinning), so on a guarded UCX a short GET is tried first,
-// under a deadline, before any measurement waits on one.
+// perftest, it hangs it (its server spinning), so on a guarded UCX one direct GET between two
+// engines of this process is tried first (benchkit.ProbeLoopbackGet).
 func perftestGetRefused(tool ucx.Tool) error {
 	g, err := ucx.SoftwareRMAGuard()
 	if err != nil || !g.Enforced {
@@ -510,9 +511,11 @@ func perftestGetRefused(tool ucx.Tool) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := benchkit.Run(ctx, tool, "-t", "ucp_get", "-s", "4096", "-n", "16"); err != nil {
-		return fmt.Errorf("the linked UCX's guard (%s) refuses ucx_perftest -t ucp_get over UCX_TLS=%s (software RMA; a GET of 4 KiB did not finish in 10 s); make bench-rendezvous-rdma gives that baseline on the system's UCX",
-			g.Version, os.Getenv("UCX_TLS"))
+	switch err := benchkit.ProbeLoopbackGet(ctx); {
+	case errors.Is(err, benchkit.ErrGetRefusedByGuard):
+		return fmt.Errorf("%w (for this benchmark: make bench-rendezvous-rdma)", err)
+	case err != nil:
+		return fmt.Errorf("ucx_perftest -t ucp_get is not run: a direct GET between two engines failed: %w", err)
 	}
 	return nil
 }
