@@ -340,7 +340,7 @@ func runBench(quick bool, rssMiB int, table, rss bool) error {
 	printLoad()
 	perftestTool, perftestErr = benchkit.Find()
 	if perftestErr == nil {
-		perftestErr = perftestGetRefused(perftestTool)
+		perftestErr = perftestGetRefused()
 	}
 	if perftestErr == nil {
 		fmt.Printf("baseline: %s (UCX %s, the linked release)\n", perftestTool.Path, perftestTool.Version)
@@ -504,7 +504,7 @@ func perftest(size, iters int) (float64, error) {
 // (and ud) its GET is software RMA, which velo's guard refuses. The refused GET does not fail
 // perftest, it hangs it (its server spinning), so on a guarded UCX one direct GET between two
 // engines of this process is tried first (benchkit.ProbeLoopbackGet).
-func perftestGetRefused(tool ucx.Tool) error {
+func perftestGetRefused() error {
 	g, err := ucx.SoftwareRMAGuard()
 	if err != nil || !g.Enforced {
 		return nil
