@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math/bits"
+	"slices"
 
 	"github.com/velo-go/velo/ucx/internal/capi"
 )
@@ -125,6 +126,7 @@ var crc32c = crc32.MakeTable(crc32.Castagnoli)
 // AppendSealedKey appends k's wire form to dst.
 func AppendSealedKey(dst []byte, k SealedKey) []byte {
 	start := len(dst)
+	dst = slices.Grow(dst, sealedHeaderLen+len(k.UCXKey)+4) // one allocation per key, not one per field
 	dst = append(dst, sealedMagic[:]...)
 	dst = append(dst, k.flags(), 0, 0, 0)
 	dst = binary.LittleEndian.AppendUint32(dst, k.Slot)
