@@ -287,3 +287,42 @@ type childProc struct {
 	err    error
 	stderr bytes.Buffer // read only after exited is closed
 }
+
+// stop sends SIGSTOP and returns once every thread of the child is stopped. kill(2) returns
+// before the signal is delivered: a child still running on the other core can answer one more
+// request, which a test that relies on a silent owner must not see.
+func (p *childProc) stop(t *testing.T) {
+	t.Helper()
+	pid := p.cmd.Process.Pid
+	if err := unix.Kill(pid, unix.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP child %d: %v", pid, err)
+	}
+	deadline := time.Now().Add(testTimeout)
+	for !allThreadsStopped(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("child %d not stopped %v after SIGSTOP", pid, testTimeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// allThreadsStopped reads each thread's state from /proc/PID/task/TID/stat: 'T' is stopped
+// by a signal (proc(5)).
+func allThreadsStopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return false
+		}
+		// The state follows the command name, which is in parentheses and may hold spaces.
+		end := bytes.LastIndexByte(stat, ')')
+		if end < 0 || end+2 >= len(stat) || stat[end+2] != 'T' {
+			return false
+		}
+	}
+	return true
+}

@@ -377,9 +377,7 @@ func TestGetCancelWhileOwnerStopped(t *testing.T) {
 	if m, _ := c.RMAMode(ctx); m != RMAGuarded {
 		t.Skip("direct RMA path: cancellation waits for UCX")
 	}
-	if err := child.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	child.stop(t)
 	defer child.cmd.Process.Signal(syscall.SIGCONT)
 	dst := bytes.Repeat([]byte{0x3C}, 4096)
 	gctx, cancel := context.WithCancel(ctx)
