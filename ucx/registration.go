@@ -4,7 +4,9 @@ package ucx
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"runtime"
 	"unsafe"
 )
@@ -160,6 +162,24 @@ func (r *Registration) MemoryType() MemoryType { return r.mem }
 
 // RemoteKey is the sealed key a peer passes to Conn.Get. Every registration has its own.
 func (r *Registration) RemoteKey() []byte { return append([]byte(nil), r.key...) }
+
+// RangeKey is a sealed key for the n bytes at off of the region: the registration's own key (its
+// guard slot, token and UCX key) with the part's base and length. A reader given it reads that
+// part as it would a region of its own, and it dies with the registration. It narrows what a
+// reader asks for, not what the key reaches: the owner's guard checks every read against the
+// whole registered range (and on InfiniBand the NIC against the whole memory region), so hand
+// parts of one registration only to one reader, who may read all of them.
+func (r *Registration) RangeKey(off, n int) ([]byte, error) {
+	if off < 0 || n <= 0 || off > r.length-n {
+		return nil, fmt.Errorf("ucx: RangeKey: %w: [%d, +%d) is not inside the registration's %d bytes", StatusInvalidParam, off, n, r.length)
+	}
+	k := append([]byte(nil), r.key...)
+	binary.LittleEndian.PutUint64(k[24:], r.addr+uint64(off))
+	binary.LittleEndian.PutUint64(k[32:], uint64(n))
+	end := len(k) - 4
+	binary.LittleEndian.PutUint32(k[end:], crc32.Checksum(k[:end], crc32c))
+	return k, nil
+}
 
 // Done is closed once the registration is gone from UCX and no reply reads its memory:
 // from then on the memory may be freed.
