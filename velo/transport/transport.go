@@ -273,6 +273,22 @@ type ManyRegisterer interface {
 	RegisterMemoryMany(mems [][]byte) ([]Registration, []error)
 }
 
+// RangeKeyer is a Registration that names parts of its region: RangeKey(off, n) is a key like
+// Key's for the n bytes at off, which a reader uses as the key of a region of its own and which
+// dies with the registration. It narrows what a reader asks for, not what the key reaches (the
+// backend checks reads against the whole registration): an owner hands the parts of one
+// registration to one reader only.
+type RangeKeyer interface {
+	RangeKey(off, n int) ([]byte, error)
+}
+
+// RunRegisterer is an RMA whose registrations are RangeKeyers. An owner that leases neighbouring
+// slots to one consumer in one batch registers them once, as one region, and gives each lease
+// the key of its own slot (see velo/rendezvous/rdma, "runs").
+type RunRegisterer interface {
+	RegistersRuns() bool
+}
+
 // Registration is one registered memory region. Its life has two steps, because a remote read
 // may be under way when the owner ends it: Revoke stops the key from starting new reads, and
 // Dead is closed once no read of the region is in flight and the region is no longer registered.

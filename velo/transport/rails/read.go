@@ -33,6 +33,17 @@ type piece struct {
 // RMABackend is the first rail's ("ucx").
 func (t *Transport) RMABackend() string { return t.rails[0].rma.RMABackend() }
 
+// RegistersRuns implements transport.RunRegisterer when every rail's transport does: a key of
+// several rails names a part by naming it on each.
+func (t *Transport) RegistersRuns() bool {
+	for _, r := range t.rails {
+		if rr, ok := r.rma.(transport.RunRegisterer); !ok || !rr.RegistersRuns() {
+			return false
+		}
+	}
+	return true
+}
+
 // CanGet reports whether any rail can read from peer.
 func (t *Transport) CanGet(peer transport.InstanceID) bool {
 	for _, r := range t.rails {

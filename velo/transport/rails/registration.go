@@ -85,6 +85,26 @@ func (g *registration) Len() int              { return g.n }
 func (g *registration) Key() []byte           { return g.key }
 func (g *registration) Dead() <-chan struct{} { return g.dead }
 
+// RangeKey implements transport.RangeKeyer: the part named on every rail, in one rail key.
+func (g *registration) RangeKey(off, n int) ([]byte, error) {
+	keys := make([][]byte, len(g.subs))
+	for i, s := range g.subs {
+		if s == nil {
+			continue
+		}
+		rk, ok := s.(transport.RangeKeyer)
+		if !ok {
+			return nil, fmt.Errorf("rails: rail %d's registration cannot name a part of itself", i)
+		}
+		k, err := rk.RangeKey(off, n)
+		if err != nil {
+			return nil, fmt.Errorf("rails: rail %d: %w", i, err)
+		}
+		keys[i] = k
+	}
+	return appendRailKey(nil, keys)
+}
+
 // Revoke revokes every rail's registration; one that could not be handed over is retried by the
 // caller's next Revoke (the others are idempotent).
 func (g *registration) Revoke(ctx context.Context) error {

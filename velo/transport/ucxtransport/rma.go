@@ -12,6 +12,9 @@ import (
 // RMABackend implements transport.RMA: "ucx".
 func (t *Transport) RMABackend() string { return Name }
 
+// RegistersRuns implements transport.RunRegisterer: every registration names its parts.
+func (t *Transport) RegistersRuns() bool { return true }
+
 // CanGet implements transport.RMA: the peer was registered with AddPeer (a peer we only know
 // from its hello does not count: the runtime offers RDMA to owners it registered) and its
 // address says it serves one-sided reads.
@@ -78,6 +81,9 @@ type registration struct {
 func (g *registration) Len() int              { return g.r.Len() }
 func (g *registration) Key() []byte           { return g.r.RemoteKey() }
 func (g *registration) Dead() <-chan struct{} { return g.r.Done() }
+
+// RangeKey implements transport.RangeKeyer: the sealed key of a part of the registration.
+func (g *registration) RangeKey(off, n int) ([]byte, error) { return g.r.RangeKey(off, n) }
 
 // Revoke implements transport.Registration: later guarded GETs with the key are refused. A
 // guarded reply that is already reading the region keeps it until the reply completed (the

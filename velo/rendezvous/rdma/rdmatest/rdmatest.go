@@ -189,6 +189,16 @@ func (r *registration) Key() []byte {
 	return binary.LittleEndian.AppendUint64(k, r.token)
 }
 
+// RangeKey is the key of the n bytes at off (transport.RangeKeyer): the registration's key and
+// the part's bounds.
+func (r *registration) RangeKey(off, n int) ([]byte, error) {
+	if off < 0 || n <= 0 || off > len(r.mem)-n {
+		return nil, fmt.Errorf("rdmatest: RangeKey: [%d, +%d) is not inside %d bytes", off, n, len(r.mem))
+	}
+	k := binary.LittleEndian.AppendUint64(r.Key(), uint64(off))
+	return binary.LittleEndian.AppendUint64(k, uint64(n)), nil
+}
+
 // Revoke refuses later GETs with the key; Dead closes when no GET reads the region any more.
 func (r *registration) Revoke(context.Context) error {
 	r.t.mu.Lock()
@@ -237,6 +247,9 @@ func (t *Transport) ForceClosePeer(peer transport.InstanceID) error {
 }
 
 // RegisterMemory registers mem under a fresh key.
+// RegistersRuns implements transport.RunRegisterer: its registrations name their parts.
+func (t *Transport) RegistersRuns() bool { return true }
+
 func (t *Transport) RegisterMemory(mem []byte) (transport.Registration, error) {
 	if p := t.RegisterErr.Load(); p != nil {
 		return nil, *p
@@ -287,8 +300,17 @@ func (t *Transport) Get(ctx context.Context, peer transport.InstanceID, key []by
 			return ErrInjected
 		}
 	}
-	if len(key) != 16 {
+	if len(key) != 16 && len(key) != 32 {
 		return fmt.Errorf("%w: key of %d bytes", ErrRevoked, len(key))
+	}
+	if len(key) == 32 {
+		// A part's key (RangeKey): the offset is the part's, the range checked against it here
+		// as the UCX binding does on the reader's side; the owner checks the registration's.
+		base, n := binary.LittleEndian.Uint64(key[16:]), binary.LittleEndian.Uint64(key[24:])
+		if uint64(len(dst)) > n || offset > n-uint64(len(dst)) {
+			return fmt.Errorf("%w: [%d, +%d) of a %d-byte part", ErrOutOfRange, offset, len(dst), n)
+		}
+		offset += base
 	}
 	owner := t.f.node(peer)
 	if owner == nil {
