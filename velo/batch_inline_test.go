@@ -3,6 +3,7 @@ package velo
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -55,7 +56,8 @@ func TestGetBatchInline(t *testing.T) {
 	}
 	hs, data := stageSizes(t, owner.Velo, sizes, 1)
 	paths, leases := fetchAll(t, cons.Velo, hs, data)
-	inline, rdma := 0, 0
+	inline, rdma, rdmaPages := 0, 0, 0
+	page := os.Getpagesize()
 	for i, p := range paths {
 		if sizes[i] <= DefaultBatchInlineMax {
 			assert.Equal(t, metrics.PathInline, p, "entry %d of %d bytes", i, sizes[i])
@@ -63,9 +65,13 @@ func TestGetBatchInline(t *testing.T) {
 		} else {
 			assert.Equal(t, metrics.PathRDMA, p, "entry %d of %d bytes", i, sizes[i])
 			rdma++
+			rdmaPages += (sizes[i] + page - 1) / page * page
 		}
 	}
-	assert.EqualValues(t, rdma, owner.RDMAStats().LeaseRegistrations, "the owner registered the RDMA entries alone")
+	st := owner.RDMAStats()
+	assert.EqualValues(t, rdmaPages, st.LeaseBytes, "the owner registered the RDMA entries' pages alone")
+	// The two RDMA payloads of each group of six were staged one after the other: one run each.
+	assert.EqualValues(t, rdma/2, st.LeaseRegistrations, "one registration per run of neighbouring slots")
 	for _, v := range []*Velo{owner.Velo, cons.Velo} {
 		assert.EqualValues(t, inline, pathCount(t, v, metrics.PathInline, metrics.ReasonOK))
 		assert.EqualValues(t, rdma, pathCount(t, v, metrics.PathRDMA, metrics.ReasonOK))

@@ -28,8 +28,9 @@ type RDMAServer interface {
 }
 
 // RDMAManyServer is an RDMAServer that serves the leases of one batch together (the RDMA
-// registry is one): each slot still gets its own registration and key, but the transport is
-// asked once for all of them.
+// registry is one): each slot gets a key of its own, the transport is asked once for all of
+// them, and slots that are neighbours in memory may share one registration (each onLeaseEnd
+// then ends its own lease's share of it; the registration goes with the last).
 type RDMAManyServer interface {
 	RDMAServer
 	// ServeMany is Serve for each slot, with the same offer; one result per slot, in order.

@@ -31,6 +31,13 @@
 // rendezvous store runs one hook for all of them). A slot goes back to its arena only after its
 // registration is gone, and an arena is unmapped only when no slot is left in it.
 //
+// One batch answer may lease many slots that sit side by side in an arena (blocks staged one
+// after another) to one consumer. Those are registered once, as a run, and each lease's key names
+// its own slot; the run is revoked when the last of its leases ends. A run's key reaches the run
+// (the owner checks reads against the registration, not the part a key names), which is all
+// that consumer's, and nothing else; its pages stay out of use until it is dead. On InfiniBand a
+// run is one memory registration where it would have been one per block.
+//
 // # What it decides
 //
 // The registry answers the rendezvous path decision (docs/architecture.md) where it owns the

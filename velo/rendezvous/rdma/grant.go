@@ -59,7 +59,7 @@ func (r *Registry) ServeWrite(g *Region, off, n int, writer transport.InstanceID
 		s.dropReg()
 		return nil, nil, nil, metrics.ReasonBudget, fmt.Errorf("rdma: registering %s for write grant %d: %w", verbs.FormatBytes(uint64(n)), grant, err)
 	}
-	lr := &leaseReg{reg: reg, slot: s, bytes: n, peer: writer, lease: grant}
+	lr := &leaseReg{reg: reg, slots: []registrable{s}, bytes: n, peer: writer, lease: grant, holders: 1}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()

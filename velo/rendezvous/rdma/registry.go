@@ -58,14 +58,17 @@ type Registry struct {
 	qwg        sync.WaitGroup // quarantine watchers
 }
 
-// leaseReg is one lease's registration of one slot.
+// leaseReg is one registration and the leases whose keys it backs: one lease's slot, or a run
+// of neighbouring slots leased to one consumer in one batch (ServeMany), each lease with the key
+// of its own slot. It is revoked when the last of those leases ends.
 type leaseReg struct {
-	reg   transport.Registration
-	slot  registrable
-	bytes int
-	peer  transport.InstanceID // the consumer the key was sent to
-	lease uint64
-	once  sync.Once
+	reg     transport.Registration
+	slots   []registrable
+	bytes   int
+	peer    transport.InstanceID // the consumer the keys were sent to
+	lease   uint64               // the first lease (for logs)
+	holders int                  // leases not yet ended; guarded by Registry.mu
+	once    sync.Once
 }
 
 var (
@@ -232,8 +235,8 @@ func (o *Owner) Serve(ctx context.Context, sl rendezvous.Slot, offer []byte) ([]
 }
 
 // ServeMany implements rendezvous.RDMAManyServer: Serve for the slots of one batch of leases,
-// each with its own registration and key, registered in one call where the transport can
-// (transport.ManyRegisterer).
+// each with a key of its own, registered in one call where the transport can
+// (transport.ManyRegisterer). Neighbouring slots of one consumer share one registration (runs).
 func (o *Owner) ServeMany(ctx context.Context, slots []rendezvous.Slot, offer []byte) []rendezvous.Served {
 	r := o.r
 	out := make([]rendezvous.Served, len(slots))
@@ -276,36 +279,133 @@ func (o *Owner) ServeMany(ctx context.Context, slots []rendezvous.Slot, offer []
 	for k, i := range idx {
 		consumers[k] = slots[i].Lease.Consumer
 	}
-	regs, errs := r.register(regions, consumers, mems, idx)
-	for k, i := range idx {
-		s, region, sl := mems[i], regions[k], slots[i]
-		if errs[k] != nil {
-			r.pool.unreserve(len(region))
-			s.dropReg()
-			out[i] = rendezvous.Served{Reason: metrics.ReasonBudget, Err: fmt.Errorf("rdma: registering %s for lease %d: %w", verbs.FormatBytes(uint64(len(region))), sl.Lease.ID, errs[k])}
+	units := r.runs(mems, regions, idx, consumers)
+	unitRegions := make([][]byte, len(units))
+	unitConsumers := make([]transport.InstanceID, len(units))
+	unitMems := make([]registrable, len(units))
+	for u, un := range units {
+		unitRegions[u], unitConsumers[u], unitMems[u] = un.region, consumers[un.first], mems[idx[un.first]]
+	}
+	regs, errs := r.register(unitRegions, unitConsumers, unitMems)
+	for u, un := range units {
+		members := idx[un.first : un.first+un.n]
+		if errs[u] != nil {
+			for _, i := range members {
+				r.pool.unreserve(len(mems[i].PinnedRegion()))
+				mems[i].dropReg()
+				out[i] = rendezvous.Served{Reason: metrics.ReasonBudget, Err: fmt.Errorf("rdma: registering %s for lease %d: %w", verbs.FormatBytes(uint64(len(un.region))), slots[i].Lease.ID, errs[u])}
+			}
 			continue
 		}
-		lr := &leaseReg{reg: regs[k], slot: s, bytes: len(region), peer: sl.Lease.Consumer, lease: sl.Lease.ID}
-		desc, err := wire.AppendRDMADescriptor(nil, wire.RDMADescriptor{Version: wire.DescriptorVersionFor(version), Memory: uint8(s.memory().Type), Key: lr.reg.Key()})
+		lr := &leaseReg{reg: regs[u], bytes: len(un.region), peer: unitConsumers[u], lease: slots[members[0]].Lease.ID, holders: un.n}
+		for _, i := range members {
+			lr.slots = append(lr.slots, mems[i])
+		}
+		keys, err := runKeys(lr.reg, regions[un.first:un.first+un.n])
+		if err == nil {
+			for j, i := range members {
+				out[i].Descriptor, err = wire.AppendRDMADescriptor(nil, wire.RDMADescriptor{Version: wire.DescriptorVersionFor(version), Memory: uint8(mems[i].memory().Type), Key: keys[j]})
+				if err != nil {
+					break
+				}
+			}
+		}
 		if err != nil {
 			r.revoke(lr)
-			out[i] = rendezvous.Served{Reason: metrics.ReasonDecodeError, Err: fmt.Errorf("rdma: %w: %w", ErrDescriptor, err)}
+			for _, i := range members {
+				out[i] = rendezvous.Served{Reason: metrics.ReasonDecodeError, Err: fmt.Errorf("rdma: %w: %w", ErrDescriptor, err)}
+			}
 			continue
 		}
 		r.mu.Lock()
 		if r.closed {
 			r.mu.Unlock()
 			r.revoke(lr)
-			out[i] = rendezvous.Served{Reason: metrics.ReasonPoolExhausted, Err: ErrClosed}
+			for _, i := range members {
+				out[i] = rendezvous.Served{Reason: metrics.ReasonPoolExhausted, Err: ErrClosed}
+			}
 			continue
 		}
 		r.leases[lr] = struct{}{}
 		r.g.leaseRegs.Inc()
 		r.g.leaseBytes.Add(float64(lr.bytes))
 		r.mu.Unlock()
-		out[i] = rendezvous.Served{Descriptor: desc, OnLeaseEnd: func() { r.endLease(lr) }, Reason: metrics.ReasonOK}
+		for _, i := range members {
+			var once sync.Once
+			out[i].OnLeaseEnd, out[i].Reason = func() { once.Do(func() { r.leaseEnded(lr) }) }, metrics.ReasonOK
+		}
 	}
 	return out
+}
+
+// regUnit is what one registration of ServeMany covers: the regions regions[first:first+n] of
+// one call, as one region.
+type regUnit struct {
+	first, n int
+	region   []byte
+}
+
+// runs cuts the regions of one ServeMany (regions[k], of slot mems[idx[k]], leased to
+// consumers[k]) into what is registered once. Pool slots that follow each other in one arena,
+// leased to one consumer, form a run, registered as one region where the transport can name
+// the parts of a registration (transport.RunRegisterer): a batch of blocks staged one after
+// another then costs one registration and one revocation instead of one per block (on
+// InfiniBand, one ibv_reg_mr for the run). Each lease still gets a key naming its own slot, but
+// that key reaches the whole run: the run's slots are all this consumer's, leased in the same
+// answer, and the run's pages stay out of use until its registration is dead, which is when the
+// last of its leases ends. Anything else is registered alone.
+func (r *Registry) runs(mems []registrable, regions [][]byte, idx []int, consumers []transport.InstanceID) []regUnit {
+	units := make([]regUnit, 0, len(regions))
+	rr, ok := r.rma.(transport.RunRegisterer)
+	joins := ok && rr.RegistersRuns()
+	for k := range regions {
+		if n := len(units); joins && n > 0 && consumers[k] == consumers[k-1] {
+			u := &units[n-1]
+			if first, cur, ok := follows(mems[idx[u.first]], mems[idx[k-1]], mems[idx[k]]); ok {
+				off, end := first.start*pageSize, (cur.start+cur.pages)*pageSize
+				u.region = first.a.mem[off:end:end]
+				u.n++
+				continue
+			}
+		}
+		units = append(units, regUnit{first: k, n: 1, region: regions[k]})
+	}
+	return units
+}
+
+// follows reports whether cur is the pool slot right after prev in prev's arena, prev being in a
+// run that starts at first; it returns first and cur as slots.
+func follows(first, prev, cur registrable) (*Slot, *Slot, bool) {
+	f, ok1 := first.(*Slot)
+	p, ok2 := prev.(*Slot)
+	c, ok3 := cur.(*Slot)
+	if !ok1 || !ok2 || !ok3 || c.a != p.a || p.start+p.pages != c.start {
+		return nil, nil, false
+	}
+	return f, c, true
+}
+
+// runKeys is the key of each part of reg, whose region is the parts laid end to end: reg's own
+// key for a registration of one part.
+func runKeys(reg transport.Registration, parts [][]byte) ([][]byte, error) {
+	if len(parts) == 1 {
+		return [][]byte{reg.Key()}, nil
+	}
+	rk, ok := reg.(transport.RangeKeyer)
+	if !ok {
+		return nil, fmt.Errorf("the transport said it registers runs, but its registration cannot name a part of itself")
+	}
+	keys := make([][]byte, len(parts))
+	off := 0
+	for j, p := range parts {
+		k, err := rk.RangeKey(off, len(p))
+		if err != nil {
+			return nil, err
+		}
+		keys[j] = k
+		off += len(p)
+	}
+	return keys, nil
 }
 
 // register registers each region with its own key: in one call where the transport can. A
@@ -315,7 +415,7 @@ func (o *Owner) ServeMany(ctx context.Context, slots []rendezvous.Slot, offer []
 //
 // Typed regions (memory the caller described: mems[idx[k]]) are registered one by one with their
 // memory type (transport.MemoryRMA), the others as before.
-func (r *Registry) register(regions [][]byte, consumers []transport.InstanceID, mems []registrable, idx []int) ([]transport.Registration, []error) {
+func (r *Registry) register(regions [][]byte, consumers []transport.InstanceID, mems []registrable) ([]transport.Registration, []error) {
 	if len(regions) == 0 {
 		return nil, nil
 	}
@@ -325,7 +425,7 @@ func (r *Registry) register(regions [][]byte, consumers []transport.InstanceID, 
 	regs := make([]transport.Registration, len(regions))
 	errs := make([]error, len(regions))
 	for k := range regions {
-		if m := mems[idx[k]].memory(); m.Typed() {
+		if m := mems[k].memory(); m.Typed() {
 			regs[k], errs[k] = r.registerTyped(regions[k], m)
 			continue
 		}
@@ -376,6 +476,19 @@ func (r *Registry) registerPlain(regions [][]byte, consumers []transport.Instanc
 	return regs, errs
 }
 
+// leaseEnded is one lease of lr ending: the last one ends the registration.
+func (r *Registry) leaseEnded(lr *leaseReg) {
+	r.mu.Lock()
+	lr.holders--
+	last := lr.holders <= 0
+	r.mu.Unlock()
+	if last {
+		r.endLease(lr)
+	}
+}
+
+// endLease ends lr's registration, whatever leases it still backs (the last lease ended, or the
+// registry closes).
 func (r *Registry) endLease(lr *leaseReg) {
 	r.mu.Lock()
 	_, live := r.leases[lr]
@@ -476,7 +589,9 @@ func (r *Registry) released(lr *leaseReg, quarantined bool) {
 		r.log.Info("rdma: a quarantined registration is dead; its memory is back in use", "lease", lr.lease, "bytes", lr.bytes)
 	}
 	r.pool.unreserve(lr.bytes)
-	lr.slot.dropReg()
+	for _, s := range lr.slots {
+		s.dropReg()
+	}
 }
 
 // ---------------------------------------------------------------------------- consumer side
@@ -616,7 +731,8 @@ type Stats struct {
 	ArenaBytes int64
 	// Slots: pinned slots handed out (staged payloads and consumer buffers) not yet freed.
 	Slots int
-	// LeaseRegistrations and LeaseBytes: live per-lease registrations and the bytes they cover.
+	// LeaseRegistrations and LeaseBytes: live registrations of leases (one per lease, or one per
+	// run of neighbouring slots leased in one batch) and the bytes they cover.
 	LeaseRegistrations int
 	LeaseBytes         int64
 	// QuarantinedRegistrations and QuarantinedBytes: registrations whose lease ended but whose
@@ -728,8 +844,8 @@ func newGauges(reg prometheus.Registerer) (*gauges, error) {
 	g := &gauges{
 		arenas:        prometheus.NewGauge(prometheus.GaugeOpts{Name: ArenasGauge, Help: "Pinned arenas mapped by the RDMA registry."}),
 		arenaBytes:    prometheus.NewGauge(prometheus.GaugeOpts{Name: ArenaBytesGauge, Help: "Bytes of the mapped pinned arenas (mlocked)."}),
-		leaseRegs:     prometheus.NewGauge(prometheus.GaugeOpts{Name: LeaseRegistrationsGauge, Help: "Live per-lease memory registrations (one remote key each)."}),
-		leaseBytes:    prometheus.NewGauge(prometheus.GaugeOpts{Name: LeaseBytesGauge, Help: "Bytes covered by live per-lease registrations."}),
+		leaseRegs:     prometheus.NewGauge(prometheus.GaugeOpts{Name: LeaseRegistrationsGauge, Help: "Live memory registrations of leases (one per lease, or one per run of neighbouring slots leased in one batch)."}),
+		leaseBytes:    prometheus.NewGauge(prometheus.GaugeOpts{Name: LeaseBytesGauge, Help: "Bytes covered by live registrations of leases."}),
 		arenaFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: ArenaFailuresTotal, Help: "Arenas that could not be mapped or locked (memlock limit, out of memory)."}),
 		quarantined: prometheus.NewGauge(prometheus.GaugeOpts{Name: QuarantinedGauge,
 			Help: "Registrations whose lease ended while a read of them was in flight; their memory stays out of use until the transport confirms the key dead."}),

@@ -188,6 +188,11 @@ func TestBatchAndRangesSpreadOverRails(t *testing.T) {
 	for _, s := range status(consumer) {
 		assert.Positive(t, s.Slices, "rail %d read nothing of the batch", s.Index)
 	}
+	// The twelve payloads were staged one after another: the owner registered them as one run,
+	// once on each rail, and each lease's rail-set key named its own payload on every rail.
+	for i, rt := range owner.rt {
+		assert.Equal(t, int64(1), rt.Registrations.Load(), "rail %d: registrations of the batch", i)
+	}
 
 	// Ranged reads of one large payload: one lease, one rail-set key, many reads.
 	big := randomBytes(4<<20, 99)
