@@ -39,6 +39,10 @@
 //	acquire <handle>      Acquire a range lease and read its first 64 bytes through it
 //	release <lease>       Release that lease (the owner revokes its key)
 //	get <handle>          Get, the SHA-256 of the bytes and the path they took, then Detach
+//	batch <handle>...     GetBatch of the handles; keeps the leases (numbered from 0 in the order of
+//	                      all batches) and answers their numbers, paths and the bytes' SHA-256s
+//	end <n>               Release batched lease n (the owner revokes the registration behind it
+//	                      once no lease of that registration is left)
 //	stream <owner> <interval>   send "LEGIT <n>" to the owner's "attack.sink" every interval
 //	sent                  how many messages of the stream went, and its error if it stopped
 //	pause / resume        hold the stream / go on; pause answers once no send is in flight
@@ -185,6 +189,7 @@ type node struct {
 
 	// The consumer's leases and stream.
 	leases   []*velo.RangeLease
+	batched  []*velo.Lease
 	streamMu sync.Mutex
 	stream   *streamer
 }
@@ -278,6 +283,21 @@ func (n *node) run(cmd, arg string) {
 		n.reply(map[string]any{"ok": true})
 	case "get":
 		n.get(ctx, arg)
+	case "batch":
+		n.batch(ctx, arg)
+	case "end":
+		i, err := strconv.Atoi(arg)
+		if err != nil || i < 0 || i >= len(n.batched) || n.batched[i] == nil {
+			n.fail(fmt.Errorf("end %q: no such batched lease", arg))
+			return
+		}
+		err = n.batched[i].Release(ctx)
+		n.batched[i] = nil
+		if err != nil {
+			n.fail(err)
+			return
+		}
+		n.reply(map[string]any{"ok": true})
 	case "stream":
 		n.startStream(arg)
 	case "sent":
@@ -417,6 +437,35 @@ func (n *node) get(ctx context.Context, arg string) {
 	n.reply(map[string]any{"sha256": hex.EncodeToString(sum[:]), "path": strings.Join(grew, ","), "detach_err": errString(l.Detach(ctx))})
 }
 
+// batch fetches the handles in one GetBatch and keeps their leases.
+func (n *node) batch(ctx context.Context, arg string) {
+	var reqs []velo.GetRequest
+	for _, f := range strings.Fields(arg) {
+		h, err := parseHandle(f)
+		if err != nil {
+			n.fail(err)
+			return
+		}
+		reqs = append(reqs, velo.GetRequest{Handle: h})
+	}
+	var leases []int
+	var paths, sums []string
+	for i, r := range n.v.GetBatch(ctx, reqs, nil) {
+		if r.Err != nil {
+			for _, k := range leases {
+				_ = n.batched[k].Release(ctx)
+				n.batched[k] = nil
+			}
+			n.fail(fmt.Errorf("batch entry %d: %w", i, r.Err))
+			return
+		}
+		sum := sha256.Sum256(r.Lease.Bytes())
+		n.batched = append(n.batched, r.Lease)
+		leases, paths, sums = append(leases, len(n.batched)-1), append(paths, string(r.Lease.Path)), append(sums, hex.EncodeToString(sum[:]))
+	}
+	n.reply(map[string]any{"leases": leases, "paths": paths, "sha256": sums})
+}
+
 // streamer sends numbered messages to the owner until stopped.
 type streamer struct {
 	mu     sync.Mutex
@@ -536,6 +585,16 @@ func (r *recorder) add(reg transport.Registration, mem []byte) transport.Registr
 	r.regs = append(r.regs, rec)
 	r.mu.Unlock()
 	return rec
+}
+
+// RangeKey passes a run's part keys through (transport.RangeKeyer): the owner registers the
+// neighbouring slots of a batch once and hands each lease the key of its part.
+func (c *recorded) RangeKey(off, n int) ([]byte, error) {
+	rk, ok := c.Registration.(transport.RangeKeyer)
+	if !ok {
+		return nil, errors.New("victim: the transport's registration names no parts")
+	}
+	return rk.RangeKey(off, n)
 }
 
 func (c *recorded) Revoke(ctx context.Context) error {
