@@ -1,6 +1,7 @@
 // Package rdma is the RDMA registry of a velo instance: the pinned memory that rendezvous slots
 // live in, the budget on how much of it the process may pin, and the per-lease registrations
-// that let exactly one consumer read exactly one slot by a one-sided GET.
+// that let exactly one consumer read exactly one slot (or a run of its slots, leased in one batch)
+// by a one-sided GET.
 //
 // It is written against transport.RMA (register, GET, can-GET), which the UCX transport
 // implements; it never touches UCX itself, so it is pure Go and its unit tests can run on an

@@ -162,7 +162,8 @@ func (r *Registry) Owner() *Owner { return &Owner{r} }
 // Consumer is the registry's consumer side, as rendezvous.RDMAClient.
 func (r *Registry) Consumer() *Consumer { return &Consumer{r} }
 
-// Owner serves leases: it registers exactly a slot's pages for one consumer.
+// Owner serves leases: it registers exactly a slot's pages for one consumer (the pages of a run
+// of its slots, for a batch; see runs).
 type Owner struct{ r *Registry }
 
 // Backend names the RMA backend whose offers it answers.
@@ -413,7 +414,7 @@ func runKeys(reg transport.Registration, parts [][]byte) ([][]byte, error) {
 // the consumer of each region's lease, in one call per consumer (one acquire's leases are all
 // one consumer's).
 //
-// Typed regions (memory the caller described: mems[idx[k]]) are registered one by one with their
+// Typed regions (memory the caller described: mems[k]) are registered one by one with their
 // memory type (transport.MemoryRMA), the others as before.
 func (r *Registry) register(regions [][]byte, consumers []transport.InstanceID, mems []registrable) ([]transport.Registration, []error) {
 	if len(regions) == 0 {
