@@ -263,3 +263,56 @@ func metricValue(t *testing.T, v *Velo, name string, labels map[string]string) f
 	require.NoError(t, err)
 	return x
 }
+
+// TestStalledReadOfARunHoldsTheRun: the blocks of one batch, staged one after another, are one
+// registration (a run). One read of it stalls; the reaper ends every lease of the batch, and the
+// run is quarantined whole: each of its slots stays out of use after its payload is released,
+// until the stalled read ends.
+func TestStalledReadOfARunHoldsTheRun(t *testing.T) {
+	f := rdmatest.NewFabric()
+	owner := rdmaNode(t, f, true, WithLeaseTTL(200*time.Millisecond), WithRDMA(RDMAConfig{ForceCloseAfter: time.Hour}))
+	cons := rdmaNode(t, f, true)
+	link(t, owner, cons, true)
+
+	const blocks, size = 4, 64 << 10
+	var reqs []GetRequest
+	var data [][]byte
+	for i := range blocks {
+		d := payload(size, uint64(20+i))
+		h, err := owner.RegisterDataPinned(tctx(t), d)
+		require.NoError(t, err)
+		reqs, data = append(reqs, GetRequest{Handle: h}), append(data, d)
+	}
+	resume := make(chan struct{})
+	inFlight := stallFirstGet(owner, resume)
+	got := make(chan []GetResult, 1)
+	go func() { got <- cons.GetBatch(context.Background(), reqs, nil) }()
+	<-inFlight
+	assert.Equal(t, int64(1), owner.rt.Registrations.Load(), "the batch's four neighbouring blocks are one registration")
+
+	require.Eventually(t, func() bool { return owner.RDMAStats().QuarantinedRegistrations == 1 }, 10*time.Second, 10*time.Millisecond,
+		"the TTL reaper did not end the batch's leases")
+	st := owner.RDMAStats()
+	assert.Equal(t, 0, st.LeaseRegistrations)
+	assert.Equal(t, int64(blocks*size), st.QuarantinedBytes, "the whole run is quarantined")
+
+	// The owner releases every payload: the slots are freed, their pages held by the run.
+	for _, q := range reqs {
+		require.NoError(t, owner.Unref(tctx(t), q.Handle))
+	}
+	require.Eventually(t, func() bool { return owner.RDMAStats().HeldSlots == blocks }, 5*time.Second, 5*time.Millisecond,
+		"held slots: %+v", owner.RDMAStats())
+	assert.Equal(t, 0, owner.RDMAStats().Slots)
+
+	close(resume)
+	for i, r := range <-got {
+		if r.Err == nil {
+			assert.True(t, bytes.Equal(r.Lease.Bytes(), data[i]), "entry %d: the resumed read returned other bytes", i)
+			_ = r.Lease.Release(tctx(t))
+		}
+	}
+	require.Eventually(t, func() bool {
+		st := owner.RDMAStats()
+		return st.QuarantinedRegistrations == 0 && st.HeldSlots == 0 && st.LeaseRegistrations == 0
+	}, 10*time.Second, 10*time.Millisecond, "memory not back after the stalled read ended: %+v", owner.RDMAStats())
+}
