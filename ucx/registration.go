@@ -4,9 +4,7 @@ package ucx
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"runtime"
 	"unsafe"
 )
@@ -173,12 +171,7 @@ func (r *Registration) RangeKey(off, n int) ([]byte, error) {
 	if off < 0 || n <= 0 || off > r.length-n {
 		return nil, fmt.Errorf("ucx: RangeKey: %w: [%d, +%d) is not inside the registration's %d bytes", StatusInvalidParam, off, n, r.length)
 	}
-	k := append([]byte(nil), r.key...)
-	binary.LittleEndian.PutUint64(k[24:], r.addr+uint64(off))
-	binary.LittleEndian.PutUint64(k[32:], uint64(n))
-	end := len(k) - 4
-	binary.LittleEndian.PutUint32(k[end:], crc32.Checksum(k[:end], crc32c))
-	return k, nil
+	return withBounds(r.key, r.addr+uint64(off), uint64(n)), nil
 }
 
 // Done is closed once the registration is gone from UCX and no reply reads its memory:
