@@ -141,17 +141,7 @@ func TestGuardedGetByHand(t *testing.T) {
 		"global":     {Slot: a.slot, Token: a.token, Addr: f.v.global.addr, Len: 64},
 	}
 	for _, name := range []string{"bad_token", "revoked", "foreign", "across_end", "global"} {
-		t.Run(name, func(t *testing.T) {
-			f.t = t
-			before := f.counters()
-			r := f.atk.ok(map[string]any{"op": "guarded_get", "reads": []guardRead{reads[name]}})
-			t.Logf("guarded GET %+v: replied %v, status %v, %v bytes", reads[name], r["replied"], r["reply_status"], r["data_len"])
-			assert.NotEqual(t, float64(0), r["reply_status"], "the owner served the request")
-			assert.Zero(t, num(r["data_len"]), "bytes came back: %s", preview(r["data"]))
-			f.afterAttack("guarded GET " + name)
-			after := f.counters()
-			assert.Greater(t, after.guardRefused, before.guardRefused, "the owner counted no refusal: the request did not arrive?")
-		})
+		f.guardedGetRefused(t, name, reads[name])
 	}
 	t.Run("vectored", func(t *testing.T) {
 		f.t = t
@@ -250,6 +240,21 @@ type forgedFrame struct {
 	Flags   uint8  `json:"flags,omitempty"`
 	Sealed  bool   `json:"sealed,omitempty"`
 	Payload string `json:"payload,omitempty"`
+}
+
+// guardedGetRefused runs subtest name: one guarded GET by hand, which the owner must refuse
+// (counted), with no byte back and nothing changed (afterAttack).
+func (f *fixture) guardedGetRefused(t *testing.T, name string, g guardRead) {
+	t.Run(name, func(t *testing.T) {
+		f.t = t
+		before := f.counters()
+		r := f.atk.ok(map[string]any{"op": "guarded_get", "reads": []guardRead{g}})
+		t.Logf("guarded GET %+v: replied %v, status %v, %v bytes", g, r["replied"], r["reply_status"], r["data_len"])
+		assert.NotEqual(t, float64(0), r["reply_status"], "the owner served the request")
+		assert.Zero(t, num(r["data_len"]), "bytes came back: %s", preview(r["data"]))
+		f.afterAttack("guarded GET " + name)
+		assert.Greater(t, f.counters().guardRefused, before.guardRefused, "the owner counted no refusal: the request did not arrive?")
+	})
 }
 
 type guardRead struct {

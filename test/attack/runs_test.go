@@ -42,34 +42,18 @@ func TestBatchRunKeys(t *testing.T) {
 	_, err := f.victim.do("check", time.Minute)
 	require.NoError(t, err)
 
-	read := func(name string, g guardRead) map[string]any {
-		r := f.atk.ok(map[string]any{"op": "guarded_get", "reads": []guardRead{g}})
-		t.Logf("%s: guarded GET %+v: replied %v, status %v, %v bytes", name, g, r["replied"], r["reply_status"], r["data_len"])
-		return r
-	}
-	refused := func(name string, g guardRead) {
-		t.Run(name, func(t *testing.T) {
-			f.t = t
-			c0 := f.counters()
-			r := read(name, g)
-			assert.NotEqual(t, float64(0), r["reply_status"], "the owner served the request")
-			assert.Zero(t, num(r["data_len"]), "bytes came back: %s", preview(r["data"]))
-			f.afterAttack("guarded GET " + name)
-			assert.Greater(t, f.counters().guardRefused, c0.guardRefused, "the owner counted no refusal: the request did not arrive?")
-		})
-	}
 	tok := func(addr uint64) guardRead {
 		return guardRead{Slot: run.slot, Token: run.token, Addr: addr, Len: 64}
 	}
 	// The token is live and reaches every slot of the run: a read of E's part is served.
-	r = read("inside", tok(run.addr+size))
+	r = f.atk.ok(map[string]any{"op": "guarded_get", "reads": []guardRead{tok(run.addr + size)}})
 	require.Equal(t, float64(0), r["reply_status"], "a read inside the run")
 	require.Equal(t, uint64(64), num(r["data_len"]), "bytes of a read inside the run")
 
-	refused("past_the_run", tok(run.addr+run.size))
-	refused("across_the_run_end", tok(run.addr+run.size-32))
-	refused("before_the_run", tok(run.addr-64))
-	refused("middle_of_g", tok(run.addr+run.size+size/2))
+	f.guardedGetRefused(t, "past_the_run", tok(run.addr+run.size))
+	f.guardedGetRefused(t, "across_the_run_end", tok(run.addr+run.size-32))
+	f.guardedGetRefused(t, "before_the_run", tok(run.addr-64))
+	f.guardedGetRefused(t, "middle_of_g", tok(run.addr+run.size+size/2))
 
 	// D and E end: F's lease keeps the run's key alive.
 	f.legit.ok(fmt.Sprintf("end %v", leases[0]))
@@ -79,6 +63,6 @@ func TestBatchRunKeys(t *testing.T) {
 	f.legit.ok(fmt.Sprintf("end %v", leases[2]))
 	require.Eventually(t, func() bool { return f.regs()[before].revoked }, 10*time.Second, 20*time.Millisecond, "the run's key is revoked once its last lease ended")
 	for i, name := range []string{"revoked_d", "revoked_e", "revoked_f"} {
-		refused(name, tok(run.addr+uint64(i)*size))
+		f.guardedGetRefused(t, name, tok(run.addr+uint64(i)*size))
 	}
 }
