@@ -340,10 +340,12 @@ func (o *Owner) ServeMany(ctx context.Context, slots []rendezvous.Slot, offer []
 }
 
 // regUnit is what one registration of ServeMany covers: the regions regions[first:first+n] of
-// one call, as one region.
+// one call, as one region. head and tail are its first and last pool slots (nil for memory that
+// is not a pool slot, which is always alone).
 type regUnit struct {
-	first, n int
-	region   []byte
+	first, n   int
+	region     []byte
+	head, tail *Slot
 }
 
 // runs cuts the regions of one ServeMany (regions[k], of slot mems[idx[k]], leased to
@@ -360,30 +362,19 @@ func (r *Registry) runs(mems []registrable, regions [][]byte, idx []int, consume
 	rr, ok := r.rma.(transport.RunRegisterer)
 	joins := ok && rr.RegistersRuns()
 	for k := range regions {
-		if n := len(units); joins && n > 0 && consumers[k] == consumers[k-1] {
+		cur, _ := mems[idx[k]].(*Slot)
+		if n := len(units); joins && n > 0 && cur != nil && consumers[k] == consumers[k-1] {
 			u := &units[n-1]
-			if first, cur, ok := follows(mems[idx[u.first]], mems[idx[k-1]], mems[idx[k]]); ok {
-				off, end := first.start*pageSize, (cur.start+cur.pages)*pageSize
-				u.region = first.a.mem[off:end:end]
+			if t := u.tail; t != nil && t.a == cur.a && t.start+t.pages == cur.start {
+				off, end := u.head.start*pageSize, (cur.start+cur.pages)*pageSize
+				u.region, u.tail = cur.a.mem[off:end:end], cur
 				u.n++
 				continue
 			}
 		}
-		units = append(units, regUnit{first: k, n: 1, region: regions[k]})
+		units = append(units, regUnit{first: k, n: 1, region: regions[k], head: cur, tail: cur})
 	}
 	return units
-}
-
-// follows reports whether cur is the pool slot right after prev in prev's arena, prev being in a
-// run that starts at first; it returns first and cur as slots.
-func follows(first, prev, cur registrable) (*Slot, *Slot, bool) {
-	f, ok1 := first.(*Slot)
-	p, ok2 := prev.(*Slot)
-	c, ok3 := cur.(*Slot)
-	if !ok1 || !ok2 || !ok3 || c.a != p.a || p.start+p.pages != c.start {
-		return nil, nil, false
-	}
-	return f, c, true
 }
 
 // runKeys is the key of each part of reg, whose region is the parts laid end to end: reg's own
