@@ -175,9 +175,18 @@ func TestEtcdOutage(t *testing.T) {
 			}
 		}
 	}
-	before := map[string]int{}
+	// A peer's state changes before its event reaches the node's watcher: wait for each member's
+	// "up" events for the others, so the snapshot holds all of them.
+	before := map[string][]string{}
 	for _, name := range names {
-		before[name] = len(eventsOf(nodes[name]))
+		require.Eventually(t, func() bool { return len(eventsOf(nodes[name])) >= len(names)-1 },
+			10*time.Second, 50*time.Millisecond, "%s did not report an up event for each peer: %v", name, eventsOf(nodes[name]))
+		before[name] = eventsOf(nodes[name])
+		for _, other := range names {
+			if other != name {
+				assert.Contains(t, before[name], "up "+ids[other], "%s's events", name)
+			}
+		}
 	}
 	transfer := func() {
 		for _, owner := range names {
@@ -214,7 +223,7 @@ func TestEtcdOutage(t *testing.T) {
 		for id, st := range states {
 			assert.Equal(t, "up", st, "%s sees %s %s", name, id, st)
 		}
-		assert.Len(t, eventsOf(nodes[name]), before[name], "%s saw peer events during the outage: %v", name, eventsOf(nodes[name]))
+		assert.Equal(t, before[name], eventsOf(nodes[name]), "%s saw peer events during the outage", name)
 	}
 	out, err := srv.Ctl(context.Background(), "get", "--prefix", "--keys-only", "/velo/clusters/faults/members/")
 	require.NoError(t, err, out)
