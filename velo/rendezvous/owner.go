@@ -122,19 +122,18 @@ func (r *Rendezvous) answer(sl Slot, offer []byte, resp *wire.AcquireResponse, p
 
 // grant takes the lease on h for from and fills what every answer carries.
 func (r *Rendezvous) grant(from transport.InstanceID, h Handle) (Slot, wire.AcquireResponse, error) {
-	sl, _, resp, err := r.grantHolding(from, h, -1, r.maxChunk(from))
-	return sl, resp, err
+	sl, err := r.store.newLease(h, from)
+	if err != nil {
+		return Slot{}, wire.AcquireResponse{}, err
+	}
+	return sl, r.response(sl, r.maxChunk(from)), nil
 }
 
-// grantHolding is grant that also holds a payload of at most holdMax bytes of host memory for
-// sending inline (store.newLeaseHolding); chunk is r.maxChunk(from), which a batch looks up once.
-func (r *Rendezvous) grantHolding(from transport.InstanceID, h Handle, holdMax, chunk int) (Slot, *slot, wire.AcquireResponse, error) {
-	sl, held, err := r.store.newLeaseHolding(h, from, holdMax)
-	if err != nil {
-		return Slot{}, nil, wire.AcquireResponse{}, err
-	}
-	return sl, held, wire.AcquireResponse{Lease: sl.Lease.ID, TTLMillis: uint64(r.cfg.LeaseTTL / time.Millisecond),
-		Size: uint64(len(sl.Data)), ChunkSize: uint32(chunk)}, nil
+// response is what every answer to an acquire of sl carries; chunk is r.maxChunk of the consumer,
+// which a batch looks up once.
+func (r *Rendezvous) response(sl Slot, chunk int) wire.AcquireResponse {
+	return wire.AcquireResponse{Lease: sl.Lease.ID, TTLMillis: uint64(r.cfg.LeaseTTL / time.Millisecond),
+		Size: uint64(len(sl.Data)), ChunkSize: uint32(chunk)}
 }
 
 // onAcquireBatch grants a lease on each handle of the request (one offer for all), entry by entry:
@@ -155,27 +154,26 @@ func (r *Rendezvous) onAcquireBatch(ctx context.Context, from transport.Instance
 	var serve []int
 	var slots []Slot
 	var blob []byte
+	hs := make([]Handle, len(req.Handles))
+	for i, wh := range req.Handles {
+		hs[i] = fromWire(wh)
+	}
 	inlineMax := min(int(req.InlineMax), r.cfg.BatchInlineMax)
-	budget := inlineBudget(r.msgr.MaxFrame(from), len(req.Handles))
+	granted := r.store.newLeases(hs, from, inlineMax, inlineBudget(r.msgr.MaxFrame(from), len(hs)))
 	// The inline entries' bytes are views of their slots, held (like a pull's) until the answer is
 	// sent; on an early return they are released here.
 	var held []*slot
 	var inlineBytes int
 	defer func() { r.store.unhold(held) }()
 	maxChunk := r.maxChunk(from)
-	for i, wh := range req.Handles {
-		holdMax := -1
-		if inlineMax > 0 {
-			holdMax = min(inlineMax, budget)
-		}
-		sl, hold, resp, err := r.grantHolding(from, fromWire(wh), holdMax, maxChunk)
-		if err != nil {
-			entries[i].ErrKind, entries[i].ErrText = batchEntryError(err)
+	for i, g := range granted {
+		if g.err != nil {
+			entries[i].ErrKind, entries[i].ErrText = batchEntryError(g.err)
 			continue
 		}
-		if hold != nil {
-			budget -= len(sl.Data)
-			held, inlineBytes = append(held, hold), inlineBytes+len(sl.Data)
+		sl, resp := g.slot, r.response(g.slot, maxChunk)
+		if g.held != nil {
+			held, inlineBytes = append(held, g.held), inlineBytes+len(sl.Data)
 			resp.Path, resp.Reason = string(metrics.PathInline), string(metrics.ReasonOK)
 			entries[i].Response, entries[i].Inline = resp, sl.Data
 			if entries[i].Inline == nil {

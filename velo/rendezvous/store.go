@@ -67,22 +67,22 @@ type lease struct {
 }
 
 // store is the owner side: slots, references and leases. One mutex guards it all; every operation
-// is a few map lookups, and the bytes themselves are never touched under it.
+// is a few table lookups, and the bytes themselves are never touched under it.
 type store struct {
 	self transport.InstanceID
 	m    *metrics.Metrics
 	ttl  time.Duration
 
 	mu       sync.Mutex
-	slots    map[uint64]*slot
-	leases   map[uint64]*lease
+	slots    idTable[slot]
+	leases   idTable[lease]
 	nextSlot uint64
 	nextLse  uint64
 	closed   bool
 }
 
 func newStore(self transport.InstanceID, m *metrics.Metrics, ttl time.Duration) *store {
-	return &store{self: self, m: m, ttl: ttl, slots: map[uint64]*slot{}, leases: map[uint64]*lease{}}
+	return &store{self: self, m: m, ttl: ttl}
 }
 
 func randomNonce() uint64 {
@@ -108,7 +108,7 @@ func (s *store) stage(data []byte, o StageOptions) (Handle, error) {
 	if o.TTL > 0 {
 		sl.expires = time.Now().Add(o.TTL)
 	}
-	s.slots[sl.id] = sl
+	s.slots.put(sl.id, sl)
 	s.m.ActiveSlots.Inc()
 	s.m.StagedBytes.Add(float64(len(data)))
 	return Handle{Owner: s.self, Slot: sl.id, Nonce: sl.nonce, Size: uint64(len(data))}, nil
@@ -122,7 +122,7 @@ func (s *store) lookupLocked(h Handle) (*slot, error) {
 	if s.closed {
 		return nil, ErrClosed
 	}
-	sl := s.slots[h.Slot]
+	sl := s.slots.get(h.Slot)
 	if sl == nil {
 		if h.Slot >= 1 && h.Slot <= s.nextSlot {
 			return nil, fmt.Errorf("%w: %v: its slot was freed", ErrReleased, h)
@@ -141,7 +141,7 @@ func (s *store) maybeFreeLocked(sl *slot) func() {
 		return nil
 	}
 	sl.freed = true
-	delete(s.slots, sl.id)
+	s.slots.del(sl.id)
 	s.m.ActiveSlots.Dec()
 	s.m.StagedBytes.Sub(float64(len(sl.data)))
 	sl.data = nil
@@ -211,16 +211,55 @@ func (s *store) metadata(h Handle) (slotInfo, error) {
 
 // newLease grants consumer a lease on h's slot and returns a view for the path decision.
 func (s *store) newLease(h Handle, consumer transport.InstanceID) (Slot, error) {
-	out, _, err := s.newLeaseHolding(h, consumer, -1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out, _, err := s.leaseLocked(h, consumer, -1, time.Now(), &lease{})
+	if err == nil {
+		s.m.ActiveLeases.Inc()
+	}
 	return out, err
 }
 
-// newLeaseHolding is newLease that also holds the payload for reading, as read does, when it is
-// at most holdMax bytes of host memory: held is then the slot, for unhold once the bytes are sent.
-// One lock for both is what a batch's inline entries need.
-func (s *store) newLeaseHolding(h Handle, consumer transport.InstanceID, holdMax int) (_ Slot, held *slot, _ error) {
+// leased is one handle's outcome in newLeases: the view of its lease, its slot when held for
+// sending inline, or the error of that handle alone.
+type leased struct {
+	slot Slot
+	held *slot
+	err  error
+}
+
+// newLeases is newLease for the handles of a batch, under one lock and with one allocation for
+// their leases. It also holds payloads for sending inline, as read does: in order, each payload of
+// at most inlineMax bytes of host memory is held while the bytes held stay within budget
+// (inlineMax 0: none is); unhold ends the holds once the bytes are sent.
+func (s *store) newLeases(hs []Handle, consumer transport.InstanceID, inlineMax, budget int) []leased {
+	out := make([]leased, len(hs))
+	leases := make([]lease, len(hs))
+	granted := 0
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := time.Now()
+	for i, h := range hs {
+		holdMax := -1
+		if inlineMax > 0 {
+			holdMax = min(inlineMax, budget)
+		}
+		e := &out[i]
+		if e.slot, e.held, e.err = s.leaseLocked(h, consumer, holdMax, now, &leases[i]); e.err != nil {
+			continue
+		}
+		granted++
+		if e.held != nil {
+			budget -= len(e.slot.Data)
+		}
+	}
+	s.m.ActiveLeases.Add(float64(granted))
+	return out
+}
+
+// leaseLocked fills l as consumer's new lease on h's slot, granted at now, and holds the payload
+// when it is at most holdMax bytes of host memory. The caller counts the lease in ActiveLeases.
+func (s *store) leaseLocked(h Handle, consumer transport.InstanceID, holdMax int, now time.Time, l *lease) (_ Slot, held *slot, _ error) {
 	sl, err := s.lookupLocked(h)
 	if err != nil {
 		return Slot{}, nil, err
@@ -229,11 +268,9 @@ func (s *store) newLeaseHolding(h Handle, consumer transport.InstanceID, holdMax
 		return Slot{}, nil, fmt.Errorf("%w: %v: every reference was released (its last lease is still ending)", ErrReleased, h)
 	}
 	s.nextLse++
-	now := time.Now()
-	l := &lease{id: s.nextLse, slot: sl, consumer: consumer, granted: now, expires: now.Add(s.ttl)}
-	s.leases[l.id] = l
+	*l = lease{id: s.nextLse, slot: sl, consumer: consumer, granted: now, expires: now.Add(s.ttl)}
+	s.leases.put(l.id, l)
 	sl.leases++
-	s.m.ActiveLeases.Inc()
 	if len(sl.data) <= holdMax && !sl.opts.Memory.Typed() {
 		sl.busy++
 		held = sl
@@ -241,7 +278,7 @@ func (s *store) newLeaseHolding(h Handle, consumer transport.InstanceID, holdMax
 	return Slot{ID: sl.id, Data: sl.data, Opts: sl.opts, Lease: LeaseInfo{ID: l.id, Consumer: consumer}}, held, nil
 }
 
-// unhold ends holds on slots' bytes (newLeaseHolding's, read's), under one lock, and frees a
+// unhold ends holds on slots' bytes (newLeases', read's), under one lock, and frees a
 // slot nothing else keeps.
 func (s *store) unhold(held []*slot) {
 	if len(held) == 0 {
@@ -263,7 +300,7 @@ func (s *store) unhold(held []*slot) {
 // ended, the hook runs at once.
 func (s *store) onLeaseEnd(id uint64, f func()) {
 	s.mu.Lock()
-	l := s.leases[id]
+	l := s.leases.get(id)
 	if l != nil {
 		l.onEnd = append(l.onEnd, f)
 	}
@@ -281,7 +318,7 @@ func (s *store) read(consumer transport.InstanceID, leaseID, off uint64, n uint3
 	if s.closed {
 		return nil, Memory{}, nil, ErrClosed
 	}
-	l := s.leases[leaseID]
+	l := s.leases.get(leaseID)
 	if l == nil || l.consumer != consumer {
 		return nil, Memory{}, nil, fmt.Errorf("%w: lease %d is not held by %016x", ErrBadLease, leaseID, uint64(consumer))
 	}
@@ -298,7 +335,7 @@ func (s *store) read(consumer transport.InstanceID, leaseID, off uint64, n uint3
 // endLease ends a lease the consumer holds: detach keeps the reference, release drops it.
 func (s *store) endLease(consumer transport.InstanceID, leaseID uint64, release bool) error {
 	s.mu.Lock()
-	l := s.leases[leaseID]
+	l := s.leases.get(leaseID)
 	if l == nil || l.consumer != consumer {
 		s.mu.Unlock()
 		return fmt.Errorf("%w: lease %d is not held by %016x", ErrBadLease, leaseID, uint64(consumer))
@@ -321,7 +358,7 @@ func (s *store) endLease(consumer transport.InstanceID, leaseID uint64, release 
 // the lock: the lease's own (an RDMA registration revoke) and the slot's free hook when this was
 // the last thing holding it.
 func (s *store) endLocked(l *lease, end metrics.LeaseEnd) []func() {
-	delete(s.leases, l.id)
+	s.leases.del(l.id)
 	l.slot.leases--
 	s.m.ActiveLeases.Dec()
 	s.m.ObserveLease(end, time.Since(l.granted))
@@ -332,18 +369,18 @@ func (s *store) endLocked(l *lease, end metrics.LeaseEnd) []func() {
 func (s *store) reap(now time.Time) {
 	var hooks []func()
 	s.mu.Lock()
-	for _, l := range s.leases {
+	s.leases.each(func(l *lease) {
 		if now.After(l.expires) {
 			hooks = append(hooks, s.endLocked(l, metrics.LeaseExpired)...)
 			s.m.LeaseReaped("ttl")
 		}
-	}
-	for _, sl := range s.slots {
+	})
+	s.slots.each(func(sl *slot) {
 		if sl.opts.TTL > 0 && sl.leases == 0 && now.After(sl.expires) {
 			sl.refs = 0
 			hooks = append(hooks, s.maybeFreeLocked(sl))
 		}
-	}
+	})
 	s.mu.Unlock()
 	run(hooks...)
 }
@@ -353,19 +390,19 @@ func (s *store) peerDown(peer transport.InstanceID) int {
 	var hooks []func()
 	n := 0
 	s.mu.Lock()
-	for _, l := range s.leases {
+	s.leases.each(func(l *lease) {
 		if l.consumer == peer {
 			hooks = append(hooks, s.endLocked(l, metrics.LeasePeerDown)...)
 			s.m.LeaseReaped("peer_down")
 			n++
 		}
-	}
-	for _, sl := range s.slots {
+	})
+	s.slots.each(func(sl *slot) {
 		if sl.opts.TTL > 0 && sl.opts.For == peer {
 			sl.refs = 0
 			hooks = append(hooks, s.maybeFreeLocked(sl))
 		}
-	}
+	})
 	s.mu.Unlock()
 	run(hooks...)
 	return n
@@ -376,14 +413,14 @@ func (s *store) close() {
 	var hooks []func()
 	s.mu.Lock()
 	s.closed = true
-	for _, l := range s.leases {
+	s.leases.each(func(l *lease) {
 		hooks = append(hooks, s.endLocked(l, metrics.LeaseShutdown)...)
 		s.m.LeaseReaped("shutdown")
-	}
-	for _, sl := range s.slots {
+	})
+	s.slots.each(func(sl *slot) {
 		sl.refs = 0
 		hooks = append(hooks, s.maybeFreeLocked(sl))
-	}
+	})
 	s.mu.Unlock()
 	run(hooks...)
 }
@@ -392,5 +429,5 @@ func (s *store) close() {
 func (s *store) counts() (slots, leases int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.slots), len(s.leases)
+	return s.slots.len(), s.leases.len()
 }
