@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -258,7 +259,7 @@ func TestGetBatchInlineFromALyingOwner(t *testing.T) {
 				entries[i] = wire.AcquireBatchEntry{Response: resp, Inline: body[1:]}
 			}
 		}
-		parts, err := wire.AcquireBatchResponseParts(entries)
+		parts, err := wire.AcquireBatchResponseParts(entries, nil)
 		return parts, nil, err
 	})
 	reqs := make([]GetRequest, len(hs))
@@ -307,4 +308,52 @@ func TestGetBatchInlineTypedMemory(t *testing.T) {
 	for _, err := range cons.DetachLeases(ctx, []*Lease{res[0].Lease, res[1].Lease}) {
 		require.NoError(t, err)
 	}
+}
+
+// TestGetBatchInlineAnswersAtOnce: three consumers fetch the same small payloads inline, over and
+// over at once, so that the owner answers many batched acquires together and reuses the memory of
+// answers already sent for the next ones. Every payload arrives byte for byte in every round, and
+// once the leases are detached the owner holds none and every payload is still staged.
+func TestGetBatchInlineAnswersAtOnce(t *testing.T) {
+	f := rdmatest.NewFabric()
+	owner := rdmaNode(t, f, true)
+	conss := []rnode{rdmaNode(t, f, true), rdmaNode(t, f, true), rdmaNode(t, f, true)}
+	sizes := make([]int, 1500)
+	for i := range sizes {
+		sizes[i] = 1 + (i*977)%DefaultBatchInlineMax
+	}
+	hs, data := stageSizes(t, owner.Velo, sizes, 7)
+	slots, _ := owner.StagedCounts()
+	var wg sync.WaitGroup
+	for _, cons := range conss {
+		link(t, owner, cons, true)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for round := range 4 {
+				reqs := make([]GetRequest, len(hs))
+				for i, h := range hs {
+					reqs[i] = GetRequest{Handle: h}
+				}
+				leases := make([]*Lease, 0, len(hs))
+				for i, r := range cons.GetBatch(tctx(t), reqs, nil) {
+					if !assert.NoError(t, r.Err, "round %d, entry %d", round, i) {
+						return
+					}
+					leases = append(leases, r.Lease)
+					if !assert.Equal(t, metrics.PathInline, r.Lease.Path, "round %d, entry %d", round, i) ||
+						!assert.Equal(t, data[i], r.Lease.Bytes(), "round %d, entry %d", round, i) {
+						return
+					}
+				}
+				for i, err := range cons.DetachLeases(tctx(t), leases) {
+					assert.NoError(t, err, "round %d: detach %d", round, i)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	eventually(t, "no lease left on the owner", func() bool { _, l := owner.StagedCounts(); return l == 0 })
+	left, _ := owner.StagedCounts()
+	assert.Equal(t, slots, left, "every payload still staged")
 }

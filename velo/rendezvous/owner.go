@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/velo-go/velo/velo/internal/wire"
@@ -149,22 +150,25 @@ func (r *Rendezvous) onAcquireBatch(ctx context.Context, from transport.Instance
 	if err := r.authorize(from); err != nil {
 		return nil, nil, err
 	}
-	entries := make([]wire.AcquireBatchEntry, len(req.Handles))
+	// The scratch and the holds on the inline entries' slots (their bytes are parts of the answer,
+	// viewed as a pull's are) last until the answer is sent; on an early return they end here.
+	sc := newAcquireScratch(len(req.Handles))
+	defer func() {
+		if sc != nil {
+			sc.done(r.store)
+		}
+	}()
+	hs, granted, entries := sc.hs, sc.granted, sc.entries
 	many, _ := r.cfg.Server.(RDMAManyServer)
 	var serve []int
 	var slots []Slot
 	var blob []byte
-	hs := make([]Handle, len(req.Handles))
 	for i, wh := range req.Handles {
 		hs[i] = fromWire(wh)
 	}
 	inlineMax := min(int(req.InlineMax), r.cfg.BatchInlineMax)
-	granted := r.store.newLeases(hs, from, inlineMax, inlineBudget(r.msgr.MaxFrame(from), len(hs)))
-	// The inline entries' bytes are views of their slots, held (like a pull's) until the answer is
-	// sent; on an early return they are released here.
-	var held []*slot
+	r.store.newLeases(hs, from, inlineMax, inlineBudget(r.msgr.MaxFrame(from), len(hs)), granted)
 	var inlineBytes int
-	defer func() { r.store.unhold(held) }()
 	maxChunk := r.maxChunk(from)
 	for i, g := range granted {
 		if g.err != nil {
@@ -173,7 +177,7 @@ func (r *Rendezvous) onAcquireBatch(ctx context.Context, from transport.Instance
 		}
 		sl, resp := g.slot, r.response(g.slot, maxChunk)
 		if g.held != nil {
-			held, inlineBytes = append(held, g.held), inlineBytes+len(sl.Data)
+			sc.held, inlineBytes = append(sc.held, g.held), inlineBytes+len(sl.Data)
 			resp.Path, resp.Reason = string(metrics.PathInline), string(metrics.ReasonOK)
 			entries[i].Response, entries[i].Inline = resp, sl.Data
 			if entries[i].Inline == nil {
@@ -199,7 +203,7 @@ func (r *Rendezvous) onAcquireBatch(ctx context.Context, from transport.Instance
 			r.answer(slots[k], req.Offer, resp, path, reason)
 		}
 	}
-	parts, err := wire.AcquireBatchResponseParts(entries)
+	parts, err := wire.AcquireBatchResponseParts(entries, &sc.answer)
 	if err != nil {
 		for _, e := range entries {
 			if !e.Failed() {
@@ -210,12 +214,53 @@ func (r *Rendezvous) onAcquireBatch(ctx context.Context, from transport.Instance
 	}
 	// The inline payloads go out as parts of the answer, straight from their slots: their holds
 	// end when the answer has been sent (or could not be).
-	r.m.CountPaths(metrics.PathInline, metrics.ReasonOK, len(held))
+	r.m.CountPaths(metrics.PathInline, metrics.ReasonOK, len(sc.held))
 	r.m.AddBytes("sent", string(metrics.PathInline), inlineBytes)
 	r.m.PeerServed(uint64(from), metrics.PathInline, inlineBytes)
-	sent := held
-	held = nil // not released on return: once the answer is sent
-	return parts, func() { r.store.unhold(sent) }, nil
+	sent := sc
+	sc = nil // not ended on return: once the answer is sent
+	return parts, func() { sent.done(r.store) }, nil
+}
+
+// acquireScratch is what answering one batched acquire needs until the answer is sent: the
+// handles, their leases' outcomes, the answer's entries and its encoding (a few hundred bytes per
+// handle), and the slots held for the inline entries. An owner answering a stream of batches
+// takes them from a pool instead of leaving them all to the collector.
+type acquireScratch struct {
+	hs      []Handle
+	granted []leased
+	entries []wire.AcquireBatchEntry
+	answer  wire.PartsBuffer
+	held    []*slot
+}
+
+// maxPooledScratch bounds the handles of the scratch a pool keeps (a few parts of the largest
+// inline batches); a larger one is left to the collector.
+const maxPooledScratch = 4 * maxInlinePart
+
+var acquireScratches = sync.Pool{New: func() any { return new(acquireScratch) }}
+
+func newAcquireScratch(n int) *acquireScratch {
+	sc := acquireScratches.Get().(*acquireScratch)
+	if cap(sc.hs) < n {
+		sc.hs, sc.granted, sc.entries = make([]Handle, n), make([]leased, n), make([]wire.AcquireBatchEntry, n)
+	}
+	sc.hs, sc.granted, sc.entries, sc.held = sc.hs[:n], sc.granted[:n], sc.entries[:n], sc.held[:0]
+	return sc
+}
+
+// done ends the holds and gives sc back to the pool, holding nothing: the entries and the answer
+// viewed payloads and named slots.
+func (sc *acquireScratch) done(s *store) {
+	s.unhold(sc.held)
+	if cap(sc.hs) > maxPooledScratch {
+		return
+	}
+	clear(sc.granted)
+	clear(sc.entries)
+	clear(sc.held)
+	sc.answer.Reset()
+	acquireScratches.Put(sc)
 }
 
 // batchEntryError is err as one entry of a batch answer: its sentinel's kind and the owner's text

@@ -228,12 +228,11 @@ type leased struct {
 	err  error
 }
 
-// newLeases is newLease for the handles of a batch, under one lock and with one allocation for
-// their leases. It also holds payloads for sending inline, as read does: in order, each payload of
+// newLeases is newLease for the handles of a batch, each outcome in out (as long as hs), under one
+// lock and with one allocation for their leases. It also holds payloads for sending inline, as read does: in order, each payload of
 // at most inlineMax bytes of host memory is held while the bytes held stay within budget
 // (inlineMax 0: none is); unhold ends the holds once the bytes are sent.
-func (s *store) newLeases(hs []Handle, consumer transport.InstanceID, inlineMax, budget int) []leased {
-	out := make([]leased, len(hs))
+func (s *store) newLeases(hs []Handle, consumer transport.InstanceID, inlineMax, budget int, out []leased) {
 	leases := make([]lease, len(hs))
 	granted := 0
 	s.mu.Lock()
@@ -254,7 +253,6 @@ func (s *store) newLeases(hs []Handle, consumer transport.InstanceID, inlineMax,
 		}
 	}
 	s.m.ActiveLeases.Add(float64(granted))
-	return out
 }
 
 // leaseLocked fills l as consumer's new lease on h's slot, granted at now, and holds the payload

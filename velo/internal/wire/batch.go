@@ -114,7 +114,7 @@ type AcquireBatchEntry struct {
 
 // AppendAcquireBatchResponse appends the entries' encoding to b, in request order.
 func AppendAcquireBatchResponse(b []byte, entries []AcquireBatchEntry) ([]byte, error) {
-	parts, err := AcquireBatchResponseParts(entries)
+	parts, err := AcquireBatchResponseParts(entries, nil)
 	if err != nil {
 		return b, err
 	}
@@ -124,10 +124,20 @@ func AppendAcquireBatchResponse(b []byte, entries []AcquireBatchEntry) ([]byte, 
 	return b, nil
 }
 
+// PartsBuffer is the memory answers in parts are encoded in, kept by an owner that sends many of
+// them, so that each does not allocate its own: the parts of one encoding view it until the next.
+type PartsBuffer struct {
+	head  []byte
+	parts [][]byte
+}
+
+// Reset drops what the last encoding's parts viewed (its inline payloads), keeping the memory.
+func (pb *PartsBuffer) Reset() { clear(pb.parts[:cap(pb.parts)]) }
+
 // AcquireBatchResponseParts is the answer's encoding in parts, to be sent one after the other: the
 // inline payloads are not copied but are parts of their own, views of the entries' Inline (which
-// must stay unchanged until the parts are sent).
-func AcquireBatchResponseParts(entries []AcquireBatchEntry) ([][]byte, error) {
+// must stay unchanged until the parts are sent). With pb not nil, the encoding reuses pb's memory.
+func AcquireBatchResponseParts(entries []AcquireBatchEntry, pb *PartsBuffer) ([][]byte, error) {
 	// One buffer holds everything but the payloads, sized up front so that it is never copied.
 	room := 3
 	inline := 0
@@ -137,11 +147,20 @@ func AcquireBatchResponseParts(entries []AcquireBatchEntry) ([][]byte, error) {
 			inline++
 		}
 	}
-	w, err := answerHead(make([]byte, 0, room), AcquireBatchVersion, len(entries), MaxAcquireBatch, "an acquire batch answer")
+	if pb == nil {
+		pb = &PartsBuffer{}
+	}
+	if cap(pb.head) < room {
+		pb.head = make([]byte, 0, room)
+	}
+	if cap(pb.parts) < 2*inline+1 {
+		pb.parts = make([][]byte, 0, 2*inline+1)
+	}
+	w, err := answerHead(pb.head[:0], AcquireBatchVersion, len(entries), MaxAcquireBatch, "an acquire batch answer")
 	if err != nil {
 		return nil, err
 	}
-	parts := make([][]byte, 0, 2*inline+1)
+	parts := pb.parts[:0]
 	cut := 0 // where the part of w.b not yet in parts begins
 	for _, e := range entries {
 		if e.Failed() {
