@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 )
 
 // The batched acquire: one request takes leases on many handles of one owner, one answer says,
@@ -48,6 +49,8 @@ func AppendAcquireBatchRequest(b []byte, a AcquireBatchRequest) ([]byte, error) 
 	if a.InlineMax > 0 {
 		version = AcquireBatchInlineVersion
 	}
+	// Grown once: a part of a batch carries up to a thousand handles.
+	b = slices.Grow(b, 1+2+len(a.Offer)+4+2+len(a.Handles)*HandleLen)
 	w := writer{b: append(b, version)}
 	w.bytes16("offer", a.Offer)
 	if a.InlineMax > 0 {
