@@ -229,9 +229,10 @@ type leased struct {
 }
 
 // newLeases is newLease for the handles of a batch, each outcome in out (as long as hs), under one
-// lock and with one allocation for their leases. It also holds payloads for sending inline, as read does: in order, each payload of
-// at most inlineMax bytes of host memory is held while the bytes held stay within budget
-// (inlineMax 0: none is); unhold ends the holds once the bytes are sent.
+// lock and with one allocation for their leases (freed once the last of them ends; an ended lease
+// lets go of its slot and hooks). It also holds payloads for sending inline, as read does: in
+// order, each payload of at most inlineMax bytes of host memory is held while the bytes held stay
+// within budget (inlineMax 0: none is); unhold ends the holds once the bytes are sent.
 func (s *store) newLeases(hs []Handle, consumer transport.InstanceID, inlineMax, budget int, out []leased) {
 	leases := make([]lease, len(hs))
 	granted := 0
@@ -360,7 +361,9 @@ func (s *store) endLocked(l *lease, end metrics.LeaseEnd) []func() {
 	l.slot.leases--
 	s.m.ActiveLeases.Dec()
 	s.m.ObserveLease(end, time.Since(l.granted))
-	return append(l.onEnd, s.maybeFreeLocked(l.slot))
+	hooks := append(l.onEnd, s.maybeFreeLocked(l.slot))
+	l.onEnd, l.slot = nil, nil // its batch's allocation may outlive it
+	return hooks
 }
 
 // reap ends expired leases and frees transient slots whose TTL passed with no lease open on them.
