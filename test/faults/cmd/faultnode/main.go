@@ -111,7 +111,7 @@ func main() {
 		fatal(err)
 	}
 	n := &node{v: v, out: json.NewEncoder(os.Stdout)}
-	go n.record()
+	go n.record(v.WatchPeers(context.Background())) // subscribed before any command is read
 	if err := v.RegisterHandler("sink", func(context.Context, *velo.Message) ([]byte, error) { return nil, nil }); err != nil {
 		fatal(err)
 	}
@@ -139,9 +139,10 @@ type node struct {
 	events []string
 }
 
-// record keeps the instance's peer events for the "events" command.
-func (n *node) record() {
-	for ev := range n.v.WatchPeers(context.Background()) {
+// record keeps the instance's peer events for the "events" command. Events from before the
+// subscription (peers discovery found while New ran) are not among them.
+func (n *node) record(events <-chan velo.PeerEvent) {
+	for ev := range events {
 		line := fmt.Sprintf("%s %016x", ev.Kind, uint64(ev.Peer.ID))
 		if ev.Previous != 0 {
 			line += fmt.Sprintf(" %016x", uint64(ev.Previous))
