@@ -171,7 +171,12 @@ func (r *Registration) RangeKey(off, n int) ([]byte, error) {
 	if off < 0 || n <= 0 || off > r.length-n {
 		return nil, fmt.Errorf("ucx: RangeKey: %w: [%d, +%d) is not inside the registration's %d bytes", StatusInvalidParam, off, n, r.length)
 	}
-	return withBounds(r.key, r.addr+uint64(off), uint64(n)), nil
+	k, err := ParseSealedKey(r.key)
+	if err != nil {
+		return nil, fmt.Errorf("ucx: RangeKey: the registration's own key: %w", err)
+	}
+	k.Base, k.Length = r.addr+uint64(off), uint64(n)
+	return AppendSealedKey(nil, k), nil
 }
 
 // Done is closed once the registration is gone from UCX and no reply reads its memory:

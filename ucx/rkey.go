@@ -138,17 +138,6 @@ func AppendSealedKey(dst []byte, k SealedKey) []byte {
 	return binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst[start:], crc32c))
 }
 
-// withBounds is a copy of the sealed key k (well formed: one the engine made) naming the region
-// [base, base+length), its checksum redone; everything else is k's.
-func withBounds(k []byte, base, length uint64) []byte {
-	out := append([]byte(nil), k...)
-	binary.LittleEndian.PutUint64(out[24:], base)
-	binary.LittleEndian.PutUint64(out[32:], length)
-	end := len(out) - 4
-	binary.LittleEndian.PutUint32(out[end:], crc32.Checksum(out[:end], crc32c))
-	return out
-}
-
 // ParseSealedKey checks b's framing (magic, version, lengths, checksum, the UCX key's own
 // structure and the region's bounds) and decodes it. Every failure wraps
 // ErrInvalidRemoteKey; nothing is read beyond len(b).

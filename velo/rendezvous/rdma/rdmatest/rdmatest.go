@@ -246,10 +246,10 @@ func (t *Transport) ForceClosePeer(peer transport.InstanceID) error {
 	return nil
 }
 
-// RegisterMemory registers mem under a fresh key.
 // RegistersRuns implements transport.RunRegisterer: its registrations name their parts.
 func (t *Transport) RegistersRuns() bool { return true }
 
+// RegisterMemory registers mem under a fresh key.
 func (t *Transport) RegisterMemory(mem []byte) (transport.Registration, error) {
 	if p := t.RegisterErr.Load(); p != nil {
 		return nil, *p
