@@ -269,35 +269,13 @@ func (n *node) run(cmd, arg string) {
 	case "acquire":
 		n.acquire(ctx, arg)
 	case "release":
-		i, err := strconv.Atoi(arg)
-		if err != nil || i < 0 || i >= len(n.leases) || n.leases[i] == nil {
-			n.fail(fmt.Errorf("release %q: no such lease", arg))
-			return
-		}
-		err = n.leases[i].Release(ctx)
-		n.leases[i] = nil
-		if err != nil {
-			n.fail(err)
-			return
-		}
-		n.reply(map[string]any{"ok": true})
+		releaseAt(ctx, n, n.leases, "release", arg, "lease")
 	case "get":
 		n.get(ctx, arg)
 	case "batch":
 		n.batch(ctx, arg)
 	case "end":
-		i, err := strconv.Atoi(arg)
-		if err != nil || i < 0 || i >= len(n.batched) || n.batched[i] == nil {
-			n.fail(fmt.Errorf("end %q: no such batched lease", arg))
-			return
-		}
-		err = n.batched[i].Release(ctx)
-		n.batched[i] = nil
-		if err != nil {
-			n.fail(err)
-			return
-		}
-		n.reply(map[string]any{"ok": true})
+		releaseAt(ctx, n, n.batched, "end", arg, "batched lease")
 	case "stream":
 		n.startStream(arg)
 	case "sent":
@@ -391,6 +369,27 @@ func firstDiff(want, got []byte) string {
 		}
 	}
 	return "equal"
+}
+
+// releaseAt releases lease number arg of list and forgets it: the commands "release" (a ranged
+// lease) and "end" (a batched one).
+func releaseAt[L interface {
+	comparable
+	Release(context.Context) error
+}](ctx context.Context, n *node, list []L, cmd, arg, what string) {
+	i, err := strconv.Atoi(arg)
+	var none L
+	if err != nil || i < 0 || i >= len(list) || list[i] == none {
+		n.fail(fmt.Errorf("%s %q: no such %s", cmd, arg, what))
+		return
+	}
+	err = list[i].Release(ctx)
+	list[i] = none
+	if err != nil {
+		n.fail(err)
+		return
+	}
+	n.reply(map[string]any{"ok": true})
 }
 
 func (n *node) acquire(ctx context.Context, arg string) {
