@@ -14,12 +14,13 @@ import (
 // peers on different versions refuse each other's addresses rather than misread every frame.
 // Version 3 added the checksum; version 4 the seal after the header (UCXFrameKey), which a
 // version-3 receiver would read as a header of the wrong length; version 5 made the seal a GCM
-// tag with its nonce counter (24 bytes, where version 4 sent a 16-byte HMAC).
-const UCXBlobVersion = 5
+// tag with its nonce counter (24 bytes, where version 4 sent a 16-byte HMAC); version 6 says
+// which UCX build the peer runs (UCXBuild), so that two builds that cannot talk never connect.
+const UCXBlobVersion = 6
 
-// Address blob, version 5 (the same layout as versions 3 and 4):
+// Address blob, version 6:
 //
-//	0     version (5)
+//	0     version (6)
 //	1     flags: bit 0 = serves one-sided reads (RMA); bit 1 = answers vectored guarded GETs
 //	      (many reads in one request); bit 2 = answers vectored guarded PUTs (many writes in
 //	      one request); other bits are ignored, so a peer of an earlier release
@@ -27,20 +28,50 @@ const UCXBlobVersion = 5
 //	2     reserved (2 bytes, zero)
 //	4     largest frame the instance reads over UCX (uint32)
 //	8     incarnation (uint64)
-//	16    worker address length n (uint32)
-//	20    the UCX worker address (n bytes)
-//	20+n  CRC-32C (Castagnoli) of bytes [0, 20+n) (uint32)
+//	16    the linked UCX release: major, minor, patch (one byte each)
+//	19    length g of the guard patch set's version (0: a UCX without velo's guard)
+//	20    the guard patch set's version ("velo-ucx-guard/1", g bytes of printable ASCII)
+//	20+g  worker address length n (uint32)
+//	24+g  the UCX worker address (n bytes)
+//	24+g+n CRC-32C (Castagnoli) of every byte before it (uint32)
 const (
-	ucxBlobFixedLen = 20
+	ucxBlobFixedLen = 24
 	ucxBlobCRCLen   = 4
 	ucxBlobFlagRMA  = 1 << 0
 	ucxBlobFlagGetV = 1 << 1
 	ucxBlobFlagPutV = 1 << 2
 	// MaxUCXWorkerAddr bounds the worker address; real ones are a few hundred bytes at most.
 	MaxUCXWorkerAddr = 64 << 10
+	// MaxUCXGuardVersion bounds the guard's version string; today's is 16 bytes.
+	MaxUCXGuardVersion = 64
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// UCXBuild names the UCX a peer links: its release and velo's guard patch set, if any. Two
+// UCX builds speak each other's wire protocol only within one major.minor release, and the
+// guard patch set refuses messages a stock UCX sends as a matter of course, so a pair whose
+// builds differ in either never opens a UCX endpoint (UCXBuild.Meets).
+type UCXBuild struct {
+	Major, Minor, Patch uint8
+	// Guard is the guard patch set's version ("velo-ucx-guard/1"); empty for a stock UCX.
+	Guard string
+}
+
+// String is "1.22.0 with velo-ucx-guard/1" or "1.13.1 (stock)".
+func (b UCXBuild) String() string {
+	rel := fmt.Sprintf("%d.%d.%d", b.Major, b.Minor, b.Patch)
+	if b.Guard == "" {
+		return rel + " (stock)"
+	}
+	return rel + " with " + b.Guard
+}
+
+// Meets reports whether a UCX of build b can open an endpoint to one of build o: the same
+// major.minor release (patch releases keep the wire protocol) and the same guard.
+func (b UCXBuild) Meets(o UCXBuild) bool {
+	return b.Major == o.Major && b.Minor == o.Minor && b.Guard == o.Guard
+}
 
 // UCXBlob is a decoded address blob.
 type UCXBlob struct {
@@ -52,10 +83,13 @@ type UCXBlob struct {
 	VectoredPut bool
 	MaxFrame    int
 	Incarnation uint64
-	Worker      []byte // aliases the input
+	// Build is the UCX the peer links.
+	Build  UCXBuild
+	Worker []byte // aliases the input
 }
 
-// AppendUCXBlob appends b's encoding (version UCXBlobVersion) to dst.
+// AppendUCXBlob appends b's encoding (version UCXBlobVersion) to dst. A guard version longer
+// than MaxUCXGuardVersion is cut to it (no real one comes near).
 func AppendUCXBlob(dst []byte, b UCXBlob) []byte {
 	var flags byte
 	if b.RMA {
@@ -67,10 +101,16 @@ func AppendUCXBlob(dst []byte, b UCXBlob) []byte {
 	if b.VectoredPut {
 		flags |= ucxBlobFlagPutV
 	}
+	guard := b.Build.Guard
+	if len(guard) > MaxUCXGuardVersion {
+		guard = guard[:MaxUCXGuardVersion]
+	}
 	start := len(dst)
 	dst = append(dst, UCXBlobVersion, flags, 0, 0)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(b.MaxFrame))
 	dst = binary.BigEndian.AppendUint64(dst, b.Incarnation)
+	dst = append(dst, b.Build.Major, b.Build.Minor, b.Build.Patch, byte(len(guard)))
+	dst = append(dst, guard...)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(len(b.Worker)))
 	dst = append(dst, b.Worker...)
 	return binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
@@ -92,12 +132,25 @@ func DecodeUCXBlob(b []byte) (UCXBlob, error) {
 	if len(b) < ucxBlobFixedLen+ucxBlobCRCLen {
 		return bad("%d bytes is shorter than the %d-byte fixed part and checksum", len(b), ucxBlobFixedLen+ucxBlobCRCLen)
 	}
-	n := binary.BigEndian.Uint32(b[16:])
+	g := int(b[19])
+	if g > MaxUCXGuardVersion {
+		return bad("guard version of %d bytes is longer than %d", g, MaxUCXGuardVersion)
+	}
+	if len(b) < ucxBlobFixedLen+g+ucxBlobCRCLen {
+		return bad("%d bytes is shorter than the fixed part, a %d-byte guard version and the checksum", len(b), g)
+	}
+	guard := b[20 : 20+g]
+	for _, c := range guard {
+		if c < 0x21 || c > 0x7e {
+			return bad("guard version %q is not printable ASCII", guard)
+		}
+	}
+	n := binary.BigEndian.Uint32(b[20+g:])
 	if n == 0 || n > MaxUCXWorkerAddr {
 		return bad("worker address length %d is outside 1..%d", n, MaxUCXWorkerAddr)
 	}
-	if uint64(len(b)-ucxBlobFixedLen-ucxBlobCRCLen) != uint64(n) {
-		return bad("worker address length %d, but %d bytes follow (truncated, or extended on its way)", n, len(b)-ucxBlobFixedLen-ucxBlobCRCLen)
+	if uint64(len(b)-ucxBlobFixedLen-g-ucxBlobCRCLen) != uint64(n) {
+		return bad("worker address length %d, but %d bytes follow (truncated, or extended on its way)", n, len(b)-ucxBlobFixedLen-g-ucxBlobCRCLen)
 	}
 	body, sum := b[:len(b)-ucxBlobCRCLen], binary.BigEndian.Uint32(b[len(b)-ucxBlobCRCLen:])
 	if crc32.Checksum(body, castagnoli) != sum {
@@ -113,11 +166,12 @@ func DecodeUCXBlob(b []byte) (UCXBlob, error) {
 		VectoredPut: b[1]&ucxBlobFlagPutV != 0,
 		MaxFrame:    int(binary.BigEndian.Uint32(b[4:])),
 		Incarnation: binary.BigEndian.Uint64(b[8:]),
-		Worker:      body[ucxBlobFixedLen:],
+		Build:       UCXBuild{Major: b[16], Minor: b[17], Patch: b[18], Guard: string(guard)},
+		Worker:      body[ucxBlobFixedLen+g:],
 	}, nil
 }
 
-// UCX frame header (wire version 5), the header of every active message the UCX transport
+// UCX frame header (wire version 6, the same as 5), the header of every active message the UCX transport
 // sends; the runtime's frame is the message's payload, untouched.
 //
 //	0  sender's incarnation (uint64): first, so a receiver (and its idle reaper) can tell

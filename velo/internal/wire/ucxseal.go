@@ -13,7 +13,7 @@ import (
 	"sync"
 )
 
-// Sealed UCX frames (wire version 5).
+// Sealed UCX frames (since wire version 5).
 //
 // UCX has no authentication of its own, and a UCX receiver cannot tell which remote endpoint a
 // message came from: anything a frame header says (sender, incarnation, epoch, seq) is what the
