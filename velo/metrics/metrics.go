@@ -53,6 +53,10 @@ const (
 	// The side whose memory it is counts it in place of the reason that kept the transfer off
 	// the RDMA path; an owner sends it only to a consumer whose offer says it knows it.
 	ReasonDeviceBounce Reason = "device_bounce"
+	// ReasonReleaseMismatch: the two sides link UCX builds that cannot talk (another minor
+	// release, or one with velo's guard and one without), so no UCX endpoint is opened between
+	// them; the log line of the side that found it names both builds.
+	ReasonReleaseMismatch Reason = "release_mismatch"
 )
 
 // ChunkedReasons are the reasons that go with PathChunked; ReasonOK is the only one for PathRDMA
@@ -60,6 +64,7 @@ const (
 var ChunkedReasons = []Reason{
 	ReasonNoOffer, ReasonKillSwitch, ReasonNotConfigured, ReasonDraining, ReasonPoolExhausted,
 	ReasonBudget, ReasonNotPinned, ReasonGetFailed, ReasonDecodeError, ReasonDeviceBounce,
+	ReasonReleaseMismatch,
 }
 
 // Valid reports whether (p, r) is one of the pre-declared pairs.

@@ -208,7 +208,7 @@ func (r *Rendezvous) offer(owner transport.InstanceID) ([]byte, metrics.Reason, 
 	case c.KillSwitch():
 		return nil, metrics.ReasonKillSwitch, nil
 	case !c.CanGet(owner):
-		return nil, metrics.ReasonNoOffer, nil
+		return nil, refusal(c, owner), nil
 	}
 	blob, err := c.Offer(owner)
 	if err != nil {
@@ -220,6 +220,17 @@ func (r *Rendezvous) offer(owner transport.InstanceID) ([]byte, metrics.Reason, 
 		return nil, metrics.ReasonDecodeError, nil
 	}
 	return b, "", c
+}
+
+// refusal is the reason the pair has no RDMA path as side (an RDMAClient or RDMAServer) gives it,
+// no_offer when it gives none.
+func refusal(side any, peer transport.InstanceID) metrics.Reason {
+	if pr, ok := side.(PathRefuser); ok {
+		if why := pr.PathRefusal(peer); why != "" {
+			return why
+		}
+	}
+	return metrics.ReasonNoOffer
 }
 
 func (r *Rendezvous) acquire(ctx context.Context, h Handle, offer []byte) (*Lease, wire.AcquireResponse, error) {

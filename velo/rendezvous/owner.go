@@ -311,7 +311,7 @@ func (r *Rendezvous) precheck(sl Slot, offer []byte) (metrics.Path, metrics.Reas
 	case r.draining.Load():
 		return metrics.PathChunked, metrics.ReasonDraining, nil, false
 	case len(offer) == 0:
-		return metrics.PathChunked, metrics.ReasonNoOffer, nil, false
+		return metrics.PathChunked, refusal(srv, sl.Lease.Consumer), nil, false
 	}
 	o, err := wire.DecodeOffer(offer)
 	if err != nil {

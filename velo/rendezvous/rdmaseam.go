@@ -45,6 +45,13 @@ type Served struct {
 	Err        error
 }
 
+// PathRefuser is an RDMAClient or RDMAServer that can say why the pair has no RDMA path (the
+// RMA transport refused the peer's address: release_mismatch); "" when it has no reason to
+// give, and the side counts no_offer.
+type PathRefuser interface {
+	PathRefusal(peer transport.InstanceID) metrics.Reason
+}
+
 // RDMAClient is the consumer side of the RDMA path.
 type RDMAClient interface {
 	// Backend names the RMA backend this client reads with; it goes in the offer.

@@ -242,6 +242,14 @@ type RMA interface {
 	ForceClosePeer(peer InstanceID) error
 }
 
+// PathRefuser is an RMA transport that can say why it does not reach a peer it knows (CanGet
+// false): the answer is one of the chunked-path reasons of package metrics ("release_mismatch"
+// when the two sides' UCX builds cannot talk), or "" when it has none to give and the runtime
+// counts no_offer.
+type PathRefuser interface {
+	PathRefusal(peer InstanceID) string
+}
+
 // Read is one read of ManyReader.ReadMany: len(Dst) bytes at Offset of the region Key names.
 type Read struct {
 	Key    []byte

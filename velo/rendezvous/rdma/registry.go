@@ -150,6 +150,19 @@ func (r *Registry) Backend() string { return r.backend }
 // KillSwitch reports whether the RDMA path is switched off here.
 func (r *Registry) KillSwitch() bool { return r.disabled }
 
+// pathRefusal is the transport's reason for not reaching peer, when it gives one
+// (transport.PathRefuser) and it is a chunked-path reason; else "".
+func (r *Registry) pathRefusal(peer transport.InstanceID) metrics.Reason {
+	pr, ok := r.rma.(transport.PathRefuser)
+	if !ok {
+		return ""
+	}
+	if why := metrics.Reason(pr.PathRefusal(peer)); metrics.Valid(metrics.PathChunked, why) {
+		return why
+	}
+	return ""
+}
+
 // The registry plays three parts in the rendezvous protocol. It is itself the pool that stages
 // payloads in pinned memory (rendezvous.PinnedPool); the owner that registers a slot for one lease
 // and the consumer that reads a lease with one GET are views of it, so that each interface has
@@ -171,6 +184,11 @@ func (o *Owner) Backend() string { return o.r.backend }
 
 // KillSwitch reports whether the RDMA path is switched off on this owner.
 func (o *Owner) KillSwitch() bool { return o.r.disabled }
+
+// PathRefusal says why the RMA transport does not reach consumer (rendezvous.PathRefuser).
+func (o *Owner) PathRefusal(consumer transport.InstanceID) metrics.Reason {
+	return o.r.pathRefusal(consumer)
+}
 
 // Consumer reads leases by one GET each.
 type Consumer struct{ r *Registry }
@@ -590,6 +608,11 @@ func (r *Registry) released(lr *leaseReg, quarantined bool) {
 
 // CanGet reports whether owner is registered on the RMA transport.
 func (c *Consumer) CanGet(owner transport.InstanceID) bool { return c.r.rma.CanGet(owner) }
+
+// PathRefusal says why the RMA transport does not reach owner (rendezvous.PathRefuser).
+func (c *Consumer) PathRefusal(owner transport.InstanceID) metrics.Reason {
+	return c.r.pathRefusal(owner)
+}
 
 // Offer returns the backend-specific part of an offer: version 3 (descriptors of version 2 and
 // 3), or version 2 to an owner that refused version 3 (OfferRefused).

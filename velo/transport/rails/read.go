@@ -54,6 +54,15 @@ func (t *Transport) CanGet(peer transport.InstanceID) bool {
 	return false
 }
 
+// PathRefusal implements transport.PathRefuser: the first rail's reason, the rail every peer is
+// registered on first.
+func (t *Transport) PathRefusal(peer transport.InstanceID) string {
+	if pr, ok := t.rails[0].rma.(transport.PathRefuser); ok {
+		return pr.PathRefusal(peer)
+	}
+	return ""
+}
+
 // ForceClosePeer closes the peer's endpoints on every rail.
 func (t *Transport) ForceClosePeer(peer transport.InstanceID) error {
 	var errs []error

@@ -132,6 +132,12 @@ func (t *Transport) onHello(f admitted) {
 		t.m.dropped.WithLabelValues("rejected_blob").Inc()
 		t.log.Warn("ucx: dropping a hello with an unusable address", "peer", fmt.Sprintf("%016x", uint64(h.Sender)), "err", err)
 		return
+	case !t.build.Meets(b.Build):
+		// Only AddPeer marks a peer as mismatched: a hello is the peer's word, and this one
+		// is not acted on at all.
+		t.refuse(h, "rejected_blob", "ucx: dropping a hello from a UCX build that cannot talk to this one ("+b.Build.String()+
+			", this instance "+t.build.String()+")", nil)
+		return
 	case b.Incarnation != h.Incarnation:
 		t.m.dropped.WithLabelValues("rejected_blob").Inc()
 		t.log.Warn("ucx: dropping a hello whose address names another incarnation", "peer", fmt.Sprintf("%016x", uint64(h.Sender)))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/velo-go/velo/ucx"
 	"github.com/velo-go/velo/velo/auth"
+	"github.com/velo-go/velo/velo/internal/wire"
 	"github.com/velo-go/velo/velo/transport"
 )
 
@@ -45,13 +46,16 @@ type Transport struct {
 	self   transport.InstanceID
 	inc    uint64
 	blob   []byte
+	build  wire.UCXBuild // the UCX this process links, as the blob announces it (build.go)
 
-	mu      sync.Mutex // guards the fields below and every peer's addr, added, learned
-	peers   map[transport.InstanceID]*peer
-	slots   map[slotKey]uint32 // endpoints created per peer incarnation (see conn.go)
-	orphans map[*peer]struct{} // forgotten peers whose retired endpoints still wait to close
-	started bool
-	closed  bool
+	mu    sync.Mutex // guards the fields below and every peer's addr, added, learned
+	peers map[transport.InstanceID]*peer
+	slots map[slotKey]uint32 // endpoints created per peer incarnation (see conn.go)
+	// mismatched are the peers whose UCX build this one cannot talk to (build.go), with it.
+	mismatched map[transport.InstanceID]wire.UCXBuild
+	orphans    map[*peer]struct{} // forgotten peers whose retired endpoints still wait to close
+	started    bool
+	closed     bool
 
 	recvMu  sync.Mutex // guards inbound and serialises Host.Deliver
 	inbound map[transport.InstanceID]*inboundState
@@ -156,19 +160,20 @@ func New(cfg Config) (*Transport, error) {
 		return nil, fmt.Errorf("ucx transport: %w", err)
 	}
 	t := &Transport{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		follow:  follow,
-		eng:     eng,
-		m:       m,
-		worker:  eng.Address(),
-		guard:   guard,
-		timings: timings{finWait: defaultFinWait, holdTimeout: defaultHoldTimeout},
-		peers:   map[transport.InstanceID]*peer{},
-		slots:   map[slotKey]uint32{},
-		orphans: map[*peer]struct{}{},
-		inbound: map[transport.InstanceID]*inboundState{},
-		stop:    make(chan struct{}),
+		cfg:        cfg,
+		log:        cfg.Logger,
+		follow:     follow,
+		eng:        eng,
+		m:          m,
+		worker:     eng.Address(),
+		guard:      guard,
+		timings:    timings{finWait: defaultFinWait, holdTimeout: defaultHoldTimeout},
+		peers:      map[transport.InstanceID]*peer{},
+		slots:      map[slotKey]uint32{},
+		mismatched: map[transport.InstanceID]wire.UCXBuild{},
+		orphans:    map[*peer]struct{}{},
+		inbound:    map[transport.InstanceID]*inboundState{},
+		stop:       make(chan struct{}),
 	}
 	if eng.MaxAMHeader() < sealedHeaderLen {
 		_ = eng.Close(context.Background())
@@ -268,7 +273,9 @@ func (t *Transport) Start(h transport.Host) error {
 		t.gate = g
 		t.gateLogs.Interval = 10 * time.Second
 	}
-	t.blob = appendBlob(nil, peerBlob{RMA: true, VectoredGet: true, VectoredPut: true, MaxFrame: t.cfg.EagerMax, Incarnation: t.inc, Worker: t.worker})
+	t.build = localBuild(t.guard.rma)
+	t.blob = appendBlob(nil, peerBlob{RMA: true, VectoredGet: true, VectoredPut: true, MaxFrame: t.cfg.EagerMax, Incarnation: t.inc,
+		Build: t.build, Worker: t.worker})
 	if err := t.eng.HandleAM(amID, t.onAM); err != nil {
 		return fmt.Errorf("ucx: installing the frame handler: %w", err)
 	}
@@ -289,7 +296,8 @@ func (t *Transport) Address() []byte {
 }
 
 // AddPeer implements transport.Transport. A blob of another UCX wire version is refused with an
-// error wrapping transport.ErrInvalidEndpoint, and the refusal is logged at warn level. With
+// error wrapping transport.ErrInvalidEndpoint, and the refusal is logged at warn level; so is a
+// blob whose UCX build cannot talk to ours (ErrUCXBuildMismatch, build.go). With
 // EagerEndpoints the endpoint is created and wired up here; a peer that cannot be reached yet is
 // kept (the next Send tries again) and the failure logged.
 func (t *Transport) AddPeer(ctx context.Context, pa transport.PeerAddress) error {
@@ -314,6 +322,11 @@ func (t *Transport) AddPeer(ctx context.Context, pa transport.PeerAddress) error
 		return fmt.Errorf("ucx: %w: peer %016x: the UCX address belongs to incarnation %016x, the peer info says %016x (stale peer info: fetch it again)",
 			transport.ErrInvalidEndpoint, uint64(pa.ID), b.Incarnation, pa.Incarnation)
 	}
+	if !t.build.Meets(b.Build) {
+		t.noteMismatch(pa.ID, b.Build)
+		return t.buildMismatch(pa.ID, b.Build)
+	}
+	t.meets(pa.ID)
 	p, err := t.record(pa.ID, b, true)
 	if err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -26,7 +27,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"github.com/velo-go/velo/ucx"
+	"github.com/velo-go/velo/velo/internal/wire"
 	"github.com/velo-go/velo/velo/transport"
 )
 
@@ -174,7 +178,7 @@ func TestBlobVersionRefused(t *testing.T) {
 	if !errors.Is(err, transport.ErrInvalidEndpoint) {
 		t.Fatalf("version-1 blob: %v", err)
 	}
-	line := "ucx: rejecting peer blob: unsupported ucx blob version 1 (expected 5)"
+	line := fmt.Sprintf("ucx: rejecting peer blob: unsupported ucx blob version 1 (expected %d)", BlobVersion)
 	log := a.h.logBuf.String()
 	if !strings.Contains(log, "level=WARN msg=\""+line+"\"") {
 		t.Fatalf("no warning %q at warn level; log:\n%s", line, log)
@@ -188,22 +192,57 @@ func TestBlobVersionRefused(t *testing.T) {
 		"truncated":         good[:blobFixedLen-1],
 		"address overrun":   good[:len(good)-1],
 		"trailing bytes":    append(append([]byte(nil), good...), 0),
-		"version 6":         append([]byte{6}, good[1:]...),
+		"next version":      append([]byte{BlobVersion + 1}, good[1:]...),
+		"version 5":         append([]byte{5}, good[1:]...), // the layout before the UCX build
 		"version 4":         append([]byte{4}, good[1:]...), // the HMAC seal before GCM
 		"version 3":         append([]byte{3}, good[1:]...), // the layout before frames were sealed
 		"damaged":           append(append([]byte(nil), good[:len(good)-5]...), good[len(good)-5]^1, 0, 0, 0, 0),
-		"other incarnation": appendBlob(nil, peerBlob{MaxFrame: MinEagerMax, Incarnation: b.h.inc + 1, Worker: []byte{1}}),
+		"other incarnation": appendBlob(nil, peerBlob{MaxFrame: MinEagerMax, Incarnation: b.h.inc + 1, Build: a.build, Worker: []byte{1}}),
 	} {
 		if err := a.AddPeer(testCtx(t), transport.PeerAddress{ID: b.h.id, Incarnation: b.h.inc, Blob: blob}); !errors.Is(err, transport.ErrInvalidEndpoint) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if !strings.Contains(a.h.logBuf.String(), "unsupported ucx blob version 6 (expected 5)") {
-		t.Error("version 6 refused without the warning")
+	if next := fmt.Sprintf("unsupported ucx blob version %d (expected %d)", BlobVersion+1, BlobVersion); !strings.Contains(a.h.logBuf.String(), next) {
+		t.Errorf("the next version refused without the warning %q", next)
 	}
 	if err := a.AddPeer(testCtx(t), b.addr()); err != nil {
 		t.Fatalf("the real blob after the refusals: %v", err)
 	}
+}
+
+// TestBuildMismatchRefused: an address naming a UCX build this one cannot talk to (another minor
+// release, or the same release without the guard) is refused with ErrUCXBuildMismatch, no
+// endpoint can be opened to the peer, PathRefusal says release_mismatch, and the warning names
+// both builds once however often the address comes; the peer's real address clears it all.
+func TestBuildMismatchRefused(t *testing.T) {
+	a, b := newNode(t, nil), newNode(t, nil)
+	real, err := decodeBlob(b.Address())
+	require.NoError(t, err)
+	others := []wire.UCXBuild{
+		{Major: a.build.Major, Minor: a.build.Minor + 1, Guard: a.build.Guard},
+		{Major: a.build.Major, Minor: a.build.Minor, Patch: a.build.Patch, Guard: a.build.Guard + "x"},
+	}
+	for _, other := range others {
+		blob := real
+		blob.Build = other
+		for range 3 {
+			err := a.AddPeer(testCtx(t), transport.PeerAddress{ID: b.h.id, Incarnation: b.h.inc, Blob: appendBlob(nil, blob)})
+			require.ErrorIs(t, err, ErrUCXBuildMismatch)
+			require.ErrorIs(t, err, transport.ErrInvalidEndpoint)
+			assert.Contains(t, err.Error(), other.String())
+			assert.Contains(t, err.Error(), a.build.String())
+		}
+		assert.False(t, a.CanGet(b.h.id))
+		assert.False(t, a.Reaches(b.h.id))
+		assert.Equal(t, ReasonReleaseMismatch, a.PathRefusal(b.h.id))
+		require.ErrorIs(t, a.Send(testCtx(t), b.h.id, []byte("x")), transport.ErrUnknownPeer, "a send must not open an endpoint to the peer")
+		assert.Equal(t, 1, strings.Count(a.h.logBuf.String(), "peer_ucx=\""+other.String()+"\""),
+			"one warning per peer and build:\n%s", a.h.logBuf.String())
+	}
+	require.NoError(t, a.AddPeer(testCtx(t), b.addr()))
+	assert.Empty(t, a.PathRefusal(b.h.id))
+	assert.True(t, a.CanGet(b.h.id))
 }
 
 // TestEagerEndpoints: with EagerEndpoints, AddPeer opens the endpoint and finishes its wireup (the
