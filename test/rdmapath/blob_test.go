@@ -20,6 +20,8 @@ func TestBadUCXBlobKeepsTheOtherTransports(t *testing.T) {
 	owner.RegisterHandler("echo", func(ctx context.Context, m *velo.Message) ([]byte, error) { return m.Payload, nil })
 	good := owner.PeerInfo().Addresses["ucx"]
 	damaged := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), good...)) }
+	// The worker address's length follows the UCX build's guard version (byte 19 its length).
+	lengthAt := 20 + int(good[19])
 	for _, tc := range []struct {
 		name string
 		blob []byte
@@ -31,8 +33,9 @@ func TestBadUCXBlobKeepsTheOtherTransports(t *testing.T) {
 		{"other version", damaged(func(b []byte) []byte { b[0] = 7; return b }), "unsupported ucx blob version 7"},
 		{"reserved bytes", damaged(func(b []byte) []byte { b[2] = 0xff; return b }), "checksum mismatch"},
 		{"frame limit", damaged(func(b []byte) []byte { b[4], b[5], b[6], b[7] = 0, 0, 0, 1; return b }), "checksum mismatch"},
-		{"address length", damaged(func(b []byte) []byte { b[16] = 0x7f; return b }), "worker address length"},
-		{"worker address byte", damaged(func(b []byte) []byte { b[24] ^= 0x10; return b }), "checksum mismatch"},
+		{"address length", damaged(func(b []byte) []byte { b[lengthAt] = 0x7f; return b }), "worker address length"},
+		{"worker address byte", damaged(func(b []byte) []byte { b[lengthAt+4] ^= 0x10; return b }), "checksum mismatch"},
+		{"UCX release", damaged(func(b []byte) []byte { b[17] ^= 1; return b }), "checksum mismatch"},
 		{"RMA flag cleared", damaged(func(b []byte) []byte { b[1] &^= 1; return b }), "checksum mismatch"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -101,29 +101,41 @@ func oneWayMessage(name string, payload []byte) []byte {
 	return append(b, payload...)
 }
 
-// ucxBlobWorker takes the UCX worker address out of velo's published address blob (versions 3
-// to 5: version, flags, two reserved bytes, largest frame, incarnation, the address's length,
-// the address, a CRC-32C).
-func ucxBlobWorker(blob []byte) ([]byte, error) {
-	if len(blob) < 24 || blob[0] < 3 || blob[0] > 5 {
-		return nil, fmt.Errorf("not a velo UCX address blob of version 3 to 5 (%d bytes)", len(blob))
+// ucxBlobWorker takes the UCX worker address out of velo's published address blob, and the
+// bytes that name the victim's UCX build (nil before version 6). Versions 3 to 5: version,
+// flags, two reserved bytes, largest frame, incarnation, the address's length, the address, a
+// CRC-32C. Version 6 puts the build after the incarnation: release (three bytes), the guard
+// version's length and the guard version.
+func ucxBlobWorker(blob []byte) (worker, build []byte, err error) {
+	if len(blob) < 24 || blob[0] < 3 || blob[0] > 6 {
+		return nil, nil, fmt.Errorf("not a velo UCX address blob of version 3 to 6 (%d bytes)", len(blob))
 	}
-	n := binary.BigEndian.Uint32(blob[16:])
-	if uint64(n)+24 != uint64(len(blob)) {
-		return nil, fmt.Errorf("velo UCX address blob: a worker address of %d bytes in %d", n, len(blob))
+	at := 16
+	if blob[0] >= 6 {
+		at = 20 + int(blob[19])
+		if len(blob) < at+8 {
+			return nil, nil, fmt.Errorf("velo UCX address blob: a build of %d bytes in %d", at-16, len(blob))
+		}
+		build = blob[16:at]
 	}
-	return blob[20 : 20+n], nil
+	n := binary.BigEndian.Uint32(blob[at:])
+	if uint64(n)+uint64(at)+8 != uint64(len(blob)) {
+		return nil, nil, fmt.Errorf("velo UCX address blob: a worker address of %d bytes in %d", n, len(blob))
+	}
+	return blob[at+4 : at+4+int(n)], build, nil
 }
 
 // helloBody is a hello's body with a proof slot: the previous epoch, 32 proof bytes, then an
-// address blob of the given version naming the impersonated incarnation and the attacker's own
-// worker (a hello that got through would send the peer's traffic to the attacker).
-func helloBody(prevEpoch uint32, proof []byte, version byte, inc uint64, worker []byte) []byte {
+// address blob of the given version naming the impersonated incarnation, the victim's own UCX
+// build (so that the build check lets it by) and the attacker's worker (a hello that got through
+// would send the peer's traffic to the attacker).
+func helloBody(prevEpoch uint32, proof []byte, version byte, inc uint64, build, worker []byte) []byte {
 	b := binary.BigEndian.AppendUint32(nil, prevEpoch)
 	b = append(b, proof...)
 	blob := []byte{version, 1, 0, 0}
 	blob = binary.BigEndian.AppendUint32(blob, 1<<20)
 	blob = binary.BigEndian.AppendUint64(blob, inc)
+	blob = append(blob, build...)
 	blob = binary.BigEndian.AppendUint32(blob, uint32(len(worker)))
 	blob = append(blob, worker...)
 	blob = binary.BigEndian.AppendUint32(blob, crc32c(blob))

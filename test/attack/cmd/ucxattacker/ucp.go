@@ -21,9 +21,10 @@ type attacker struct {
 	w      *ucx.Worker
 	ep     *ucx.Endpoint
 	worker []byte // the victim's worker address
-	// blobVersion is the velo wire version of the victim's address blob (3, or 4 with sealed
-	// frames).
+	// blobVersion is the velo wire version of the victim's address blob (3, 4 with sealed
+	// frames, 6 with the UCX build).
 	blobVersion byte
+	build       []byte // the victim's UCX build as its blob names it (version 6)
 	addr        []byte // this worker's address
 	mem         *ucx.Memory
 	mh          *ucx.MemHandle
@@ -58,7 +59,7 @@ func (a *attacker) connect(c cmd) (map[string]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect: blob: %w", err)
 	}
-	worker, err := ucxBlobWorker(blob)
+	worker, build, err := ucxBlobWorker(blob)
 	if err != nil {
 		return nil, err
 	}
@@ -92,6 +93,7 @@ func (a *attacker) connect(c cmd) (map[string]any, error) {
 	}
 	a.worker = append([]byte(nil), worker...)
 	a.blobVersion = blob[0]
+	a.build = append([]byte(nil), build...)
 	if err := a.reconnect(); err != nil {
 		return nil, err
 	}
@@ -561,7 +563,7 @@ func (a *attacker) forge(c cmd, timeout time.Duration) (map[string]any, error) {
 		case kindHello:
 			proof := make([]byte, 32)
 			_, _ = rand.Read(proof)
-			body = helloBody(f.Epoch-1, proof, a.blobVersion, inc, a.addr)
+			body = helloBody(f.Epoch-1, proof, a.blobVersion, inc, a.build, a.addr)
 		}
 		var seal []byte
 		if f.Sealed {

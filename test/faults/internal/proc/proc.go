@@ -20,14 +20,39 @@ import (
 )
 
 // Build compiles faultnode into a new temporary folder and returns the binary's path; remove its
-// folder when done.
-func Build() (string, error) {
+// folder when done. It links the UCX the go command's flags pick (GOFLAGS=-tags=ucx_static: velo's
+// static UCX).
+func Build() (string, error) { return build(nil) }
+
+// BuildStock is Build with the ucx_static tag taken out of GOFLAGS: the faultnode links the UCX
+// the system's pkg-config names (Debian's), which has no guard, so it runs only with
+// VELO_UCX_TRUST_NETWORK=1. It fails when the tests do not link the static UCX themselves (no
+// second build to compare with).
+func BuildStock() (string, error) {
+	var flags []string
+	tagged := false
+	for _, f := range strings.Fields(os.Getenv("GOFLAGS")) {
+		if f == "-tags=ucx_static" {
+			tagged = true
+			continue
+		}
+		flags = append(flags, f)
+	}
+	if !tagged {
+		return "", errors.New("GOFLAGS has no -tags=ucx_static: the suite already links the system's UCX")
+	}
+	return build(append(os.Environ(), "GOFLAGS="+strings.Join(flags, " ")))
+}
+
+func build(env []string) (string, error) {
 	dir, err := os.MkdirTemp("", "velo-faultnode-")
 	if err != nil {
 		return "", err
 	}
 	bin := filepath.Join(dir, "faultnode")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/velo-go/velo/test/faults/cmd/faultnode").CombinedOutput()
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/velo-go/velo/test/faults/cmd/faultnode")
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		os.RemoveAll(dir)
 		return "", fmt.Errorf("go build faultnode: %v\n%s", err, out)
