@@ -34,6 +34,11 @@ const (
 	// DefaultSendTimeout bounds a Send whose context has no deadline (the runtime sends answers
 	// with context.Background).
 	DefaultSendTimeout = 60 * time.Second
+	// DefaultMaxEndpoints is Config.MaxEndpoints' default. A worker talks to a few peers at a
+	// time, so 256 open endpoints cover it with room; over tcp each holds a socket or two on each
+	// side, which keeps eight workers of a node well inside a default descriptor limit
+	// whatever the cluster's size.
+	DefaultMaxEndpoints = 256
 )
 
 // Timings of the endpoint lifecycle that tests shorten. They are not Config fields: they bound
@@ -88,6 +93,14 @@ type Config struct {
 	// and opens a new one on its next send, so a reap loses no frames. Zero keeps endpoints
 	// until the peer goes away.
 	EPIdleTimeout time.Duration
+	// MaxEndpoints bounds the endpoints this transport keeps open to peers at once, one per
+	// peer it talks to (default DefaultMaxEndpoints). When opening one puts the transport over
+	// it, the endpoints idle longest are retired, nothing in flight on them (the idle reaper's
+	// fin exchange: no frame or GET is lost, and the next send to such a peer opens a new one),
+	// so that an instance of a large cluster holds descriptors for the peers it talks to, not
+	// for every member. An endpoint that is busy is never cut: under a burst to more peers than
+	// the budget the count exceeds it until their traffic pauses. Eager endpoints count too.
+	MaxEndpoints int
 	// EagerMax is the largest frame this transport sends and receives (MaxFrameSize): default
 	// DefaultEagerMax, at least MinEagerMax, at most MaxEagerMax. A peer that advertises less
 	// gets frames up to its own limit only. Every frame goes out as one eager active message.
@@ -137,6 +150,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.SendTimeout <= 0 {
 		c.SendTimeout = DefaultSendTimeout
+	}
+	if c.MaxEndpoints < 0 {
+		return c, fmt.Errorf("ucx: Config.MaxEndpoints %d must not be negative (0 takes DefaultMaxEndpoints)", c.MaxEndpoints)
+	}
+	if c.MaxEndpoints == 0 {
+		c.MaxEndpoints = DefaultMaxEndpoints
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

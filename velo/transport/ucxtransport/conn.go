@@ -173,12 +173,16 @@ func (t *Transport) openLocked(ctx context.Context, p *peer, slot uint32) (*outC
 	oc.c = c
 	t.m.endpoints.WithLabelValues("opened").Inc()
 	t.m.open.Inc()
+	if t.openEPs.Add(1) > int64(t.cfg.MaxEndpoints) {
+		t.kickEviction()
+	}
 	t.wg.Add(1)
 	go func() {
 		// Count the endpoint closed exactly once, however it ends.
 		defer t.wg.Done()
 		<-c.Done()
 		t.m.open.Dec()
+		t.openEPs.Add(-1)
 	}()
 	oc.helloOp = t.submit(oc, hdr, [][]byte{body})
 	t.settle(oc, oc.helloOp)

@@ -36,8 +36,9 @@ var (
 	dropReasons = []string{"malformed", "unknown_sender", "too_large", "stale", "rejected_blob", "unauthenticated", "bad_seal", "replayed"}
 	// endpointEvents: opened, reaped (this side's idle reaper retired it), retired_by_peer (the
 	// peer's fin), failed (UCX reported the endpoint dead), removed (RemovePeer), closed (this
-	// side's Close said goodbye on it), forced (closed with force by ForceClosePeer).
-	endpointEvents = []string{"opened", "reaped", "retired_by_peer", "failed", "removed", "closed", "forced"}
+	// side's Close said goodbye on it), forced (closed with force by ForceClosePeer), evicted
+	// (retired, idle, to keep the transport within Config.MaxEndpoints).
+	endpointEvents = []string{"opened", "reaped", "retired_by_peer", "failed", "removed", "closed", "forced", "evicted"}
 )
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -57,7 +58,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		endpoints: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "velo", Subsystem: "ucx_transport", Name: "endpoint_events_total",
-			Help: "Endpoint lifecycle events: opened, reaped, retired_by_peer, failed, removed, closed, forced.",
+			Help: "Endpoint lifecycle events: opened, reaped, retired_by_peer, failed, removed, closed, forced, evicted.",
 		}, []string{"event"}),
 		open: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "velo", Subsystem: "ucx_transport", Name: "endpoints",

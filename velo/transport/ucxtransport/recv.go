@@ -332,7 +332,13 @@ func (t *Transport) maintain() {
 		select {
 		case <-t.stop:
 			return
+		case <-t.evict:
+			t.evictIdle()
+			continue
 		case <-tick.C:
+		}
+		if t.openEPs.Load() > int64(t.cfg.MaxEndpoints) {
+			t.evictIdle() // what was busy when the budget was passed may be idle now
 		}
 		t.mu.Lock()
 		peers := make([]*peer, 0, len(t.peers)+len(t.orphans))

@@ -60,6 +60,12 @@ type Transport struct {
 	recvMu  sync.Mutex // guards inbound and serialises Host.Deliver
 	inbound map[transport.InstanceID]*inboundState
 
+	// openEPs counts this side's endpoints from their opening to their close (retired ones
+	// included); evict asks the maintenance goroutine to bring the current ones back within
+	// Config.MaxEndpoints (budget.go).
+	openEPs atomic.Int64
+	evict   chan struct{}
+
 	stop      chan struct{}
 	closeOnce sync.Once
 	closeErr  error
@@ -174,6 +180,7 @@ func New(cfg Config) (*Transport, error) {
 		orphans:    map[*peer]struct{}{},
 		inbound:    map[transport.InstanceID]*inboundState{},
 		stop:       make(chan struct{}),
+		evict:      make(chan struct{}, 1),
 	}
 	if eng.MaxAMHeader() < sealedHeaderLen {
 		_ = eng.Close(context.Background())
@@ -579,6 +586,8 @@ func (t *Transport) Describe() map[string]string {
 		"eager_max":       strconv.Itoa(t.cfg.EagerMax),
 		"rma":             fmt.Sprint(t.cfg.RMA),
 		"ep_idle_timeout": t.cfg.EPIdleTimeout.String(),
+		"max_endpoints":   strconv.Itoa(t.cfg.MaxEndpoints),
+		"ucx_build":       t.build.String(),
 		"rma_guard":       t.guard.describe(),
 	}
 	for _, s := range t.eng.Settings() {
