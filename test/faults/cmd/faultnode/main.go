@@ -60,6 +60,7 @@ func main() {
 	budget := flag.Int64("budget", 0, "RDMAPoolConfig.RegisteredBytesBudget (0: the default)")
 	arena := flag.Int("arena", 0, "RDMAPoolConfig.ArenaSize (0: the default)")
 	epIdle := flag.Duration("ep-idle", 0, "ucxtransport.Config.EPIdleTimeout (0: the default)")
+	maxEPs := flag.Int("max-endpoints", 0, "ucxtransport.Config.MaxEndpoints (0: the default)")
 	discDir := flag.String("discovery", "", "find peers through the filesystem backend in this directory")
 	name := flag.String("name", "", "the member name under -discovery")
 	etcdEndpoints := flag.String("etcd", "", "find peers through etcd at these comma-separated client URLs")
@@ -85,7 +86,7 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
-	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", Logger: log, EPIdleTimeout: *epIdle})
+	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", Logger: log, EPIdleTimeout: *epIdle, MaxEndpoints: *maxEPs})
 	if err != nil {
 		fatal(err)
 	}
