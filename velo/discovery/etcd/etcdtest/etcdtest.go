@@ -134,6 +134,22 @@ func (s *Server) start(t testing.TB, bin string) {
 // Endpoint is the member's client URL.
 func (s *Server) Endpoint() string { return s.ClientURL }
 
+// Pid is the running member's process ID (0 when it is not running), for a benchmark that reads
+// the server's CPU and memory.
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	select {
+	case <-s.done:
+		return 0
+	default:
+	}
+	return s.cmd.Process.Pid
+}
+
 // WaitHealthy waits until the member says it is healthy (it has a leader).
 func (s *Server) WaitHealthy(t testing.TB, within time.Duration) {
 	t.Helper()
