@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -200,7 +201,9 @@ func (gr *Grant) Revoke(ctx context.Context) error {
 }
 
 // Wait returns once notifications have covered every byte of ranges (all the grant's ranges when
-// none are given), or with the grant's end or ctx's error.
+// none are given), or with the grant's end or ctx's error. An error before that is a *WaitError:
+// it lists the bytes no notification covered, and errors.Is matches what stopped the wait
+// (ErrGrantEnded, context.DeadlineExceeded, context.Canceled).
 func (gr *Grant) Wait(ctx context.Context, ranges ...Range) error {
 	if len(ranges) == 0 {
 		ranges = gr.ranges
@@ -219,14 +222,90 @@ func (gr *Grant) Wait(ctx context.Context, ranges ...Range) error {
 		if all {
 			return nil
 		}
+		var why error
 		select {
 		case <-gr.stop:
-			return fmt.Errorf("push: Wait: %w", gr.Err())
+			why = gr.Err()
 		case <-ch:
+			continue
 		case <-ctx.Done():
-			return ctx.Err()
+			why = ctx.Err()
+		}
+		gr.cmu.Lock()
+		missing := gaps(gr.covered, ranges)
+		gr.cmu.Unlock()
+		return &WaitError{Grant: gr.id, Writer: gr.writer, Missing: missing, Err: why}
+	}
+}
+
+// WaitError is Wait's error when it stopped before notifications covered the ranges it waited
+// for: Missing are the bytes no notification covered (sorted, disjoint), and Err is what stopped
+// it: the grant's end (ErrGrantEnded) or the context's error. A writer whose puts failed, or that
+// put without Notify, leaves its ranges here; the receiver can ask it for exactly those.
+type WaitError struct {
+	Grant   uint64
+	Writer  transport.InstanceID
+	Missing []Range
+	Err     error
+}
+
+// waitErrorRanges is how many missing ranges the message lists before it counts the rest.
+const waitErrorRanges = 8
+
+func (e *WaitError) Error() string {
+	var b strings.Builder
+	var total uint64
+	for _, r := range e.Missing {
+		total += r.Length
+	}
+	b.WriteString("push: Wait: ")
+	if !errors.Is(e.Err, ErrGrantEnded) { // the grant's end names the grant itself
+		fmt.Fprintf(&b, "grant %d of writer %016x: ", e.Grant, uint64(e.Writer))
+	}
+	ranges := "ranges"
+	if len(e.Missing) == 1 {
+		ranges = "range"
+	}
+	fmt.Fprintf(&b, "%d bytes in %d %s never notified:", total, len(e.Missing), ranges)
+	for i, r := range e.Missing {
+		if i == waitErrorRanges {
+			fmt.Fprintf(&b, " and %d more", len(e.Missing)-i)
+			break
+		}
+		fmt.Fprintf(&b, " [%d, +%d)", r.Offset, r.Length)
+	}
+	fmt.Fprintf(&b, ": %v", e.Err)
+	return b.String()
+}
+
+// Unwrap is what stopped the wait.
+func (e *WaitError) Unwrap() error { return e.Err }
+
+// gaps returns the bytes of want that the sorted disjoint set does not hold, sorted and merged.
+func gaps(set []Range, want []Range) []Range {
+	var out []Range
+	for _, r := range want {
+		lo, hi := r.Offset, r.End()
+		for _, x := range set {
+			if x.End() <= lo {
+				continue
+			}
+			if x.Offset >= hi {
+				break
+			}
+			if x.Offset > lo {
+				out = addRange(out, Range{lo, x.Offset - lo})
+			}
+			lo = max(lo, x.End())
+			if lo >= hi {
+				break
+			}
+		}
+		if lo < hi {
+			out = addRange(out, Range{lo, hi - lo})
 		}
 	}
+	return out
 }
 
 // end ends the grant once: no chunk is copied or claimed after it returns from taking the lock,
