@@ -94,7 +94,7 @@ func (s *Service) Grant(writer transport.InstanceID, inc uint64, g *rdma.Region,
 	if len(ranges) > MaxRanges {
 		return nil, fmt.Errorf("push: Grant: %w: %d ranges (at most %d)", ErrOutOfGrant, len(ranges), MaxRanges)
 	}
-	sort.Slice(ranges, func(i, j int) bool { return ranges[i].Offset < ranges[j].Offset })
+	sortRanges(ranges)
 	for i, r := range ranges {
 		if r.Length == 0 || r.End() < r.Offset || r.End() > size {
 			return nil, fmt.Errorf("push: Grant: %w: range [%d, +%d) is empty or outside the %d-byte region", ErrOutOfGrant, r.Offset, r.Length, size)
@@ -206,20 +206,17 @@ func (gr *Grant) Revoke(ctx context.Context) error {
 // (ErrGrantEnded, context.DeadlineExceeded, context.Canceled).
 func (gr *Grant) Wait(ctx context.Context, ranges ...Range) error {
 	if len(ranges) == 0 {
-		ranges = gr.ranges
+		ranges = gr.ranges // sorted at Grant
+	} else {
+		ranges = append([]Range(nil), ranges...)
+		sortRanges(ranges)
 	}
 	for {
 		gr.cmu.Lock()
-		all := true
-		for _, r := range ranges {
-			if !covers(gr.covered, r) {
-				all = false
-				break
-			}
-		}
+		missing := gaps(gr.covered, ranges)
 		ch := gr.changed
 		gr.cmu.Unlock()
-		if all {
+		if len(missing) == 0 {
 			return nil
 		}
 		var why error
@@ -232,8 +229,11 @@ func (gr *Grant) Wait(ctx context.Context, ranges ...Range) error {
 			why = ctx.Err()
 		}
 		gr.cmu.Lock()
-		missing := gaps(gr.covered, ranges)
+		missing = gaps(gr.covered, ranges)
 		gr.cmu.Unlock()
+		if len(missing) == 0 { // the last notification came as the wait stopped
+			return nil
+		}
 		return &WaitError{Grant: gr.id, Writer: gr.writer, Missing: missing, Err: why}
 	}
 }
@@ -281,31 +281,46 @@ func (e *WaitError) Error() string {
 // Unwrap is what stopped the wait.
 func (e *WaitError) Unwrap() error { return e.Err }
 
-// gaps returns the bytes of want that the sorted disjoint set does not hold, sorted and merged.
+// sortRanges sorts rs by offset.
+func sortRanges(rs []Range) {
+	sort.Slice(rs, func(i, j int) bool { return rs[i].Offset < rs[j].Offset })
+}
+
+// gaps returns the bytes of want (sorted by offset) that the sorted disjoint set does not hold,
+// sorted and merged: one pass over both, then one sort of the gaps (ranges of want that overlap
+// can give gaps out of order).
 func gaps(set []Range, want []Range) []Range {
 	var out []Range
+	j := 0
 	for _, r := range want {
 		lo, hi := r.Offset, r.End()
-		for _, x := range set {
-			if x.End() <= lo {
-				continue
+		for j < len(set) && set[j].End() <= lo {
+			j++ // ends before r, and so before every later range (they start at or after r)
+		}
+		for k := j; k < len(set) && set[k].Offset < hi; k++ {
+			if set[k].Offset > lo {
+				out = append(out, Range{lo, set[k].Offset - lo})
 			}
-			if x.Offset >= hi {
-				break
-			}
-			if x.Offset > lo {
-				out = addRange(out, Range{lo, x.Offset - lo})
-			}
-			lo = max(lo, x.End())
-			if lo >= hi {
-				break
-			}
+			lo = max(lo, set[k].End())
 		}
 		if lo < hi {
-			out = addRange(out, Range{lo, hi - lo})
+			out = append(out, Range{lo, hi - lo})
 		}
 	}
-	return out
+	if len(out) < 2 {
+		return out
+	}
+	sortRanges(out)
+	merged := out[:1]
+	for _, g := range out[1:] {
+		last := &merged[len(merged)-1]
+		if g.Offset <= last.End() {
+			last.Length = max(last.End(), g.End()) - last.Offset
+			continue
+		}
+		merged = append(merged, g)
+	}
+	return merged
 }
 
 // end ends the grant once: no chunk is copied or claimed after it returns from taking the lock,
@@ -721,16 +736,6 @@ func addRange(set []Range, r Range) []Range {
 		out = append(out, Range{lo, hi - lo})
 	}
 	return out
-}
-
-// covers reports whether the sorted disjoint set holds every byte of r.
-func covers(set []Range, r Range) bool {
-	for _, x := range set {
-		if x.Offset <= r.Offset && x.End() >= r.End() {
-			return true
-		}
-	}
-	return false
 }
 
 // opErrorf is an error wrapping sentinel with a message.
