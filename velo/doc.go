@@ -78,9 +78,11 @@
 // Every get on the consumer and every acquire on the owner counts
 // velo_rendezvous_rdma_path_total{path,reason}: path rdma or chunked, and why (a TCP-only
 // instance reads chunked/not_configured). Metrics returns the instance's Gatherer. Package
-// velo/metrics names every series; metrics.Value reads one and fails with metrics.ErrNoSeries
-// rather than reading zero on a typo, metrics.PathLabels(metrics.PathRDMA, metrics.ReasonOK)
-// picks a path series, and metrics.Lines prints a family.
+// velo/metrics names every series; metrics.Value reads a counter or gauge and fails with
+// metrics.ErrNoSeries rather than reading zero on a typo, metrics.Histogram reads a histogram's
+// count, sum and quantiles (Value refuses one with metrics.ErrWrongType),
+// metrics.PathLabels(metrics.PathRDMA, metrics.ReasonOK) picks a path series, and metrics.Lines
+// prints a family.
 //
 // # Health and shutting down
 //

@@ -3,6 +3,7 @@ package velo
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +36,21 @@ func authModeOf(ts []transport.Transport) auth.Mode {
 		}
 	}
 	return m
+}
+
+// credentialsUsed refuses an instance none of whose transports authenticates peers while the
+// environment names credentials: the TCP transport takes them itself (tcp.Config.Auth), so this
+// is an instance without one, whose UCX transport has no credentials of its own (it admits the
+// peers a control plane authenticated). Running it would leave the operator's credentials unused.
+func credentialsUsed(mode auth.Mode) error {
+	if mode != auth.ModeNone {
+		return nil
+	}
+	if set := auth.EnvVars(); len(set) > 0 {
+		return fmt.Errorf("velo: the environment sets %s, but no transport of this instance authenticates peers (the UCX transport takes no credentials: it admits the peers a TCP control plane authenticated): give it a TCP transport (tcp.New, with WithTransport) beside the others, or unset %s",
+			strings.Join(set, ", "), strings.Join(set, ", "))
+	}
+	return nil
 }
 
 // authTable is the peers the control plane authenticated, by instance.

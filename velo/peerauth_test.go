@@ -135,3 +135,22 @@ func TestUnauthenticatedPeerGetsNothing(t *testing.T) {
 	_, ok := owner.auth.lookup(transport.InstanceID(intruder.ID()), 0)
 	assert.False(t, ok, "the owner does not count the intruder as authenticated")
 }
+
+// TestUCXOnlyInstanceRefusesTheEnvironmentsSecret: the UCX transport takes no credentials (it
+// admits the peers a TCP control plane authenticated), so an instance whose only transport is
+// UCX, started while VELO_CLUSTER_SECRET is set, would leave the secret unused: New refuses it and
+// says to give it a TCP transport or unset the variable.
+func TestUCXOnlyInstanceRefusesTheEnvironmentsSecret(t *testing.T) {
+	authtest.ClearEnv(t)
+	t.Setenv(auth.SecretEnv, authtest.Secret("operator"))
+	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", Logger: quietLogger()})
+	require.NoError(t, err)
+	defer u.Close()
+	v, err := New(context.Background(), WithLogger(quietLogger()), WithUCXTransport(u))
+	if v != nil {
+		v.Close()
+	}
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), auth.SecretEnv)
+	assert.Contains(t, err.Error(), "give it a TCP transport")
+}

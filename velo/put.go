@@ -49,6 +49,11 @@ var (
 	ErrNotifyTooLarge = push.ErrNotifyTooLarge
 )
 
+// GrantWaitError is WriteGrant.Wait's error when the wait stopped (the grant ended, or the
+// context's deadline or cancel) before notifications covered the ranges it waited for: Missing
+// lists the bytes never notified, and errors.Is matches what stopped it.
+type GrantWaitError = push.WaitError
+
 // PutOptions configure Put.
 type PutOptions struct {
 	// Notify sends Payload as a notification once the bytes are in the receiver's memory.

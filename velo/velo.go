@@ -337,6 +337,11 @@ func New(ctx context.Context, opts ...Option) (*Velo, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if len(o.transports) > 0 { // the default transport takes the environment's credentials
+		if err := credentialsUsed(authModeOf(o.transports)); err != nil {
+			return nil, err
+		}
+	}
 	if o.log == nil {
 		o.log = slog.Default()
 	}
@@ -359,11 +364,7 @@ func New(ctx context.Context, opts ...Option) (*Velo, error) {
 	}
 	v.m = m
 	if len(o.transports) == 0 {
-		creds, err := auth.FromEnv()
-		if err != nil {
-			return nil, fmt.Errorf("velo: default TCP transport: %w", err)
-		}
-		t, err := tcp.New(tcp.Config{Auth: creds})
+		t, err := tcp.New(tcp.Config{}) // the environment's credentials, if any
 		if err != nil {
 			return nil, fmt.Errorf("velo: default TCP transport: %w", err)
 		}

@@ -98,6 +98,20 @@ func SecretsFromEnv() (*Secrets, error) {
 	return s, nil
 }
 
+// same reports whether s and o hold the same current and next secrets (hmac.Equal, as every
+// comparison of secrets here).
+func (s *Secrets) same(o *Secrets) bool {
+	if s == o {
+		return true
+	}
+	s.mu.Lock()
+	cur, next := s.current, s.next
+	s.mu.Unlock()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return hmac.Equal(cur, o.current) && hmac.Equal(next, o.next)
+}
+
 // String describes where the secrets come from; it never shows them.
 func (s *Secrets) String() string {
 	if s == nil {

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 )
 
 // Path is the lane a rendezvous transfer took.
@@ -390,27 +389,30 @@ func (m *Metrics) SetPeers(transport string, counts map[string]int) {
 }
 
 // Lines renders the series called name from g in the text exposition style, one line per series,
-// sorted: `name{label="value",...} value`. The examples print the path metric with it.
+// sorted: `name{label="value",...} value`. A histogram child gives its `name_count` and
+// `name_sum` lines (its buckets are left out: Histogram reads them), a summary child its
+// `name{quantile="q"}` lines beside those two; name may also be one of those lines' names
+// (`velo_rendezvous_transfer_duration_seconds_count`) for those lines alone. The examples print
+// the path metric with it.
 func Lines(g prometheus.Gatherer, name string) ([]string, error) {
 	mfs, err := g.Gather()
 	if err != nil {
 		return nil, err
 	}
+	mf, part := findFamily(mfs, name)
+	if mf == nil {
+		return nil, nil
+	}
 	var out []string
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
+	for _, mt := range mf.GetMetric() {
+		ls, err := exposition(mf, mt)
+		if err != nil {
+			return nil, err
 		}
-		for _, mt := range mf.GetMetric() {
-			var labels []string
-			for _, lp := range mt.GetLabel() {
-				labels = append(labels, fmt.Sprintf("%s=%q", lp.GetName(), lp.GetValue()))
+		for _, l := range ls {
+			if part == "" || l.suffix == part {
+				out = append(out, l.text)
 			}
-			l := name
-			if len(labels) > 0 {
-				l += "{" + strings.Join(labels, ",") + "}"
-			}
-			out = append(out, fmt.Sprintf("%s %g", l, value(mt)))
 		}
 	}
 	sort.Strings(out)
@@ -421,42 +423,44 @@ func Lines(g prometheus.Gatherer, name string) ([]string, error) {
 // reads as an error, never as zero).
 var ErrNoSeries = errors.New("no such series")
 
+// ErrWrongType: the family is of a type the helper does not read (Value on a histogram, Histogram
+// on a counter, ...); the error names the helper that reads it.
+var ErrWrongType = errors.New("metric of another type")
+
 // Value returns the value of the series called name whose labels include all of want (nil: the
 // family's first series). When there is none it returns an error wrapping ErrNoSeries that lists
 // the label sets the family has, so a typo shows at once instead of reading as zero. want is a
 // Labels, which a map[string]string literal is too; PathLabels builds the path metric's without a
 // conversion. Tests, examples and health checks read single series with it; Lines prints a whole
 // family.
+//
+// Value reads counters, gauges and untyped series. A histogram or a summary has no single value:
+// Value refuses it with an error wrapping ErrWrongType that names Histogram (or Summary), which
+// read its count, sum and quantiles; Value does read its count and sum under their exposition
+// names, name+"_count" and name+"_sum".
 func Value(g prometheus.Gatherer, name string, want Labels) (float64, error) {
 	mfs, err := g.Gather()
 	if err != nil {
 		return 0, err
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		seen := map[string]map[string]bool{} // label name -> values present
-	next:
-		for _, mt := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, lp := range mt.GetLabel() {
-				have[lp.GetName()] = lp.GetValue()
-				if seen[lp.GetName()] == nil {
-					seen[lp.GetName()] = map[string]bool{}
-				}
-				seen[lp.GetName()][lp.GetValue()] = true
-			}
-			for k, v := range want {
-				if got, ok := have[k]; !ok || got != v {
-					continue next
-				}
-			}
-			return value(mt), nil
-		}
-		return 0, fmt.Errorf("metrics: %w: %s has no series with %s (its labels: %s)", ErrNoSeries, name, formatLabels(want), describeLabels(seen))
+	mf, part := findFamily(mfs, name)
+	if mf == nil {
+		return 0, fmt.Errorf("metrics: %w: no family %s is registered here", ErrNoSeries, name)
 	}
-	return 0, fmt.Errorf("metrics: %w: no family %s is registered here", ErrNoSeries, name)
+	if part == "bucket" || (part == "" && !scalarType(mf.GetType())) {
+		return 0, wrongType(mf, "Value")
+	}
+	mt, err := pick(mf, name, want)
+	if err != nil {
+		return 0, err
+	}
+	switch part {
+	case "count":
+		return float64(sampleCount(mt)), nil
+	case "sum":
+		return sampleSum(mt), nil
+	}
+	return scalar(mf, mt)
 }
 
 // describeLabels lists each label with the values present: "path in [chunked rdma], reason in [...]".
@@ -488,16 +492,4 @@ func formatLabels(want map[string]string) string {
 	}
 	sort.Strings(pairs)
 	return "{" + strings.Join(pairs, ",") + "}"
-}
-
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	case m.Untyped != nil:
-		return m.Untyped.GetValue()
-	}
-	return 0
 }

@@ -14,12 +14,10 @@ package metrics
 
 import (
 	"fmt"
-	"math"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 )
 
 // Names of the transfer families.
@@ -266,29 +264,4 @@ func (m *Metrics) ForgetPeer(peer uint64) {
 	}
 	delete(t.peers, peer)
 	t.peerBytes.DeletePartialMatch(prometheus.Labels{"peer": PeerLabel(peer)})
-}
-
-// HistogramQuantile estimates the q-quantile (0 <= q <= 1) of a histogram from its buckets, as
-// Prometheus' histogram_quantile does: linear interpolation inside the bucket that holds the
-// rank, from the bucket below's bound (0 for the first). A rank in the +Inf bucket answers the
-// largest finite bound. It returns NaN for a histogram without observations.
-func HistogramQuantile(q float64, h *dto.Histogram) float64 {
-	count := h.GetSampleCount()
-	if count == 0 || math.IsNaN(q) {
-		return math.NaN()
-	}
-	q = min(max(q, 0), 1)
-	rank := q * float64(count)
-	lower, below := 0.0, uint64(0)
-	for _, b := range h.GetBucket() {
-		upper, cum := b.GetUpperBound(), b.GetCumulativeCount()
-		if math.IsInf(upper, +1) {
-			break
-		}
-		if float64(cum) >= rank && cum > below {
-			return lower + (upper-lower)*(rank-float64(below))/float64(cum-below)
-		}
-		lower, below = upper, cum
-	}
-	return lower // the rank is above every finite bound
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -93,7 +94,7 @@ func (s *Service) Grant(writer transport.InstanceID, inc uint64, g *rdma.Region,
 	if len(ranges) > MaxRanges {
 		return nil, fmt.Errorf("push: Grant: %w: %d ranges (at most %d)", ErrOutOfGrant, len(ranges), MaxRanges)
 	}
-	sort.Slice(ranges, func(i, j int) bool { return ranges[i].Offset < ranges[j].Offset })
+	sortRanges(ranges)
 	for i, r := range ranges {
 		if r.Length == 0 || r.End() < r.Offset || r.End() > size {
 			return nil, fmt.Errorf("push: Grant: %w: range [%d, +%d) is empty or outside the %d-byte region", ErrOutOfGrant, r.Offset, r.Length, size)
@@ -200,33 +201,126 @@ func (gr *Grant) Revoke(ctx context.Context) error {
 }
 
 // Wait returns once notifications have covered every byte of ranges (all the grant's ranges when
-// none are given), or with the grant's end or ctx's error.
+// none are given), or with the grant's end or ctx's error. An error before that is a *WaitError:
+// it lists the bytes no notification covered, and errors.Is matches what stopped the wait
+// (ErrGrantEnded, context.DeadlineExceeded, context.Canceled).
 func (gr *Grant) Wait(ctx context.Context, ranges ...Range) error {
 	if len(ranges) == 0 {
-		ranges = gr.ranges
+		ranges = gr.ranges // sorted at Grant
+	} else {
+		ranges = append([]Range(nil), ranges...)
+		sortRanges(ranges)
 	}
 	for {
 		gr.cmu.Lock()
-		all := true
-		for _, r := range ranges {
-			if !covers(gr.covered, r) {
-				all = false
-				break
-			}
-		}
+		missing := gaps(gr.covered, ranges)
 		ch := gr.changed
 		gr.cmu.Unlock()
-		if all {
+		if len(missing) == 0 {
 			return nil
 		}
+		var why error
 		select {
 		case <-gr.stop:
-			return fmt.Errorf("push: Wait: %w", gr.Err())
+			why = gr.Err()
 		case <-ch:
+			continue
 		case <-ctx.Done():
-			return ctx.Err()
+			why = ctx.Err()
+		}
+		gr.cmu.Lock()
+		missing = gaps(gr.covered, ranges)
+		gr.cmu.Unlock()
+		if len(missing) == 0 { // the last notification came as the wait stopped
+			return nil
+		}
+		return &WaitError{Grant: gr.id, Writer: gr.writer, Missing: missing, Err: why}
+	}
+}
+
+// WaitError is Wait's error when it stopped before notifications covered the ranges it waited
+// for: Missing are the bytes no notification covered (sorted, disjoint), and Err is what stopped
+// it: the grant's end (ErrGrantEnded) or the context's error. A writer whose puts failed, or that
+// put without Notify, leaves its ranges here; the receiver can ask it for exactly those.
+type WaitError struct {
+	Grant   uint64
+	Writer  transport.InstanceID
+	Missing []Range
+	Err     error
+}
+
+// waitErrorRanges is how many missing ranges the message lists before it counts the rest.
+const waitErrorRanges = 8
+
+func (e *WaitError) Error() string {
+	var b strings.Builder
+	var total uint64
+	for _, r := range e.Missing {
+		total += r.Length
+	}
+	b.WriteString("push: Wait: ")
+	if !errors.Is(e.Err, ErrGrantEnded) { // the grant's end names the grant itself
+		fmt.Fprintf(&b, "grant %d of writer %016x: ", e.Grant, uint64(e.Writer))
+	}
+	ranges := "ranges"
+	if len(e.Missing) == 1 {
+		ranges = "range"
+	}
+	fmt.Fprintf(&b, "%d bytes in %d %s never notified:", total, len(e.Missing), ranges)
+	for i, r := range e.Missing {
+		if i == waitErrorRanges {
+			fmt.Fprintf(&b, " and %d more", len(e.Missing)-i)
+			break
+		}
+		fmt.Fprintf(&b, " [%d, +%d)", r.Offset, r.Length)
+	}
+	fmt.Fprintf(&b, ": %v", e.Err)
+	return b.String()
+}
+
+// Unwrap is what stopped the wait.
+func (e *WaitError) Unwrap() error { return e.Err }
+
+// sortRanges sorts rs by offset.
+func sortRanges(rs []Range) {
+	sort.Slice(rs, func(i, j int) bool { return rs[i].Offset < rs[j].Offset })
+}
+
+// gaps returns the bytes of want (sorted by offset) that the sorted disjoint set does not hold,
+// sorted and merged: one pass over both, then one sort of the gaps (ranges of want that overlap
+// can give gaps out of order).
+func gaps(set []Range, want []Range) []Range {
+	var out []Range
+	j := 0
+	for _, r := range want {
+		lo, hi := r.Offset, r.End()
+		for j < len(set) && set[j].End() <= lo {
+			j++ // ends before r, and so before every later range (they start at or after r)
+		}
+		for k := j; k < len(set) && set[k].Offset < hi; k++ {
+			if set[k].Offset > lo {
+				out = append(out, Range{lo, set[k].Offset - lo})
+			}
+			lo = max(lo, set[k].End())
+		}
+		if lo < hi {
+			out = append(out, Range{lo, hi - lo})
 		}
 	}
+	if len(out) < 2 {
+		return out
+	}
+	sortRanges(out)
+	merged := out[:1]
+	for _, g := range out[1:] {
+		last := &merged[len(merged)-1]
+		if g.Offset <= last.End() {
+			last.Length = max(last.End(), g.End()) - last.Offset
+			continue
+		}
+		merged = append(merged, g)
+	}
+	return merged
 }
 
 // end ends the grant once: no chunk is copied or claimed after it returns from taking the lock,
@@ -642,16 +736,6 @@ func addRange(set []Range, r Range) []Range {
 		out = append(out, Range{lo, hi - lo})
 	}
 	return out
-}
-
-// covers reports whether the sorted disjoint set holds every byte of r.
-func covers(set []Range, r Range) bool {
-	for _, x := range set {
-		if x.Offset <= r.Offset && x.End() >= r.End() {
-			return true
-		}
-	}
-	return false
 }
 
 // opErrorf is an error wrapping sentinel with a message.

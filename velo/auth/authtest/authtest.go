@@ -176,3 +176,18 @@ func writePEM(t TB, path, typ string, der []byte) {
 		t.Fatal(err)
 	}
 }
+
+// ClearEnv unsets every credential variable auth reads, for the rest of the test (t.Setenv
+// restores them after it), so a test starts from an environment that names no credentials.
+func ClearEnv(t interface {
+	TB
+	Setenv(key, value string)
+}) {
+	t.Helper()
+	for _, v := range auth.EnvNames {
+		t.Setenv(v, "")
+		if err := os.Unsetenv(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

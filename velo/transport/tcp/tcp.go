@@ -77,9 +77,12 @@ type Config struct {
 	// IOTimeout bounds one frame write, and reading the rest of a frame once its length arrived
 	// (default 60 s). A peer that stalls longer loses its connection.
 	IOTimeout time.Duration
-	// Auth selects how peers are authenticated: a cluster secret or mutual TLS (package auth;
-	// auth.FromEnv reads them from the environment). The zero value authenticates nobody, and
-	// Start says so in a warning.
+	// Auth selects how peers are authenticated: a cluster secret or mutual TLS (package auth).
+	// Left empty, the transport takes the credentials of the environment (VELO_CLUSTER_SECRET,
+	// VELO_CLUSTER_SECRET_FILE, VELO_TLS_*: auth.FromEnv), so a program that builds its own
+	// transport authenticates as the operator configured; with none there it authenticates
+	// nobody, and Start says so in a warning. Set in code while the environment names other
+	// credentials, New refuses to start (auth.ErrEnvConflict): the rule is auth.Config.Resolve's.
 	Auth auth.Config
 }
 
@@ -164,16 +167,17 @@ func New(cfg Config) (*Transport, error) {
 	if cfg.IOTimeout <= 0 {
 		cfg.IOTimeout = DefaultIOTimeout
 	}
-	if err := cfg.Auth.Validate(); err != nil {
+	creds, err := cfg.Auth.Resolve()
+	if err != nil {
 		return nil, fmt.Errorf("tcp: %w", err)
 	}
+	cfg.Auth = creds
 	ln := cfg.Listener
 	if ln == nil {
 		addr := cfg.ListenAddress
 		if addr == "" {
 			addr = "127.0.0.1:0"
 		}
-		var err error
 		if ln, err = net.Listen("tcp", addr); err != nil {
 			return nil, fmt.Errorf("tcp: listen on %s: %w", addr, err)
 		}
@@ -248,7 +252,7 @@ func (t *Transport) Start(h transport.Host) error {
 	t.authObs, _ = h.(transport.AuthObserver)
 	if t.mode == auth.ModeNone {
 		t.log.Warn("tcp: WARNING: the control plane is unauthenticated: any process that reaches " + t.ln.Addr().String() +
-			" can call every handler and read staged payloads; configure a cluster secret or mutual TLS (docs/security.md)")
+			" can call every handler and read staged payloads; configure a cluster secret or mutual TLS (" + auth.SecretFileEnv + " or " + auth.TLSCAEnv + ", docs/security.md)")
 	} else {
 		t.log.Info("tcp: peers are authenticated", "with", t.cfg.Auth.String())
 	}
