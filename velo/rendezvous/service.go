@@ -25,7 +25,7 @@
 // the slot without any message.
 //
 // The RDMA path's hooks are here already (RDMAServer, RDMAClient, offers and descriptors in the
-// acquire messages); see rdma.go and docs/architecture.md for the decision order.
+// acquire messages); docs/architecture.md gives the decision order.
 //
 // Telemetry follows the same lines: the consumer observes each transfer once, where its bytes are
 // in place (Get, GetInto, GetAlloc, each entry of GetBatch, each ReadRanges call), in

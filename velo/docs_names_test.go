@@ -1,0 +1,312 @@
+package velo
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"go/ast"
+	"go/importer"
+	"go/parser"
+	"go/token"
+	"go/types"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// docPackages are the package names a reader meets in README.md and docs/, with the import path
+// each stands for. A qualified name whose package is not listed here (a variable, a C identifier,
+// a metric) is not checked.
+var docPackages = map[string]string{
+	"velo":         "github.com/velo-go/velo/velo",
+	"auth":         "github.com/velo-go/velo/velo/auth",
+	"discovery":    "github.com/velo-go/velo/velo/discovery",
+	"etcd":         "github.com/velo-go/velo/velo/discovery/etcd",
+	"messenger":    "github.com/velo-go/velo/velo/messenger",
+	"metrics":      "github.com/velo-go/velo/velo/metrics",
+	"push":         "github.com/velo-go/velo/velo/push",
+	"rendezvous":   "github.com/velo-go/velo/velo/rendezvous",
+	"rdma":         "github.com/velo-go/velo/velo/rendezvous/rdma",
+	"transport":    "github.com/velo-go/velo/velo/transport",
+	"tcp":          "github.com/velo-go/velo/velo/transport/tcp",
+	"rails":        "github.com/velo-go/velo/velo/transport/rails",
+	"ucxtransport": "github.com/velo-go/velo/velo/transport/ucxtransport",
+	"ucx":          "github.com/velo-go/velo/ucx",
+	"verbs":        "github.com/velo-go/velo/verbs",
+	"ibv":          "github.com/velo-go/velo/verbs/ibv",
+	"topo":         "github.com/velo-go/velo/verbs/topo",
+	"mlx5dv":       "github.com/velo-go/velo/mlx5dv",
+	"rdmacm":       "github.com/velo-go/velo/rdmacm",
+	"lanes":        "github.com/velo-go/velo/lanes",
+}
+
+// docCode is one piece of Go a reader may copy: a fenced go block or an inline code span.
+type docCode struct {
+	file  string // relative to the top of the checkout
+	line  int    // of the code's first line
+	text  string
+	block bool // a fenced block (parsed for composite literals)
+}
+
+var (
+	inlineCode = regexp.MustCompile("`([^`\n]+)`")
+	// pkg.Name, pkg.Type.Member; the character before pkg must not continue a longer name or path.
+	qualified = regexp.MustCompile(`(^|[^A-Za-z0-9_./"-])([a-z][a-z0-9]*)\.([A-Z][A-Za-z0-9_]*)(?:\.([A-Z][A-Za-z0-9_]*))?`)
+)
+
+// extractDocCode returns the Go of a Markdown file: its ```go blocks, and the inline code spans
+// outside any fenced block. The first column of a "| was | is now | why |" table is history, names
+// that no longer exist by design, and is left out.
+func extractDocCode(file, text string) []docCode {
+	var out []docCode
+	lines := strings.Split(text, "\n")
+	inFence, goFence, wasTable := false, false, false
+	var block []string
+	start := 0
+	for i, l := range lines {
+		trim := strings.TrimSpace(l)
+		if strings.HasPrefix(trim, "```") {
+			if !inFence {
+				inFence, goFence = true, strings.TrimPrefix(trim, "```") == "go"
+				block, start = nil, i+2
+				continue
+			}
+			if goFence {
+				out = append(out, docCode{file, start, strings.Join(block, "\n"), true})
+			}
+			inFence = false
+			continue
+		}
+		if inFence {
+			block = append(block, l)
+			continue
+		}
+		if strings.HasPrefix(trim, "| was |") {
+			wasTable = true
+		} else if !strings.HasPrefix(trim, "|") {
+			wasTable = false
+		}
+		if wasTable && strings.HasPrefix(trim, "|") {
+			// Drop the first cell: "| was | is now | why |" keeps old names on purpose.
+			if j := strings.Index(trim[1:], " | "); j >= 0 {
+				l = trim[1+j:]
+			}
+		}
+		for _, m := range inlineCode.FindAllStringSubmatch(l, -1) {
+			out = append(out, docCode{file, i + 1, m[1], false})
+		}
+	}
+	return out
+}
+
+// loadDocPackages type-checks every package of docPackages from its export data, which one go list
+// of the workspace writes.
+func loadDocPackages(t *testing.T, root string) map[string]*types.Package {
+	t.Helper()
+	var paths []string
+	for _, p := range docPackages {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	cmd := exec.Command("go", append([]string{"list", "-e", "-export", "-deps", "-json=ImportPath,Export,Error"}, paths...)...)
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "go list -export of the documented packages: %s", stderr.String())
+	exports := map[string]string{}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p struct {
+			ImportPath string
+			Export     string
+			Error      *struct{ Err string }
+		}
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else {
+			require.NoError(t, err)
+		}
+		require.Nil(t, p.Error, "go list %s", p.ImportPath)
+		exports[p.ImportPath] = p.Export
+	}
+	fset := token.NewFileSet()
+	imp := importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
+		f, ok := exports[path]
+		if !ok || f == "" {
+			return nil, fmt.Errorf("no export data for %s", path)
+		}
+		return os.Open(f)
+	})
+	pkgs := map[string]*types.Package{}
+	for name, path := range docPackages {
+		p, err := imp.Import(path)
+		require.NoError(t, err, "importing %s", path)
+		pkgs[name] = p
+	}
+	return pkgs
+}
+
+// resolveDocName says what is wrong with pkg.name[.member], or "" when it names something real.
+func resolveDocName(p *types.Package, name, member string) string {
+	obj := p.Scope().Lookup(name)
+	if obj == nil || !obj.Exported() {
+		return fmt.Sprintf("package %s has no %s", p.Path(), name)
+	}
+	if member == "" {
+		return ""
+	}
+	var typ types.Type
+	switch o := obj.(type) {
+	case *types.TypeName:
+		typ = o.Type()
+	case *types.Var:
+		typ = o.Type()
+	default:
+		return "" // a function or a constant: what follows is not a member of it
+	}
+	if m, _, _ := types.LookupFieldOrMethod(typ, true, p, member); m == nil {
+		return fmt.Sprintf("%s.%s has no field or method %s", p.Name(), name, member)
+	}
+	return ""
+}
+
+// compositeFields checks the keys of pkg.Type{Key: ...} literals in a Go snippet, parsed as a file,
+// a list of declarations, or statements. A snippet that parses as none of them is left to the
+// name check.
+func compositeFields(code docCode, pkgs map[string]*types.Package) []string {
+	fset := token.NewFileSet()
+	var f *ast.File
+	for _, src := range []string{code.text, "package p\n" + code.text, "package p\nfunc _() {\n" + code.text + "\n}"} {
+		if g, err := parser.ParseFile(fset, "", src, parser.SkipObjectResolution); err == nil {
+			f = g
+			break
+		}
+	}
+	if f == nil {
+		return nil
+	}
+	aliases := importNames(f)
+	var bad []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		lit, ok := n.(*ast.CompositeLit)
+		if !ok {
+			return true
+		}
+		sel, ok := lit.Type.(*ast.SelectorExpr)
+		if !ok {
+			return true
+		}
+		id, ok := sel.X.(*ast.Ident)
+		if !ok {
+			return true
+		}
+		p := pkgs[aliases.resolve(id.Name)]
+		if p == nil {
+			return true
+		}
+		for _, e := range lit.Elts {
+			kv, ok := e.(*ast.KeyValueExpr)
+			if !ok {
+				continue
+			}
+			key, ok := kv.Key.(*ast.Ident)
+			if !ok {
+				continue
+			}
+			if msg := resolveDocName(p, sel.Sel.Name, key.Name); msg != "" {
+				bad = append(bad, fmt.Sprintf("%s{%s: ...}: %s", sel.Sel.Name, key.Name, msg))
+			}
+		}
+		return true
+	})
+	return bad
+}
+
+// importAliases maps a snippet's local package names to the names of docPackages.
+type importAliases map[string]string
+
+func (a importAliases) resolve(local string) string {
+	if n, ok := a[local]; ok {
+		return n
+	}
+	return local
+}
+
+func importNames(f *ast.File) importAliases {
+	a := importAliases{}
+	for _, spec := range f.Imports {
+		path, err := strconv.Unquote(spec.Path.Value)
+		if err != nil {
+			continue
+		}
+		for name, p := range docPackages {
+			if p != path {
+				continue
+			}
+			local := filepath.Base(path)
+			if spec.Name != nil {
+				local = spec.Name.Name
+			}
+			a[local] = name
+		}
+	}
+	return a
+}
+
+// Every qualified name in README.md and docs/*.md — pkg.Name, pkg.Type.Field or .Method, the keys
+// of pkg.Type{...} in Go blocks — names something the package has: a snippet copied from the docs
+// compiles as far as its names go. A rename that leaves a doc behind fails here, naming the file,
+// the line and the name.
+func TestDocsNamesResolve(t *testing.T) {
+	if testing.Short() {
+		t.Skip("type-checks the documented packages from their export data")
+	}
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	require.NoError(t, err)
+	files = append([]string{filepath.Join(root, "README.md")}, files...)
+	pkgs := loadDocPackages(t, root)
+
+	checked := 0
+	for _, path := range files {
+		text, err := os.ReadFile(path)
+		require.NoError(t, err)
+		rel, _ := filepath.Rel(root, path)
+		for _, code := range extractDocCode(rel, string(text)) {
+			aliases := importAliases{}
+			if code.block {
+				if f, err := parser.ParseFile(token.NewFileSet(), "", code.text, parser.ImportsOnly); err == nil {
+					aliases = importNames(f)
+				}
+				for _, msg := range compositeFields(code, pkgs) {
+					assert.Fail(t, "a field the docs name does not exist", "%s:%d: %s", code.file, code.line, msg)
+				}
+			}
+			for i, l := range strings.Split(code.text, "\n") {
+				for _, m := range qualified.FindAllStringSubmatch(l, -1) {
+					p := pkgs[aliases.resolve(m[2])]
+					if p == nil {
+						continue
+					}
+					checked++
+					name := strings.TrimSuffix(m[2]+"."+m[3]+"."+m[4], ".")
+					if msg := resolveDocName(p, m[3], m[4]); msg != "" {
+						assert.Fail(t, "a name the docs use does not exist", "%s:%d: `%s`: %s", code.file, code.line+i, name, msg)
+					}
+				}
+			}
+		}
+	}
+	require.Greater(t, checked, 200, "the extraction found fewer qualified names than README.md and docs/ hold")
+}
