@@ -110,24 +110,25 @@ func extractDocCode(file, text string) []docCode {
 
 // loadDocPackages type-checks every package of docPackages from its export data, which one go list
 // of the workspace writes.
-func loadDocPackages(t *testing.T, root string) map[string]*types.Package {
+func loadDocPackages(t *testing.T, root string) (map[string]*types.Package, map[string]string) {
 	t.Helper()
 	var paths []string
 	for _, p := range docPackages {
 		paths = append(paths, p)
 	}
 	sort.Strings(paths)
-	cmd := exec.Command("go", append([]string{"list", "-e", "-export", "-deps", "-json=ImportPath,Export,Error"}, paths...)...)
+	cmd := exec.Command("go", append([]string{"list", "-e", "-export", "-deps", "-json=ImportPath,Dir,Export,Error"}, paths...)...)
 	cmd.Dir = root
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	require.NoError(t, err, "go list -export of the documented packages: %s", stderr.String())
-	exports := map[string]string{}
+	exports, dirs := map[string]string{}, map[string]string{}
 	dec := json.NewDecoder(bytes.NewReader(out))
 	for {
 		var p struct {
 			ImportPath string
+			Dir        string
 			Export     string
 			Error      *struct{ Err string }
 		}
@@ -137,7 +138,7 @@ func loadDocPackages(t *testing.T, root string) map[string]*types.Package {
 			require.NoError(t, err)
 		}
 		require.Nil(t, p.Error, "go list %s", p.ImportPath)
-		exports[p.ImportPath] = p.Export
+		exports[p.ImportPath], dirs[p.ImportPath] = p.Export, p.Dir
 	}
 	fset := token.NewFileSet()
 	imp := importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
@@ -147,13 +148,40 @@ func loadDocPackages(t *testing.T, root string) map[string]*types.Package {
 		}
 		return os.Open(f)
 	})
-	pkgs := map[string]*types.Package{}
+	pkgs, pkgDirs := map[string]*types.Package{}, map[string]string{}
 	for name, path := range docPackages {
 		p, err := imp.Import(path)
 		require.NoError(t, err, "importing %s", path)
-		pkgs[name] = p
+		pkgs[name], pkgDirs[name] = p, dirs[path]
 	}
-	return pkgs
+	return pkgs, pkgDirs
+}
+
+// packageOverviews returns the package comments (what go doc shows first) of the documented
+// packages, each line a piece of code to check: their snippets and their prose name things alike.
+func packageOverviews(t *testing.T, root string, dirs map[string]string) []docCode {
+	t.Helper()
+	var out []docCode
+	fset := token.NewFileSet()
+	for _, dir := range dirs {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		require.NoError(t, err)
+		for _, path := range files {
+			if strings.HasSuffix(path, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(fset, path, nil, parser.PackageClauseOnly|parser.ParseComments)
+			require.NoError(t, err)
+			if f.Doc == nil {
+				continue
+			}
+			rel, _ := filepath.Rel(root, path)
+			for _, c := range f.Doc.List {
+				out = append(out, docCode{rel, fset.Position(c.Pos()).Line, c.Text, false})
+			}
+		}
+	}
+	return out
 }
 
 // resolveDocName says what is wrong with pkg.name[.member], or "" when it names something real.
@@ -263,7 +291,7 @@ func importNames(f *ast.File) importAliases {
 	return a
 }
 
-// Every qualified name in README.md and docs/*.md — pkg.Name, pkg.Type.Field or .Method, the keys
+// Every qualified name in README.md, docs/*.md and the documented packages' overviews — pkg.Name, pkg.Type.Field or .Method, the keys
 // of pkg.Type{...} in Go blocks — names something the package has: a snippet copied from the docs
 // compiles as far as its names go. A rename that leaves a doc behind fails here, naming the file,
 // the line and the name.
@@ -276,7 +304,7 @@ func TestDocsNamesResolve(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	require.NoError(t, err)
 	files = append([]string{filepath.Join(root, "README.md")}, files...)
-	pkgs := loadDocPackages(t, root)
+	pkgs, dirs := loadDocPackages(t, root)
 
 	checked := 0
 	for _, path := range files {
@@ -304,6 +332,17 @@ func TestDocsNamesResolve(t *testing.T) {
 					if msg := resolveDocName(p, m[3], m[4]); msg != "" {
 						assert.Fail(t, "a name the docs use does not exist", "%s:%d: `%s`: %s", code.file, code.line+i, name, msg)
 					}
+				}
+			}
+		}
+	}
+	for _, code := range packageOverviews(t, root, dirs) {
+		for _, m := range qualified.FindAllStringSubmatch(code.text, -1) {
+			if p := pkgs[m[2]]; p != nil {
+				checked++
+				if msg := resolveDocName(p, m[3], m[4]); msg != "" {
+					name := strings.TrimSuffix(m[2]+"."+m[3]+"."+m[4], ".")
+					assert.Fail(t, "a name a package overview uses does not exist", "%s:%d: `%s`: %s", code.file, code.line, name, msg)
 				}
 			}
 		}

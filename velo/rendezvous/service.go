@@ -21,8 +21,8 @@
 //
 // The chunked path pipelines several pulls at once so the socket never idles between chunks, and
 // each chunk is written from the slot with one writev and read straight into the consumer's
-// buffer (messenger.RequestInto). When owner and consumer are the same instance, Get copies from
-// the slot without any message.
+// buffer (messenger.Messenger.RequestInto). When owner and consumer are the same instance, Get
+// copies from the slot without any message.
 //
 // The RDMA path's hooks are here already (RDMAServer, RDMAClient, offers and descriptors in the
 // acquire messages); docs/architecture.md gives the decision order.
