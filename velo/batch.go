@@ -3,6 +3,7 @@ package velo
 import (
 	"context"
 	"fmt"
+	"unsafe"
 
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/rendezvous"
@@ -20,21 +21,83 @@ const DefaultBatchInlineMax = rendezvous.DefaultBatchInlineMax
 // MaxBatchInline is the largest limit WithBatchInlineMax accepts.
 const MaxBatchInline = rendezvous.MaxBatchInline
 
-// GetRequest is one entry of GetBatch: a handle, and optionally the buffer its payload goes to
-// (Into, exactly Handle.Size bytes; nil for a new buffer).
-type GetRequest = rendezvous.GetRequest
+// GetRequest is one entry of GetBatch: a handle, and optionally the buffer its payload goes to.
+// GetRequestInto fills one for device memory.
+type GetRequest struct {
+	// Handle names the payload.
+	Handle Handle
+	// Into receives the payload and must be exactly Handle.Size bytes; nil fetches into a new
+	// buffer, allocated once the owner confirmed the size (bounded by WithMaxGetSize, like Get).
+	Into []byte
+	// IntoMemory is what Into is (zero: host memory); GetRequestInto sets it. Device memory is read
+	// with its type on the RDMA path and through host bounce buffers on the chunked path (reason
+	// device_bounce).
+	IntoMemory rendezvous.Memory
+}
 
-// GetResult is the outcome of one GetRequest: its lease, or the error of that entry alone.
-type GetResult = rendezvous.GetResult
+// GetResult is the outcome of one GetRequest.
+type GetResult struct {
+	// Index is the entry's place in the requests given to GetBatch.
+	Index int
+	// Lease holds the entry's payload (Lease.Bytes) when Err is nil; end it with Release or
+	// Detach, or many at once with ReleaseLeases or DetachLeases.
+	Lease *Lease
+	// Err is the error of this entry alone.
+	Err error
+}
 
-// RangeLease is a lease taken for ranged reads of one payload (Acquire).
+// GetRequest and GetResult are package rendezvous's types under the names and documentation of
+// this package: each pair has one underlying type, which the conversions below prove at compile
+// time, so a slice of one is a slice of the other and GetBatch passes its requests and results
+// through without a copy.
+var (
+	_ = rendezvous.GetRequest(GetRequest{})
+	_ = GetResult(rendezvous.GetResult{})
+)
+
+func rendezvousRequests(reqs []GetRequest) []rendezvous.GetRequest {
+	return unsafe.Slice((*rendezvous.GetRequest)(unsafe.Pointer(unsafe.SliceData(reqs))), len(reqs))
+}
+
+func getResults(out []rendezvous.GetResult) []GetResult {
+	return unsafe.Slice((*GetResult)(unsafe.Pointer(unsafe.SliceData(out))), len(out))
+}
+
+// RangeLease is a lease taken for ranged reads of one payload (Acquire): one descriptor and one
+// remote key, on the RDMA path, for every read of its life. It embeds the *Lease it is. Methods:
+//
+//   - ReadRanges(ctx, ranges []Range) error: reads every range, many in flight; each range's
+//     outcome is in its Err, and the error is the first of them.
+//   - Size() uint64: the payload's size.
+//   - Release(ctx) and Detach(ctx): end the lease as Lease's do.
+//   - Handle and Bytes, of the embedded Lease (Bytes is nil: a range lease moves no payload).
+//
+// The owner's lease TTL is renewed by the reads themselves, so a lease that is used stays valid.
 type RangeLease = rendezvous.RangeLease
 
-// Range is one read of ReadRanges: Length bytes at Offset into Dst; Err is its outcome.
+// Range is one read of ReadRanges (Velo's, or RangeLease's): Length bytes at Offset of the
+// payload, into Dst[:Length]; Err is that read's outcome once ReadRanges returned. DstMemory is
+// what Dst is (zero: host memory); RangeInto sets Dst and DstMemory from a Memory.
+//
+//	type Range struct {
+//		Offset    uint64
+//		Length    uint64
+//		Dst       []byte
+//		Err       error
+//		DstMemory rendezvous.Memory
+//	}
 type Range = rendezvous.Range
 
 // Region is memory an owner writes in place and stages without a copy (NewRegion,
-// RegisterRegion, StageRegion).
+// RegisterRegion, RegisterRegionMemory; StageRegion stages it, GrantWrite lets a writer put into
+// it). Methods:
+//
+//   - Bytes() []byte: the memory, for the owner to write.
+//   - Pinned() bool: whether consumers read it by RDMA; Reason() says why not ("" when pinned).
+//   - Memory(): what the memory is (host or device).
+//   - Free(): ends the region; the memory goes back once its last staging was freed.
+//   - Done() <-chan struct{}: closed once the region is over and no remote read of it can run.
+//   - Stage(): the options package rendezvous stages it with (StageRegion calls it).
 type Region = rdma.Region
 
 // GetBatch fetches many payloads at once and returns one result per request, in order. The
@@ -55,11 +118,11 @@ func (v *Velo) GetBatch(ctx context.Context, reqs []GetRequest, each func(GetRes
 		}
 		return r
 	}
-	var inner func(GetResult)
+	var inner func(rendezvous.GetResult)
 	if each != nil {
-		inner = func(r GetResult) { each(wrap(r)) }
+		inner = func(r rendezvous.GetResult) { each(wrap(GetResult(r))) }
 	}
-	out := v.rv.GetBatch(ctx, reqs, inner)
+	out := getResults(v.rv.GetBatch(ctx, rendezvousRequests(reqs), inner))
 	for i := range out {
 		out[i] = wrap(out[i])
 	}

@@ -291,10 +291,10 @@ func importNames(f *ast.File) importAliases {
 	return a
 }
 
-// Every qualified name in README.md, docs/*.md and the documented packages' overviews — pkg.Name, pkg.Type.Field or .Method, the keys
-// of pkg.Type{...} in Go blocks — names something the package has: a snippet copied from the docs
-// compiles as far as its names go. A rename that leaves a doc behind fails here, naming the file,
-// the line and the name.
+// Every qualified name in README.md, docs/*.md and the documented packages' overviews — pkg.Name,
+// pkg.Type.Field or .Method, the keys of pkg.Type{...} in Go blocks — names something the package
+// has: a snippet copied from the docs compiles as far as its names go. A rename that leaves a doc
+// behind fails here, naming the file, the line and the name.
 func TestDocsNamesResolve(t *testing.T) {
 	if testing.Short() {
 		t.Skip("type-checks the documented packages from their export data")
@@ -348,4 +348,81 @@ func TestDocsNamesResolve(t *testing.T) {
 		}
 	}
 	require.Greater(t, checked, 200, "the extraction found fewer qualified names than README.md and docs/ hold")
+}
+
+// A type package velo takes from another package under its own name (an alias) shows go doc only
+// its own comment, not the fields and methods of the type behind it. So that comment names every
+// exported field and method; a field added behind an alias without a word here fails.
+func TestAliasDocsNameFieldsAndMethods(t *testing.T) {
+	if testing.Short() {
+		t.Skip("type-checks the documented packages from their export data")
+	}
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	pkgs, _ := loadDocPackages(t, root)
+	velo := pkgs["velo"]
+
+	docs := map[string]string{}
+	fset := token.NewFileSet()
+	files, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments|parser.SkipObjectResolution)
+		require.NoError(t, err)
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.TYPE {
+				continue
+			}
+			for _, s := range g.Specs {
+				ts := s.(*ast.TypeSpec)
+				doc := ts.Doc
+				if doc == nil && len(g.Specs) == 1 {
+					doc = g.Doc
+				}
+				docs[ts.Name.Name] = doc.Text()
+			}
+		}
+	}
+
+	aliases := 0
+	for _, name := range velo.Scope().Names() {
+		tn, ok := velo.Scope().Lookup(name).(*types.TypeName)
+		if !ok || !tn.Exported() || !tn.IsAlias() {
+			continue
+		}
+		named, ok := types.Unalias(tn.Type()).(*types.Named)
+		if !ok || named.Obj().Pkg() == velo {
+			continue
+		}
+		aliases++
+		var members []string
+		if st, ok := named.Underlying().(*types.Struct); ok {
+			for i := range st.NumFields() {
+				if f := st.Field(i); f.Exported() {
+					members = append(members, f.Name())
+				}
+			}
+		}
+		if _, ok := named.Underlying().(*types.Struct); !ok {
+			continue // InstanceID, MemoryType: a number whose only method is String
+		}
+		ms := types.NewMethodSet(types.NewPointer(named))
+		for i := range ms.Len() {
+			if m := ms.At(i).Obj(); m.Exported() {
+				members = append(members, m.Name())
+			}
+		}
+		doc := docs[name]
+		for _, m := range members {
+			if !regexp.MustCompile(`\b` + m + `\b`).MatchString(doc) {
+				assert.Fail(t, "an alias's doc comment leaves a member out",
+					"velo.%s is %s; its comment does not name %s, which go doc of package velo then never shows", name, named, m)
+			}
+		}
+	}
+	require.Greater(t, aliases, 5, "the check found fewer aliases than package velo has")
 }
