@@ -345,13 +345,28 @@ func random64() uint64 {
 }
 
 // New starts an instance. Transports are started in the order given; if one fails to start the
-// ones already started are closed.
-func New(ctx context.Context, opts ...Option) (*Velo, error) {
+// ones already started are closed. A discovery backend given to WithDiscovery belongs to the
+// instance from then on: Close and Shutdown close it, and so does a New that fails.
+func New(ctx context.Context, opts ...Option) (_ *Velo, err error) {
 	o := options{threshold: DefaultStagingThreshold, grace: DefaultShutdownGrace}
+	// Every option is applied even after one failed, so that a backend given to WithDiscovery is
+	// closed on failure whichever place it had among the options.
+	var optErr error
 	for _, opt := range opts {
-		if err := opt(&o); err != nil {
-			return nil, err
+		if err := opt(&o); err != nil && optErr == nil {
+			optErr = err
 		}
+	}
+	defer func() {
+		if err != nil && o.discovery != nil {
+			// A published entry would otherwise stay, kept alive by the backend, for an instance
+			// that never ran; a backend that published nothing is closed all the same, since the
+			// caller handed it over. Both backends' Close may be called again.
+			_ = o.discovery.Close()
+		}
+	}()
+	if optErr != nil {
+		return nil, optErr
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
