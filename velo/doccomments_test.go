@@ -83,7 +83,8 @@ func exportedDocs(f *ast.File) []*ast.CommentGroup {
 }
 
 // No comment go doc shows in this module points a reader at a source file: a user reads the
-// documentation, not the tree, and a file name goes stale with the first split of the file.
+// documentation, not the tree, and a file name goes stale with the first split of the file. A
+// package comment that starts "Package x" names its own package.
 func TestExportedDocsNameNoSourceFile(t *testing.T) {
 	fset := token.NewFileSet()
 	files := 0
@@ -106,6 +107,11 @@ func TestExportedDocsNameNoSourceFile(t *testing.T) {
 		files++
 		if f.Name.Name == "main" {
 			return nil
+		}
+		if f.Doc != nil {
+			if words := strings.Fields(f.Doc.Text()); len(words) > 1 && words[0] == "Package" {
+				assert.Equal(t, f.Name.Name, words[1], "%s: the package comment names another package", path)
+			}
 		}
 		for _, c := range exportedDocs(f) {
 			if c == nil {
