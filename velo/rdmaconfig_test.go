@@ -14,7 +14,7 @@ import (
 // RDMAConfig mirrors the registry's configuration field by field (its Pool is RDMAPoolConfig, so
 // the two are not one type and RDMAConfig.registry copies each field): a field the registry gains
 // fails here until RDMAConfig has it and registry copies it.
-func TestRDMAConfigMirrorsTheRegistrys(t *testing.T) {
+func TestRegistryConfigCopiesEveryField(t *testing.T) {
 	mine, theirs := reflect.TypeFor[RDMAConfig](), reflect.TypeFor[rdma.Config]()
 	require.Equal(t, theirs.NumField(), mine.NumField(), "RDMAConfig and rdma.Config have different fields")
 	for i := range theirs.NumField() {
