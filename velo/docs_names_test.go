@@ -214,9 +214,10 @@ func resolveDocName(p *types.Package, name, member string) string {
 func compositeFields(code docCode, pkgs map[string]*types.Package) []string {
 	fset := token.NewFileSet()
 	var f *ast.File
-	for _, src := range []string{code.text, "package p\n" + code.text, "package p\nfunc _() {\n" + code.text + "\n}"} {
-		if g, err := parser.ParseFile(fset, "", src, parser.SkipObjectResolution); err == nil {
-			f = g
+	added := 0 // lines put before the snippet to make it parse
+	for i, prefix := range []string{"", "package p\n", "package p\nfunc _() {\n"} {
+		if g, err := parser.ParseFile(fset, "", prefix+code.text+"\n"+strings.Repeat("}", i/2), parser.SkipObjectResolution); err == nil {
+			f, added = g, strings.Count(prefix, "\n")
 			break
 		}
 	}
@@ -252,7 +253,8 @@ func compositeFields(code docCode, pkgs map[string]*types.Package) []string {
 				continue
 			}
 			if msg := resolveDocName(p, sel.Sel.Name, key.Name); msg != "" {
-				bad = append(bad, fmt.Sprintf("%s{%s: ...}: %s", sel.Sel.Name, key.Name, msg))
+				line := code.line + fset.Position(key.Pos()).Line - 1 - added
+				bad = append(bad, fmt.Sprintf("%s:%d: `%s.%s{%s: ...}`: %s", code.file, line, id.Name, sel.Sel.Name, key.Name, msg))
 			}
 		}
 		return true
@@ -318,7 +320,7 @@ func TestDocsNamesResolve(t *testing.T) {
 					aliases = importNames(f)
 				}
 				for _, msg := range compositeFields(code, pkgs) {
-					assert.Fail(t, "a field the docs name does not exist", "%s:%d: %s", code.file, code.line, msg)
+					assert.Fail(t, "a field the docs name does not exist", msg)
 				}
 			}
 			for i, l := range strings.Split(code.text, "\n") {
