@@ -274,7 +274,7 @@ func decode(ctx context.Context) error {
 
 	// Prefill starts first and decode joins, as a decode worker joins a running prefill pool:
 	// decode's discovery finds prefill at once and reaches it before prefill's next poll of the
-	// folder has seen decode.
+	// folder has seen decode. The transfers must take the path the pair has all the same.
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -504,10 +504,10 @@ func waitDeparture(ctx context.Context, events <-chan velo.PeerEvent, peer velo.
 func ready(v *velo.Velo, want bool) error {
 	h := v.Health()
 	if h.Ready() != want {
-		return fmt.Errorf("Health: %s %v, want ready %v", h.State, h.Reasons, want)
+		return fmt.Errorf("health: %s %v, want ready %v", h.State, h.Reasons, want)
 	}
 	if want && h.State != velo.StateReady {
-		return fmt.Errorf("Health: %s %v, want ready", h.State, h.Reasons)
+		return fmt.Errorf("health: %s %v, want state ready", h.State, h.Reasons)
 	}
 	srv := http.Server{Handler: v.HealthHandler()}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -534,7 +534,7 @@ func drain(ctx context.Context, v *velo.Velo) error {
 		return fmt.Errorf("draining: %w", err)
 	}
 	if h := v.Health(); h.State != velo.StateDraining {
-		return fmt.Errorf("draining: Health says %s", h.State)
+		return fmt.Errorf("draining: health says %s", h.State)
 	}
 	return v.Shutdown(ctx)
 }
