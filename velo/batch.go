@@ -64,29 +64,67 @@ func getResults(out []rendezvous.GetResult) []GetResult {
 }
 
 // RangeLease is a lease taken for ranged reads of one payload (Acquire): one descriptor and one
-// remote key, on the RDMA path, for every read of its life. It embeds the *Lease it is. Methods:
-//
-//   - ReadRanges(ctx, ranges []Range) error: reads every range, many in flight; each range's
-//     outcome is in its Err, and the error is the first of them.
-//   - Size() uint64: the payload's size.
-//   - Release(ctx) and Detach(ctx): end the lease as Lease's do.
-//   - Handle and Bytes, of the embedded Lease (Bytes is nil: a range lease moves no payload).
-//
-// The owner's lease TTL is renewed by the reads themselves, so a lease that is used stays valid.
-type RangeLease = rendezvous.RangeLease
+// remote key, on the RDMA path, for every read of its life. The owner's lease TTL is renewed by
+// the reads themselves (each call renews it at most once per half TTL), so a lease that is used
+// stays valid. End it with Release or Detach like any lease; the embedded Lease is what
+// ReleaseLeases and DetachLeases take.
+type RangeLease struct {
+	*Lease
+	rl *rendezvous.RangeLease
+}
 
-// Range is one read of ReadRanges (Velo's, or RangeLease's): Length bytes at Offset of the
-// payload, into Dst[:Length]; Err is that read's outcome once ReadRanges returned. DstMemory is
-// what Dst is (zero: host memory); RangeInto sets Dst and DstMemory from a Memory.
+// Size is the payload's size.
+func (l *RangeLease) Size() uint64 { return l.rl.Size() }
+
+// Release ends the lease and drops the handle's reference (see Lease.Release).
+func (l *RangeLease) Release(ctx context.Context) error { return l.rl.Release(ctx) }
+
+// Detach ends the lease and keeps the payload staged (see Lease.Detach).
+func (l *RangeLease) Detach(ctx context.Context) error { return l.rl.Detach(ctx) }
+
+// ReadRanges reads every range, with up to WithBatchWindow reads in flight: on the RDMA path one
+// GET per range with the lease's key, on the chunked path pipelined pulls. A range that is empty,
+// reaches past the payload (ErrRange) or has a Dst shorter than its Length (ErrBufferSize) fails
+// before anything is posted; each range's outcome is in its Err, and one range's failure fails
+// only that range. The error returned is nil when every range was read, and otherwise says how
+// many failed and wraps the first failure. ReadRanges returns once nothing writes any Dst.
 //
-//	type Range struct {
-//		Offset    uint64
-//		Length    uint64
-//		Dst       []byte
-//		Err       error
-//		DstMemory rendezvous.Memory
-//	}
-type Range = rendezvous.Range
+// A GET that fails makes the lease fall back to the chunked path, as Get does, and the failed
+// ranges (and all later reads of the lease) are pulled. The path metric counts each call once:
+// rdma/ok, get_failed after such a fallback, or the reason the lease is chunked.
+//
+// Consistency: a read returns the bytes the owner's memory holds while the read runs. A reader
+// sees everything the owner wrote before it announced the range (staged the region, or sent the
+// message naming the range); the owner must not write a range from the time it announced it
+// until its readers are done with it (docs/velo.md, "Regions").
+func (l *RangeLease) ReadRanges(ctx context.Context, ranges []Range) error {
+	return l.rl.ReadRanges(ctx, rendezvousRanges(ranges))
+}
+
+// Range is one read of ReadRanges (Velo's, or RangeLease's). RangeInto fills one for device
+// memory.
+type Range struct {
+	// Offset and Length are the bytes of the payload to read.
+	Offset uint64
+	Length uint64
+	// Dst receives them, in Dst[:Length].
+	Dst []byte
+	// Err is this read's outcome once ReadRanges returned.
+	Err error
+	// DstMemory is what Dst is (zero: host memory); RangeInto sets it. Device memory is read with
+	// its type on the RDMA path and through host bounce buffers on the chunked path (reason
+	// device_bounce).
+	DstMemory rendezvous.Memory
+}
+
+// Range is package rendezvous's type under this package's name and documentation, like
+// GetRequest: ReadRanges hands its ranges over without a copy, and the reads write their Err in
+// place.
+var _ = rendezvous.Range(Range{})
+
+func rendezvousRanges(ranges []Range) []rendezvous.Range {
+	return unsafe.Slice((*rendezvous.Range)(unsafe.Pointer(unsafe.SliceData(ranges))), len(ranges))
+}
 
 // Region is memory an owner writes in place and stages without a copy (NewRegion,
 // RegisterRegion, RegisterRegionMemory; StageRegion stages it, GrantWrite lets a writer put into
@@ -150,7 +188,10 @@ func (v *Velo) DetachLeases(ctx context.Context, leases []*Lease) []error {
 // with RangeLease.ReadRanges, as often as needed; end the lease with Release or Detach.
 func (v *Velo) Acquire(ctx context.Context, h Handle) (*RangeLease, error) {
 	l, err := v.rv.Acquire(ctx, h)
-	return l, v.ownerGone(h, err)
+	if err != nil {
+		return nil, v.ownerGone(h, err)
+	}
+	return &RangeLease{Lease: l.Lease, rl: l}, nil
 }
 
 // ReadRanges reads many ranges of h's payload in one call, with one lease (one descriptor, one
