@@ -24,13 +24,18 @@
 #
 # BENCH_ARGS go to the bench program: BENCH_ARGS='-only frames -rounds 5' (smallbench: -only
 # am|frames|batch; rdmabench: -only get|seal|rss), '-quick' for a smoke run.
+#   test-prefill-decode   velo/examples/prefill_decode, the program written from the docs alone:
+#                         two processes, discovery with member names, a cluster secret, GetBatch,
+#                         a 32 MiB region read by ranges, notified puts through a write grant,
+#                         health and drain; fails unless each side's path metrics count every
+#                         transfer on the path the pair has (about 10 s)
 #   demo                  the two-process example over UCX_TLS=tcp; exits non-zero unless the
 #                         transfer took the RDMA path
 #
 # The tests, demo and demo-cluster link velo's static UCX (VELO_UCX_GO, in the Makefile): velo's
 # UCX transport refuses a UCX without its software RMA guard.
 .PHONY: test-rdma-registry test-rendezvous-rdma bench-rendezvous-rdma bench-small bench-small-static bench-rendezvous-rdma-static demo
-TEST_TARGETS += test-rdma-registry test-rendezvous-rdma
+TEST_TARGETS += test-rdma-registry test-rendezvous-rdma test-prefill-decode
 BENCH_TARGETS += bench-rendezvous-rdma bench-small
 
 # A test run must not inherit a kill switch from the shell: the tests set it themselves.
@@ -67,6 +72,10 @@ bench-small-static: ucx-static-tools
 bench-rendezvous-rdma-static: ucx-static-tools
 	cd test && $(UCX_STATIC_GO) $(RDMA_TEST_ENV) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run -tags ucx_static ./rdmapath/cmd/rdmabench $(BENCH_ARGS)
 endif
+
+.PHONY: test-prefill-decode
+test-prefill-decode: deps $(VELO_UCX_DEP)
+	$(VELO_UCX_GO) $(RDMA_TEST_ENV) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./velo/examples/prefill_decode
 
 demo: deps $(VELO_UCX_DEP)
 	$(VELO_UCX_GO) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./velo/examples/rendezvous_rdma_two_proc

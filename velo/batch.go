@@ -3,6 +3,7 @@ package velo
 import (
 	"context"
 	"fmt"
+	"unsafe"
 
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/rendezvous"
@@ -20,21 +21,121 @@ const DefaultBatchInlineMax = rendezvous.DefaultBatchInlineMax
 // MaxBatchInline is the largest limit WithBatchInlineMax accepts.
 const MaxBatchInline = rendezvous.MaxBatchInline
 
-// GetRequest is one entry of GetBatch: a handle, and optionally the buffer its payload goes to
-// (Into, exactly Handle.Size bytes; nil for a new buffer).
-type GetRequest = rendezvous.GetRequest
+// GetRequest is one entry of GetBatch: a handle, and optionally the buffer its payload goes to.
+// GetRequestInto fills one for device memory.
+type GetRequest struct {
+	// Handle names the payload.
+	Handle Handle
+	// Into receives the payload and must be exactly Handle.Size bytes; nil fetches into a new
+	// buffer, allocated once the owner confirmed the size (bounded by WithMaxGetSize, like Get).
+	Into []byte
+	// IntoMemory is what Into is (zero: host memory); GetRequestInto sets it. Device memory is read
+	// with its type on the RDMA path and through host bounce buffers on the chunked path (reason
+	// device_bounce).
+	IntoMemory rendezvous.Memory
+}
 
-// GetResult is the outcome of one GetRequest: its lease, or the error of that entry alone.
-type GetResult = rendezvous.GetResult
+// GetResult is the outcome of one GetRequest.
+type GetResult struct {
+	// Index is the entry's place in the requests given to GetBatch.
+	Index int
+	// Lease holds the entry's payload (Lease.Bytes) when Err is nil; end it with Release or
+	// Detach, or many at once with ReleaseLeases or DetachLeases.
+	Lease *Lease
+	// Err is the error of this entry alone.
+	Err error
+}
 
-// RangeLease is a lease taken for ranged reads of one payload (Acquire).
-type RangeLease = rendezvous.RangeLease
+// GetRequest and GetResult are package rendezvous's types under the names and documentation of
+// this package: each pair has one underlying type, which the conversions below prove at compile
+// time, so a slice of one is a slice of the other and GetBatch passes its requests and results
+// through without a copy.
+var (
+	_ = rendezvous.GetRequest(GetRequest{})
+	_ = GetResult(rendezvous.GetResult{})
+)
 
-// Range is one read of ReadRanges: Length bytes at Offset into Dst; Err is its outcome.
-type Range = rendezvous.Range
+func rendezvousRequests(reqs []GetRequest) []rendezvous.GetRequest {
+	return unsafe.Slice((*rendezvous.GetRequest)(unsafe.Pointer(unsafe.SliceData(reqs))), len(reqs))
+}
+
+func getResults(out []rendezvous.GetResult) []GetResult {
+	return unsafe.Slice((*GetResult)(unsafe.Pointer(unsafe.SliceData(out))), len(out))
+}
+
+// RangeLease is a lease taken for ranged reads of one payload (Acquire): one descriptor and one
+// remote key, on the RDMA path, for every read of its life. The owner's lease TTL is renewed by
+// the reads themselves (each call renews it at most once per half TTL), so a lease that is used
+// stays valid. End it with Release or Detach like any lease; the embedded Lease is what
+// ReleaseLeases and DetachLeases take.
+type RangeLease struct {
+	*Lease
+	rl *rendezvous.RangeLease
+}
+
+// Size is the payload's size.
+func (l *RangeLease) Size() uint64 { return l.rl.Size() }
+
+// Release ends the lease and drops the handle's reference (see Lease.Release).
+func (l *RangeLease) Release(ctx context.Context) error { return l.rl.Release(ctx) }
+
+// Detach ends the lease and keeps the payload staged (see Lease.Detach).
+func (l *RangeLease) Detach(ctx context.Context) error { return l.rl.Detach(ctx) }
+
+// ReadRanges reads every range, with up to WithBatchWindow reads in flight: on the RDMA path one
+// GET per range with the lease's key, on the chunked path pipelined pulls. A range that is empty,
+// reaches past the payload (ErrRange) or has a Dst shorter than its Length (ErrBufferSize) fails
+// before anything is posted; each range's outcome is in its Err, and one range's failure fails
+// only that range. The error returned is nil when every range was read, and otherwise says how
+// many failed and wraps the first failure. ReadRanges returns once nothing writes any Dst.
+//
+// A GET that fails makes the lease fall back to the chunked path, as Get does, and the failed
+// ranges (and all later reads of the lease) are pulled. The path metric counts each call once:
+// rdma/ok, get_failed after such a fallback, or the reason the lease is chunked.
+//
+// Consistency: a read returns the bytes the owner's memory holds while the read runs. A reader
+// sees everything the owner wrote before it announced the range (staged the region, or sent the
+// message naming the range); the owner must not write a range from the time it announced it
+// until its readers are done with it (docs/velo.md, "Regions").
+func (l *RangeLease) ReadRanges(ctx context.Context, ranges []Range) error {
+	return l.rl.ReadRanges(ctx, rendezvousRanges(ranges))
+}
+
+// Range is one read of ReadRanges (Velo's, or RangeLease's). RangeInto fills one for device
+// memory.
+type Range struct {
+	// Offset and Length are the bytes of the payload to read.
+	Offset uint64
+	Length uint64
+	// Dst receives them, in Dst[:Length].
+	Dst []byte
+	// Err is this read's outcome once ReadRanges returned.
+	Err error
+	// DstMemory is what Dst is (zero: host memory); RangeInto sets it. Device memory is read with
+	// its type on the RDMA path and through host bounce buffers on the chunked path (reason
+	// device_bounce).
+	DstMemory rendezvous.Memory
+}
+
+// Range is package rendezvous's type under this package's name and documentation, like
+// GetRequest: ReadRanges hands its ranges over without a copy, and the reads write their Err in
+// place.
+var _ = rendezvous.Range(Range{})
+
+func rendezvousRanges(ranges []Range) []rendezvous.Range {
+	return unsafe.Slice((*rendezvous.Range)(unsafe.Pointer(unsafe.SliceData(ranges))), len(ranges))
+}
 
 // Region is memory an owner writes in place and stages without a copy (NewRegion,
-// RegisterRegion, StageRegion).
+// RegisterRegion, RegisterRegionMemory; StageRegion stages it, GrantWrite lets a writer put into
+// it). Methods:
+//
+//   - Bytes() []byte: the memory, for the owner to write.
+//   - Pinned() bool: whether consumers read it by RDMA; Reason() says why not ("" when pinned).
+//   - Memory(): what the memory is (host or device).
+//   - Free(): ends the region; the memory goes back once its last staging was freed.
+//   - Done() <-chan struct{}: closed once the region is over and no remote read of it can run.
+//   - Stage(): the options package rendezvous stages it with (StageRegion calls it).
 type Region = rdma.Region
 
 // GetBatch fetches many payloads at once and returns one result per request, in order. The
@@ -55,11 +156,11 @@ func (v *Velo) GetBatch(ctx context.Context, reqs []GetRequest, each func(GetRes
 		}
 		return r
 	}
-	var inner func(GetResult)
+	var inner func(rendezvous.GetResult)
 	if each != nil {
-		inner = func(r GetResult) { each(wrap(r)) }
+		inner = func(r rendezvous.GetResult) { each(wrap(GetResult(r))) }
 	}
-	out := v.rv.GetBatch(ctx, reqs, inner)
+	out := getResults(v.rv.GetBatch(ctx, rendezvousRequests(reqs), inner))
 	for i := range out {
 		out[i] = wrap(out[i])
 	}
@@ -87,7 +188,10 @@ func (v *Velo) DetachLeases(ctx context.Context, leases []*Lease) []error {
 // with RangeLease.ReadRanges, as often as needed; end the lease with Release or Detach.
 func (v *Velo) Acquire(ctx context.Context, h Handle) (*RangeLease, error) {
 	l, err := v.rv.Acquire(ctx, h)
-	return l, v.ownerGone(h, err)
+	if err != nil {
+		return nil, v.ownerGone(h, err)
+	}
+	return &RangeLease{Lease: l.Lease, rl: l}, nil
 }
 
 // ReadRanges reads many ranges of h's payload in one call, with one lease (one descriptor, one

@@ -9,7 +9,7 @@
 // New takes functional options, all optional:
 //
 //	ctl, _ := tcp.New(tcp.Config{ListenAddress: "0.0.0.0:7000", Advertise: "node-3:7000"})
-//	u, _ := ucx.New(ucx.Config{})               // package velo/transport/ucxtransport
+//	u, _ := ucxtransport.New(ucxtransport.Config{}) // package velo/transport/ucxtransport
 //	v, err := velo.New(ctx,
 //		velo.WithTransport(ctl),              // the control plane (TCP on 127.0.0.1 if none)
 //		velo.WithUCXTransport(u),             // the RDMA path; WithRDMA sizes its pinned memory
@@ -27,11 +27,11 @@
 //
 // A stock UCX, Debian's included, serves software-emulated RMA (over tcp, say) at any address a
 // peer names without checking a key. The UCX transport's New therefore refuses to start on one,
-// with ucx.ErrUnguardedUCX, unless the process links velo's enforcing static UCX (make
-// ucx-static, then build with -tags ucx_static) or the operator declares the network trusted with
-// VELO_UCX_TRUST_NETWORK=1 (ucx.Config.TrustNetwork); Health then reports that as a reason. The
-// TCP control plane is unauthenticated unless given a cluster secret or mutual TLS (package
-// velo/auth). See docs/security.md.
+// with ucxtransport.ErrUnguardedUCX, unless the process links velo's enforcing static UCX (make
+// ucx-static, then build with -tags ucx_static) or the operator declares the network trusted
+// with VELO_UCX_TRUST_NETWORK=1 (ucxtransport.Config.TrustNetwork); Health then reports that as a
+// reason. The TCP control plane is unauthenticated unless given a cluster secret or mutual TLS
+// (package velo/auth). See docs/security.md.
 //
 // # Finding peers
 //

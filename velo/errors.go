@@ -7,10 +7,11 @@ import (
 	"github.com/velo-go/velo/velo/transport"
 )
 
-// RemoteError is what a call returns when the peer answered with an error: the peer, the handler,
-// and the peer's text. It matches the sentinel of its code (ErrHandlerFailed, ErrUnknownHandler,
-// ErrHandlerPanic, ErrBadRequest, ErrUnavailable); rendezvous errors the owner answered with wrap
-// it too, beside their own sentinel.
+// RemoteError is what a call returns when the peer answered with an error: the Peer, the Handler,
+// the Code of the failure, the Kind the remote handler attached with messenger.WithKind (or ""),
+// and the peer's Text. Through Error and Unwrap it matches the sentinel of its code
+// (ErrHandlerFailed, ErrUnknownHandler, ErrHandlerPanic, ErrBadRequest, ErrUnavailable);
+// rendezvous errors the owner answered with wrap it too, beside their own sentinel.
 type RemoteError = messenger.RemoteError
 
 // Sentinel errors. Every error velo returns wraps one of these (errors.Is); the text around it

@@ -76,10 +76,10 @@ type Introspection struct {
 	Rendezvous  RendezvousInfo    `json:"rendezvous"`
 	RDMA        *RDMAInfo         `json:"rdma,omitempty"`
 	Paths       map[string]uint64 `json:"paths"`
-	// Rails is the rail choice of WithRails (rails.go), absent without it.
+	// Rails is the rail choice of WithRails, absent without it.
 	Rails *RailChoice `json:"rails,omitempty"`
-	// Transfers, LeaseEnds and PeerBytes are the transfer telemetry (introspect_transfers.go):
-	// rows with at least one observation, and every live peer's bytes.
+	// Transfers, LeaseEnds and PeerBytes are the transfer telemetry, read from the metrics a
+	// scrape sees: rows with at least one observation, and every live peer's bytes.
 	Transfers []TransferInfo  `json:"transfers"`
 	LeaseEnds []LeaseEndInfo  `json:"lease_ends"`
 	PeerBytes []PeerBytesInfo `json:"peer_bytes"`

@@ -20,7 +20,9 @@ type Discovery interface {
 	Publish(ctx context.Context, r discovery.Record) error
 	// Watch delivers the members there are (Joined), then each change, until ctx ends or Close.
 	Watch(ctx context.Context) (<-chan discovery.Event, error)
-	// Close withdraws this instance's entry and stops the watches.
+	// Close withdraws this instance's entry and stops the watches. The instance calls it (Close,
+	// Shutdown, a New that failed), and may call it after the application did: it must be safe
+	// to call more than once, as both backends of velo/discovery are.
 	Close() error
 }
 
@@ -32,7 +34,9 @@ type Discovery interface {
 // missing entry (a backend can lose entries while the member is fine), so the connection wins,
 // and the member goes when its transport reports it down. WatchPeers delivers the resulting
 // events. name is the member's stable name (a pod or host name; empty: the instance ID), which is
-// what makes a restart recognisable.
+// what makes a restart recognisable. The instance owns d from here on: Close and Shutdown close
+// it, and a New that fails closes it before it returns, published or not, so the caller never
+// closes d itself (closing it again does no harm).
 func WithDiscovery(d Discovery, name string) Option {
 	return func(o *options) error {
 		if d == nil {

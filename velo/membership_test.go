@@ -2,9 +2,12 @@ package velo
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -96,4 +99,34 @@ func TestDiscoveryRestartEvent(t *testing.T) {
 	require.NoError(t, d.Publish(context.Background(), r))
 	ev := waitEvent(t, events, PeerRestarted, nb.ID())
 	assert.Equal(t, b.ID(), ev.Previous)
+}
+
+// A backend given to WithDiscovery belongs to the instance, so a New that fails closes it: here
+// once because its metrics collide with those of another instance on the same registry, and once
+// because an option placed before WithDiscovery is refused. Either way the backend is closed (a
+// later Publish says so) and the cluster's folder holds no entry for an instance that never ran.
+func TestFailedNewClosesTheDiscoveryBackend(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	newInstance(t, WithRegisterer(reg))
+
+	for name, opts := range map[string]func(Option) []Option{
+		"metrics collide":         func(d Option) []Option { return []Option{WithRegisterer(reg), d} },
+		"an earlier option fails": func(d Option) []Option { return []Option{WithTransport(nil), d} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			d, err := discovery.NewFilesystem(discovery.FilesystemConfig{Dir: dir, Cluster: "test"})
+			require.NoError(t, err)
+			v, err := New(context.Background(), opts(WithDiscovery(d, "member-0"))...)
+			require.Error(t, err)
+			require.Nil(t, v)
+			entries, err := os.ReadDir(filepath.Join(dir, "test"))
+			if err == nil {
+				assert.Empty(t, entries, "an entry stayed published for an instance that never ran")
+			}
+			assert.ErrorIs(t, d.Publish(context.Background(), discovery.Record{Name: "probe", ID: 1}), discovery.ErrClosed,
+				"New failed but left the backend open")
+			assert.NoError(t, d.Close(), "closing the backend again")
+		})
+	}
 }

@@ -299,7 +299,8 @@ type Health struct {
 // HealthReporter is what a transport may implement to add reasons to Health: a state an operator
 // must see that does not stop the instance serving. Each reason makes the instance degraded (still
 // ready). The UCX transport reports one when it runs, because VELO_UCX_TRUST_NETWORK or
-// Config.TrustNetwork said so, on a UCX without velo's software RMA guard (docs/security.md).
+// ucxtransport.Config.TrustNetwork said so, on a UCX without velo's software RMA guard
+// (docs/security.md).
 type HealthReporter interface {
 	HealthReasons() []string
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -17,26 +18,107 @@ import (
 // Push: a writer puts bytes into ranges of a region a receiver granted it, and the receiver is told,
 // after the bytes are there, that they are (package velo/push; docs/velo.md, "Push").
 
-// WriteGrant is a receiver's grant of ranges of one of its regions to one writer.
+// WriteGrant is a receiver's grant of ranges of one of its regions to one writer (GrantWrite). Its
+// methods are safe for concurrent use:
+//
+//   - Handle() GrantHandle: what the writer needs; give it to the writer in a message.
+//   - Notifications() <-chan Notification: the writer's notifications in order, when
+//     GrantOptions.OnNotify is not set (nil otherwise); closed once the grant ended.
+//   - Wait(ctx, ranges ...GrantRange) error: returns once notifications covered every byte of
+//     ranges (all the grant's when none are given), or with the grant's end or ctx's error.
+//   - Revoke(ctx) error: ends the grant now; later puts fail with ErrGrantEnded.
+//   - Done() <-chan struct{}: closed once the grant ended and no write can land any more.
+//   - Err() error: why the grant ended (nil while it lives).
+//   - ID() uint64, Writer() InstanceID, Ranges() []GrantRange: what the grant is.
 type WriteGrant = push.Grant
 
-// GrantHandle names a write grant; the receiver gives it to the writer in a message.
+// GrantHandle names a write grant; the receiver gives it to the writer in a message (it encodes
+// with MarshalBinary and MarshalText, and decodes with UnmarshalBinary and UnmarshalText). It
+// says who may write what until when, and is meaningless without the receiver: the key behind it
+// goes only to the writer it names, and its 128-bit nonce makes it unguessable. IsZero reports the
+// zero handle; String prints it.
+//
+//	type GrantHandle struct {
+//		Receiver InstanceID
+//		Writer   InstanceID
+//		ID       uint64
+//		Nonce    [16]byte
+//		Expires  uint64       // when the grant ends at the latest, Unix ms of the receiver's clock
+//		Ranges   []GrantRange // what the writer may write, in the region's offsets
+//	}
 type GrantHandle = push.GrantHandle
 
-// GrantOptions configure GrantWrite.
-type GrantOptions = push.GrantOptions
+// GrantOptions configure GrantWrite; the zero value grants the whole region for a minute.
+type GrantOptions struct {
+	// Ranges are the ranges of the region the writer may write (default: the whole region). They
+	// must lie inside the region, must not overlap each other, and must not overlap a live grant
+	// of another writer on the same region; at most 1024.
+	Ranges []GrantRange
+	// TTL bounds the grant's life (default 60 s).
+	TTL time.Duration
+	// OnNotify, when set, receives each notification, in order, on a goroutine of the instance:
+	// keep it short (the writer's next notification waits for it). Without it notifications go to
+	// the channel of WriteGrant.Notifications.
+	OnNotify func(Notification)
+	// NotifyBuffer is the capacity of that channel (default 1024). A receiver that does not read it
+	// holds up the writer's notifications, never its writes.
+	NotifyBuffer int
+}
 
-// GrantRange is a range of a receiver's region: Length bytes at Offset.
+// GrantRange is a range of a receiver's region: Length bytes at Offset; End() is Offset+Length.
+//
+//	type GrantRange struct {
+//		Offset uint64
+//		Length uint64
+//	}
 type GrantRange = push.Range
 
-// Notification is what a writer said after a put: the ranges now written, and its payload.
+// Notification is what a writer said after a put: the grant (its ID), the writer, the ranges now
+// written, and the writer's payload.
+//
+//	type Notification struct {
+//		Writer  InstanceID
+//		Grant   uint64
+//		Ranges  []GrantRange
+//		Payload []byte
+//	}
 type Notification = push.Notification
 
 // PutRequest is one entry of PutBatch.
-type PutRequest = push.PutRequest
+type PutRequest struct {
+	// Offset is where Src goes in the receiver's region, inside one of the grant's ranges.
+	Offset uint64
+	// Src is the bytes to write; at least one.
+	Src []byte
+	// Notify sends Payload as a notification as soon as this entry's bytes are in the receiver's
+	// memory, covering this entry's range.
+	Notify  bool
+	Payload []byte
+}
 
-// PutBatchOptions configure PutBatch.
-type PutBatchOptions = push.BatchOptions
+// PutBatchOptions configure PutBatch; nil means the zero value.
+type PutBatchOptions struct {
+	// Notify sends one notification after every entry of the batch succeeded, covering all their
+	// ranges, with Payload; it is not sent when an entry failed.
+	Notify  bool
+	Payload []byte
+	// Window is how many writes (RDMA) or chunks (over the control plane) are in flight at once
+	// (default 16).
+	Window int
+}
+
+// GrantOptions, PutRequest and PutBatchOptions are package push's types under the names and
+// documentation of this package: each pair has one underlying type, which the conversions below
+// prove at compile time, so GrantWrite and PutBatch pass them through without a copy.
+var (
+	_ = push.GrantOptions(GrantOptions{})
+	_ = push.PutRequest(PutRequest{})
+	_ = push.BatchOptions(PutBatchOptions{})
+)
+
+func pushRequests(reqs []PutRequest) []push.PutRequest {
+	return unsafe.Slice((*push.PutRequest)(unsafe.Pointer(unsafe.SliceData(reqs))), len(reqs))
+}
 
 // Push's sentinels (errors.Is).
 var (
@@ -82,7 +164,7 @@ func (v *Velo) GrantWrite(ctx context.Context, writer InstanceID, g *Region, opt
 	if !ok || state == StateDown {
 		return nil, fmt.Errorf("velo: GrantWrite: %w: writer %016x is not a live peer of this instance (RegisterPeer it first)", ErrUnknownPeer, uint64(writer))
 	}
-	return s.Grant(writer, inc, g, opts)
+	return s.Grant(writer, inc, g, push.GrantOptions(opts))
 }
 
 // Put writes src at offset of the receiver's region through the grant h names (offset in the
@@ -120,7 +202,7 @@ func (v *Velo) PutBatch(ctx context.Context, h GrantHandle, reqs []PutRequest, o
 	if opts != nil {
 		o = *opts
 	}
-	return s.PutBatch(ctx, h, reqs, o)
+	return s.PutBatch(ctx, h, pushRequests(reqs), push.BatchOptions(o))
 }
 
 // PushGrants is how many write grants this instance holds live as receiver.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/velo-go/velo/velo/rendezvous/rdma"
 	"github.com/velo-go/velo/velo/transport"
@@ -11,15 +12,56 @@ import (
 
 // RDMAConfig configures the RDMA registry that WithUCXTransport creates: the kill switch and the
 // pinned memory pool. The zero value gives the defaults (64 MiB arenas, a 1 GiB budget, idle
-// arenas kept). See package velo/rendezvous/rdma.
-type RDMAConfig = rdma.Config
+// arenas kept).
+type RDMAConfig struct {
+	// Disabled switches the RDMA path off on this instance, like RDMAKillSwitchEnv: it offers
+	// nothing as a consumer, answers every acquire chunked as an owner (reason kill_switch), and
+	// RegisterDataPinned stages in plain memory.
+	Disabled bool
+	// Pool sizes the pinned memory.
+	Pool RDMAPoolConfig
+	// ForceCloseAfter bounds how long a consumer may keep reading a lease's memory after the
+	// lease ended (a consumer stopped mid-read: a debugger, a frozen VM, a long pause). Until the
+	// read ends the memory is quarantined: never reused, still counted against the budget. Past
+	// this bound the consumer's endpoints are closed with force, which cancels the read and so
+	// frees the memory; the consumer is reported down. Zero means three lease TTLs
+	// (WithLeaseTTL).
+	ForceCloseAfter time.Duration
+}
 
-// RDMAPoolConfig sizes the pinned memory pool: ArenaSize, RegisteredBytesBudget,
-// ArenaReclaimAfter.
-type RDMAPoolConfig = rdma.PoolConfig
+// RDMAPoolConfig sizes the pinned memory pool. The zero value gives the defaults.
+type RDMAPoolConfig struct {
+	// ArenaSize is the size of one pooled arena in bytes (default 64 MiB; rounded up to pages).
+	// Each arena is one mmap, pre-faulted and mlocked, so it needs RLIMIT_MEMLOCK above its size
+	// (or CAP_IPC_LOCK).
+	ArenaSize int
+	// RegisteredBytesBudget caps the bytes pinned at once: every mapped arena (whole, however
+	// little of it is used) plus every live per-lease registration (default 1 GiB). Over it,
+	// pinned staging falls back to plain memory and leases to the chunked path (reason budget).
+	RegisteredBytesBudget int64
+	// ArenaReclaimAfter unmaps a pooled arena that has held no slot for this long, newest first,
+	// keeping the last pooled arena mapped so transparent staging keeps its pinned memory. Zero
+	// keeps idle arenas until Close. Arenas made for one oversized payload are unmapped as soon as
+	// that payload is freed, whatever this says.
+	ArenaReclaimAfter time.Duration
+}
 
-// RDMAStats is what the RDMA registry holds now (mapped arenas, pinned slots, live per-lease
-// registrations, bytes against the budget).
+// registry is c in package rdma's terms.
+func (c RDMAConfig) registry() rdma.Config {
+	return rdma.Config{Disabled: c.Disabled, Pool: rdma.PoolConfig(c.Pool), ForceCloseAfter: c.ForceCloseAfter}
+}
+
+// RDMAStats is what the RDMA registry holds now (Velo.RDMAStats):
+//
+//   - Arenas and ArenaBytes: mapped arenas (pooled and oversized) and their bytes.
+//   - Slots: pinned slots handed out (staged payloads and consumer buffers) not yet freed.
+//   - LeaseRegistrations and LeaseBytes: live registrations of leases and the bytes they cover.
+//   - QuarantinedRegistrations and QuarantinedBytes: registrations whose lease ended while a
+//     read may still use their key; they count against the budget until the read is over.
+//   - HeldSlots: freed slots whose pages a quarantined registration still holds.
+//   - PinnedBytes: what counts against the budget (ArenaBytes + LeaseBytes + QuarantinedBytes).
+//   - Budget: RDMAPoolConfig.RegisteredBytesBudget.
+//   - LastArenaError: the last arena that could not be mapped (a memlock limit, typically).
 type RDMAStats = rdma.Stats
 
 // RDMAKillSwitchEnv is the variable that switches the RDMA path off with no rebuild when it holds
@@ -67,7 +109,7 @@ func (v *Velo) newRegistry(o *options) (*rdma.Registry, error) {
 	if o.rmaTransport == nil {
 		return nil, nil
 	}
-	reg, err := rdma.New(o.rmaTransport.(transport.RMA), o.rdma, rdma.Options{Logger: v.log, Registerer: o.metricsReg, KillSwitch: rdma.KillSwitchFromEnv(), LeaseTTL: o.leaseTTL})
+	reg, err := rdma.New(o.rmaTransport.(transport.RMA), o.rdma.registry(), rdma.Options{Logger: v.log, Registerer: o.metricsReg, KillSwitch: rdma.KillSwitchFromEnv(), LeaseTTL: o.leaseTTL})
 	if err != nil {
 		return nil, fmt.Errorf("velo: RDMA registry: %w", err)
 	}

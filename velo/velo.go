@@ -26,16 +26,35 @@ import (
 // InstanceID names one velo instance for its lifetime (random at New).
 type InstanceID = transport.InstanceID
 
-// Handle names a staged payload; see RegisterData.
+// Handle names a staged payload (RegisterData and its kin): small, safe to copy, and meaningless
+// without the owner, whose 64-bit nonce per slot makes it unguessable. It travels in a message
+// however the application likes: MarshalBinary and UnmarshalBinary, MarshalText and
+// UnmarshalText (as JSON too); String prints it, IsZero reports the zero handle.
+//
+//	type Handle struct {
+//		Owner InstanceID // the instance that staged the payload
+//		Slot  uint64
+//		Nonce uint64
+//		Size  uint64 // the payload's size in bytes
+//	}
 type Handle = rendezvous.Handle
 
-// Lease is a consumer's hold on a fetched payload; end it with Release or Detach.
+// Lease is a consumer's hold on a fetched payload (Get and its kin). Bytes() is the payload;
+// Handle() the handle it was fetched with; Path and Reason (fields) say how it moved (rdma, chunked,
+// inline, local) and why not by RDMA. End it with Release(ctx), which spends the handle's
+// reference, or Detach(ctx), which keeps the payload staged for another Get; a lease neither ends
+// is ended by the owner after the lease TTL.
 type Lease = rendezvous.Lease
 
-// Metadata describes a staged payload as its owner sees it.
+// Metadata describes a staged payload as its owner sees it (Velo.Metadata): its Size, the
+// references left (Refs), the live Leases on it, whether it is in Pinned memory, and Staging, the
+// reason recorded for memory that is not pinned.
 type Metadata = rendezvous.Metadata
 
-// Message is what a handler receives.
+// Message is what a handler receives: From (the sending instance), Name (the handler's name),
+// Payload and Staged. The payload belongs to the handler: it may keep it, change it or return it
+// as its answer. Staged reports that the payload travelled as a rendezvous handle and was fetched
+// before the handler ran.
 type Message = messenger.Message
 
 // MessageHandler serves the messages of one name (RegisterHandler): it returns the answer of a
@@ -326,13 +345,28 @@ func random64() uint64 {
 }
 
 // New starts an instance. Transports are started in the order given; if one fails to start the
-// ones already started are closed.
-func New(ctx context.Context, opts ...Option) (*Velo, error) {
+// ones already started are closed. A discovery backend given to WithDiscovery belongs to the
+// instance from then on: Close and Shutdown close it, and so does a New that fails.
+func New(ctx context.Context, opts ...Option) (_ *Velo, err error) {
 	o := options{threshold: DefaultStagingThreshold, grace: DefaultShutdownGrace}
+	// Every option is applied even after one failed, so that a backend given to WithDiscovery is
+	// closed on failure whichever place it had among the options.
+	var optErr error
 	for _, opt := range opts {
-		if err := opt(&o); err != nil {
-			return nil, err
+		if err := opt(&o); err != nil && optErr == nil {
+			optErr = err
 		}
+	}
+	defer func() {
+		if err != nil && o.discovery != nil {
+			// A published entry would otherwise stay, kept alive by the backend, for an instance
+			// that never ran; a backend that published nothing is closed all the same, since the
+			// caller handed it over. Both backends' Close may be called again.
+			_ = o.discovery.Close()
+		}
+	}()
+	if optErr != nil {
+		return nil, optErr
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

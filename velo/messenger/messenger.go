@@ -9,7 +9,7 @@
 //     stalls only its own peer's queue.
 //   - On a transport that reads each connection on a goroutine of its own (TCP), the reader runs
 //     the handler itself when no earlier message of that peer is being handled, and writes the
-//     answer too (inline.go). Handing each message to another goroutine costs a scheduler wake-up,
+//     answer too. Handing each message to another goroutine costs a scheduler wake-up,
 //     which on a small machine is most of a round trip's cost beyond the raw socket's. So that a
 //     slow handler still never stalls its connection, reading moves to a new goroutine as soon as
 //     the handler waits for a request of its own, or after at most two ticks of a rescuer

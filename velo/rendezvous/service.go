@@ -21,11 +21,11 @@
 //
 // The chunked path pipelines several pulls at once so the socket never idles between chunks, and
 // each chunk is written from the slot with one writev and read straight into the consumer's
-// buffer (messenger.RequestInto). When owner and consumer are the same instance, Get copies from
-// the slot without any message.
+// buffer (messenger.Messenger.RequestInto). When owner and consumer are the same instance, Get
+// copies from the slot without any message.
 //
 // The RDMA path's hooks are here already (RDMAServer, RDMAClient, offers and descriptors in the
-// acquire messages); see rdma.go and docs/architecture.md for the decision order.
+// acquire messages); docs/architecture.md gives the decision order.
 //
 // Telemetry follows the same lines: the consumer observes each transfer once, where its bytes are
 // in place (Get, GetInto, GetAlloc, each entry of GetBatch, each ReadRanges call), in

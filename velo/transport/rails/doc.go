@@ -13,7 +13,7 @@
 //     in the PeerInfo as "ucx.rail1", "ucx.rail2", ... (transport.RailAddresser). Rail i of one
 //     side reads from rail i of the other; the rails two instances share are those both published.
 //   - Keys: an owner registers a lease's region on every rail it shares with the consumer, each
-//     with its own key, and hands out one rail-set key that carries them all (key.go). Every key
+//     with its own key, and hands out one rail-set key that carries them all. Every key
 //     dies with the lease, as a single key does: revoking the registration revokes each rail's,
 //     and it is dead only when all are. A consumer that shares only the first rail gets that
 //     rail's plain key (transport.PeerRegisterer).

@@ -113,7 +113,7 @@ type Config struct {
 	// memory) nothing then checks a key against its live registration, so a GET after the owner
 	// revoked a lease reads whatever memory is at that address, or crashes the owner. Set it only
 	// on fabrics whose keys the hardware checks, or to measure against ucx_perftest. velo's static
-	// UCX refuses software-emulated RMA altogether (guard.go), so there RMADirect reads only over
+	// UCX refuses software-emulated RMA altogether, so there RMADirect reads only over
 	// hardware RC/DC lanes and fails elsewhere.
 	RMA RMAMode
 	// Logger (default: the logger of the velo instance the transport is added to, from Start on,
@@ -128,7 +128,7 @@ type Config struct {
 	// on InfiniBand) can read and write all of this process's memory, so set it only on a network
 	// trusted with that; the transport then warns at start and the instance's health says so.
 	// Without it, and without the variable, New fails with ErrUnguardedUCX. The enforcing UCX
-	// (make ucx-static, -tags ucx_static) needs neither. See guard.go and docs/security.md.
+	// (make ucx-static, -tags ucx_static) needs neither. See docs/security.md.
 	TrustNetwork bool
 }
 

@@ -1,7 +1,7 @@
-// Package ucx is velo's UCX transport: the runtime's frames over UCX active messages, and the
+// Package ucxtransport is velo's UCX transport: the runtime's frames over UCX active messages, and the
 // one-sided reads (transport.RMA) that the rendezvous RDMA path is built on.
 //
-//	u, err := ucx.New(ucx.Config{EagerEndpoints: true, TLS: "tcp"})
+//	u, err := ucxtransport.New(ucxtransport.Config{EagerEndpoints: true, TLS: "tcp"})
 //	v, err := velo.New(ctx, velo.WithTransport(tcp), velo.WithUCXTransport(u))
 //
 // Added with velo.WithUCXTransport the transport also carries the RDMA registry; added with
@@ -33,7 +33,7 @@
 // every data frame and fin after it a 24-byte seal (wire.UCXFrameKey): a nonce counter and an
 // AES-256-GCM tag under a key the runtime derives from that session key and that hello — one key per endpoint and
 // direction — over the header, the payload and the receiver's identity. The receiver checks
-// proof or seal in one place (admit, in recv.go) before it believes any header field; a frame
+// proof or seal in one place, before it believes any header field; a frame
 // that fails moves no sequence, retires no endpoint and reports no peer down, and is counted
 // (velo_ucx_transport_frames_dropped_total: unauthenticated, bad_seal, replayed) and logged at
 // most once per sender per 10 s. Each side keeps one cipher state per endpoint and direction, so
@@ -78,7 +78,7 @@
 // keys itself (tcp, and any software-emulated RMA) the engine's guarded GET has the owner check
 // that the registration is live and covers the range before it sends a byte, so a stale or forged
 // key never yields owner bytes and never crashes the owner. Over InfiniBand RC the NIC checks the
-// key; see transport_test.go for the one test that must not run there.
+// key.
 //
 // State. Per-peer bookkeeping (a few hundred bytes: the peer's address, its endpoint count and
 // its receive order) lives until RemovePeer or Close; UCX's own endpoint count toward a worker
@@ -94,6 +94,6 @@
 // The UCX it runs on. A stock UCX serves software-emulated RMA (tcp; ud on InfiniBand) at any
 // address a peer names, so New runs only on a UCX whose patch set refuses that (velo's static
 // build: make ucx-static, -tags ucx_static) unless VELO_UCX_TRUST_NETWORK=1 or
-// Config.TrustNetwork trusts the network; otherwise it fails with ErrUnguardedUCX. guard.go has
-// the policy, docs/security.md the threat.
+// Config.TrustNetwork trusts the network; otherwise it fails with ErrUnguardedUCX. docs/security.md
+// gives the policy and the threat.
 package ucxtransport

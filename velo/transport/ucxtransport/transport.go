@@ -127,7 +127,7 @@ type inboundState struct {
 // error wrapping ucx.ErrNotCompiled (ucx.ErrUnsupported). On a UCX that does not enforce remote keys
 // on software RMA (no velo guard patch set: build with -tags ucx_static after make ucx-static) it
 // fails with an error wrapping ErrUnguardedUCX, unless Config.TrustNetwork or VELO_UCX_TRUST_NETWORK=1
-// opts in (guard.go).
+// opts in.
 func New(cfg Config) (*Transport, error) {
 	var follow *followHandler
 	if cfg.Logger == nil {
@@ -295,7 +295,7 @@ func (t *Transport) Start(h transport.Host) error {
 }
 
 // Address implements transport.Transport: the address blob (version, limits, incarnation, worker
-// address, checksum; see wire.go). Valid after Start.
+// address, checksum). Valid after Start.
 func (t *Transport) Address() []byte {
 	t.mu.Lock()
 	defer t.mu.Unlock()
