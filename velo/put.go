@@ -132,8 +132,10 @@ var (
 )
 
 // GrantWaitError is WriteGrant.Wait's error when the wait stopped (the grant ended, or the
-// context's deadline or cancel) before notifications covered the ranges it waited for: Missing
-// lists the bytes never notified, and errors.Is matches what stopped it.
+// context's deadline or cancel) before notifications covered the ranges it waited for. Its
+// fields: Grant and Writer name the grant; Missing lists the bytes never notified, merged and in
+// order; Err is what stopped the wait. Error lists the first eight missing ranges and counts the
+// rest, and Unwrap returns Err, so errors.Is matches ErrGrantEnded or the context's error.
 type GrantWaitError = push.WaitError
 
 // PutOptions configure Put.

@@ -304,7 +304,7 @@ func (t *Transport) Address() []byte {
 
 // AddPeer implements transport.Transport. A blob of another UCX wire version is refused with an
 // error wrapping transport.ErrInvalidEndpoint, and the refusal is logged at warn level; so is a
-// blob whose UCX build cannot talk to ours (ErrUCXBuildMismatch, build.go). With
+// blob whose UCX build cannot talk to ours (ErrUCXBuildMismatch). With
 // EagerEndpoints the endpoint is created and wired up here; a peer that cannot be reached yet is
 // kept (the next Send tries again) and the failure logged.
 func (t *Transport) AddPeer(ctx context.Context, pa transport.PeerAddress) error {
