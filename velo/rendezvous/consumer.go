@@ -208,6 +208,9 @@ func (r *Rendezvous) offer(owner transport.InstanceID) ([]byte, metrics.Reason, 
 	case c.KillSwitch():
 		return nil, metrics.ReasonKillSwitch, nil
 	case !c.CanGet(owner):
+		// Decided per transfer: the first transfer after the owner's UCX address is known offers.
+		r.slow.Once(r.log, "rendezvous: transfers from this owner go by chunks: this instance knows no UCX address of it yet (or it has none); the first transfer after one is known takes RDMA",
+			uint64(owner), string(metrics.ReasonNoOffer))
 		return nil, metrics.ReasonNoOffer, nil
 	}
 	blob, err := c.Offer(owner)
