@@ -74,7 +74,7 @@ func (v *Velo) GrantWrite(ctx context.Context, writer InstanceID, g *Region, opt
 		return nil, err
 	}
 	inc, state, ok := v.peerIncarnation(writer)
-	if !ok || state == StateDown {
+	if !ok || state == StateDown || state == StateUnauthenticated {
 		return nil, fmt.Errorf("velo: GrantWrite: %w: writer %016x is not a live peer of this instance (RegisterPeer it first)", ErrUnknownPeer, uint64(writer))
 	}
 	return s.Grant(writer, inc, g, opts)
