@@ -127,6 +127,13 @@ func (t *peerTable) set(id InstanceID, f func(p *PeerStatus)) (before State, aft
 	return before, after
 }
 
+// isQuiet reports whether a peer is listed as heard from, its up event waiting for its PeerInfo.
+func (t *peerTable) isQuiet(id InstanceID) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.quiet[id]
+}
+
 func (t *peerTable) list() []PeerStatus {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -180,6 +187,9 @@ func (v *Velo) peersWithoutUCX() int {
 	}
 	n := 0
 	for _, p := range v.peers.list() {
+		if v.peers.isQuiet(p.ID) {
+			continue // heard from, its PeerInfo on the way
+		}
 		if p.State == StateDown || p.State == StateUnauthenticated || len(p.Transports) == 0 {
 			continue
 		}

@@ -167,6 +167,12 @@ func TestPeerWithAnotherSecretNeverComesUp(t *testing.T) {
 	_, err = a.Request(tctx(t), b.ID(), "echo", nil)
 	require.Error(t, err)
 	assert.Contains(t, a.Health().Reasons, "2 peers failed authentication (Peers says why): check that every member has the same credentials")
+	g, err := a.NewRegion(4096)
+	require.NoError(t, err)
+	defer g.Free()
+	_, err = a.GrantWrite(tctx(t), b.ID(), g, GrantOptions{})
+	require.ErrorIs(t, err, ErrUnknownPeer)
+	assert.Contains(t, err.Error(), "failed authentication")
 
 	// Nothing comes up later either.
 	select {
