@@ -95,7 +95,9 @@ type TransportInfo struct {
 
 // PeerInfoJSON is one peer on the page.
 type PeerInfoJSON struct {
-	ID         string             `json:"id"`
+	ID string `json:"id"`
+	// Name is the member's name (PeerStatus.Name; empty for a peer registered by hand).
+	Name       string             `json:"name"`
 	State      string             `json:"state"`
 	Since      time.Time          `json:"since"`
 	Transports []string           `json:"transports"`
@@ -156,7 +158,7 @@ func (v *Velo) Introspect() Introspection {
 		in.Transports = append(in.Transports, ti)
 	}
 	for _, p := range v.Peers() {
-		pj := PeerInfoJSON{ID: fmt.Sprintf("%016x", uint64(p.ID)), State: string(p.State), Since: p.Since, Transports: p.Transports, Error: p.Err, Rails: p.Rails}
+		pj := PeerInfoJSON{ID: fmt.Sprintf("%016x", uint64(p.ID)), Name: p.Name, State: string(p.State), Since: p.Since, Transports: p.Transports, Error: p.Err, Rails: p.Rails}
 		switch {
 		case v.authMode == auth.ModeNone:
 			pj.Auth = "off"
@@ -288,7 +290,7 @@ body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
 h1{font-size:1.3em}h2{font-size:1.05em;margin-top:1.4em}
 table{border-collapse:collapse}td,th{padding:.2em .8em;border-bottom:1px solid #ddd;text-align:left}
 th{background:#f4f4f4}.state-ready,.state-up{color:#176b2c}.state-draining,.state-degraded{color:#a05a00}
-.state-down,.state-closed{color:#b00020}
+.state-down,.state-closed,.state-unauthenticated{color:#b00020}
 </style></head><body>
 <h1>velo instance <code id="instance">{{.Instance}}</code> <span id="state" class="state-{{.State}}">{{.State}}</span></h1>
 <p>incarnation {{.Incarnation}} · generated {{.Generated.Format "2006-01-02 15:04:05 MST"}} · <a href="?format=json">JSON</a></p>
@@ -302,8 +304,8 @@ th{background:#f4f4f4}.state-ready,.state-up{color:#176b2c}.state-draining,.stat
 {{range .Rails}}<tr><td>{{.Device}}</td><td>{{.Relation}}</td><td>{{if .Relation}}{{.Distance}}{{end}}</td><td>{{if ge .NUMANode 0}}{{.NUMANode}}{{end}}</td></tr>{{else}}<tr><td colspan="4">UCX's own choice</td></tr>{{end}}</table>
 {{range .Notes}}<p class="note">{{.}}</p>{{end}}{{end}}
 <h2>Peers</h2>
-<table id="peers"><tr><th>id</th><th>state</th><th>since</th><th>transports</th><th>RTT (µs)</th><th>endpoints</th><th>rails</th><th>auth</th></tr>
-{{range .Peers}}<tr><td><code>{{.ID}}</code></td><td class="state-{{.State}}">{{.State}}</td><td>{{.Since.Format "15:04:05"}}</td><td>{{range .Transports}}{{.}} {{end}}</td><td>{{range $k, $v := .RTTMicros}}{{$k}} {{printf "%.0f" $v}} {{end}}</td><td>{{range $k, $v := .Endpoints}}{{$k}} {{$v}} {{end}}</td><td>{{range .Rails}}{{.}} {{end}}</td><td>{{.Auth}}</td></tr>{{else}}<tr><td colspan="8">none</td></tr>{{end}}</table>
+<table id="peers"><tr><th>id</th><th>name</th><th>state</th><th>since</th><th>transports</th><th>RTT (µs)</th><th>endpoints</th><th>rails</th><th>auth</th></tr>
+{{range .Peers}}<tr><td><code>{{.ID}}</code></td><td>{{.Name}}</td><td class="state-{{.State}}">{{.State}}</td><td>{{.Since.Format "15:04:05"}}</td><td>{{range .Transports}}{{.}} {{end}}</td><td>{{range $k, $v := .RTTMicros}}{{$k}} {{printf "%.0f" $v}} {{end}}</td><td>{{range $k, $v := .Endpoints}}{{$k}} {{$v}} {{end}}</td><td>{{range .Rails}}{{.}} {{end}}</td><td>{{.Auth}}</td></tr>{{else}}<tr><td colspan="9">none</td></tr>{{end}}</table>
 <h2>Handlers</h2>
 <table id="handlers"><tr><th>name</th><th>messages</th><th>per second</th><th>outcomes</th><th>mean (µs)</th><th>bytes in / out</th></tr>
 {{range .Handlers}}<tr><td>{{.Name}}</td><td>{{.Messages}}</td><td>{{printf "%.2f" .PerSecond}}</td><td>{{range $k, $v := .Outcomes}}{{if $v}}{{$k}} {{$v}} {{end}}{{end}}</td><td>{{printf "%.1f" .MeanMicros}}</td><td>{{.BytesIn}} / {{.BytesOut}}</td></tr>{{end}}</table>

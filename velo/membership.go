@@ -10,6 +10,7 @@ import (
 
 	"github.com/velo-go/velo/velo/discovery"
 	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/transport"
 )
 
 // Discovery is a membership backend: it publishes this instance's record under a cluster name
@@ -56,9 +57,11 @@ const (
 	PeerDraining  PeerEventKind = "draining"
 	PeerDown      PeerEventKind = "down"
 	PeerRestarted PeerEventKind = "restarted" // Previous is the instance that went
+	// PeerUnauthenticated: the peer failed authentication; it is not up, and Peer.Err says why.
+	PeerUnauthenticated PeerEventKind = "unauthenticated"
 )
 
-// PeerEvent is one change of a peer's state.
+// PeerEvent is one change of a peer's state. Peer.Name is the member's name (PeerStatus.Name).
 type PeerEvent struct {
 	Kind     PeerEventKind
 	Peer     PeerStatus
@@ -71,8 +74,10 @@ type watchers struct {
 	subs map[chan PeerEvent]struct{}
 }
 
-// WatchPeers delivers every change of a peer's state — up (registered, or found by discovery),
-// draining, down (a transport lost it, or it left discovery with no connection up), restarted —
+// WatchPeers delivers every change of a peer's state — up (registered, found by discovery, or
+// heard from: a peer that sent this instance a message first is asked for its PeerInfo and name,
+// and comes up with them), draining, down (a transport lost it, or it left discovery with no
+// connection up), restarted, unauthenticated (its handshake failed; it never comes up then) —
 // until ctx ends or the instance closes; then the channel is closed. This is the hook to learn
 // that a peer went away. A subscriber that falls more than 256 events behind loses the oldest
 // ones (logged).
@@ -122,11 +127,7 @@ func (v *Velo) record() (discovery.Record, error) {
 	if err != nil {
 		return discovery.Record{}, err
 	}
-	name := v.memberName
-	if name == "" {
-		name = fmt.Sprintf("%016x", uint64(v.id))
-	}
-	return discovery.Record{Name: name, ID: uint64(v.id), Incarnation: v.incarnation, Info: info, Draining: v.draining.Load(), Started: v.started}, nil
+	return discovery.Record{Name: v.publishedName(), ID: uint64(v.id), Incarnation: v.incarnation, Info: info, Draining: v.draining.Load(), Started: v.started}, nil
 }
 
 // startDiscovery publishes this instance and follows the others.
@@ -229,9 +230,12 @@ func (v *Velo) registerMember(r discovery.Record) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err := v.RegisterPeer(ctx, info)
+	err := v.registerPeer(ctx, info, r.Name)
 	var partial *PartialPeerError
-	if err != nil && !errors.As(err, &partial) {
+	switch {
+	case errors.Is(err, transport.ErrUnauthenticated):
+		return // listed as unauthenticated, and logged once
+	case err != nil && !errors.As(err, &partial):
 		v.log.Warn("velo: could not register a member", "member", r.Name, "err", err)
 		return
 	}

@@ -36,21 +36,34 @@ const (
 	StateDegraded State = "degraded"
 	// StateDown: a peer a transport reported lost.
 	StateDown State = "down"
+	// StateUnauthenticated: a peer that failed authentication (another cluster secret, a
+	// certificate the cluster CA did not sign, no credentials where this instance requires them).
+	// It is never up: nothing is sent to it and PeerStatus.Err says why. It becomes up if a later
+	// handshake authenticates it.
+	StateUnauthenticated State = "unauthenticated"
 	// StateClosed: the instance was closed.
 	StateClosed State = "closed"
 )
 
 // PeerStatus is one peer as this instance sees it.
 type PeerStatus struct {
-	ID          InstanceID
-	Incarnation uint64
-	State       State    // up, draining or down
-	Transports  []string // the transports that accepted its address at RegisterPeer
-	Since       time.Time
+	ID InstanceID
+	// Name is the member name the peer joined with (WithDiscovery's name, or its instance ID in
+	// hex when it gave none). It is "" for a peer registered by hand (RegisterPeer) that never
+	// said it, such as one that does not use discovery.
+	Name        string
+	Incarnation uint64 // 0 while only heard from, until its PeerInfo is known
+	State       State  // up, draining, down or unauthenticated
+	// Transports are the transports that accepted its address at RegisterPeer or, for a peer
+	// that reached this instance before it was registered, those it was heard over; they grow
+	// as its addresses become known.
+	Transports []string
+	Since      time.Time
 	// LastRTT is the round trip of the last Probe over each transport that answered it.
 	LastRTT map[string]time.Duration
 	// Err is why it is down, when it is: the reason of the report that took it down (the down
-	// PeerEvent carries the same text), DepartedReason for a peer that drained and then closed.
+	// PeerEvent carries the same text), DepartedReason for a peer that drained and then closed;
+	// for an unauthenticated peer, why its handshake failed.
 	Err string
 	// Authenticated: this instance authenticates its peers and the control plane authenticated
 	// this one's incarnation; Identity is the name its credentials give (a certificate's common
@@ -66,6 +79,28 @@ type PeerStatus struct {
 type peerTable struct {
 	mu    sync.Mutex
 	peers map[InstanceID]*PeerStatus
+	// quiet holds the peers listed because they were heard from, whose up event waits for their
+	// PeerInfo (heardFirst): the first change of one is announced as if it were new.
+	quiet map[InstanceID]bool
+}
+
+// listHeard lists a peer heard from over transport tr, up, when the table has no record of it; it
+// reports whether it did.
+func (t *peerTable) listHeard(id InstanceID, tr string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.peers[id] != nil {
+		return false
+	}
+	if t.peers == nil {
+		t.peers = map[InstanceID]*PeerStatus{}
+	}
+	if t.quiet == nil {
+		t.quiet = map[InstanceID]bool{}
+	}
+	t.peers[id] = &PeerStatus{ID: id, State: StateUp, Since: time.Now(), Transports: []string{tr}, LastRTT: map[string]time.Duration{}}
+	t.quiet[id] = true
+	return true
 }
 
 func (t *peerTable) set(id InstanceID, f func(p *PeerStatus)) (before State, after PeerStatus) {
@@ -79,9 +114,10 @@ func (t *peerTable) set(id InstanceID, f func(p *PeerStatus)) (before State, aft
 	if p == nil {
 		p = &PeerStatus{ID: id, State: StateUp, Since: time.Now(), LastRTT: map[string]time.Duration{}}
 		t.peers[id] = p
-	} else {
+	} else if !t.quiet[id] {
 		before = p.State
 	}
+	delete(t.quiet, id)
 	f(p)
 	if p.State != before {
 		p.Since = time.Now()
@@ -89,6 +125,13 @@ func (t *peerTable) set(id InstanceID, f func(p *PeerStatus)) (before State, aft
 	after = *p
 	after.Transports = append([]string(nil), p.Transports...)
 	return before, after
+}
+
+// isQuiet reports whether a peer is listed as heard from, its up event waiting for its PeerInfo.
+func (t *peerTable) isQuiet(id InstanceID) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.quiet[id]
 }
 
 func (t *peerTable) list() []PeerStatus {
@@ -144,7 +187,10 @@ func (v *Velo) peersWithoutUCX() int {
 	}
 	n := 0
 	for _, p := range v.peers.list() {
-		if p.State == StateDown || len(p.Transports) == 0 {
+		if v.peers.isQuiet(p.ID) {
+			continue // heard from, its PeerInfo on the way
+		}
+		if p.State == StateDown || p.State == StateUnauthenticated || len(p.Transports) == 0 {
 			continue
 		}
 		has := false
@@ -158,9 +204,12 @@ func (v *Velo) peersWithoutUCX() int {
 	return n
 }
 
-// Peers lists the peers this instance registered (RegisterPeer) or heard from, with their state:
-// up, draining (it announced a graceful shutdown: user messages to it fail at once with
-// ErrDraining), or down (a transport reported it lost).
+// Peers lists the peers this instance registered (RegisterPeer), found through discovery, or heard
+// from (a peer that sent this instance a message before either), with their state: up, draining
+// (it announced a graceful shutdown: user messages to it fail at once with ErrDraining), down (a
+// transport reported it lost), or unauthenticated (its handshake failed: Err says why). A peer
+// heard from is asked for its PeerInfo and name at once and registered with them, so its UCX
+// address and name follow within a round trip.
 func (v *Velo) Peers() []PeerStatus {
 	ps := v.peers.list()
 	for i := range ps {
@@ -183,6 +232,11 @@ func (v *Velo) peerChanged(id InstanceID, f func(p *PeerStatus)) {
 	if after.State != before {
 		v.emit(PeerEvent{Kind: PeerEventKind(after.State), Peer: after})
 	}
+	v.peerMetrics()
+}
+
+// peerMetrics sets velo_peers from the table.
+func (v *Velo) peerMetrics() {
 	by := v.peers.countsBy()
 	for _, t := range v.transports {
 		v.m.SetPeers(t.Name(), by[t.Name()])
@@ -259,7 +313,7 @@ func (v *Velo) beginDrain() {
 	v.announceDraining()
 	peers := map[InstanceID]bool{}
 	for _, p := range v.peers.list() {
-		if p.State != StateDown {
+		if p.State != StateDown && p.State != StateUnauthenticated {
 			peers[p.ID] = true
 		}
 	}
@@ -344,8 +398,12 @@ func (v *Velo) Health() Health {
 			reasons = append(reasons, "the RDMA path is switched off (VELO_RDMA_RENDEZVOUS_DISABLE or RDMAConfig.Disabled): every transfer takes the chunked path")
 		}
 	}
-	if down := v.peers.counts()[string(StateDown)]; down > 0 {
+	counts := v.peers.counts()
+	if down := counts[string(StateDown)]; down > 0 {
 		reasons = append(reasons, fmt.Sprintf("%d peers down", down))
+	}
+	if n := counts[string(StateUnauthenticated)]; n > 0 {
+		reasons = append(reasons, fmt.Sprintf("%d peers failed authentication (Peers says why): check that every member has the same credentials", n))
 	}
 	for _, t := range v.transports {
 		if hr, ok := t.(HealthReporter); ok {

@@ -142,6 +142,7 @@ func registerTransportMetrics(reg prometheus.Registerer, ts []transport.Transpor
 // PeerAuthenticated implements transport.AuthObserver.
 func (h *host) PeerAuthenticated(peer transport.InstanceID, incarnation uint64, identity string, session []byte) {
 	h.v.auth.add(peer, incarnation, identity, session)
+	h.v.peerAuthenticated(peer)
 	h.v.log.Debug("velo: peer authenticated", "peer", fmt.Sprintf("%016x", uint64(peer)), "identity", identity)
 }
 

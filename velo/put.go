@@ -147,9 +147,10 @@ type PutOptions struct {
 
 // GrantWrite grants writer the ranges opts names of region g (all of it by default) until the grant
 // ends: Revoke, its TTL, the writer going down or restarting, or this instance draining or closing.
-// The writer must be a peer of this instance (RegisterPeer or discovery); the grant is bound to the
-// incarnation known now. Hand WriteGrant.Handle to the writer; only that writer gets the key behind
-// it, and with credentials configured only once its control plane authenticated it. A pinned region
+// The writer must be a live peer of this instance (RegisterPeer or discovery; not down, not
+// unauthenticated); the grant is bound to the incarnation known now. Hand WriteGrant.Handle to the
+// writer; only that writer gets the key behind it, and with credentials configured only once its
+// control plane authenticated it. A pinned region
 // (NewRegion, RegisterRegion or RegisterRegionMemory with an RDMA registry) is written by RDMA where
 // both sides can; any other by chunks over the control plane (into GPU memory through a host
 // buffer: docs/gpu.md). A region of a grant stays staged until Done, so Free does
@@ -163,6 +164,9 @@ func (v *Velo) GrantWrite(ctx context.Context, writer InstanceID, g *Region, opt
 		return nil, err
 	}
 	inc, state, ok := v.peerIncarnation(writer)
+	if state == StateUnauthenticated {
+		return nil, fmt.Errorf("velo: GrantWrite: %w: writer %016x failed authentication (Peers says why): give it this cluster's credentials", ErrUnknownPeer, uint64(writer))
+	}
 	if !ok || state == StateDown {
 		return nil, fmt.Errorf("velo: GrantWrite: %w: writer %016x is not a live peer of this instance (RegisterPeer it first)", ErrUnknownPeer, uint64(writer))
 	}

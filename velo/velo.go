@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/velo-go/velo/velo/auth"
+	"github.com/velo-go/velo/velo/internal/slowpath"
 	"github.com/velo-go/velo/velo/messenger"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/rendezvous"
@@ -95,6 +96,9 @@ type options struct {
 	discovery    Discovery
 	memberName   string
 	handlers     []namedHandler
+	// noPeerInfo leaves velo.peerinfo unanswered, as a release without it does (the tests play
+	// such a peer with it).
+	noPeerInfo bool
 }
 
 // Option configures New.
@@ -332,6 +336,9 @@ type Velo struct {
 	// of the drain too, so it sees this instance depart rather than lose its connection.
 	heard sync.Map
 
+	authWarn    slowpath.Log // a peer that failed authentication, logged once
+	registering counts       // peers in registerPeer: it records their failed authentication itself
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -432,6 +439,9 @@ func New(ctx context.Context, opts ...Option) (_ *Velo, err error) {
 	}
 	v.msgr.HandleInternal(drainNotice, v.onDrainNotice)
 	v.msgr.HandleInternal(pingName, onPing)
+	if !o.noPeerInfo {
+		v.msgr.HandleInternal(peerInfoName, v.onPeerInfo)
+	}
 	names := map[string]bool{}
 	for _, t := range o.transports {
 		if names[t.Name()] {
@@ -440,7 +450,7 @@ func New(ctx context.Context, opts ...Option) (_ *Velo, err error) {
 		}
 		names[t.Name()] = true
 		idx := v.msgr.AddTransport(t)
-		if err := t.Start(&host{v: v, idx: idx}); err != nil {
+		if err := t.Start(&host{v: v, idx: idx, name: t.Name()}); err != nil {
 			v.abort()
 			return nil, fmt.Errorf("velo: starting transport %q: %w", t.Name(), err)
 		}
@@ -501,13 +511,27 @@ func (v *Velo) PeerInfo() PeerInfo {
 // address: messages flow, and rendezvous payloads move by chunks (reason no_offer). When no
 // address is accepted, or none matches, it returns an error wrapping ErrInvalidEndpoint and the
 // peer is not registered.
+//
+// With credentials configured, a peer whose control plane has not authenticated it yet is connected
+// to here, so that a peer with other credentials never shows as up: it is listed as
+// StateUnauthenticated, with the handshake's error, and RegisterPeer returns that error (wrapping
+// ErrPeerUnreachable). A peer that cannot be reached yet is registered up, as without credentials,
+// and is authenticated on its first connection. A peer registered by hand has an empty Name unless
+// it told this instance its name (it reached this instance first, or discovery reported it).
 func (v *Velo) RegisterPeer(ctx context.Context, p PeerInfo) error {
+	return v.registerPeer(ctx, p, "")
+}
+
+// registerPeer is RegisterPeer with the member's name ("" when unknown: a known name stays).
+func (v *Velo) registerPeer(ctx context.Context, p PeerInfo, name string) error {
 	if err := p.validate(); err != nil {
 		return err
 	}
 	if p.ID == v.id {
 		return fmt.Errorf("velo: %w: that PeerInfo describes this instance", ErrInvalidEndpoint)
 	}
+	v.registering.add(p.ID, 1)
+	defer v.registering.add(p.ID, -1)
 	var added []string
 	var refused []error
 	for _, t := range v.registrationOrder() {
@@ -537,9 +561,15 @@ func (v *Velo) RegisterPeer(ctx context.Context, p PeerInfo) error {
 		added = append(added, t.Name())
 	}
 	if len(added) > 0 {
+		if err := v.authenticatePeer(ctx, p, name, added); err != nil {
+			return fmt.Errorf("velo: peer %016x registered but not authenticated: %w", uint64(p.ID), err)
+		}
 		v.msgr.PeerUp(p.ID)
 		v.peerChanged(p.ID, func(ps *PeerStatus) {
 			ps.State, ps.Incarnation, ps.Transports, ps.Err = StateUp, p.Incarnation, added, ""
+			if name != "" {
+				ps.Name = name
+			}
 		})
 	}
 	switch {
@@ -685,19 +715,20 @@ func (v *Velo) Close() error {
 
 // host is the runtime as one transport sees it.
 type host struct {
-	v   *Velo
-	idx int
+	v    *Velo
+	idx  int
+	name string // the transport's
 }
 
 func (h *host) LocalID() transport.InstanceID { return h.v.id }
 func (h *host) Incarnation() uint64           { return h.v.incarnation }
 func (h *host) Logger() *slog.Logger          { return h.v.log }
 func (h *host) Deliver(from transport.InstanceID, frame []byte) {
-	h.v.heardFrom(from)
+	h.v.heardFrom(from, h)
 	h.v.msgr.Deliver(h.idx, from, frame)
 }
 func (h *host) DeliverInline(from transport.InstanceID, frame []byte, handOff func()) bool {
-	h.v.heardFrom(from)
+	h.v.heardFrom(from, h)
 	return h.v.msgr.DeliverInline(h.idx, from, frame, handOff)
 }
 func (h *host) Answers(frame []byte) bool { return h.v.msgr.Answers(frame) }
@@ -708,17 +739,21 @@ func (h *host) PeerDown(peer transport.InstanceID, err error) {
 }
 func (h *host) ClaimPrefix() int { return h.v.msgr.ClaimPrefix() }
 func (h *host) Claim(from transport.InstanceID, prefix []byte, size int) []byte {
-	h.v.heardFrom(from)
+	h.v.heardFrom(from, h)
 	return h.v.msgr.ClaimOn(h.idx, from, prefix, size)
 }
 func (h *host) Claimed(from transport.InstanceID, prefix []byte, err error) {
 	h.v.msgr.Claimed(from, prefix, err)
 }
 
-// heardFrom notes a peer that sent a frame (a map read once it is known).
-func (v *Velo) heardFrom(id InstanceID) {
-	if _, ok := v.heard.Load(id); !ok {
-		v.heard.Store(id, struct{}{})
+// heardFrom notes a peer that sent a frame over h's transport (a map read once it is known). A peer
+// this instance did not know is listed from then on (Peers), and asked for its PeerInfo and name.
+func (v *Velo) heardFrom(id InstanceID, h *host) {
+	if _, ok := v.heard.Load(id); ok {
+		return
+	}
+	if _, known := v.heard.LoadOrStore(id, struct{}{}); !known {
+		v.heardFirst(id, h.idx, h.name)
 	}
 }
 

@@ -40,7 +40,7 @@ next:
 // namespace on the same bridge, all three in one discovery directory. The tenant reaches the
 // owner's port, but its bytes get no answer, its get fails, no lease or remote key is made for it,
 // and its attempts are counted; meanwhile the authenticated consumer's transfers keep running on
-// rdma/ok with the right bytes.
+// rdma/ok with the right bytes, and both authenticated hosts list the tenant as unauthenticated.
 func TestTenantOnTheBridgeGetsNothing(t *testing.T) {
 	star := netns.NewStar(t, 3)
 	dir := t.TempDir()
@@ -101,5 +101,13 @@ func TestTenantOnTheBridgeGetsNothing(t *testing.T) {
 	assert.Zero(t, sumSeries(owner, "velo_auth_refusals_total"), "no acquire of the tenant got as far as the rendezvous")
 	st := owner.waitStats("leases end", 30*time.Second, func(s stats) bool { return s.OpenLeases == 0 && s.LeaseRegistrations == 0 })
 	assert.Zero(t, st.LeaseRegistrations, "a remote key outlived the transfers")
-	assert.Zero(t, sumSeries(consumer, "velo_tcp_auth_failures_total"), "the authenticated hosts never refused each other")
+	// The consumer refused the tenant too (it dialled each member it discovered to authenticate
+	// it), never the owner: no proof between them failed.
+	for _, reason := range []string{"reason=bad_proof", "reason=refused_by_peer", "reason=mode_mismatch"} {
+		assert.Zero(t, sumSeries(consumer, "velo_tcp_auth_failures_total", reason), "the authenticated hosts never refused each other (%s)", reason)
+	}
+	// Both authenticated hosts list the tenant as unauthenticated (its handshake failed).
+	tenantID := tenant.id()
+	owner.waitPeer(tenantID, "unauthenticated", 30*time.Second)
+	consumer.waitPeer(tenantID, "unauthenticated", 30*time.Second)
 }

@@ -131,7 +131,7 @@ var (
 	// message never reached it: this instance is draining, or the peer's inbox was full).
 	HandlerOutcomes = []string{"ok", "error", "panic", "timeout", "refused"}
 	// PeerStates of velo_peers.
-	PeerStates = []string{"up", "draining", "down"}
+	PeerStates = []string{"up", "draining", "down", "unauthenticated"}
 	// DiscoveryEventKinds of velo_discovery_events_total; DiscoveryOps of velo_discovery_errors_total.
 	DiscoveryEventKinds = []string{"joined", "updated", "restarted", "left"}
 	DiscoveryOps        = []string{"publish", "watch"}

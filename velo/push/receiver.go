@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/velo-go/velo/velo/internal/slowpath"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/rendezvous/rdma"
 	"github.com/velo-go/velo/velo/transport"
@@ -459,6 +460,10 @@ func (gr *Grant) acquire(offer bool) (acquireResponse, error) {
 	path := metrics.PathChunked
 	if gr.rdmaPath {
 		path = metrics.PathRDMA
+	} else if offer && slowpath.Worth(string(reason)) {
+		// The writer offered RDMA and this side decided chunks.
+		s.slow.Once(s.log, "push: a writer offered RDMA and this receiver answers its grant on the chunked path",
+			uint64(gr.writer), string(reason), "grant", gr.id)
 	}
 	s.m.countPath("receiver", path, reason, 1)
 	return resp, nil

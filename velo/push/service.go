@@ -39,6 +39,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/velo-go/velo/velo/internal/slowpath"
 	"github.com/velo-go/velo/velo/messenger"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/rendezvous/rdma"
@@ -124,6 +125,8 @@ type Service struct {
 	wmu       sync.Mutex
 	held      map[heldKey]*held
 	notifiers map[transport.InstanceID]*notifier
+
+	slow slowpath.Log // transfers slower than the pair could have, logged once per peer and reason
 }
 
 // New starts the service and registers its handlers on the messenger.
@@ -192,6 +195,7 @@ func (s *Service) Drain() {
 
 // WriterGone ends the grants of a writer that went down or restarted: its keys die with them.
 func (s *Service) WriterGone(writer transport.InstanceID, why string) {
+	s.slow.Forget(uint64(writer)) // a peer that comes back is logged again
 	s.mu.Lock()
 	var gs []*Grant
 	for _, g := range s.grants {

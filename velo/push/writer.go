@@ -42,10 +42,13 @@ type heldKey struct {
 type held struct {
 	mu       sync.Mutex
 	acquired bool
-	rdma     bool
-	reason   metrics.Reason
-	keys     [][]byte
-	chunk    int
+	// offered: the acquire offered RDMA. A grant answered chunked without an offer is asked
+	// again once this side can offer (acquire).
+	offered bool
+	rdma    bool
+	reason  metrics.Reason
+	keys    [][]byte
+	chunk   int
 	// noInline: the receiver does not take notified small puts in one message (an earlier
 	// release), so every put goes as a write.
 	noInline bool
@@ -262,38 +265,76 @@ func coalesce(rs []Range) []Range {
 	return set
 }
 
-// acquire returns the grant's path, asking the receiver on the first put.
+// acquire returns the grant's path, asking the receiver on the first put, and again on a later
+// put when the grant went by chunks only because this side could not offer RDMA then and now can
+// (the receiver's UCX address arrived after the first put: discovery is slower than a message).
+// The grant's path is never locked to a slower one than the pair has: the put that sees the UCX
+// lane takes a fresh held, and puts still in flight finish on the old one.
 func (s *Service) acquire(ctx context.Context, h GrantHandle) (*held, error) {
 	k := heldKey{h.Receiver, h.ID}
-	s.wmu.Lock()
-	hd := s.held[k]
-	if hd == nil {
-		hd = &held{}
-		s.held[k] = hd
+	for {
+		s.wmu.Lock()
+		hd := s.held[k]
+		if hd == nil {
+			hd = &held{}
+			s.held[k] = hd
+		}
+		s.wmu.Unlock()
+		hd.mu.Lock()
+		if !hd.acquired {
+			err := s.ask(ctx, h, k, hd)
+			hd.mu.Unlock()
+			if err != nil {
+				return nil, err
+			}
+			return hd, nil
+		}
+		if hd.rdma || hd.offered || !s.canOffer(h.Receiver) {
+			hd.mu.Unlock()
+			return hd, nil
+		}
+		noInline := hd.noInline
+		hd.mu.Unlock()
+		s.wmu.Lock()
+		if s.held[k] == hd {
+			s.held[k] = &held{noInline: noInline}
+		}
+		s.wmu.Unlock()
+		s.log.Debug("push: the receiver's UCX address is known now; asking it for the grant's path again",
+			"receiver", fmt.Sprintf("%016x", uint64(h.Receiver)), "grant", h.ID)
 	}
-	s.wmu.Unlock()
-	hd.mu.Lock()
-	defer hd.mu.Unlock()
-	if hd.acquired {
-		return hd, nil
+}
+
+// canOffer reports whether this side can offer the receiver RDMA now.
+func (s *Service) canOffer(receiver transport.InstanceID) bool {
+	return s.cfg.Writer != nil && s.cfg.CanRMA != nil && s.cfg.CanRMA(receiver)
+}
+
+// ask asks the receiver for the grant's path and fills hd (hd.mu held).
+func (s *Service) ask(ctx context.Context, h GrantHandle, k heldKey, hd *held) error {
+	offer := s.canOffer(h.Receiver)
+	if !offer && s.cfg.Writer != nil {
+		// This side writes by RDMA but knows no UCX address of the receiver: not yet (discovery has
+		// not reported it), or it has none. Later puts ask again once one is known.
+		s.slow.Once(s.log, "push: puts to this receiver go by chunks: this instance knows no UCX address of it yet (or it has none); the first put after one is known takes RDMA",
+			uint64(h.Receiver), string(metrics.ReasonNoOffer), "grant", h.ID)
 	}
-	offer := s.cfg.Writer != nil && s.cfg.CanRMA != nil && s.cfg.CanRMA(h.Receiver)
 	req := acquireRequest{Ref: grantRef{ID: h.ID, Nonce: h.Nonce}, Offer: offer}
 	ans, err := s.cfg.Messenger.Request(ctx, h.Receiver, opAcquire, req.append(nil))
 	if err != nil {
 		s.forget(k)
-		return nil, opErr("acquire", err)
+		return opErr("acquire", err)
 	}
 	resp, err := decodeAcquireResponse(ans)
 	if err != nil {
 		s.forget(k)
-		return nil, opErr("acquire", fmt.Errorf("%w: the receiver's answer: %v", messenger.ErrProtocol, err))
+		return opErr("acquire", fmt.Errorf("%w: the receiver's answer: %v", messenger.ErrProtocol, err))
 	}
 	if resp.RDMA && len(resp.Keys) != len(h.Ranges) {
 		s.forget(k)
-		return nil, opErr("acquire", fmt.Errorf("%w: %d keys for %d ranges", messenger.ErrProtocol, len(resp.Keys), len(h.Ranges)))
+		return opErr("acquire", fmt.Errorf("%w: %d keys for %d ranges", messenger.ErrProtocol, len(resp.Keys), len(h.Ranges)))
 	}
-	hd.acquired, hd.rdma, hd.keys = true, resp.RDMA, resp.Keys
+	hd.acquired, hd.offered, hd.rdma, hd.keys = true, offer, resp.RDMA, resp.Keys
 	hd.reason = metrics.Reason(resp.Reason)
 	// A chunk travels inside its request, behind its header, in one frame (RequestParts, never
 	// staged); the receiver reads it straight into the region.
@@ -302,7 +343,7 @@ func (s *Service) acquire(ctx context.Context, h GrantHandle) (*held, error) {
 	if !resp.RDMA && offer {
 		s.log.Debug("push: the receiver answered a grant on the chunked path", "receiver", fmt.Sprintf("%016x", uint64(h.Receiver)), "grant", h.ID, "reason", resp.Reason)
 	}
-	return hd, nil
+	return nil
 }
 
 // forget drops an acquired grant (it ended, or its acquire failed).

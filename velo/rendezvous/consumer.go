@@ -208,7 +208,13 @@ func (r *Rendezvous) offer(owner transport.InstanceID) ([]byte, metrics.Reason, 
 	case c.KillSwitch():
 		return nil, metrics.ReasonKillSwitch, nil
 	case !c.CanGet(owner):
-		return nil, refusal(c, owner), nil
+		why := refusal(c, owner)
+		if why == metrics.ReasonNoOffer {
+			// Decided per transfer: the first transfer after the owner's UCX address is known offers.
+			r.slow.Once(r.log, "rendezvous: transfers from this owner go by chunks: this instance knows no UCX address of it yet (or it has none); the first transfer after one is known takes RDMA",
+				uint64(owner), string(metrics.ReasonNoOffer))
+		} // any other reason was said once, naming both sides, by the transport that refused the owner
+		return nil, why, nil
 	}
 	blob, err := c.Offer(owner)
 	if err != nil {

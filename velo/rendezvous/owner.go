@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/velo-go/velo/velo/internal/slowpath"
 	"github.com/velo-go/velo/velo/internal/wire"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport"
@@ -116,6 +117,11 @@ func (r *Rendezvous) answer(sl Slot, offer []byte, resp *wire.AcquireResponse, p
 	counted := reason
 	if path == metrics.PathChunked {
 		counted = chunkedReason(sl.Opts.Memory, reason)
+		if len(offer) > 0 && slowpath.Worth(string(counted)) {
+			// The consumer offered RDMA and this side decided chunks.
+			r.slow.Once(r.log, "rendezvous: a consumer offered RDMA and this owner serves its transfers by chunks",
+				uint64(sl.Lease.Consumer), string(counted))
+		}
 	}
 	r.m.CountPath(path, counted)
 	resp.Path, resp.Reason = string(path), string(wireReason(offer, counted, reason))

@@ -42,6 +42,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/velo-go/velo/velo/internal/slowpath"
 	"github.com/velo-go/velo/velo/internal/wire"
 	"github.com/velo-go/velo/velo/messenger"
 	"github.com/velo-go/velo/velo/metrics"
@@ -150,6 +151,8 @@ type Rendezvous struct {
 	// noInline holds the owners that answered opAcquireBatchInline as an unknown handler (an
 	// earlier release): their batches are acquired without inline payloads.
 	noInline sync.Map // transport.InstanceID -> bool
+
+	slow slowpath.Log // transfers slower than the pair could have, logged once per peer and reason
 
 	bounceSem  chan struct{} // the owner's bounce buffers in use (maxBounce)
 	bounceBufs sync.Pool     // *[]byte
@@ -260,6 +263,7 @@ func (r *Rendezvous) BeginDrain() { r.draining.Store(true) }
 // return).
 func (r *Rendezvous) PeerDown(peer transport.InstanceID) {
 	r.m.ForgetPeer(uint64(peer))
+	r.slow.Forget(uint64(peer)) // a peer that comes back is logged again
 	if n := r.store.peerDown(peer); n > 0 {
 		r.log.Info("rendezvous: ended leases of a peer that went down", "peer", fmt.Sprintf("%016x", uint64(peer)), "leases", n)
 	}

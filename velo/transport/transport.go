@@ -44,6 +44,10 @@ var (
 	ErrUnknownPeer = errors.New("unknown peer")
 	// ErrPeerUnreachable: the connection to the peer failed or was lost.
 	ErrPeerUnreachable = errors.New("peer unreachable")
+	// ErrUnauthenticated: the peer failed authentication (another cluster secret, a certificate
+	// the cluster CA did not sign, no credentials where they are required). It comes wrapped with
+	// ErrPeerUnreachable.
+	ErrUnauthenticated = errors.New("peer failed authentication")
 	// ErrFrameTooLarge: a frame above MaxFrameSize, on send or on receive.
 	ErrFrameTooLarge = errors.New("frame too large")
 	// ErrClosed: the transport was closed. It is the root of velo's closed family (velo.ErrClosed):
@@ -74,6 +78,14 @@ type Host interface {
 // know, with which other transports prove that what they send comes from the same peer.
 type AuthObserver interface {
 	PeerAuthenticated(peer InstanceID, incarnation uint64, identity string, session []byte)
+}
+
+// AuthFailureObserver is an optional extension of Host. A transport that authenticates its peers
+// calls PeerAuthFailed when a handshake with a peer it dialled failed authentication; err wraps
+// ErrUnauthenticated and says why. Only dialled peers are reported: the ID an inbound connection
+// claims is not proven before its handshake succeeds.
+type AuthFailureObserver interface {
+	PeerAuthFailed(peer InstanceID, err error)
 }
 
 // AuthGate is an optional extension of Host for transports that cannot authenticate peers

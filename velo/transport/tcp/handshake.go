@@ -76,6 +76,17 @@ func failed(reason string, format string, args ...any) error {
 	return &handshakeError{reason: reason, err: fmt.Errorf(format, args...)}
 }
 
+// authFailure reports whether a handshake failed on credentials (rather than on the network, a
+// busy peer or another wire version): the peer is not one this side may talk to as it stands.
+func authFailure(err error) bool {
+	switch classify(err) {
+	case reasonUnauthenticated, reasonModeMismatch, reasonBadProof, reasonTLS, reasonCertUnknownCA,
+		reasonCertExpired, reasonCertRevoked, reasonPeerRefused:
+		return true
+	}
+	return false
+}
+
 // classify gives a handshake error its reason when no step named one.
 func classify(err error) string {
 	var he *handshakeError

@@ -110,7 +110,8 @@ type Transport struct {
 	mode     auth.Mode
 	am       *authMetrics
 	logLimit auth.LogLimiter
-	authObs  transport.AuthObserver // the runtime, told of each peer the handshake authenticated
+	authObs  transport.AuthObserver        // the runtime, told of each peer the handshake authenticated
+	authFail transport.AuthFailureObserver // the runtime, told of each dialled peer that failed it
 }
 
 type peer struct {
@@ -250,6 +251,7 @@ func (t *Transport) Start(h transport.Host) error {
 		t.log = l.With("transport", Name)
 	}
 	t.authObs, _ = h.(transport.AuthObserver)
+	t.authFail, _ = h.(transport.AuthFailureObserver)
 	if t.mode == auth.ModeNone {
 		t.log.Warn("tcp: WARNING: the control plane is unauthenticated: any process that reaches " + t.ln.Addr().String() +
 			" can call every handler and read staged payloads; configure a cluster secret or mutual TLS (" + auth.SecretFileEnv + " or " + auth.TLSCAEnv + ", docs/security.md)")
@@ -411,6 +413,13 @@ func (t *Transport) dial(ctx context.Context, id transport.InstanceID, addr stri
 	if err != nil {
 		nc.Close()
 		t.refused("outbound", nc.RemoteAddr(), err)
+		if authFailure(err) {
+			err = fmt.Errorf("tcp: hello with %016x at %s: %w: %w: %w", uint64(id), addr, transport.ErrPeerUnreachable, transport.ErrUnauthenticated, err)
+			if t.authFail != nil {
+				t.authFail.PeerAuthFailed(id, err)
+			}
+			return nil, err
+		}
 		return nil, fmt.Errorf("tcp: hello with %016x at %s: %w: %w", uint64(id), addr, transport.ErrPeerUnreachable, err)
 	}
 	h := pa.hello
