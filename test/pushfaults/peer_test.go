@@ -73,12 +73,19 @@ func startPeer(t *testing.T, name string, flags ...string) *peer {
 // the host's address and its UCX uses the host's interface), or on this host when h is nil.
 func startPeerOn(t *testing.T, h *netns.Host, name string, flags ...string) *peer {
 	t.Helper()
+	return launchPeer(t, h, pushpeer.Path(t), nil, name, flags...)
+}
+
+// launchPeer starts the pushpeer binary bin on host h (this host when nil) with env added to this
+// process's environment.
+func launchPeer(t *testing.T, h *netns.Host, bin string, env []string, name string, flags ...string) *peer {
+	t.Helper()
 	args := append([]string{"-log", "info"}, flags...)
-	cmd := exec.Command(pushpeer.Path(t), args...)
-	cmd.Env = os.Environ()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	if h != nil {
-		cmd = h.Command(context.Background(), pushpeer.Path(t), append(args, "-listen", net.JoinHostPort(h.IP.String(), "0"))...)
-		cmd.Env = append(os.Environ(), "UCX_NET_DEVICES="+h.Dev)
+		cmd = h.Command(context.Background(), bin, append(args, "-listen", net.JoinHostPort(h.IP.String(), "0"))...)
+		cmd.Env = append(append(os.Environ(), env...), "UCX_NET_DEVICES="+h.Dev)
 	}
 	if os.Getenv("UCX_TLS") == "" {
 		cmd.Env = append(cmd.Env, "UCX_TLS=tcp")
@@ -180,11 +187,16 @@ func (p *peer) kill() {
 func link(t *testing.T, a, b *peer) {
 	t.Helper()
 	for _, x := range [][2]*peer{{a, b}, {b, a}} {
-		r := x[1].ok("info")
-		info, err := json.Marshal(r["info"])
-		require.NoError(t, err)
-		x[0].ok("peer %s", info)
+		x[0].ok("peer %s", x[1].info())
 	}
+}
+
+// info is the peer's PeerInfo as JSON, for another peer's peer command.
+func (p *peer) info() string {
+	p.t.Helper()
+	b, err := json.Marshal(p.ok("info")["info"])
+	require.NoError(p.t, err)
+	return string(b)
 }
 
 // stats is what a receiver holds: registrations for grants, quarantined ones, and live grants.

@@ -479,6 +479,11 @@ func (gr *Grant) decide(offer bool) {
 		return
 	case !offer:
 		gr.reason = metrics.ReasonNoOffer
+		// The RMA transport may know why the writer cannot offer (release_mismatch): that
+		// reason, not no_offer, goes back to the writer and into both sides' counts.
+		if why := s.cfg.Registry.Owner().PathRefusal(gr.writer); why != "" {
+			gr.reason = why
+		}
 		return
 	}
 	keys := make([][]byte, 0, len(gr.ranges))

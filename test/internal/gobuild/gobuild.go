@@ -7,11 +7,13 @@
 package gobuild
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -58,4 +60,24 @@ func (p *Program) Remove() {
 	if p.bin != "" {
 		os.RemoveAll(filepath.Dir(p.bin))
 	}
+}
+
+// StockUCX is what to add to the environment of a build that links the system's UCX (Debian's,
+// through pkg-config) where the suite links velo's static one: GOFLAGS without -tags=ucx_static.
+// Such a program runs only with VELO_UCX_TRUST_NETWORK=1 (that UCX has no guard). It fails when
+// the suite links the system's UCX itself: there is no second build to meet.
+func StockUCX() ([]string, error) {
+	var flags []string
+	tagged := false
+	for _, f := range strings.Fields(os.Getenv("GOFLAGS")) {
+		if f == "-tags=ucx_static" {
+			tagged = true
+			continue
+		}
+		flags = append(flags, f)
+	}
+	if !tagged {
+		return nil, errors.New("GOFLAGS has no -tags=ucx_static: the suite already links the system's UCX")
+	}
+	return []string{"GOFLAGS=" + strings.Join(flags, " ")}, nil
 }

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/velo-go/velo/test/internal/gobuild"
 )
 
 // Build compiles faultnode into a new temporary folder and returns the binary's path; remove its
@@ -24,24 +26,14 @@ import (
 // static UCX).
 func Build() (string, error) { return build(nil) }
 
-// BuildStock is Build with the ucx_static tag taken out of GOFLAGS: the faultnode links the UCX
-// the system's pkg-config names (Debian's), which has no guard, so it runs only with
-// VELO_UCX_TRUST_NETWORK=1. It fails when the tests do not link the static UCX themselves (no
-// second build to compare with).
+// BuildStock is Build linking the system's UCX instead of the static one (gobuild.StockUCX); it
+// fails when the suite links the system's UCX itself.
 func BuildStock() (string, error) {
-	var flags []string
-	tagged := false
-	for _, f := range strings.Fields(os.Getenv("GOFLAGS")) {
-		if f == "-tags=ucx_static" {
-			tagged = true
-			continue
-		}
-		flags = append(flags, f)
+	env, err := gobuild.StockUCX()
+	if err != nil {
+		return "", err
 	}
-	if !tagged {
-		return "", errors.New("GOFLAGS has no -tags=ucx_static: the suite already links the system's UCX")
-	}
-	return build(append(os.Environ(), "GOFLAGS="+strings.Join(flags, " ")))
+	return build(append(os.Environ(), env...))
 }
 
 func build(env []string) (string, error) {

@@ -22,6 +22,7 @@
 //	                                  the fill it was given; answers the first that differs
 //	drain                             BeginDrain
 //	stats                             RDMA registry counts and PushGrants
+//	paths                             velo_push_path_total, as "side/path/reason" → count
 //	put <handle> <off> <bytes> <seed> [note]
 //	                                  Put of Fill(seed) at off (the region's offsets), with a
 //	                                  notification carrying note when given; answers its SHA-256
@@ -73,6 +74,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/velo"
+	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport/tcp"
 	"github.com/velo-go/velo/velo/transport/ucxtransport"
 )
@@ -318,6 +320,13 @@ func (n *node) run(cmd string, args []string) {
 	case "drain":
 		n.v.BeginDrain()
 		n.reply(map[string]any{"ok": true})
+	case "paths":
+		lines, err := metrics.Lines(n.v.Metrics(), "velo_push_path_total")
+		if err != nil {
+			n.fail(err)
+			return
+		}
+		n.reply(map[string]any{"paths": pushPaths(lines)})
 	case "stats":
 		st := n.v.RDMAStats()
 		n.reply(map[string]any{"lease_registrations": st.LeaseRegistrations, "quarantined": st.QuarantinedRegistrations,
@@ -464,4 +473,24 @@ func errString(err error) string {
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "pushpeer:", err)
 	os.Exit(1)
+}
+
+// pushPaths reads velo_push_path_total's lines ("velo_push_path_total{path=\"rdma\",reason=\"ok\",side=\"writer\"} 3")
+// into "side/path/reason" → count, leaving out the series at zero.
+func pushPaths(lines []string) map[string]float64 {
+	out := map[string]float64{}
+	for _, l := range lines {
+		labels, value, ok := strings.Cut(l, "} ")
+		v, err := strconv.ParseFloat(value, 64)
+		if !ok || err != nil || v == 0 {
+			continue
+		}
+		get := func(k string) string {
+			_, rest, _ := strings.Cut(labels, k+`="`)
+			val, _, _ := strings.Cut(rest, `"`)
+			return val
+		}
+		out[get("side")+"/"+get("path")+"/"+get("reason")] = v
+	}
+	return out
 }
