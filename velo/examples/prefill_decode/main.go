@@ -117,39 +117,29 @@ func start(ctx context.Context, name string, handlers ...velo.Option) (*velo.Vel
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("member", name)
 	// The instance owns d from here on, a failed New included.
 	opts := append([]velo.Option{velo.WithLogger(log), velo.WithTransport(ctl), velo.WithUCXTransport(u),
-		velo.WithDiscovery(d, name), velo.WithHandler("member", func(context.Context, *velo.Message) ([]byte, error) {
-			return []byte(name), nil
-		})}, handlers...)
+		velo.WithDiscovery(d, name)}, handlers...)
 	return velo.New(ctx, opts...)
 }
 
-// member waits until discovery brings the member called name and returns its instance. Peers come
-// with their instance ID only, so each new peer is asked its name (the "member" handler every
-// member registers); a peer's member name in its PeerEvent would make that round trip
-// unnecessary.
+// member waits until discovery brings the member called name and returns its instance: peers
+// carry their member names (PeerStatus.Name, in Peers and in every PeerEvent).
 func member(ctx context.Context, v *velo.Velo, name string) (velo.InstanceID, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	events := v.WatchPeers(ctx) // first, so that no peer comes up between Peers and the watch
-	var ids []velo.InstanceID
 	for _, p := range v.Peers() {
-		ids = append(ids, p.ID)
+		if p.Name == name && p.State == velo.StateUp {
+			return p.ID, nil
+		}
 	}
 	for {
-		for _, id := range ids {
-			got, err := v.Request(ctx, id, "member", nil)
-			if err == nil && string(got) == name {
-				return id, nil
-			}
-		}
 		select {
 		case ev, ok := <-events:
 			if !ok {
 				return 0, fmt.Errorf("no member %s within 30 s: %w", name, ctx.Err())
 			}
-			ids = ids[:0]
-			if ev.Kind == velo.PeerUp || ev.Kind == velo.PeerRestarted {
-				ids = append(ids, ev.Peer.ID)
+			if (ev.Kind == velo.PeerUp || ev.Kind == velo.PeerRestarted) && ev.Peer.Name == name {
+				return ev.Peer.ID, nil
 			}
 		case <-ctx.Done():
 			return 0, fmt.Errorf("no member %s within 30 s", name)
