@@ -230,7 +230,7 @@ func (v *Velo) registerMember(r discovery.Record) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err := v.registerPeer(ctx, info, r.Name)
+	err := v.registerPeer(ctx, info, r.Name, false)
 	var partial *PartialPeerError
 	switch {
 	case errors.Is(err, transport.ErrUnauthenticated):

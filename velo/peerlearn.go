@@ -85,7 +85,7 @@ func (v *Velo) learnPeer(id InstanceID, idx int, tr string) {
 		err = fmt.Errorf("it answered with the PeerInfo of instance %016x", uint64(hello.Info.ID))
 	}
 	if err == nil && !v.closed.Load() {
-		err = v.registerPeer(ctx, hello.Info, hello.Name)
+		err = v.registerPeer(ctx, hello.Info, hello.Name, true)
 		var partial *PartialPeerError
 		if err == nil || errors.As(err, &partial) {
 			return

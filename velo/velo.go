@@ -519,11 +519,13 @@ func (v *Velo) PeerInfo() PeerInfo {
 // and is authenticated on its first connection. A peer registered by hand has an empty Name unless
 // it told this instance its name (it reached this instance first, or discovery reported it).
 func (v *Velo) RegisterPeer(ctx context.Context, p PeerInfo) error {
-	return v.registerPeer(ctx, p, "")
+	return v.registerPeer(ctx, p, "", false)
 }
 
-// registerPeer is RegisterPeer with the member's name ("" when unknown: a known name stays).
-func (v *Velo) registerPeer(ctx context.Context, p PeerInfo, name string) error {
+// registerPeer is RegisterPeer with the member's name ("" when unknown: a known name stays);
+// learned says the peer reached this instance first and sent its PeerInfo when asked
+// (transport.PeerAddress.Learned).
+func (v *Velo) registerPeer(ctx context.Context, p PeerInfo, name string, learned bool) error {
 	if err := p.validate(); err != nil {
 		return err
 	}
@@ -542,12 +544,12 @@ func (v *Velo) registerPeer(ctx context.Context, p PeerInfo, name string) error 
 		err := fmt.Errorf("%w: the %s address is empty (the peer published none)", ErrInvalidEndpoint, t.Name())
 		if len(blob) > 0 {
 			// The transport's error names itself and the peer; the text here does not repeat them.
-			err = t.AddPeer(ctx, transport.PeerAddress{ID: p.ID, Incarnation: p.Incarnation, Blob: blob})
+			err = t.AddPeer(ctx, transport.PeerAddress{ID: p.ID, Incarnation: p.Incarnation, Blob: blob, Learned: learned})
 		}
 		if ra, ok := t.(transport.RailAddresser); ok && err == nil {
 			// The other rails of a transport of several: one that refuses is left out for this
 			// peer, and the first rail carries on.
-			if rerr := ra.AddRailPeers(ctx, transport.PeerAddress{ID: p.ID, Incarnation: p.Incarnation}, p.Addresses); rerr != nil {
+			if rerr := ra.AddRailPeers(ctx, transport.PeerAddress{ID: p.ID, Incarnation: p.Incarnation, Learned: learned}, p.Addresses); rerr != nil {
 				v.log.Warn("velo: a rail refused the peer's address; transfers with the peer leave it out",
 					"peer", fmt.Sprintf("%016x", uint64(p.ID)), "transport", t.Name(), "err", rerr)
 			}

@@ -33,6 +33,11 @@ type PeerAddress struct {
 	ID          InstanceID
 	Incarnation uint64
 	Blob        []byte
+	// Learned: the application did not register the peer; it reached this instance first and
+	// told it its addresses. A transport opens nothing to such a peer ahead of use (no eager
+	// endpoint): the peer may be gone again at once, and an instance that many peers reach
+	// should hold connections only to those it talks to.
+	Learned bool
 }
 
 // Errors a transport returns. Implementations wrap them with detail and the fix.

@@ -76,7 +76,8 @@ const (
 type Config struct {
 	// EagerEndpoints creates the endpoint to a peer, and finishes its wireup, in AddPeer
 	// (velo.RegisterPeer) instead of on the first Send or Get. It moves the wireup cost (about
-	// 14 ms on InfiniBand) out of the first transfer.
+	// 14 ms on InfiniBand) out of the first transfer. A peer velo learned because it reached
+	// this instance first gets its endpoint on first use all the same.
 	EagerEndpoints bool
 	// TLS is UCX_TLS ("tcp", "rc_mlx5,ud_mlx5,self" …). It applies only when UCX_TLS is unset in
 	// the environment: the environment wins, so an operator can move a deployed binary onto

@@ -338,8 +338,8 @@ func (t *Transport) AddPeer(ctx context.Context, pa transport.PeerAddress) error
 	if err != nil {
 		return err
 	}
-	if !t.cfg.EagerEndpoints {
-		return nil
+	if !t.cfg.EagerEndpoints || pa.Learned {
+		return nil // a learned peer gets its endpoint on first use (transport.PeerAddress)
 	}
 	if err := t.wireUp(ctx, p); err != nil {
 		if ctx.Err() != nil {
