@@ -255,6 +255,7 @@ func (v *Velo) beginDrain() {
 		return
 	}
 	v.rv.BeginDrain()
+	v.drainPush()
 	v.msgr.BeginDrain()
 	v.announceDraining()
 	peers := map[InstanceID]bool{}
