@@ -79,12 +79,14 @@ func TestFailsOnAPackageTheTableDoesNotName(t *testing.T) {
 }
 
 // Package-level state fails the check: a mutex, an atomic, a map that code writes, a pointer, a
-// channel and a variable that code assigns; a test file's state is its own business.
+// channel, a struct holding a mutex, a variable, a field and an element that code assigns, and a
+// value its methods change; a table init fills and a test file's state pass.
 func TestFailsOnPackageLevelState(t *testing.T) {
 	root := copyTree(t)
 	writeFile(t, root, "low/state.go", `package low
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -102,7 +104,17 @@ var (
 	events  = make(chan int)
 	shared  cache
 	calls   int
+	limits  struct{ n int }
+	last    [4]string
+	log     strings.Builder
+	squares = map[int]int{}
 )
+
+func init() {
+	for i := range 10 {
+		squares[i] = i * i
+	}
+}
 
 // Note writes all of them.
 func Note(s string) {
@@ -111,29 +123,36 @@ func Note(s string) {
 	hits.Add(1)
 	seen[s] = true
 	calls++
+	limits.n = len(s)
+	last[calls%4] = s
+	log.WriteString(s)
 }
 `)
 	writeFile(t, root, "low/state_test.go", "package low\n\nimport \"sync\"\n\nvar testMu sync.Mutex\n")
 	_, err := run(t, root)
 	require.Error(t, err)
 	msg := err.Error()
-	assert.Contains(t, msg, "archcheck: 7 problem(s):")
+	assert.Contains(t, msg, "archcheck: 10 problem(s):")
 	for _, want := range []string{
-		"low/state.go:14: package-level var mu is a sync.Mutex value",
-		"low/state.go:15: package-level var hits is a sync/atomic.Int64 value",
-		"low/state.go:16: package-level var seen is a map that code writes to",
-		"low/state.go:17: package-level var current is a pointer (*example.com/fix/low.cache)",
-		"low/state.go:18: package-level var events is a channel",
-		"low/state.go:19: package-level var shared is a sync.Mutex value",
-		"low/state.go:20: package-level var calls is assigned after its declaration",
+		"low/state.go:15: package-level var mu is a sync.Mutex value",
+		"low/state.go:16: package-level var hits is a sync/atomic.Int64 value",
+		"low/state.go:17: package-level var seen is a map that code writes to",
+		"low/state.go:18: package-level var current is a pointer (*example.com/fix/low.cache)",
+		"low/state.go:19: package-level var events is a channel",
+		"low/state.go:20: package-level var shared is a sync.Mutex value",
+		"low/state.go:21: package-level var calls is written after its declaration",
+		"low/state.go:22: package-level var limits is written after its declaration",
+		"low/state.go:23: package-level var last is written after its declaration",
+		"low/state.go:24: package-level var log is changed by its methods",
 	} {
 		assert.Contains(t, msg, want)
 	}
+	assert.NotContains(t, msg, "squares", "a table init fills is no state")
 	assert.Contains(t, msg, "keep it in the instance that uses it")
 
 	// Listed as the process's, with a reason, they pass; a stale entry does not.
 	allowed := map[string]string{"low.gone": "was here"}
-	for _, v := range []string{"mu", "hits", "seen", "current", "events", "shared", "calls"} {
+	for _, v := range []string{"mu", "hits", "seen", "current", "events", "shared", "calls", "limits", "last", "log"} {
 		allowed["low."+v] = "the process's"
 	}
 	err = Run(&strings.Builder{}, root, "", &fixture, allowed)

@@ -2,7 +2,8 @@
 //
 //   - every package of the workspace (the modules of go.work; main packages aside) sits in a
 //     row of the layer table (layers.go), and imports, from any of its non-test files whatever
-//     their build constraints, only packages of lower layers;
+//     their build constraints, only packages of lower layers; a library package sits on its
+//     floor, one layer above the highest it imports;
 //   - no library package keeps mutable state at package level (state.go says what counts);
 //   - docs/architecture.md prints the same table.
 //

@@ -68,12 +68,13 @@ func LoadTyped(repo string, t *Table, pkgs []*Package) ([]*packages.Package, err
 	return loaded, nil
 }
 
-// CheckState finds package-level variables that hold mutable state: one of a map that code
-// writes after its declaration, a channel, a pointer (but to an immutable type), a sync or
-// sync/atomic value (but a sync.Pool, which holds nothing a caller can observe), or any variable
-// that code assigns after its declaration, outside init. Sentinel errors and other interface
-// values, functions, and read-only tables pass. State belongs to the instance that uses it; what
-// is truly the process's is listed in processState with its reason.
+// CheckState finds package-level variables that hold mutable state: a map that code writes after
+// its declaration, a channel, a pointer (but to an immutable type), a sync or sync/atomic value
+// (but a sync.Pool, which holds nothing a caller can observe), or any variable that code writes
+// after its declaration (itself, a field or an element, outside init) or changes through a method
+// with a pointer receiver. Sentinel errors and other interface values, functions, and tables
+// nothing writes pass. State belongs to the instance that uses it; what is truly the process's is
+// listed in processState with its reason.
 func CheckState(t *Table, pkgs []*packages.Package, allowed map[string]string) []string {
 	var problems []string
 	used := map[string]bool{}
@@ -118,19 +119,20 @@ func CheckState(t *Table, pkgs []*packages.Package, allowed map[string]string) [
 	return problems
 }
 
-// write is how code changes a package-level variable after its declaration.
+// write is how code changes a package-level variable after its declaration, outside init.
 type write int
 
 const (
 	notWritten     write = iota
-	elementWritten       // m[k] = v, delete(m, k), clear(m)
-	reassigned           // x = v outside init
+	methodWritten        // a method with a pointer receiver is called on it
+	elementWritten       // m[k] = v, delete(m, k), clear(m) on a map
+	reassigned           // it, a field or an element of it is assigned, or its address taken
 )
 
 // mutable says why a variable of type t written as w is state, or "" when it is not.
 func mutable(t types.Type, w write) string {
 	if w == reassigned {
-		return "assigned after its declaration"
+		return "written after its declaration"
 	}
 	switch t.Underlying().(type) {
 	case *types.Map:
@@ -147,8 +149,16 @@ func mutable(t types.Type, w write) string {
 		if s := syncType(t); s != "" {
 			return "a " + s + " value"
 		}
+		if w == methodWritten && !isPool(t) {
+			return "changed by its methods"
+		}
 	}
 	return ""
+}
+
+func isPool(t types.Type) bool {
+	n, ok := t.(*types.Named)
+	return ok && n.Obj().Pkg() != nil && n.Obj().Pkg().Path() == "sync" && n.Obj().Name() == "Pool"
 }
 
 // syncType names the sync or sync/atomic type t is or holds (in a field or an element), but
@@ -156,7 +166,7 @@ func mutable(t types.Type, w write) string {
 func syncType(t types.Type) string {
 	if n, ok := t.(*types.Named); ok && n.Obj().Pkg() != nil {
 		switch path := n.Obj().Pkg().Path(); {
-		case path == "sync" && n.Obj().Name() == "Pool":
+		case isPool(t):
 			return ""
 		case path == "sync" || path == "sync/atomic":
 			return path + "." + n.Obj().Name()
@@ -175,9 +185,10 @@ func syncType(t types.Type) string {
 	return ""
 }
 
-// writtenVars finds the package-level variables of p that its code writes after their
-// declaration: an element of a map (index assignment, delete, clear), or the variable itself
-// outside func init.
+// writtenVars finds the package-level variables of p that its code changes after their
+// declaration, outside func init (which builds tables before anything runs): an element of a map
+// (index assignment, delete, clear), the variable itself, a field or an element of it (assignment,
+// ++, --, its address taken), or a call of a method with a pointer receiver on it.
 func writtenVars(p *packages.Package) map[*types.Var]write {
 	pkgVar := func(e ast.Expr) *types.Var {
 		id, ok := ast.Unparen(e).(*ast.Ident)
@@ -190,44 +201,78 @@ func writtenVars(p *packages.Package) map[*types.Var]write {
 		}
 		return v
 	}
+	// root is the package-level variable e is a part of: itself, a field, an element.
+	var root func(e ast.Expr) *types.Var
+	root = func(e ast.Expr) *types.Var {
+		switch x := ast.Unparen(e).(type) {
+		case *ast.Ident:
+			return pkgVar(x)
+		case *ast.SelectorExpr:
+			if sel := p.TypesInfo.Selections[x]; sel != nil && sel.Kind() == types.FieldVal {
+				return root(x.X)
+			}
+		case *ast.IndexExpr:
+			return root(x.X)
+		case *ast.StarExpr:
+			return root(x.X)
+		}
+		return nil
+	}
 	out := map[*types.Var]write{}
 	mark := func(v *types.Var, w write) {
 		if v != nil && w > out[v] {
 			out[v] = w
 		}
 	}
-	lhs := func(e ast.Expr, inInit bool) {
+	lhs := func(e ast.Expr) {
 		if ix, ok := ast.Unparen(e).(*ast.IndexExpr); ok {
-			mark(pkgVar(ix.X), elementWritten)
-			return
+			if v := pkgVar(ix.X); v != nil {
+				if _, isMap := v.Type().Underlying().(*types.Map); isMap {
+					mark(v, elementWritten)
+					return
+				}
+			}
 		}
-		if !inInit {
-			mark(pkgVar(e), reassigned)
-		}
+		mark(root(e), reassigned)
 	}
 	for _, f := range p.Syntax {
 		for _, decl := range f.Decls {
 			fn, ok := decl.(*ast.FuncDecl)
-			if !ok || fn.Body == nil {
+			if !ok || fn.Body == nil || (fn.Recv == nil && fn.Name.Name == "init") {
 				continue
 			}
-			inInit := fn.Recv == nil && fn.Name.Name == "init"
 			ast.Inspect(fn.Body, func(n ast.Node) bool {
 				switch n := n.(type) {
 				case *ast.AssignStmt:
-					for _, e := range n.Lhs {
-						lhs(e, inInit)
+					if n.Tok != token.DEFINE {
+						for _, e := range n.Lhs {
+							lhs(e)
+						}
 					}
 				case *ast.IncDecStmt:
-					lhs(n.X, inInit)
+					lhs(n.X)
 				case *ast.UnaryExpr:
-					if n.Op == token.AND && !inInit {
-						mark(pkgVar(n.X), reassigned) // its address lets anything write it
+					if n.Op == token.AND {
+						mark(root(n.X), reassigned) // its address lets anything write it
 					}
 				case *ast.CallExpr:
-					if id, ok := ast.Unparen(n.Fun).(*ast.Ident); ok && len(n.Args) > 0 {
-						if b, ok := p.TypesInfo.Uses[id].(*types.Builtin); ok && (b.Name() == "delete" || b.Name() == "clear") {
+					switch fun := ast.Unparen(n.Fun).(type) {
+					case *ast.Ident:
+						if b, ok := p.TypesInfo.Uses[fun].(*types.Builtin); ok && len(n.Args) > 0 && (b.Name() == "delete" || b.Name() == "clear") {
 							mark(pkgVar(n.Args[0]), elementWritten)
+						}
+					case *ast.SelectorExpr:
+						sel := p.TypesInfo.Selections[fun]
+						if sel == nil || sel.Kind() != types.MethodVal {
+							break
+						}
+						if _, ptrRecv := sel.Obj().Type().(*types.Signature).Recv().Type().(*types.Pointer); !ptrRecv {
+							break
+						}
+						if v := root(fun.X); v != nil {
+							if _, isPtr := v.Type().Underlying().(*types.Pointer); !isPtr {
+								mark(v, methodWritten)
+							}
 						}
 					}
 				}
