@@ -8,6 +8,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +25,8 @@ type Package struct {
 	// Imports maps each package of the workspace this one imports (full import path) to the
 	// first of its non-test files that imports it, whatever that file's build constraint.
 	Imports map[string]string
+	// Built says this build (this platform, cgo as the environment says, no tags) compiles it.
+	Built bool
 }
 
 // listed is what go list -json says of a package.
@@ -69,48 +72,106 @@ func LoadPackages(repo string) ([]*Package, error) {
 	if _, err := os.Stat(filepath.Join(repo, "go.work")); err != nil {
 		return nil, fmt.Errorf("%s has no go.work: run archcheck -repo with the repository's root", repo)
 	}
-	mods, err := goCmd(repo, "list", "-m", "-f", "{{.Path}}")
-	if err != nil {
-		return nil, err
-	}
-	args := []string{"list", "-e", "-json=ImportPath,Name,Dir,GoFiles,CgoFiles,IgnoredGoFiles,Error"}
-	for _, m := range strings.Fields(string(mods)) {
-		args = append(args, m+"/...")
-	}
-	out, err := goCmd(repo, args...)
+	mods, err := goCmd(repo, "list", "-m", "-f", "{{.Path}}\t{{.Dir}}")
 	if err != nil {
 		return nil, err
 	}
 	var all []listed
 	seen := map[string]bool{}
-	dec := json.NewDecoder(bytes.NewReader(out))
-	for {
-		var l listed
-		if err := dec.Decode(&l); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			return nil, fmt.Errorf("reading go list's output: %w", err)
+	dirs := map[string]bool{}
+	list := func(patterns []string) error {
+		out, err := goCmd(repo, append([]string{"list", "-e", "-json=ImportPath,Name,Dir,GoFiles,CgoFiles,IgnoredGoFiles,Error"}, patterns...)...)
+		if err != nil {
+			return err
 		}
-		if l.Error != nil && len(l.GoFiles)+len(l.CgoFiles)+len(l.IgnoredGoFiles) == 0 {
-			// A pattern that matches nothing (a module of test files only) is no package.
-			if strings.Contains(l.Error.Err, "no Go files") || strings.Contains(l.Error.Err, "matched no packages") {
-				continue
+		dec := json.NewDecoder(bytes.NewReader(out))
+		for {
+			var l listed
+			if err := dec.Decode(&l); errors.Is(err, io.EOF) {
+				return nil
+			} else if err != nil {
+				return fmt.Errorf("reading go list's output: %w", err)
 			}
-			return nil, fmt.Errorf("go list: %s: %s", l.ImportPath, l.Error.Err)
+			if l.Error != nil && len(l.GoFiles)+len(l.CgoFiles)+len(l.IgnoredGoFiles) == 0 {
+				// A pattern that matches nothing (a module of test files only) is no package.
+				if strings.Contains(l.Error.Err, "no Go files") || strings.Contains(l.Error.Err, "matched no packages") {
+					continue
+				}
+				return fmt.Errorf("go list: %s: %s", l.ImportPath, l.Error.Err)
+			}
+			if !seen[l.ImportPath] {
+				seen[l.ImportPath], dirs[l.Dir] = true, true
+				all = append(all, l)
+			}
 		}
-		if seen[l.ImportPath] {
-			continue
+	}
+	type module struct{ path, dir string }
+	var modules []module
+	var patterns []string
+	for _, line := range strings.Split(strings.TrimSpace(string(mods)), "\n") {
+		path, dir, _ := strings.Cut(line, "\t")
+		modules = append(modules, module{path, dir})
+		patterns = append(patterns, path+"/...")
+	}
+	if err := list(patterns); err != nil {
+		return nil, err
+	}
+	// "x/..." leaves out a package no file of which this build includes (one for another
+	// platform, or behind a build tag): name those one by one.
+	var more []string
+	for _, m := range modules {
+		err := filepath.WalkDir(m.dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return err
+			}
+			name := d.Name()
+			if path != m.dir {
+				if name == "testdata" || name == "vendor" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") {
+					return filepath.SkipDir
+				}
+				if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
+					return filepath.SkipDir // a module of its own
+				}
+			}
+			if dirs[path] || !hasGoFiles(path) {
+				return nil
+			}
+			rel, err := filepath.Rel(m.dir, path)
+			if err != nil {
+				return err
+			}
+			more = append(more, m.path+"/"+filepath.ToSlash(rel))
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("walking module %s: %w", m.path, err)
 		}
-		seen[l.ImportPath] = true
-		all = append(all, l)
+	}
+	if len(more) > 0 {
+		if err := list(more); err != nil {
+			return nil, err
+		}
 	}
 
 	var pkgs []*Package
 	for _, l := range all {
+		if l.Name == "" {
+			// No file of it is in this build (a package for another platform, say): its name is
+			// the one its files declare.
+			for _, f := range l.IgnoredGoFiles {
+				if !strings.HasSuffix(f, "_test.go") {
+					if name, _, err := fileImports(filepath.Join(l.Dir, f)); err == nil && name != "main" {
+						l.Name = name
+						break
+					}
+				}
+			}
+		}
 		if l.Name == "main" || l.Name == "" {
 			continue
 		}
-		p := &Package{ImportPath: l.ImportPath, Name: l.Name, Dir: l.Dir, Imports: map[string]string{}}
+		p := &Package{ImportPath: l.ImportPath, Name: l.Name, Dir: l.Dir, Imports: map[string]string{},
+			Built: len(l.GoFiles)+len(l.CgoFiles) > 0}
 		files := append(append(append([]string(nil), l.GoFiles...), l.CgoFiles...), l.IgnoredGoFiles...)
 		sort.Strings(files)
 		for _, f := range files {
@@ -136,6 +197,21 @@ func LoadPackages(repo string) ([]*Package, error) {
 	}
 	sort.Slice(pkgs, func(i, j int) bool { return pkgs[i].ImportPath < pkgs[j].ImportPath })
 	return pkgs, nil
+}
+
+// hasGoFiles reports whether dir holds a Go file other than a test.
+func hasGoFiles(dir string) bool {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		n := e.Name()
+		if !e.IsDir() && strings.HasSuffix(n, ".go") && !strings.HasSuffix(n, "_test.go") && !strings.HasPrefix(n, ".") && !strings.HasPrefix(n, "_") {
+			return true
+		}
+	}
+	return false
 }
 
 // fileImports reads the package clause and the imports of one Go file.

@@ -71,11 +71,11 @@ func Run(w io.Writer, repo, docPath string, t *Table, allowed map[string]string)
 		return err
 	}
 	problems := CheckImports(t, pkgs)
-	typed, err := LoadTyped(repo, t, pkgs)
-	if err != nil {
-		return err
+	if typed, err := LoadTyped(repo, t, pkgs); err != nil {
+		problems = append(problems, err.Error())
+	} else {
+		problems = append(problems, CheckState(t, typed, allowed)...)
 	}
-	problems = append(problems, CheckState(t, typed, allowed)...)
 	if docPath != "" {
 		if err := CheckDoc(t, docPath); err != nil {
 			problems = append(problems, err.Error())

@@ -35,12 +35,12 @@ var immutableTypes = map[string]bool{
 	"*html/template.Template": true,
 }
 
-// LoadTyped type-checks the library packages among pkgs (the rows of kind Library) from the
-// workspace of repo, test files aside.
+// LoadTyped type-checks the library packages among pkgs (the rows of kind Library) that this
+// build compiles, from the workspace of repo, test files aside.
 func LoadTyped(repo string, t *Table, pkgs []*Package) ([]*packages.Package, error) {
 	var patterns []string
 	for _, p := range pkgs {
-		if row, ok := t.lookup(p.ImportPath); ok && row.Kind == Library {
+		if row, ok := t.lookup(p.ImportPath); ok && row.Kind == Library && p.Built {
 			patterns = append(patterns, p.ImportPath)
 		}
 	}
