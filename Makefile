@@ -54,13 +54,15 @@ help:
 	@echo "make test-velobench  velobench's tests: local sweeps, outputs, refusals, two namespaces over filesystem and etcd"
 	@echo "make soak      owners and consumers with random stalls, kills and restarts for SOAK (10m)"
 	@echo "make build     build every module"
-	@echo "make lint      gofmt, go vet and staticcheck of every module (go.work's and tools/devtools)"
+	@echo "make lint      gofmt, go vet and staticcheck of every module (go.work's and tools/devtools), and the layers"
+	@echo "               and package-level state of every package (archcheck, docs/architecture.md \"Layers\")"
+	@echo "make layers-doc  write archcheck's layer table into docs/architecture.md"
 	@echo "make release VERSION=v0.1.0  a dry run of the release in a clone of HEAD; DRY_RUN=0 also"
 	@echo "               runs make test on it and makes the release commit and tags here (never pushed)"
 	@echo "make test-release  the release command's tests, the API check, the naming rules and the"
 	@echo "               file-proxy test of a release of HEAD (part of make test)"
 	@echo "make tidy      go mod tidy for every module, run on a release of HEAD in a clone (go.mod and go.sum committed first)"
-	@echo "make devtools  build the pinned tools (staticcheck, apidiff) and the release command into bin/devtools"
+	@echo "make devtools  build the pinned tools (staticcheck, apidiff), the release command and archcheck into bin/devtools"
 	@echo "make deps      install the Debian packages of scripts/debian-packages.txt"
 
 deps:

@@ -22,7 +22,8 @@
 #                                         here with the siblings at their versions here (release
 #                                         tidy -write); commit your go.mod and go.sum files first
 #   make devtools                         the tools pinned in tools/devtools/go.mod (staticcheck,
-#                                         apidiff) and the release command, into bin/devtools
+#                                         apidiff), the release command and archcheck (mk/archcheck.mk),
+#                                         into bin/devtools
 #
 # tools/devtools is a module of its own, outside go.work, so that the tools' dependencies never
 # enter the workspace's module graph: its go commands run with GOWORK=off.
@@ -41,7 +42,7 @@ LINT_TARGETS += lint-devtools
 
 # Always run: the go command rebuilds only what changed, in about a second.
 devtools:
-	@$(DEVTOOLS_GO) $(GO) build -o $(DEVTOOLS_BIN)/ honnef.co/go/tools/cmd/staticcheck golang.org/x/exp/cmd/apidiff ./release
+	@$(DEVTOOLS_GO) $(GO) build -o $(DEVTOOLS_BIN)/ honnef.co/go/tools/cmd/staticcheck golang.org/x/exp/cmd/apidiff ./release ./archcheck
 
 release: deps devtools
 	@VERSION='$(VERSION)' DRY_RUN='$(DRY_RUN)' RELEASE_TOOL='$(RELEASE_TOOL)' RELEASE_SUITE='$(RELEASE_SUITE)' GO='$(GO)' \

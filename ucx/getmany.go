@@ -5,7 +5,6 @@ package ucx
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/velo-go/velo/ucx/internal/capi"
 )
@@ -35,117 +34,22 @@ func (c *Conn) GetMany(ctx context.Context, reads []KeyRead, window int, done fu
 	if len(reads) == 0 {
 		return
 	}
-	b := &getBatch{c: c, reads: reads, window: max(window, 1), inflight: map[*engineOp]struct{}{},
-		wake: make(chan struct{}, 1), left: len(reads), rks: map[*RegionKey]*RemoteKey{}}
-	e := c.e
-	if err := ctx.Err(); err != nil {
-		b.failRest(err)
-	} else if err := e.lockRunning(); err != nil {
-		b.failRest(err)
-	} else {
-		b.pump()
-		if b.left > b.reported() && ctx.Done() != nil {
-			b.stop = context.AfterFunc(ctx, func() {
-				e.wmu.Lock()
-				b.cancel(ctx.Err())
-				e.wmu.Unlock()
-			})
-		}
-		e.wmu.Unlock()
-	}
-	var out []batchResult
-	for {
-		b.mu.Lock()
-		out = append(out[:0], b.results...)
-		b.results = b.results[:0]
-		b.mu.Unlock()
-		for _, r := range out {
-			b.left--
-			if done != nil {
-				done(r.i, r.err)
-			}
-		}
-		if b.left == 0 {
-			break
-		}
-		_ = e.await(context.Background(), b.wake)
-	}
-	if b.stop != nil {
-		b.stop()
-	}
-	if len(b.rks) > 0 {
-		e.wmu.Lock()
-		for _, rk := range b.rks {
-			rk.Destroy()
-		}
-		e.wmu.Unlock()
-	}
+	b := &getBatch{batch: newBatch(c, len(reads), window), reads: reads}
+	b.run(ctx, b, done)
 }
 
-// getBatch is one GetMany. Its fields up to mu are guarded by the engine's wmu.
+// getBatch is one GetMany. Its fields are guarded by the engine's wmu.
 type getBatch struct {
-	c        *Conn
-	reads    []KeyRead
-	window   int
-	next     int                    // the next read to post
-	inflight map[*engineOp]struct{} // posted, not finished
-	reading  int                    // reads those requests carry
-	pumping  bool
-	canceled error
-	rks      map[*RegionKey]*RemoteKey // direct path: one unpacked key per region
-	stop     func() bool
-	left     int // reads not yet reported to done; the caller's
-
-	mu      sync.Mutex
-	results []batchResult
-	posted  int // results recorded (under mu)
-	wake    chan struct{}
-}
-
-type batchResult struct {
-	i   int
-	err error
-}
-
-func (b *getBatch) reported() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.posted
-}
-
-// record files one read's outcome for the caller. The caller is woken once a quarter of the
-// window has piled up, or by the last read: waking it for every completion would cost a
-// goroutine hand-off (and on a busy machine a thread wake-up) per read, more than a small read.
-func (b *getBatch) record(i int, err error) {
-	b.mu.Lock()
-	b.results = append(b.results, batchResult{i, err})
-	b.posted++
-	wake := len(b.results) >= max(b.window/4, 1) || b.posted == len(b.reads)
-	b.mu.Unlock()
-	if wake {
-		select {
-		case b.wake <- struct{}{}:
-		default:
-		}
-	}
+	batch
+	reads   []KeyRead
+	next    int // the next read to post
+	reading int // reads the requests in flight carry
 }
 
 // failRest fails every read not yet posted.
 func (b *getBatch) failRest(err error) {
 	for ; b.next < len(b.reads); b.next++ {
 		b.record(b.next, err)
-	}
-}
-
-// cancel runs under wmu when the caller's context ends.
-func (b *getBatch) cancel(err error) {
-	if b.canceled != nil {
-		return
-	}
-	b.canceled = err
-	b.failRest(err)
-	for op := range b.inflight {
-		op.abandon(b.c.e, err)
 	}
 }
 
@@ -259,15 +163,11 @@ func (b *getBatch) newReadOp(kind opKind, i int) (*engineOp, KeyRead) {
 }
 
 func (b *getBatch) postDirect(i int) {
-	c, e := b.c, b.c.e
 	op, rd := b.newReadOp(opGetDirect, i)
-	if rk := b.rks[rd.Key]; rk != nil {
-		op.rk, op.sharedRK = rk, true
-	} else if rk, err := c.ep.unpackChecked(rd.Key.k.UCXKey); err == nil {
-		b.rks[rd.Key] = rk
+	if rk, err := b.remoteKey(rd.Key); err == nil {
 		op.rk, op.sharedRK = rk, true
 	}
-	e.getDirect(op, rd.Key.k, rd.Key.Base()+rd.Offset)
+	b.c.e.getDirect(op, rd.Key.k, rd.Key.Base()+rd.Offset)
 }
 
 func (b *getBatch) postGuarded(i int) {

@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"sync"
 
 	"github.com/velo-go/velo/ucx/internal/capi"
 )
@@ -97,98 +96,22 @@ func (c *Conn) PutMany(ctx context.Context, writes []KeyWrite, window int, done 
 	if len(writes) == 0 {
 		return
 	}
-	e := c.e
-	b := &putBatch{c: c, writes: writes, window: max(window, 1), inflight: map[*engineOp]struct{}{},
-		wake: make(chan struct{}, 1), left: len(writes), rks: map[*RegionKey]*RemoteKey{},
+	b := &putBatch{batch: newBatch(c, len(writes), window), writes: writes,
 		pending: make([]int, len(writes)), errs: make([]error, len(writes))}
-	b.chunk = min(putChunkMax, max(e.cfg.MaxEagerSize, 1))
-	if err := ctx.Err(); err != nil {
-		b.failRest(err)
-	} else if err := e.lockRunning(); err != nil {
-		b.failRest(err)
-	} else {
-		b.pump()
-		if b.left > b.reported() && ctx.Done() != nil {
-			b.stop = context.AfterFunc(ctx, func() {
-				e.wmu.Lock()
-				b.cancel(ctx.Err())
-				e.wmu.Unlock()
-			})
-		}
-		e.wmu.Unlock()
-	}
-	var out []batchResult
-	for {
-		b.mu.Lock()
-		out = append(out[:0], b.results...)
-		b.results = b.results[:0]
-		b.mu.Unlock()
-		for _, r := range out {
-			b.left--
-			if done != nil {
-				done(r.i, r.err)
-			}
-		}
-		if b.left == 0 {
-			break
-		}
-		_ = e.await(context.Background(), b.wake)
-	}
-	if b.stop != nil {
-		b.stop()
-	}
-	if len(b.rks) > 0 {
-		e.wmu.Lock()
-		for _, rk := range b.rks {
-			rk.Destroy()
-		}
-		e.wmu.Unlock()
-	}
+	b.chunk = min(putChunkMax, max(c.e.cfg.MaxEagerSize, 1))
+	b.run(ctx, b, done)
 }
 
-// putBatch is one PutMany. Its fields up to mu are guarded by the engine's wmu.
+// putBatch is one PutMany. Its fields are guarded by the engine's wmu.
 type putBatch struct {
-	c        *Conn
-	writes   []KeyWrite
-	window   int
-	chunk    int                    // the largest guarded piece
-	next     int                    // the write the next piece comes from
-	nextOff  int                    // where in it the next piece starts
-	started  bool                   // the next write's first piece was cut (or it failed)
-	pending  []int                  // pieces of each write posted and not finished
-	errs     []error                // each write's first failure
-	inflight map[*engineOp]struct{} // posted, not finished
-	pumping  bool
-	canceled error
-	rks      map[*RegionKey]*RemoteKey // direct path: one unpacked key per region
-	stop     func() bool
-	left     int // writes not yet reported to done; the caller's
-
-	mu      sync.Mutex
-	results []batchResult
-	posted  int // results recorded (under mu)
-	wake    chan struct{}
-}
-
-func (b *putBatch) reported() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.posted
-}
-
-// record files one write's outcome for the caller, waking it as GetMany's batches do.
-func (b *putBatch) record(i int, err error) {
-	b.mu.Lock()
-	b.results = append(b.results, batchResult{i, err})
-	b.posted++
-	wake := len(b.results) >= max(b.window/4, 1) || b.posted == len(b.writes)
-	b.mu.Unlock()
-	if wake {
-		select {
-		case b.wake <- struct{}{}:
-		default:
-		}
-	}
+	batch
+	writes  []KeyWrite
+	chunk   int     // the largest guarded piece
+	next    int     // the write the next piece comes from
+	nextOff int     // where in it the next piece starts
+	started bool    // the next write's first piece was cut (or it failed)
+	pending []int   // pieces of each write posted and not finished
+	errs    []error // each write's first failure
 }
 
 // fail ends write i with err once its posted pieces are done.
@@ -206,18 +129,6 @@ func (b *putBatch) failRest(err error) {
 	for ; b.next < len(b.writes); b.next++ {
 		b.fail(b.next, err)
 		b.nextOff, b.started = 0, false
-	}
-}
-
-// cancel runs under wmu when the caller's context ends.
-func (b *putBatch) cancel(err error) {
-	if b.canceled != nil {
-		return
-	}
-	b.canceled = err
-	b.failRest(err)
-	for op := range b.inflight {
-		op.abandon(b.c.e, err)
 	}
 }
 
@@ -371,15 +282,11 @@ func writeErr(w KeyWrite) error {
 // settles when the flush says the write is complete at the target.
 func (b *putBatch) postDirect(op *engineOp, k *RegionKey, addr uint64, src []byte) {
 	c, e := b.c, b.c.e
-	rk := b.rks[k]
-	if rk == nil {
-		var err error
-		if rk, err = c.ep.unpackChecked(k.k.UCXKey); err != nil {
-			op.settle(err)
-			op.tryFinish(e)
-			return
-		}
-		b.rks[k] = rk
+	rk, err := b.remoteKey(k)
+	if err != nil {
+		op.settle(err)
+		op.tryFinish(e)
+		return
 	}
 	req, err := c.ep.Put(src, addr, rk)
 	e.started(op, req, err)

@@ -110,6 +110,7 @@ func (v *Velo) WatchPeers(ctx context.Context) <-chan PeerEvent {
 }
 
 func (v *Velo) emit(ev PeerEvent) {
+	v.pushPeerEvent(ev)
 	v.watch.mu.Lock()
 	defer v.watch.mu.Unlock()
 	for ch := range v.watch.subs {

@@ -309,6 +309,7 @@ func (v *Velo) beginDrain() {
 		return
 	}
 	v.rv.BeginDrain()
+	v.drainPush()
 	v.msgr.BeginDrain()
 	v.announceDraining()
 	peers := map[InstanceID]bool{}

@@ -213,41 +213,84 @@ func (v *Velo) PutBatch(ctx context.Context, h GrantHandle, reqs []PutRequest, o
 
 // PushGrants is how many write grants this instance holds live as receiver.
 func (v *Velo) PushGrants() int {
-	st, ok := pushes.Load(v)
-	if !ok {
+	v.pusher.mu.Lock()
+	s := v.pusher.s
+	v.pusher.mu.Unlock()
+	if s == nil {
 		return 0
 	}
-	ps := st.(*pushState)
-	if ps.s == nil {
-		return 0
-	}
-	return ps.s.Grants()
+	return s.Grants()
 }
 
-// pushes holds each instance's push service, made by its first grant or put. It lives beside the
-// instance rather than in it so that push stays in files of its own; it is removed when the
-// instance closes.
-var pushes sync.Map // *Velo -> *pushState
-
-type pushState struct {
-	once sync.Once
-	s    *push.Service
-	err  error
+// pusher is the instance's push service. The first grant or put makes it, so that an instance
+// that never pushes registers no push series and claims no write requests on its transports;
+// beginDrain drains it, Close ends it, and the instance's peer events end the grants of writers
+// that went down or restarted (pushPeerEvent).
+type pusher struct {
+	mu    sync.Mutex
+	s     *push.Service
+	err   error // why the service could not be made; every later grant or put returns it
+	ended bool  // Close ended the service; none is made any more
 }
-
-// pushCheckEvery is how often the push service looks at whether its instance drains or closed.
-const pushCheckEvery = 20 * time.Millisecond
 
 func (v *Velo) pushService() (*push.Service, error) {
-	if v.closed.Load() {
+	v.pusher.mu.Lock()
+	defer v.pusher.mu.Unlock()
+	if v.pusher.ended || v.closed.Load() {
 		return nil, fmt.Errorf("velo: %w", ErrClosed)
 	}
-	st, _ := pushes.LoadOrStore(v, &pushState{})
-	ps := st.(*pushState)
-	ps.once.Do(func() { ps.s, ps.err = v.startPush() })
-	return ps.s, ps.err
+	if v.pusher.s == nil && v.pusher.err == nil {
+		v.pusher.s, v.pusher.err = v.startPush()
+	}
+	return v.pusher.s, v.pusher.err
 }
 
+// drainPush ends every grant and refuses new ones: the instance drains. A service made later is
+// drained as it is made (startPush).
+func (v *Velo) drainPush() {
+	v.pusher.mu.Lock()
+	s := v.pusher.s
+	v.pusher.mu.Unlock()
+	if s != nil {
+		s.Drain()
+	}
+}
+
+// endPush ends the push service for good. Close calls it first: the grants' keys are revoked
+// while the registry still serves them, and a handler waiting for a grant's writes returns.
+func (v *Velo) endPush() {
+	v.pusher.mu.Lock()
+	s := v.pusher.s
+	v.pusher.ended = true
+	v.pusher.mu.Unlock()
+	if s != nil {
+		s.Close()
+	}
+}
+
+// pushPeerEvent ends the grants of a writer that went down or restarted. Ending a grant revokes
+// its keys on the transport that may be the one reporting the peer, so it runs on a goroutine of
+// its own, which ends with it.
+func (v *Velo) pushPeerEvent(ev PeerEvent) {
+	var writer InstanceID
+	var why string
+	switch ev.Kind {
+	case PeerDown:
+		writer, why = ev.Peer.ID, "went down: "+ev.Peer.Err
+	case PeerRestarted:
+		writer, why = ev.Previous, "restarted"
+	default:
+		return
+	}
+	v.pusher.mu.Lock()
+	s := v.pusher.s
+	v.pusher.mu.Unlock()
+	if s != nil {
+		go s.WriterGone(writer, why)
+	}
+}
+
+// startPush makes the push service; pushService calls it under pusher.mu.
 func (v *Velo) startPush() (*push.Service, error) {
 	m := push.NewMetrics()
 	if reg, ok := v.gatherer.(prometheus.Registerer); ok {
@@ -282,38 +325,9 @@ func (v *Velo) startPush() (*push.Service, error) {
 		cfg.Authorize = v.authorize
 	}
 	s := push.New(cfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	events := v.WatchPeers(ctx)
-	go func() {
-		defer cancel()
-		tick := time.NewTicker(pushCheckEvery)
-		defer tick.Stop()
-		for {
-			select {
-			case ev, ok := <-events:
-				if !ok {
-					s.Close()
-					pushes.Delete(v)
-					return
-				}
-				switch ev.Kind {
-				case PeerDown:
-					s.WriterGone(ev.Peer.ID, "went down: "+ev.Peer.Err)
-				case PeerRestarted:
-					s.WriterGone(ev.Previous, "restarted")
-				}
-			case <-tick.C:
-				if v.draining.Load() {
-					s.Drain()
-				}
-				if v.closed.Load() {
-					// Close ended the rendezvous service and the registry; grants end here, and the
-					// watch above sees the instance closed.
-					s.Close()
-				}
-			}
-		}
-	}()
+	if v.draining.Load() {
+		s.Drain() // beginDrain ran before this service existed
+	}
 	return s, nil
 }
 

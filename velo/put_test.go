@@ -532,3 +532,47 @@ func TestChunkedGetAfterPushStarted(t *testing.T) {
 		assert.Equal(t, StateUp, p.State, "peer %v was taken for down: %s", p.ID, p.Err)
 	}
 }
+
+// TestPushServiceFollowsItsInstance: each instance's push service is its own, drained by its
+// drain even when the drain came before the service was made, and ended with no delay by its
+// Close, which leaves another instance's grants alone.
+func TestPushServiceFollowsItsInstance(t *testing.T) {
+	ctx := tctx(t)
+	t.Run("drain_before_first_grant", func(t *testing.T) {
+		recv, writer := pushPair(t)
+		recv.BeginDrain()
+		g, err := recv.NewRegion(4 << 10)
+		require.NoError(t, err)
+		defer g.Free()
+		_, err = recv.GrantWrite(ctx, writer.ID(), g, GrantOptions{})
+		require.ErrorIs(t, err, ErrDraining)
+		assert.Zero(t, recv.PushGrants())
+	})
+	t.Run("close", func(t *testing.T) {
+		recv, writer := pushPair(t)
+		other, _ := pushPair(t)
+		require.NoError(t, other.RegisterPeer(ctx, writer.PeerInfo()))
+		require.NoError(t, writer.RegisterPeer(ctx, other.PeerInfo()))
+		f := newPushFixture(t, recv, writer, 64<<10, GrantOptions{})
+		kept := newPushFixture(t, other, writer, 64<<10, GrantOptions{})
+		require.Equal(t, 1, recv.PushGrants())
+		require.NoError(t, recv.Close())
+		// Close ended the grant before it returned (nothing polls for the close); Done follows
+		// once its keys are dead.
+		require.ErrorIs(t, f.grant.Err(), ErrClosed)
+		select {
+		case <-f.grant.Done():
+		case <-time.After(testWait):
+			t.Fatal("the grant's keys outlived its receiver")
+		}
+		assert.Zero(t, recv.PushGrants())
+		_, err := recv.GrantWrite(ctx, writer.ID(), f.region, GrantOptions{})
+		require.ErrorIs(t, err, ErrClosed)
+
+		require.Equal(t, 1, other.PushGrants(), "closing one instance ended another's grant")
+		require.NoError(t, kept.put(t, 0, payload(100, 1), nil))
+		require.NoError(t, kept.grant.Revoke(ctx))
+		<-kept.grant.Done() // no write lands after it: the region may be read
+		kept.check(t, "after the other receiver closed")
+	})
+}

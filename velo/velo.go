@@ -310,7 +310,8 @@ type Velo struct {
 	rdma        *rdma.Registry // nil unless WithUCXTransport
 	rails       *RailChoice    // nil unless WithRails
 	grace       time.Duration
-	pushInline  int // push.Config.InlineMax (0: its default)
+	pushInline  int    // push.Config.InlineMax (0: its default)
+	pusher      pusher // the push service, made by the first grant or put (put.go)
 
 	peers    peerTable
 	draining atomic.Bool
@@ -683,6 +684,8 @@ func (v *Velo) Close() error {
 		defer close(v.closing)
 		ctx, cancel := context.WithTimeout(context.Background(), v.grace)
 		defer cancel()
+		// Grants end first: a handler that waits for a grant's writes returns within the grace.
+		v.endPush()
 		err := v.msgr.Close(ctx)
 		v.rv.Close()
 		if n, bytes := v.regions.allocated(); n > 0 {

@@ -2,7 +2,6 @@ package push
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/velo-go/velo/velo/messenger"
 	"github.com/velo-go/velo/velo/rendezvous"
@@ -37,68 +36,22 @@ var (
 	ErrDraining = messenger.ErrDraining
 )
 
-// Kinds: the names the sentinels travel under in a remote error.
-var kindSentinels = map[string]error{
-	"push.bad_grant":       ErrBadGrant,
-	"push.ended":           ErrGrantEnded,
-	"push.not_grantee":     ErrNotGrantee,
-	"push.out_of_grant":    ErrOutOfGrant,
-	"push.unauthenticated": ErrUnauthenticated,
-}
+// kinds are the sentinels a caller's errors match, the names they travel under in a remote error
+// and what to do about each; the last three never cross the wire.
+var kinds = messenger.NewKinds("push",
+	messenger.Kind{Name: "push.bad_grant", Sentinel: ErrBadGrant, Fix: "use the handle exactly as the receiver's GrantHandle.MarshalText or MarshalBinary wrote it"},
+	messenger.Kind{Name: "push.ended", Sentinel: ErrGrantEnded, Fix: "ask the receiver for a new grant (GrantWrite)"},
+	messenger.Kind{Name: "push.not_grantee", Sentinel: ErrNotGrantee, Fix: "the receiver granted these ranges to another instance; ask it for a grant naming this one"},
+	messenger.Kind{Name: "push.out_of_grant", Sentinel: ErrOutOfGrant, Fix: "write inside the ranges the grant names (GrantHandle.Ranges)"},
+	messenger.Kind{Name: "push.unauthenticated", Sentinel: ErrUnauthenticated, Fix: "configure this instance with the receiver's cluster secret or a certificate of its cluster CA (docs/security.md)"},
+	messenger.Kind{Sentinel: ErrOverlap},
+	messenger.Kind{Sentinel: ErrEmptyPut},
+	messenger.Kind{Sentinel: ErrNotifyTooLarge},
+)
 
 // receiverErr tags a receiver-side error with the kind its sentinel travels under.
-func receiverErr(err error) error {
-	for k, s := range kindSentinels {
-		if errors.Is(err, s) {
-			return messenger.WithKind(err, k)
-		}
-	}
-	return err
-}
-
-// fixes say what the caller can do about a sentinel.
-var fixes = map[error]string{
-	ErrGrantEnded:      "ask the receiver for a new grant (GrantWrite)",
-	ErrBadGrant:        "use the handle exactly as the receiver's GrantHandle.MarshalText or MarshalBinary wrote it",
-	ErrNotGrantee:      "the receiver granted these ranges to another instance; ask it for a grant naming this one",
-	ErrOutOfGrant:      "write inside the ranges the grant names (GrantHandle.Ranges)",
-	ErrUnauthenticated: "configure this instance with the receiver's cluster secret or a certificate of its cluster CA (docs/security.md)",
-}
-
-// opError is one failed operation, said once, with the fix where there is one.
-type opError struct {
-	op       string
-	detail   string
-	sentinel error
-	causes   []error
-}
-
-func (e *opError) Error() string {
-	s := "push: " + e.op + ": " + e.detail
-	if fix := fixes[e.sentinel]; fix != "" {
-		s += " (" + fix + ")"
-	}
-	return s
-}
-
-func (e *opError) Unwrap() []error { return e.causes }
+func receiverErr(err error) error { return kinds.Tag(err) }
 
 // opErr wraps err of op: a sentinel of this package, local or from the receiver's answer, is said
 // in its own words with its fix; anything else keeps its text.
-func opErr(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	var re *messenger.RemoteError
-	if errors.As(err, &re) {
-		if s, ok := kindSentinels[re.Kind]; ok {
-			return &opError{op: op, detail: re.Text, sentinel: s, causes: []error{s, re}}
-		}
-	}
-	for _, s := range []error{ErrBadGrant, ErrGrantEnded, ErrNotGrantee, ErrOutOfGrant, ErrUnauthenticated, ErrOverlap, ErrEmptyPut, ErrNotifyTooLarge} {
-		if errors.Is(err, s) {
-			return &opError{op: op, detail: err.Error(), sentinel: s, causes: []error{err}}
-		}
-	}
-	return fmt.Errorf("push: %s: %w", op, err)
-}
+func opErr(op string, err error) error { return kinds.Said(op, err) }

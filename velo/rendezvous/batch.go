@@ -636,9 +636,4 @@ func (r *Rendezvous) pullSpans(ctx context.Context, owner transport.InstanceID, 
 
 // batchEntryErr is the error of one entry of a batch answer, said as remoteErr says a single
 // acquire's: the owner's words, matching the sentinel its kind names.
-func batchEntryErr(op, kind, text string) error {
-	if s, ok := kindSentinels[kind]; ok {
-		return &opError{op: op, detail: text, sentinel: s, causes: []error{s}}
-	}
-	return fmt.Errorf("rendezvous: %s: %s", op, text)
-}
+func batchEntryErr(op, kind, text string) error { return kinds.Entry(op, kind, text) }

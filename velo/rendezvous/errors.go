@@ -2,7 +2,6 @@ package rendezvous
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/velo-go/velo/velo/internal/errfam"
 	"github.com/velo-go/velo/velo/messenger"
@@ -48,82 +47,32 @@ const (
 	kindUnauth    = "rendezvous.unauthenticated"
 )
 
-var kindSentinels = map[string]error{
-	kindBadHandle: ErrBadHandle,
-	kindReleased:  ErrReleased,
-	kindForeign:   ErrForeignHandle,
-	kindBadLease:  ErrBadLease,
-	kindProtocol:  ErrProtocol,
-	kindClosed:    ErrClosed,
-	kindTooLarge:  ErrTooLarge,
-	kindUnauth:    ErrUnauthenticated,
-}
+// kinds are the sentinels a caller's errors match, with the fixes of those a caller can do
+// something about; the owner's text says what happened.
+var kinds = messenger.NewKinds("rendezvous",
+	messenger.Kind{Name: kindBadHandle, Sentinel: ErrBadHandle, Fix: "the handle was not issued by this owner, or was damaged on its way; handles are only valid as the owner's MarshalText or MarshalBinary wrote them"},
+	messenger.Kind{Name: kindReleased, Sentinel: ErrReleased, Fix: "a handle is staged with one reference and Get then Release spends it: Ref it once per further Get, or end the lease with Detach to fetch again"},
+	messenger.Kind{Name: kindForeign, Sentinel: ErrForeignHandle},
+	messenger.Kind{Name: kindBadLease, Sentinel: ErrBadLease, Fix: "the owner ended the lease: its TTL passed (WithLeaseTTL), the payload was released, or the owner restarted; Get the handle again"},
+	messenger.Kind{Name: kindProtocol, Sentinel: ErrProtocol},
+	messenger.Kind{Name: kindClosed, Sentinel: ErrClosed},
+	messenger.Kind{Name: kindTooLarge, Sentinel: ErrTooLarge},
+	messenger.Kind{Name: kindUnauth, Sentinel: ErrUnauthenticated, Fix: "configure this instance with the owner's cluster secret or a certificate of its cluster CA (docs/security.md)"},
+)
 
 // ownerErr tags an owner-side error with the kind its sentinel travels under.
-func ownerErr(err error) error {
-	for k, s := range kindSentinels {
-		if errors.Is(err, s) {
-			return messenger.WithKind(err, k)
-		}
-	}
-	return err
-}
-
-// fixes say, for the sentinels a caller can do something about, what to do; the owner's text says
-// what happened.
-var fixes = map[error]string{
-	ErrReleased:        "a handle is staged with one reference and Get then Release spends it: Ref it once per further Get, or end the lease with Detach to fetch again",
-	ErrBadLease:        "the owner ended the lease: its TTL passed (WithLeaseTTL), the payload was released, or the owner restarted; Get the handle again",
-	ErrBadHandle:       "the handle was not issued by this owner, or was damaged on its way; handles are only valid as the owner's MarshalText or MarshalBinary wrote them",
-	ErrUnauthenticated: "configure this instance with the owner's cluster secret or a certificate of its cluster CA (docs/security.md)",
-}
-
-// publicOps names the protocol steps as the caller knows them: the owner's answer to an acquire
-// is the answer to the caller's Get.
-var publicOps = map[string]string{"acquire": "get"}
-
-// opError is an error of one operation, said once: the operation, the detail (the owner's own
-// text, which names the handle and so the owner, whether it came over the wire or from the local
-// store), and the fix where there is one. It matches this package's sentinel and, for an answer
-// that came over the wire, the messenger's RemoteError (errors.As gives the peer and handler).
-type opError struct {
-	op       string
-	detail   string
-	sentinel error
-	causes   []error
-}
-
-func (e *opError) Error() string {
-	s := "rendezvous: " + e.op + ": " + e.detail
-	if fix := fixes[e.sentinel]; fix != "" {
-		s += " (" + fix + ")"
-	}
-	return s
-}
-
-func (e *opError) Unwrap() []error { return e.causes }
+func ownerErr(err error) error { return kinds.Tag(err) }
 
 // localErr is an error of op from this instance's own store, in the same words as remoteErr's.
-func localErr(op string, err error) error {
-	for _, s := range kindSentinels {
-		if errors.Is(err, s) {
-			return &opError{op: op, detail: err.Error(), sentinel: s, causes: []error{err}}
-		}
-	}
-	return fmt.Errorf("rendezvous: %s: %w", op, err)
-}
+func localErr(op string, err error) error { return kinds.Said(op, err) }
 
 // remoteErr maps an error that came back from the owner onto this package's sentinels. An answer
-// of a known kind is said once, in the owner's words; anything else keeps the messenger's text.
+// of a known kind is said once, in the owner's words (which name the handle and so the owner); it
+// matches the sentinel and the messenger's RemoteError. Anything else keeps the messenger's text.
+// The owner's answer to an acquire is the answer to the caller's Get, and is said as such.
 func remoteErr(op string, err error) error {
-	if p, ok := publicOps[op]; ok {
-		op = p
+	if op == "acquire" {
+		op = "get"
 	}
-	var re *messenger.RemoteError
-	if errors.As(err, &re) {
-		if s, ok := kindSentinels[re.Kind]; ok {
-			return &opError{op: op, detail: re.Text, sentinel: s, causes: []error{s, re}}
-		}
-	}
-	return fmt.Errorf("rendezvous: %s: %w", op, err)
+	return kinds.Remote(op, err)
 }

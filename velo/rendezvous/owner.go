@@ -2,7 +2,6 @@ package rendezvous
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -273,11 +272,8 @@ func (sc *acquireScratch) done(s *store) {
 // (bounded, so that a long text never makes the answer unencodable).
 func batchEntryError(err error) (kind, text string) {
 	kind, text = "rendezvous.error", err.Error()
-	for k, s := range kindSentinels {
-		if errors.Is(err, s) {
-			kind = k
-			break
-		}
+	if k, ok := kinds.KindOf(err); ok {
+		kind = k
 	}
 	if len(text) > 1024 {
 		text = text[:1024]

@@ -39,38 +39,18 @@ func (t *Transport) WriteMany(ctx context.Context, id transport.InstanceID, writ
 			done(i, err)
 		}
 	}
-	failAll := func(err error) {
-		for i := range writes {
-			if done != nil {
-				done(i, err)
-			}
-		}
-	}
-	p, _, err := t.lookup(id)
+	p, err := t.oneSidedPeer(id, "PUT to", "operations")
 	if err != nil {
-		failAll(err)
+		failAll(len(writes), err, done)
 		return
 	}
-	if !t.CanGet(id) {
-		failAll(fmt.Errorf("ucx: PUT to %016x: %w: the peer is not registered for one-sided operations (RegisterPeer with its UCX address)", uint64(id), transport.ErrUnknownPeer))
-		return
-	}
-	keys := map[string]*ucx.RegionKey{}
+	keys := keyCache{}
 	kw := make([]ucx.KeyWrite, 0, len(writes))
 	index := make([]int, 0, len(writes)) // kw[j] is writes[index[j]]
 	for i, w := range writes {
-		k, ok := keys[string(w.Key)]
-		if !ok {
-			var err error
-			if k, err = ucx.ParseRegionKey(w.Key); err != nil {
-				keys[string(w.Key)] = nil
-				report(i, err)
-				continue
-			}
-			keys[string(w.Key)] = k
-		}
-		if k == nil {
-			report(i, fmt.Errorf("%w: the key failed its check", ucx.ErrInvalidRemoteKey))
+		k, err := keys.parse(w.Key)
+		if err != nil {
+			report(i, err)
 			continue
 		}
 		kw = append(kw, ucx.KeyWrite{Key: k, Offset: w.Offset, Src: w.Src})
@@ -79,19 +59,12 @@ func (t *Transport) WriteMany(ctx context.Context, id transport.InstanceID, writ
 	if len(kw) == 0 {
 		return
 	}
-	p.sendMu.Lock()
-	oc, err := t.connLocked(ctx, p)
+	err = t.withConn(ctx, p, func(c *ucx.Conn) {
+		c.PutMany(ctx, kw, window, func(j int, err error) { report(index[j], err) })
+	})
 	if err != nil {
-		p.sendMu.Unlock()
 		for _, i := range index {
 			report(i, err)
 		}
-		return
 	}
-	oc.beginGet()
-	p.sendMu.Unlock()
-	p.touch()
-	oc.c.PutMany(ctx, kw, window, func(j int, err error) { report(index[j], err) })
-	p.touch()
-	t.opDone(oc, true)
 }

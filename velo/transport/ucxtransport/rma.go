@@ -170,25 +170,13 @@ func (t *Transport) get(ctx context.Context, id transport.InstanceID, key []byte
 	if err != nil {
 		return fmt.Errorf("ucx: GET from %016x: %w", uint64(id), err)
 	}
-	p, _, err := t.lookup(id)
+	p, err := t.oneSidedPeer(id, "GET from", "reads")
 	if err != nil {
 		return err
 	}
-	if !t.CanGet(id) {
-		return fmt.Errorf("ucx: GET from %016x: %w: the peer is not registered for one-sided reads (RegisterPeer with its UCX address)", uint64(id), transport.ErrUnknownPeer)
+	if cerr := t.withConn(ctx, p, func(c *ucx.Conn) { err = c.GetKeyWith(ctx, dst, k, offset, opts) }); cerr != nil {
+		return cerr
 	}
-	p.sendMu.Lock()
-	oc, err := t.connLocked(ctx, p)
-	if err != nil {
-		p.sendMu.Unlock()
-		return err
-	}
-	oc.beginGet()
-	p.sendMu.Unlock()
-	p.touch()
-	err = oc.c.GetKeyWith(ctx, dst, k, offset, opts)
-	p.touch()
-	t.opDone(oc, true)
 	if err != nil {
 		return fmt.Errorf("ucx: GET of %d bytes from %016x: %w", len(dst), uint64(id), err)
 	}
@@ -212,70 +200,99 @@ func (t *Transport) ReadMany(ctx context.Context, id transport.InstanceID, reads
 			done(i, err)
 		}
 	}
-	failAll := func(err error) {
-		for i := range reads {
-			if done != nil {
-				done(i, err)
-			}
-		}
-	}
-	p, _, err := t.lookup(id)
+	p, err := t.oneSidedPeer(id, "GET from", "reads")
 	if err != nil {
-		failAll(err)
+		failAll(len(reads), err, done)
 		return
 	}
-	if !t.CanGet(id) {
-		failAll(fmt.Errorf("ucx: GET from %016x: %w: the peer is not registered for one-sided reads (RegisterPeer with its UCX address)", uint64(id), transport.ErrUnknownPeer))
-		return
-	}
-	keys := map[string]*ucx.RegionKey{}
-	var bad []int
-	var badErr []error
+	keys := keyCache{}
 	kr := make([]ucx.KeyRead, 0, len(reads))
 	index := make([]int, 0, len(reads)) // kr[j] is reads[index[j]]
 	for i, r := range reads {
-		k, ok := keys[string(r.Key)]
-		if !ok {
-			var err error
-			if k, err = ucx.ParseRegionKey(r.Key); err != nil {
-				k = nil
-				bad, badErr = append(bad, i), append(badErr, err)
-				keys[string(r.Key)] = nil
-				continue
-			}
-			keys[string(r.Key)] = k
-		}
-		if k == nil {
-			bad, badErr = append(bad, i), append(badErr, fmt.Errorf("%w: the key failed its check", ucx.ErrInvalidRemoteKey))
+		k, err := keys.parse(r.Key)
+		if err != nil {
+			report(i, err)
 			continue
 		}
 		mt, err := ucxMemory(r.Memory)
 		if err != nil {
-			bad, badErr = append(bad, i), append(badErr, err)
+			report(i, err)
 			continue
 		}
 		kr = append(kr, ucx.KeyRead{Key: k, Offset: r.Offset, Dst: r.Dst, DstMemory: mt})
 		index = append(index, i)
 	}
-	for j, i := range bad {
-		report(i, badErr[j])
-	}
 	if len(kr) == 0 {
 		return
 	}
+	err = t.withConn(ctx, p, func(c *ucx.Conn) {
+		c.GetMany(ctx, kr, window, func(j int, err error) { report(index[j], err) })
+	})
+	if err != nil {
+		for _, i := range index {
+			report(i, err)
+		}
+	}
+}
+
+// oneSidedPeer is peer id, which must be registered for one-sided operations; what ("GET from",
+// "PUT to") and which ("reads", "operations") name them in the error.
+func (t *Transport) oneSidedPeer(id transport.InstanceID, what, which string) (*peer, error) {
+	p, _, err := t.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	if !t.CanGet(id) {
+		return nil, fmt.Errorf("ucx: %s %016x: %w: the peer is not registered for one-sided %s (RegisterPeer with its UCX address)", what, uint64(id), transport.ErrUnknownPeer, which)
+	}
+	return p, nil
+}
+
+// withConn runs op on an endpoint to p, which counts it as a GET in flight while it runs (a fin
+// waits for it); the error is the endpoint's, when none could be had.
+func (t *Transport) withConn(ctx context.Context, p *peer, op func(c *ucx.Conn)) error {
 	p.sendMu.Lock()
 	oc, err := t.connLocked(ctx, p)
 	if err != nil {
 		p.sendMu.Unlock()
-		for _, i := range index {
-			report(i, err)
-		}
-		return
+		return err
 	}
 	oc.beginGet()
 	p.sendMu.Unlock()
 	p.touch()
-	oc.c.GetMany(ctx, kr, window, func(j int, err error) { report(index[j], err) })
+	op(oc.c)
 	p.touch()
 	t.opDone(oc, true)
+	return nil
+}
+
+// failAll reports err for each of n operations, none of which was tried.
+func failAll(n int, err error, done func(i int, err error)) {
+	if done == nil {
+		return
+	}
+	for i := range n {
+		done(i, err)
+	}
+}
+
+// keyCache parses each distinct sealed key of a batch once, for all the operations that name it.
+type keyCache map[string]*ucx.RegionKey
+
+// parse is key parsed and checked: the check's error the first time it fails, and ever after an
+// error saying the key failed it.
+func (c keyCache) parse(key []byte) (*ucx.RegionKey, error) {
+	k, seen := c[string(key)]
+	if !seen {
+		var err error
+		if k, err = ucx.ParseRegionKey(key); err != nil {
+			c[string(key)] = nil
+			return nil, err
+		}
+		c[string(key)] = k
+	}
+	if k == nil {
+		return nil, fmt.Errorf("%w: the key failed its check", ucx.ErrInvalidRemoteKey)
+	}
+	return k, nil
 }
