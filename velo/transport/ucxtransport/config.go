@@ -53,6 +53,9 @@ const (
 	// maxTick is the longest interval between two maintenance passes (reaping, retired
 	// endpoints, held frames).
 	maxTick = 250 * time.Millisecond
+	// remoteLogInterval: a warning that peers' frames cause is logged at most once per peer and
+	// message in this interval, with the count of those held back.
+	remoteLogInterval = 10 * time.Second
 	// startTimeout bounds the engine's start-up.
 	startTimeout = 60 * time.Second
 )

@@ -51,6 +51,9 @@ type inResult struct {
 	deliver [][]byte
 	lost    uint64
 	stale   uint64
+	// finsAgain counts fins for an endpoint already finished: the peer sends one fin per
+	// endpoint, so another is a recorded one played again (or a forged one, without a gate).
+	finsAgain uint64
 }
 
 // accept takes one frame and returns what may be delivered now.
@@ -72,8 +75,11 @@ func (in *inbound) accept(f inFrame, now time.Time) inResult {
 		in.apply(f, &r)
 	case f.epoch < in.cur:
 		// An epoch we already gave up on (its frames were counted lost) or finished.
-		if f.kind == kindData {
+		switch f.kind {
+		case kindData:
 			r.stale++
+		case kindFin:
+			r.finsAgain++
 		}
 		return r
 	default:
@@ -100,6 +106,10 @@ func (in *inbound) apply(f inFrame, r *inResult) {
 	case kindHello:
 		in.open = !in.finned
 	case kindFin:
+		if in.finned {
+			r.finsAgain++
+			return
+		}
 		in.open, in.finned = false, true
 		in.end, in.endKnown = f.seq, true
 		if in.delivered < in.end {
@@ -175,8 +185,11 @@ func (in *inbound) switchTo(epoch uint32, r *inResult) {
 		case f.epoch == epoch:
 			mine = append(mine, f)
 		case f.epoch < epoch:
-			if f.kind == kindData {
+			switch f.kind {
+			case kindData:
 				r.stale++
+			case kindFin:
+				r.finsAgain++
 			}
 		default:
 			in.noteHello(f, epoch)

@@ -311,3 +311,24 @@ func TestNotHeardFromIsNotFinished(t *testing.T) {
 	require.True(t, v.finishedThrough(0))
 	require.False(t, v.finishedThrough(1), "a sender not heard from yet finished epoch 1")
 }
+
+// TestInboundCountsFinsPlayedAgain: a second fin for a finished endpoint, and a fin for an
+// endpoint older than the current one, change nothing and are counted as played again.
+func TestInboundCountsFinsPlayedAgain(t *testing.T) {
+	var in inbound
+	now := time.Now()
+	r := in.accept(inFrame{kind: kindHello, epoch: 10}, now)
+	r = in.accept(inFrame{kind: kindData, epoch: 10, seq: 1, payload: []byte("a")}, now)
+	require.Len(t, r.deliver, 1)
+	r = in.accept(inFrame{kind: kindFin, epoch: 10, seq: 1}, now)
+	require.Zero(t, r.finsAgain, "the first fin is the endpoint's own")
+	r = in.accept(inFrame{kind: kindFin, epoch: 10, seq: 1}, now)
+	require.EqualValues(t, 1, r.finsAgain, "the same fin again")
+	r = in.accept(inFrame{kind: kindHello, epoch: 17, seq: 1, prevEpoch: 10}, now)
+	r = in.accept(inFrame{kind: kindData, epoch: 17, seq: 1, payload: []byte("b")}, now)
+	require.Len(t, r.deliver, 1, "the next endpoint's frames still arrive")
+	r = in.accept(inFrame{kind: kindFin, epoch: 10, seq: 1}, now)
+	require.EqualValues(t, 1, r.finsAgain, "a fin for an endpoint before the current one")
+	r = in.accept(inFrame{kind: kindData, epoch: 17, seq: 2, payload: []byte("c")}, now)
+	require.Len(t, r.deliver, 1, "a played fin does not end the current endpoint")
+}

@@ -32,7 +32,8 @@ var (
 	// sender's incarnation, or a hello's proof does not match its session), bad_seal (with
 	// credentials, a data frame or fin in an authenticated peer's name whose seal is missing,
 	// wrong, or on an endpoint no proven hello opened: a forgery), replayed (a second hello for
-	// an endpoint already opened: a recorded hello played again).
+	// an endpoint already opened, or a fin for one already finished: recorded frames played
+	// again).
 	dropReasons = []string{"malformed", "unknown_sender", "too_large", "stale", "rejected_blob", "unauthenticated", "bad_seal", "replayed"}
 	// endpointEvents: opened, reaped (this side's idle reaper retired it), retired_by_peer (the
 	// peer's fin), failed (UCX reported the endpoint dead), removed (RemovePeer), closed (this

@@ -50,7 +50,7 @@ func (t *Transport) admit(m ucx.AMMessage) (admitted, bool) {
 	h, err := decodeHeader(m.Header)
 	if err != nil {
 		t.m.dropped.WithLabelValues("malformed").Inc()
-		t.log.Warn("ucx: dropping a malformed frame", "err", err)
+		t.warnRemote("", "ucx: dropping a malformed frame", "err", err)
 		return admitted{}, false
 	}
 	if t.gate == nil {
@@ -104,6 +104,18 @@ func (t *Transport) admitHello(h frameHeader, m ucx.AMMessage) (admitted, bool) 
 	return admitted{h: h, payload: body, key: k}, true
 }
 
+// warnRemote logs a warning that a peer's frames caused (peer is its hex ID, or "" when the frame
+// named none): at most one line per peer and message per remoteLogInterval, with the count of the
+// lines held back, so that a stream of bad frames costs a counter, not the log.
+func (t *Transport) warnRemote(peer, msg string, args ...any) {
+	if ok, n := t.remoteLogs.Allow(peer+"\x00"+msg, time.Now()); ok {
+		if peer != "" {
+			args = append([]any{"peer", peer}, args...)
+		}
+		t.log.Warn(msg, append(args, "suppressed_since_last", n)...)
+	}
+}
+
 // refuse counts a frame admit refused and logs it, once per sender per gateLogs.Interval.
 func (t *Transport) refuse(h frameHeader, reason, msg string, err error) {
 	t.m.dropped.WithLabelValues(reason).Inc()
@@ -125,12 +137,11 @@ func (t *Transport) onHello(f admitted) {
 	switch {
 	case errors.Is(err, errBlobVersion):
 		t.m.dropped.WithLabelValues("rejected_blob").Inc()
-		t.log.Warn(fmt.Sprintf("ucx: rejecting peer blob: unsupported ucx blob version %d (expected %d)", b.Version, BlobVersion),
-			"peer", fmt.Sprintf("%016x", uint64(h.Sender)))
+		t.warnRemote(fmt.Sprintf("%016x", uint64(h.Sender)), fmt.Sprintf("ucx: rejecting peer blob: unsupported ucx blob version %d (expected %d)", b.Version, BlobVersion))
 		return
 	case err != nil:
 		t.m.dropped.WithLabelValues("rejected_blob").Inc()
-		t.log.Warn("ucx: dropping a hello with an unusable address", "peer", fmt.Sprintf("%016x", uint64(h.Sender)), "err", err)
+		t.warnRemote(fmt.Sprintf("%016x", uint64(h.Sender)), "ucx: dropping a hello with an unusable address", "err", err)
 		return
 	case !t.build.Meets(b.Build):
 		// Only AddPeer marks a peer as mismatched: a hello is the peer's word, and this one
@@ -140,13 +151,13 @@ func (t *Transport) onHello(f admitted) {
 		return
 	case b.Incarnation != h.Incarnation:
 		t.m.dropped.WithLabelValues("rejected_blob").Inc()
-		t.log.Warn("ucx: dropping a hello whose address names another incarnation", "peer", fmt.Sprintf("%016x", uint64(h.Sender)))
+		t.warnRemote(fmt.Sprintf("%016x", uint64(h.Sender)), "ucx: dropping a hello whose address names another incarnation")
 		return
 	}
 	if t.registeredAsOther(h) {
 		// A registered peer of another incarnation: AddPeer decides who that peer is.
 		t.m.dropped.WithLabelValues("unknown_sender").Inc()
-		t.log.Warn("ucx: dropping a hello from another incarnation of a registered peer", "peer", fmt.Sprintf("%016x", uint64(h.Sender)))
+		t.warnRemote(fmt.Sprintf("%016x", uint64(h.Sender)), "ucx: dropping a hello from another incarnation of a registered peer")
 		return
 	}
 	p := t.removedJoining(h)
@@ -182,7 +193,7 @@ func (t *Transport) onFrame(f admitted) {
 	if h.Kind == kindData {
 		if len(f.payload) > t.cfg.EagerMax {
 			t.m.dropped.WithLabelValues("too_large").Inc()
-			t.log.Warn("ucx: dropping a frame above the eager limit", "peer", fmt.Sprintf("%016x", uint64(h.Sender)),
+			t.warnRemote(fmt.Sprintf("%016x", uint64(h.Sender)), "ucx: dropping a frame above the eager limit",
 				"bytes", len(f.payload), "limit", t.cfg.EagerMax, "err", transport.ErrFrameTooLarge)
 			// The sequence still advances: count it as received-and-dropped, not lost.
 		} else {
@@ -304,11 +315,15 @@ func (t *Transport) deliver(from transport.InstanceID, r inResult) {
 	}
 	if r.lost > 0 {
 		t.m.lost.Add(float64(r.lost))
-		t.log.Warn("ucx: frames from peer were lost with a failed endpoint", "peer", fmt.Sprintf("%016x", uint64(from)), "frames", r.lost)
+		t.warnRemote(fmt.Sprintf("%016x", uint64(from)), "ucx: frames from peer were lost with a failed endpoint", "frames", r.lost)
 	}
 	if r.stale > 0 {
 		t.m.dropped.WithLabelValues("stale").Add(float64(r.stale))
-		t.log.Warn("ucx: dropping frames of an endpoint already given up on", "peer", fmt.Sprintf("%016x", uint64(from)), "frames", r.stale)
+		t.warnRemote(fmt.Sprintf("%016x", uint64(from)), "ucx: dropping frames of an endpoint already given up on", "frames", r.stale)
+	}
+	if r.finsAgain > 0 {
+		t.m.dropped.WithLabelValues("replayed").Add(float64(r.finsAgain))
+		t.warnRemote(fmt.Sprintf("%016x", uint64(from)), "ucx: dropping a fin for an endpoint already finished (a recorded fin played again)", "fins", r.finsAgain)
 	}
 }
 

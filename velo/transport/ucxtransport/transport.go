@@ -39,6 +39,8 @@ type Transport struct {
 	// only from authenticated incarnations, endpoints open only to authenticated peers.
 	gate     transport.AuthGate
 	gateLogs auth.LogLimiter
+	// remoteLogs limits every other warning a peer's frames can cause (warnRemote).
+	remoteLogs auth.LogLimiter
 	// rkeys are the frame keys of each peer incarnation's endpoints that a hello with a valid
 	// proof opened: with a gate, data and fins count only when their seal opens under one.
 	keysMu sync.Mutex
@@ -177,6 +179,7 @@ func New(cfg Config) (*Transport, error) {
 		peers:      map[transport.InstanceID]*peer{},
 		slots:      map[slotKey]uint32{},
 		mismatched: map[transport.InstanceID]wire.UCXBuild{},
+		remoteLogs: auth.LogLimiter{Interval: remoteLogInterval},
 		orphans:    map[*peer]struct{}{},
 		inbound:    map[transport.InstanceID]*inboundState{},
 		stop:       make(chan struct{}),
