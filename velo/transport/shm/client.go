@@ -1,0 +1,301 @@
+//go:build linux
+
+package shm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/velo-go/velo/velo/transport"
+)
+
+// clientConn is one channel of the consumer to an owner.
+type clientConn struct {
+	c     *net.UnixConn
+	ring  []byte
+	chunk int
+	once  sync.Once
+}
+
+// close closes the socket and unmaps the ring; the caller holds the channel alone.
+func (c *clientConn) close() {
+	c.once.Do(func() {
+		c.c.Close()
+		unix.Munmap(c.ring)
+	})
+}
+
+// take returns an idle channel to p, or opens one when fewer than ConnsPerPeer are open, or
+// waits for one to come back.
+func (t *Transport) take(ctx context.Context, p *peer) (*clientConn, error) {
+	for {
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			return nil, fmt.Errorf("shm: %w", transport.ErrClosed)
+		}
+		if n := len(p.idle); n > 0 {
+			c := p.idle[n-1]
+			p.idle = p.idle[:n-1]
+			t.mu.Unlock()
+			return c, nil
+		}
+		if p.open < t.cfg.ConnsPerPeer {
+			p.open++
+			t.mu.Unlock()
+			c, err := t.dial(ctx, p)
+			if err != nil {
+				t.mu.Lock()
+				p.open--
+				p.why = err.Error()
+				p.ready = false
+				t.signal(p)
+				t.mu.Unlock()
+				return nil, err
+			}
+			return c, nil
+		}
+		wait := p.waitCh
+		t.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// put gives a channel back: kept idle when it worked (ok) and its peer is still current, else
+// closed.
+func (t *Transport) put(p *peer, c *clientConn, ok bool) {
+	t.mu.Lock()
+	keep := ok && !t.closed && t.peers[p.id] == p
+	if keep {
+		p.idle = append(p.idle, c)
+		p.ready, p.why = true, ""
+	} else {
+		p.open--
+	}
+	t.signal(p)
+	t.mu.Unlock()
+	if !keep {
+		c.close()
+	}
+}
+
+// signal wakes the takers waiting on p; t.mu is held.
+func (t *Transport) signal(p *peer) {
+	close(p.waitCh)
+	p.waitCh = make(chan struct{})
+}
+
+// dial opens and proves a channel to p: the control plane authenticates the owner first when
+// the instance has a secret, then the handshake checks the owner's credentials, identity, host
+// and proof, and maps the ring it hands over.
+func (t *Transport) dial(ctx context.Context, p *peer) (*clientConn, error) {
+	auth := t.gate != nil && t.gate.AuthRequired()
+	if auth {
+		if err := t.gate.Authenticate(ctx, p.id); err != nil {
+			return nil, fmt.Errorf("shm: authenticating %016x on the control plane: %w", uint64(p.id), err)
+		}
+	}
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", p.sock)
+	if err != nil {
+		return nil, fmt.Errorf("shm: the owner's socket is not reachable from here: %w", err)
+	}
+	c := nc.(*net.UnixConn)
+	cc, err := t.handshakeConsumer(ctx, c, p, auth)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("shm: handshake with %016x: %w", uint64(p.id), err)
+	}
+	return cc, nil
+}
+
+func (t *Transport) handshakeConsumer(ctx context.Context, c *net.UnixConn, p *peer, auth bool) (*clientConn, error) {
+	dl := time.Now().Add(handshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	c.SetDeadline(dl)
+	uid, err := peerUID(c)
+	if err != nil {
+		return nil, err
+	}
+	if !t.allow[uid] {
+		return nil, fmt.Errorf("the socket belongs to a process of uid %d, not one this instance allows (Config.AllowUIDs)", uid)
+	}
+	g, fd, err := readMsg(c, 1024)
+	if fd >= 0 {
+		unix.Close(fd)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the owner's greeting: %w", err)
+	}
+	if len(g) == 5 && [4]byte(g[:4]) == acceptMagic {
+		return nil, errors.New("the owner refused this process (its uid)")
+	}
+	if len(g) < 4+8+8+16+2 || [4]byte(g[:4]) != greetMagic {
+		return nil, fmt.Errorf("%w: a malformed greeting", errProtocol)
+	}
+	oid := transport.InstanceID(binary.LittleEndian.Uint64(g[4:]))
+	oinc := binary.LittleEndian.Uint64(g[12:])
+	nonceO := g[20:36]
+	hl := int(binary.LittleEndian.Uint16(g[36:]))
+	if len(g) != 38+hl {
+		return nil, fmt.Errorf("%w: a malformed greeting", errProtocol)
+	}
+	if oid != p.id || (p.inc != 0 && oinc != p.inc) {
+		return nil, fmt.Errorf("the socket is served by instance %016x (incarnation %x), not the peer", uint64(oid), oinc)
+	}
+	if !t.equalHost(g[38:]) {
+		return nil, fmt.Errorf("the owner runs on host %q, this instance on %q", g[38:], t.hostID)
+	}
+	var nonceC [16]byte
+	rand.Read(nonceC[:])
+	h := append([]byte{}, helloMagic[:]...)
+	h = binary.LittleEndian.AppendUint64(h, uint64(t.host.LocalID()))
+	h = binary.LittleEndian.AppendUint64(h, t.host.Incarnation())
+	h = binary.LittleEndian.AppendUint64(h, uint64(oid))
+	h = binary.LittleEndian.AppendUint64(h, oinc)
+	h = append(h, nonceO...)
+	h = append(h, nonceC[:]...)
+	msgC := append(append([]byte{}, helloDomain...), h...)
+	var proof []byte
+	if auth {
+		if proof, err = t.gate.HelloProof(oid, msgC); err != nil {
+			return nil, err
+		}
+	}
+	h = binary.LittleEndian.AppendUint16(h, uint16(len(proof)))
+	h = append(h, proof...)
+	if err := writeMsg(c, h, -1); err != nil {
+		return nil, err
+	}
+	a, fd, err := readMsg(c, 1024)
+	closeFD := func() {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+	defer closeFD()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("the owner closed the channel during the handshake (it refused this instance's uid or proof)")
+		}
+		return nil, fmt.Errorf("reading the owner's answer: %w", err)
+	}
+	if len(a) < 5 || [4]byte(a[:4]) != acceptMagic {
+		return nil, fmt.Errorf("%w: a malformed answer", errProtocol)
+	}
+	if a[4] != 0 {
+		return nil, errors.New("the owner refused this instance (no valid proof of the cluster secret)")
+	}
+	if len(a) < 11 {
+		return nil, fmt.Errorf("%w: a malformed answer", errProtocol)
+	}
+	chunk := int(binary.LittleEndian.Uint32(a[5:]))
+	pl := int(binary.LittleEndian.Uint16(a[9:]))
+	if len(a) != 11+pl || chunk < 4096 || chunk > 256<<20 {
+		return nil, fmt.Errorf("%w: a malformed answer", errProtocol)
+	}
+	if auth {
+		if _, ok := t.gate.HelloKey(oid, oinc, append(append([]byte{}, acceptDomain...), msgC...), a[11:]); !ok {
+			return nil, errors.New("the owner did not prove its answer with the control-plane session key: the socket is not the peer's")
+		}
+	}
+	if fd < 0 {
+		return nil, fmt.Errorf("%w: the answer carried no ring", errProtocol)
+	}
+	ring, err := mapRing(fd, 2*chunk, unix.PROT_READ)
+	if err != nil {
+		return nil, fmt.Errorf("mapping the ring: %w", err)
+	}
+	c.SetDeadline(time.Time{})
+	return &clientConn{c: c, ring: ring, chunk: chunk}, nil
+}
+
+// Get implements transport.RMA: len(dst) bytes at offset of the region key names, copied out of
+// the ring of a channel to peer as the owner fills it. If ctx ends first the channel is closed,
+// and Get returns once nothing writes dst (this goroutine is the only writer).
+func (t *Transport) Get(ctx context.Context, id transport.InstanceID, kb []byte, offset uint64, dst []byte) error {
+	if _, err := parseKey(kb); err != nil {
+		return err
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	t.mu.Lock()
+	p := t.peers[id]
+	t.mu.Unlock()
+	if p == nil || !p.same {
+		return fmt.Errorf("shm: GET from %016x: %w: the peer is not on this host's same-host path", uint64(id), transport.ErrUnknownPeer)
+	}
+	c, err := t.take(ctx, p)
+	if err != nil {
+		return err
+	}
+	err = c.read(ctx, kb, offset, dst)
+	// A refused key leaves the channel in step; anything else may not have.
+	t.put(p, c, err == nil || errors.Is(err, errKeyRefused))
+	if err != nil {
+		return fmt.Errorf("shm: GET of %d bytes from %016x: %w", len(dst), uint64(id), err)
+	}
+	return nil
+}
+
+func (c *clientConn) read(ctx context.Context, kb []byte, off uint64, dst []byte) error {
+	stop := context.AfterFunc(ctx, func() { c.c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	var f [frameLen]byte
+	f[0] = frameRead
+	copy(f[4:], kb)
+	binary.LittleEndian.PutUint64(f[36:], off)
+	binary.LittleEndian.PutUint64(f[44:], uint64(len(dst)))
+	fail := func(err error) error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return err
+	}
+	if _, err := c.c.Write(f[:]); err != nil {
+		return fail(err)
+	}
+	pos := 0
+	for pos < len(dst) {
+		if _, err := io.ReadFull(c.c, f[:]); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = fmt.Errorf("%w: the owner closed the channel mid-read", transport.ErrPeerUnreachable)
+			}
+			return fail(err)
+		}
+		switch f[0] {
+		case frameError:
+			return codeErr(f[1])
+		case frameChunk:
+		default:
+			return fmt.Errorf("%w: frame %q during a read", errProtocol, f[0])
+		}
+		b, n := int(f[1]), int(binary.LittleEndian.Uint32(f[4:]))
+		if b > 1 || n > c.chunk || n > len(dst)-pos || n == 0 {
+			return fmt.Errorf("%w: a chunk of %d bytes in buffer %d", errProtocol, n, b)
+		}
+		copy(dst[pos:pos+n], c.ring[b*c.chunk:b*c.chunk+n])
+		pos += n
+		f[0] = frameFree
+		if _, err := c.c.Write(f[:]); err != nil {
+			return fail(err)
+		}
+	}
+	return nil
+}
