@@ -24,6 +24,13 @@ type clientConn struct {
 	ring  []byte
 	chunk int
 	once  sync.Once
+
+	// While the channel is idle a watcher reads it: the owner never sends on an idle channel, so
+	// anything it reads (an EOF, when the owner went) means the channel is dead, and it is closed
+	// then rather than at the next read. watched is closed when the watcher returned; dead says
+	// it found the channel dead (guarded by Transport.mu).
+	watched chan struct{}
+	dead    bool
 }
 
 // close closes the socket and unmaps the ring; the caller holds the channel alone.
@@ -47,7 +54,14 @@ func (t *Transport) take(ctx context.Context, p *peer) (*clientConn, error) {
 			c := p.idle[n-1]
 			p.idle = p.idle[:n-1]
 			t.mu.Unlock()
-			return c, nil
+			if c.unwatch(t) {
+				return c, nil
+			}
+			t.mu.Lock()
+			p.open--
+			t.mu.Unlock()
+			c.close()
+			continue
 		}
 		if p.open < t.cfg.ConnsPerPeer {
 			p.open++
@@ -82,14 +96,94 @@ func (t *Transport) put(p *peer, c *clientConn, ok bool) {
 	if keep {
 		p.idle = append(p.idle, c)
 		p.ready, p.why = true, ""
+		t.watch(p, c)
 	} else {
 		p.open--
+		if p.open == 0 && t.peers[p.id] == p {
+			t.reprobe(p)
+		}
 	}
 	t.signal(p)
 	t.mu.Unlock()
 	if !keep {
 		c.close()
 	}
+}
+
+// reprobeAfter is how long a peer whose last channel died waits before it is probed again.
+const reprobeAfter = 200 * time.Millisecond
+
+// reprobe opens a new channel to p a moment after its last one died (the owner restarted its
+// side, or closed a stalled consumer's channels with force): without it, a pair that lost its
+// channels would stay off the path until the peer is registered again. A failed probe leaves the
+// path off and says why; t.mu is held.
+func (t *Transport) reprobe(p *peer) {
+	if p.probing || t.closed {
+		return
+	}
+	p.probing = true
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		select {
+		case <-time.After(reprobeAfter):
+		case <-t.stop:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+		defer cancel()
+		c, err := t.take(ctx, p)
+		t.mu.Lock()
+		p.probing = false
+		t.mu.Unlock()
+		if err != nil {
+			return
+		}
+		t.put(p, c, true)
+	}()
+}
+
+// watch starts the watcher of an idle channel; t.mu is held.
+func (t *Transport) watch(p *peer, c *clientConn) {
+	c.watched = make(chan struct{})
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		defer close(c.watched)
+		var b [1]byte
+		_, err := c.c.Read(b[:])
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return // unwatch interrupted it: the channel is being taken
+		}
+		t.mu.Lock()
+		c.dead = true
+		for i, x := range p.idle {
+			if x == c {
+				p.idle = append(p.idle[:i], p.idle[i+1:]...)
+				p.open--
+				if p.open == 0 {
+					p.ready, p.why = false, "the owner closed the channel (it went, or closed it with force)"
+					t.reprobe(p)
+				}
+				t.signal(p)
+				t.mu.Unlock()
+				c.close()
+				return
+			}
+		}
+		t.mu.Unlock() // taken meanwhile: unwatch sees dead
+	}()
+}
+
+// unwatch stops the watcher of a channel just taken from the idle list and reports whether the
+// channel is still alive.
+func (c *clientConn) unwatch(t *Transport) bool {
+	c.c.SetReadDeadline(time.Unix(1, 0))
+	<-c.watched
+	c.c.SetReadDeadline(time.Time{})
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !c.dead
 }
 
 // signal wakes the takers waiting on p; t.mu is held.

@@ -89,15 +89,16 @@ type Transport struct {
 
 // peer is what the consumer side knows of an owner.
 type peer struct {
-	id     transport.InstanceID
-	inc    uint64
-	sock   string
-	same   bool   // the owner's host identity is ours
-	why    string // why the path is not taken (empty once a channel worked)
-	ready  bool   // a channel was opened and proven
-	idle   []*clientConn
-	open   int
-	waitCh chan struct{} // closed and replaced when a channel goes idle or closes
+	id      transport.InstanceID
+	inc     uint64
+	sock    string
+	same    bool   // the owner's host identity is ours
+	why     string // why the path is not taken (empty once a channel worked)
+	ready   bool   // a channel was opened and proven
+	probing bool   // a reprobe is under way
+	idle    []*clientConn
+	open    int
+	waitCh  chan struct{} // closed and replaced when a channel goes idle or closes
 }
 
 var (
@@ -462,6 +463,8 @@ func (t *Transport) ForceClosePeer(id transport.InstanceID) error {
 	var idle []*clientConn
 	if p := t.peers[id]; p != nil {
 		idle, p.idle = p.idle, nil
+		p.open -= len(idle)
+		t.signal(p)
 	}
 	t.mu.Unlock()
 	for _, c := range in {

@@ -51,7 +51,7 @@ func (h *testHost) HelloKey(_ transport.InstanceID, _ uint64, msg, proof []byte)
 	return want, hmac.Equal(want, proof)
 }
 
-func newPair(t *testing.T, cfg Config, ownerSession, consumerSession []byte) (owner, consumer *Transport) {
+func newPair(t testing.TB, cfg Config, ownerSession, consumerSession []byte) (owner, consumer *Transport) {
 	t.Helper()
 	if cfg.Dir == "" {
 		cfg.Dir = privDir(t)
@@ -69,7 +69,7 @@ func newPair(t *testing.T, cfg Config, ownerSession, consumerSession []byte) (ow
 }
 
 // privDir is a socket directory of mode 0700 (t.TempDir makes 0755 ones, which New refuses).
-func privDir(t *testing.T) string {
+func privDir(t testing.TB) string {
 	t.Helper()
 	d := t.TempDir()
 	require.NoError(t, os.Chmod(d, 0o700))
@@ -77,7 +77,7 @@ func privDir(t *testing.T) string {
 }
 
 // anon is page-aligned memory outside the Go heap, as the registry's arenas are.
-func anon(t *testing.T, n int) []byte {
+func anon(t testing.TB, n int) []byte {
 	t.Helper()
 	b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	require.NoError(t, err)
