@@ -270,3 +270,20 @@ func TestDeadWaitsForAReadInFlight(t *testing.T) {
 	}
 	consumer.put(consumer.peers[1], c, false)
 }
+
+// FuzzParse feeds the two layouts a peer hands this transport, an address and a key, with
+// anything: they refuse what they cannot use and never panic.
+func FuzzParse(f *testing.F) {
+	f.Add(key{slot: 1, token: 2, base: 3, length: 4}.append(nil))
+	f.Add([]byte{addrVersion, 0, 4, 'h', 'o', 's', 't', 0, 1, '/'})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if k, err := parseKey(b); err == nil {
+			require.True(t, IsKey(b))
+			require.GreaterOrEqual(t, k.base+k.length, k.base)
+		}
+		if host, sock, err := parseAddress(b); err == nil {
+			require.NotEmpty(t, host)
+			require.NotEmpty(t, sock)
+		}
+	})
+}
