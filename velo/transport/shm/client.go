@@ -11,10 +11,12 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/velo-go/velo/velo/internal/fanout"
 	"github.com/velo-go/velo/velo/transport"
 )
 
@@ -323,73 +325,161 @@ func (t *Transport) handshakeConsumer(ctx context.Context, c *net.UnixConn, p *p
 // the ring of a channel to peer as the owner fills it. If ctx ends first the channel is closed,
 // and Get returns once nothing writes dst (this goroutine is the only writer).
 func (t *Transport) Get(ctx context.Context, id transport.InstanceID, kb []byte, offset uint64, dst []byte) error {
-	if _, err := parseKey(kb); err != nil {
-		return err
+	var err error
+	t.ReadMany(ctx, id, []transport.Read{{Key: kb, Offset: offset, Dst: dst}}, 1, func(_ int, e error) { err = e })
+	return err
+}
+
+// maxBatch bounds the requests of one batch on a channel: their frames, and the owner's answers,
+// stay well inside the socket's buffers, so neither side blocks writing while the other does.
+const maxBatch = 256
+
+// ReadMany implements transport.ManyReader: the reads go in batches of up to maxBatch, each
+// batch's requests at once on one channel, up to window channels at a time (at most
+// ConnsPerPeer). The owner packs small reads into one ring buffer, so a batch of small blocks
+// costs one round trip per batch, not per block. done runs once per read, one call at a time.
+func (t *Transport) ReadMany(ctx context.Context, id transport.InstanceID, reads []transport.Read, window int, done func(i int, err error)) {
+	var mu sync.Mutex
+	report := func(i int, err error) {
+		if err != nil {
+			err = fmt.Errorf("shm: GET of %d bytes from %016x: %w", len(reads[i].Dst), uint64(id), err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if done != nil {
+			done(i, err)
+		}
 	}
-	if len(dst) == 0 {
-		return nil
+	var idx []int // the reads that go to the owner
+	for i, r := range reads {
+		switch _, err := parseKey(r.Key); {
+		case err != nil:
+			report(i, err)
+		case r.Memory != transport.MemoryHost:
+			report(i, fmt.Errorf("%w: the same-host path reads into host memory only", errors.ErrUnsupported))
+		case len(r.Dst) == 0:
+			report(i, nil)
+		default:
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		return
 	}
 	t.mu.Lock()
 	p := t.peers[id]
 	t.mu.Unlock()
 	if p == nil || !p.same {
-		return fmt.Errorf("shm: GET from %016x: %w: the peer is not on this host's same-host path", uint64(id), transport.ErrUnknownPeer)
+		for _, i := range idx {
+			report(i, fmt.Errorf("%w: the peer is not on this host's same-host path", transport.ErrUnknownPeer))
+		}
+		return
 	}
-	c, err := t.take(ctx, p)
-	if err != nil {
-		return err
+	var batches [][]int
+	for len(idx) > 0 {
+		n := min(len(idx), maxBatch)
+		batches, idx = append(batches, idx[:n]), idx[n:]
 	}
-	err = c.read(ctx, kb, offset, dst)
-	// A refused key leaves the channel in step; anything else may not have.
-	t.put(p, c, err == nil || errors.Is(err, errKeyRefused))
-	if err != nil {
-		return fmt.Errorf("shm: GET of %d bytes from %016x: %w", len(dst), uint64(id), err)
-	}
-	return nil
+	fanout.Each(len(batches), max(1, min(window, t.cfg.ConnsPerPeer)), func(b int) {
+		batch := batches[b]
+		c, err := t.take(ctx, p)
+		if err != nil {
+			for _, i := range batch {
+				report(i, err)
+			}
+			return
+		}
+		errs, broken := c.readMany(ctx, reads, batch)
+		t.put(p, c, !broken)
+		for k, i := range batch {
+			report(i, errs[k])
+		}
+	})
 }
 
-func (c *clientConn) read(ctx context.Context, kb []byte, off uint64, dst []byte) error {
+// readMany sends the requests of batch (indexes into reads) at once and copies each piece out of
+// the ring as the owner announces it. broken says the channel is out of step (it is closed then);
+// a refused key leaves it in step.
+func (c *clientConn) readMany(ctx context.Context, reads []transport.Read, batch []int) (errs []error, broken bool) {
+	errs = make([]error, len(batch))
 	stop := context.AfterFunc(ctx, func() { c.c.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	var f [frameLen]byte
-	f[0] = frameRead
-	copy(f[4:], kb)
-	binary.LittleEndian.PutUint64(f[36:], off)
-	binary.LittleEndian.PutUint64(f[44:], uint64(len(dst)))
-	fail := func(err error) error {
-		if ctx.Err() != nil {
-			return ctx.Err()
+	defer func() {
+		if !stop() && ctx.Err() != nil {
+			broken = true // the deadline was set: the channel is of no more use
 		}
-		return err
-	}
-	if _, err := c.c.Write(f[:]); err != nil {
-		return fail(err)
-	}
-	pos := 0
-	for pos < len(dst) {
-		if _, err := io.ReadFull(c.c, f[:]); err != nil {
-			if errors.Is(err, io.EOF) {
-				err = fmt.Errorf("%w: the owner closed the channel mid-read", transport.ErrPeerUnreachable)
+	}()
+	failAll := func(err error) ([]error, bool) {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		} else if errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+			err = fmt.Errorf("%w: the owner closed the channel mid-read", transport.ErrPeerUnreachable)
+		}
+		for k := range errs {
+			if errs[k] == nil {
+				errs[k] = err
 			}
-			return fail(err)
+		}
+		return errs, true
+	}
+	req := make([]byte, frameLen*len(batch))
+	for k, i := range batch {
+		f := req[k*frameLen : (k+1)*frameLen]
+		f[0] = frameRead
+		if k == len(batch)-1 {
+			f[2] = flagLast
+		}
+		copy(f[4:], reads[i].Key)
+		binary.LittleEndian.PutUint64(f[36:], reads[i].Offset)
+		binary.LittleEndian.PutUint64(f[44:], uint64(len(reads[i].Dst)))
+		binary.LittleEndian.PutUint32(f[52:], uint32(k))
+	}
+	if _, err := c.c.Write(req); err != nil {
+		return failAll(err)
+	}
+	pos := make([]int, len(batch))
+	left := len(batch) // requests not yet complete or refused
+	pending := false   // pieces in a buffer the owner has not handed over yet
+	var f [frameLen]byte
+	for left > 0 || pending {
+		if _, err := io.ReadFull(c.c, f[:]); err != nil {
+			return failAll(err)
+		}
+		k := int(binary.LittleEndian.Uint32(f[12:]))
+		if k >= len(batch) {
+			return failAll(fmt.Errorf("%w: an answer for request %d of %d", errProtocol, k, len(batch)))
 		}
 		switch f[0] {
 		case frameError:
-			return codeErr(f[1])
+			if errs[k] == nil && pos[k] < len(reads[batch[k]].Dst) {
+				errs[k] = codeErr(f[1])
+				left--
+			}
+			continue
 		case frameChunk:
 		default:
-			return fmt.Errorf("%w: frame %q during a read", errProtocol, f[0])
+			return failAll(fmt.Errorf("%w: frame %q during a read", errProtocol, f[0]))
 		}
-		b, n := int(f[1]), int(binary.LittleEndian.Uint32(f[4:]))
-		if b > 1 || n > c.chunk || n > len(dst)-pos || n == 0 {
-			return fmt.Errorf("%w: a chunk of %d bytes in buffer %d", errProtocol, n, b)
+		b, n, at := int(f[1]), int(binary.LittleEndian.Uint32(f[4:])), int(binary.LittleEndian.Uint32(f[8:]))
+		dst := reads[batch[k]].Dst
+		if b > 1 || at > c.chunk || n > c.chunk-at || n > len(dst)-pos[k] || (n > 0 && errs[k] != nil) {
+			return failAll(fmt.Errorf("%w: a piece of %d bytes at %d of buffer %d", errProtocol, n, at, b))
 		}
-		copy(dst[pos:pos+n], c.ring[b*c.chunk:b*c.chunk+n])
-		pos += n
-		f[0] = frameFree
-		if _, err := c.c.Write(f[:]); err != nil {
-			return fail(err)
+		if n > 0 {
+			copy(dst[pos[k]:pos[k]+n], c.ring[b*c.chunk+at:b*c.chunk+at+n])
+			pos[k] += n
+			pending = true
+			if pos[k] == len(dst) {
+				left--
+			}
+		}
+		if f[2]&flagHandOver != 0 {
+			pending = false
+			var fr [frameLen]byte
+			fr[0], fr[1] = frameFree, byte(b)
+			if _, err := c.c.Write(fr[:]); err != nil {
+				return failAll(err)
+			}
 		}
 	}
-	return nil
+	return errs, false
 }

@@ -18,9 +18,18 @@ import (
 // 2-byte length and a body: the owner's greeting (its identity, incarnation, host identity and a
 // nonce), the consumer's hello (its identity, both incarnations, both nonces and its proof), and
 // the owner's answer (its proof, the ring's buffer size, and the ring's memfd as SCM_RIGHTS).
-// Reads then exchange fixed frames of frameLen bytes: a request names a key, an offset and a
-// length; the owner answers with one chunk frame per filled ring buffer (or one error frame),
-// and the consumer hands each buffer back with a free frame once it copied it out.
+// Reads then exchange fixed frames of frameLen bytes, little-endian:
+//
+//	read   'R' _ flags _ | key [4:36] | offset [36:44] | length [44:52] | request [52:56]
+//	chunk  'C' buffer flags _ | length [4:8] | offset in the buffer [8:12] | request [12:16]
+//	error  'E' code _ _ | request [12:16]
+//	free   'F' buffer
+//
+// A consumer sends a batch of read frames at once, the last flagged flagLast. The owner answers
+// each request in order with its pieces (chunk frames) or one error frame, packing pieces of
+// several requests into the buffer it fills; it hands a buffer over (flagHandOver on a chunk
+// frame) when the buffer is full or the batch ends, and fills the other one next, once the
+// consumer gave it back with a free frame.
 
 const (
 	frameLen = 64
@@ -30,6 +39,13 @@ const (
 	frameChunk = 'C'
 	frameFree  = 'F'
 	frameError = 'E'
+
+	// Flags (byte 2). flagLast marks a batch's last request: the owner hands the ring buffer
+	// over after serving it. flagHandOver marks a chunk frame whose buffer the consumer gives
+	// back (a free frame) once it copied the buffer's pieces out; a chunk frame of no bytes may
+	// carry it alone.
+	flagLast     = 1
+	flagHandOver = 1
 )
 
 var (

@@ -106,7 +106,8 @@ func (r *route) ForceClosePeer(peer transport.InstanceID) error {
 	return errors.Join(serr, ierr)
 }
 
-// ReadMany reads the same-host keys here, window at a time, and hands the others to inner.
+// ReadMany reads the same-host keys here (batched on channels) and hands the others to inner, both
+// at once.
 func (r *route) ReadMany(ctx context.Context, peer transport.InstanceID, reads []transport.Read, window int, done func(i int, err error)) {
 	var mu sync.Mutex
 	report := func(i int, err error) {
@@ -146,14 +147,13 @@ func (r *route) ReadMany(ctx context.Context, peer transport.InstanceID, reads [
 			})
 		}()
 	}
-	fanout.Each(len(here), max(min(window, r.s.cfg.ConnsPerPeer), 1), func(j int) {
-		i := here[j]
-		err := ctx.Err()
-		if err == nil {
-			err = r.s.Get(ctx, peer, reads[i].Key, reads[i].Offset, reads[i].Dst)
+	if len(here) > 0 {
+		hr := make([]transport.Read, len(here))
+		for j, i := range here {
+			hr[j] = reads[i]
 		}
-		report(i, err)
-	})
+		r.s.ReadMany(ctx, peer, hr, window, func(j int, err error) { report(here[j], err) })
+	}
 	wg.Wait()
 }
 

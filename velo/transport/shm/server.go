@@ -203,18 +203,8 @@ func (t *Transport) serve(c *net.UnixConn) {
 		sc.close()
 		unix.Munmap(sc.ring)
 	}()
-	var f [frameLen]byte
-	for {
-		if _, err := io.ReadFull(c, f[:]); err != nil {
-			return
-		}
-		if f[0] != frameRead {
-			t.log.Info("shm: a consumer broke the protocol; closing its channel", "peer", sc.peer, "frame", f[0])
-			return
-		}
-		if err := sc.read(f[4:4+keyLen], binary.LittleEndian.Uint64(f[36:]), binary.LittleEndian.Uint64(f[44:])); err != nil {
-			return
-		}
+	if err := sc.run(); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		t.log.Info("shm: closing a consumer's channel", "peer", sc.peer, "err", err)
 	}
 }
 
@@ -307,19 +297,93 @@ func keys(m map[int]bool) []int {
 	return out
 }
 
-// read serves one read: it checks the key against a live registration made for this consumer
-// and the range against the key, then copies the bytes through the ring. A refused read is
-// answered with an error frame and the channel goes on; an error return closes the channel.
-func (c *serverConn) read(kb []byte, off, n uint64) error {
+// request is one read a consumer asked for.
+type request struct {
+	key     []byte
+	off, n  uint64
+	idx     uint32
+	lastOne bool // the last of the consumer's batch: the ring is handed over after it
+}
+
+func parseRequest(f []byte) request {
+	return request{key: append([]byte(nil), f[4:4+keyLen]...), off: binary.LittleEndian.Uint64(f[36:]), n: binary.LittleEndian.Uint64(f[44:]),
+		idx: binary.LittleEndian.Uint32(f[52:]), lastOne: f[2]&flagLast != 0}
+}
+
+// run serves the channel's reads in the order they came. A consumer sends a batch of requests at
+// once; the owner packs their bytes into the ring buffer it is filling (a piece per chunk frame,
+// naming the request, the buffer and where in it), hands a buffer over when it is full or the batch
+// ends (the piece's frame says so), and takes the other buffer once the consumer gave it back. A
+// refused request is answered with an error frame and the others go on.
+func (c *serverConn) run() error {
+	var queue []request
 	var f [frameLen]byte
-	refuse := func(code byte) error {
-		f[0], f[1] = frameError, code
-		_, err := c.c.Write(f[:])
+	free := [2]bool{true, true}
+	cur, fill := 0, 0
+	// next reads one frame from the consumer: a request joins the queue, a returned buffer is
+	// freed.
+	next := func() error {
+		if _, err := io.ReadFull(c.c, f[:]); err != nil {
+			return err
+		}
+		switch {
+		case f[0] == frameRead:
+			queue = append(queue, parseRequest(f[:]))
+		case f[0] == frameFree && f[1] <= 1 && !free[f[1]]:
+			free[f[1]] = true
+		default:
+			return fmt.Errorf("%w: frame %q", errProtocol, f[0])
+		}
+		return nil
+	}
+	send := func(kind byte, b, flags byte, off, n int, idx uint32) error {
+		var o [frameLen]byte
+		o[0], o[1], o[2] = kind, b, flags
+		binary.LittleEndian.PutUint32(o[4:], uint32(n))
+		binary.LittleEndian.PutUint32(o[8:], uint32(off))
+		binary.LittleEndian.PutUint32(o[12:], idx)
+		_, err := c.c.Write(o[:])
 		return err
 	}
-	k, err := parseKey(kb)
+	// handOver gives the buffer being filled to the consumer (with the frame of its last piece, or
+	// alone) and moves to the other one.
+	handOver := func() {
+		free[cur] = false
+		cur, fill = cur^1, 0
+	}
+	for {
+		for len(queue) == 0 {
+			if err := next(); err != nil {
+				return err
+			}
+		}
+		req := queue[0]
+		queue = queue[1:]
+		r, at, code := c.check(req)
+		if code != 0 {
+			if err := send(frameError, code, 0, 0, 0, req.idx); err != nil {
+				return err
+			}
+			if req.lastOne && fill > 0 {
+				if err := send(frameChunk, byte(cur), flagHandOver, fill, 0, req.idx); err != nil {
+					return err
+				}
+				handOver()
+			}
+			continue
+		}
+		if err := c.copyOut(r, r.mem[at:at+req.n], req, &free, &cur, &fill, next, send, handOver); err != nil {
+			return err
+		}
+	}
+}
+
+// check finds the live registration a request names and checks it was made for this consumer
+// and covers the range; code is the error frame's code when not.
+func (c *serverConn) check(req request) (*registration, uint64, byte) {
+	k, err := parseKey(req.key)
 	if err != nil {
-		return refuse(codeRevoked)
+		return nil, 0, codeRevoked
 	}
 	c.t.mu.Lock()
 	r := c.t.regs[k.slot]
@@ -327,54 +391,56 @@ func (c *serverConn) read(kb []byte, off, n uint64) error {
 	c.t.mu.Unlock()
 	switch {
 	case closed:
-		return refuse(codeClosing)
+		return nil, 0, codeClosing
 	case r == nil || r.token != k.token:
-		return refuse(codeRevoked)
+		return nil, 0, codeRevoked
 	case r.peer != 0 && r.peer != c.peer:
-		return refuse(codeNotYours)
-	case k.base+k.length > uint64(len(r.mem)) || off > k.length || n > k.length-off || n == 0:
-		return refuse(codeRange)
+		return nil, 0, codeNotYours
+	case k.base+k.length > uint64(len(r.mem)) || req.off > k.length || req.n > k.length-req.off || req.n == 0:
+		return nil, 0, codeRange
 	}
 	if !r.begin() {
-		return refuse(codeRevoked)
+		return nil, 0, codeRevoked
 	}
-	src := r.mem[k.base+off : k.base+off+n]
+	return r, k.base + req.off, 0
+}
+
+// copyOut copies one request's bytes into the ring, piece by piece. The registration counts the
+// read as in flight until its last byte left it, whatever the consumer does with the ring then.
+func (c *serverConn) copyOut(r *registration, src []byte, req request, free *[2]bool, cur, fill *int, next func() error,
+	send func(kind byte, b, flags byte, off, n int, idx uint32) error, handOver func()) error {
 	reading := true
 	defer func() {
 		if reading {
 			r.end()
 		}
 	}()
-	free := [2]bool{true, true}
-	next, pos, out := 0, 0, 0
-	for pos < len(src) || out > 0 {
-		if pos < len(src) && free[next] {
-			m := copy(c.ring[next*c.chunk:(next+1)*c.chunk], src[pos:])
-			pos += m
-			if pos == len(src) {
-				// The registration is not touched again: the read no longer holds it, whatever
-				// the consumer does with the ring.
-				r.end()
-				reading = false
-			}
-			f[0], f[1] = frameChunk, byte(next)
-			binary.LittleEndian.PutUint32(f[4:], uint32(m))
-			if _, err := c.c.Write(f[:]); err != nil {
+	pos := 0
+	for pos < len(src) {
+		for !free[*cur] {
+			if err := next(); err != nil {
 				return err
 			}
-			free[next] = false
-			out++
-			next ^= 1
-			continue
 		}
-		if _, err := io.ReadFull(c.c, f[:]); err != nil {
+		b := *cur
+		m := copy(c.ring[b*c.chunk+*fill:(b+1)*c.chunk], src[pos:])
+		at := *fill
+		pos += m
+		*fill += m
+		if pos == len(src) {
+			r.end()
+			reading = false
+		}
+		var flags byte
+		if *fill == c.chunk || (pos == len(src) && req.lastOne) {
+			flags = flagHandOver
+		}
+		if err := send(frameChunk, byte(b), flags, at, m, req.idx); err != nil {
 			return err
 		}
-		if f[0] != frameFree || f[1] > 1 || free[f[1]] {
-			return fmt.Errorf("%w: frame %q while serving a read", errProtocol, f[0])
+		if flags != 0 {
+			handOver()
 		}
-		free[f[1]] = true
-		out--
 	}
 	return nil
 }

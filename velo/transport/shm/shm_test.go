@@ -123,6 +123,54 @@ func TestGetReadsExactlyTheRequestedBytes(t *testing.T) {
 	require.NoError(t, consumer.Get(context.Background(), 1, reg.Key(), 0, small))
 }
 
+func TestReadManyPacksABatchAndFailsOnlyTheBadReads(t *testing.T) {
+	owner, consumer := newPair(t, Config{ChunkSize: 64 << 10}, nil, nil)
+	waitReady(t, consumer, 1)
+	mem := anon(t, 4<<20)
+	regs, errs := owner.RegisterMemoryFor(2, [][]byte{mem})
+	require.NoError(t, errs[0])
+	key := regs[0].Key()
+	forged := append([]byte(nil), key...)
+	forged[8] ^= 1
+
+	// 600 reads (three batches): small blocks that share ring buffers, reads that span several
+	// buffers, a forged key and a range past the region, which fail alone.
+	var reads []transport.Read
+	var want [][]byte
+	for i := 0; i < 600; i++ {
+		off, n := uint64(i*4096+i%7), 1000+i%3000
+		if i%50 == 7 {
+			n = 200 << 10
+			off = uint64(i) * 1000
+		}
+		reads = append(reads, transport.Read{Key: key, Offset: off, Dst: make([]byte, n)})
+		want = append(want, mem[off:off+uint64(n)])
+	}
+	reads[13].Key = forged
+	reads[500].Offset = uint64(len(mem)) - 10
+	got := make([]error, len(reads))
+	calls := 0
+	consumer.ReadMany(context.Background(), 1, reads, 4, func(i int, err error) { got[i] = err; calls++ })
+	require.Equal(t, len(reads), calls, "done runs once per read")
+	for i, err := range got {
+		switch i {
+		case 13:
+			require.ErrorIs(t, err, transport.ErrKeyRevoked)
+			assert.Equal(t, make([]byte, len(reads[i].Dst)), reads[i].Dst)
+		case 500:
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "outside the key's range")
+		default:
+			require.NoError(t, err, "read %d", i)
+			require.True(t, bytes.Equal(want[i], reads[i].Dst), "read %d", i)
+		}
+	}
+	// The channels are still in step.
+	dst := make([]byte, 4096)
+	require.NoError(t, consumer.Get(context.Background(), 1, key, 0, dst))
+	assert.True(t, bytes.Equal(mem[:4096], dst))
+}
+
 func TestRevokedAndForgedKeysReadNothing(t *testing.T) {
 	owner, consumer := newPair(t, Config{}, nil, nil)
 	waitReady(t, consumer, 1)
