@@ -7,6 +7,7 @@ package faults
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,13 +19,16 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/velo-go/velo/test/internal/netns"
 )
 
 // shmDir is a private socket directory for the nodes of one test.
 func shmDir(t *testing.T) string {
 	t.Helper()
-	d := t.TempDir()
-	require.NoError(t, os.Chmod(d, 0o700))
+	d, err := os.MkdirTemp("", "velo-shm-") // short: a socket path has at most 107 bytes
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(d) })
 	return d
 }
 
@@ -87,10 +91,10 @@ func openFDs(t *testing.T, pid int) int {
 }
 
 // channels counts the owner's accepted channel sockets: the sockets bound to its socket path in
-// dir, less its listener.
-func channels(t *testing.T, dir, ownerID string) int {
+// dir, less its listener (read in the owner's network namespace, which holds them).
+func channels(t *testing.T, owner *node, dir, ownerID string) int {
 	t.Helper()
-	f, err := os.Open("/proc/net/unix")
+	f, err := os.Open(fmt.Sprintf("/proc/%d/net/unix", owner.pid()))
 	require.NoError(t, err)
 	defer f.Close()
 	n := 0
@@ -118,7 +122,7 @@ func TestSameHostTwoProcessesTakeThePath(t *testing.T) {
 	pair(t, owner, cons)
 	ownerID := owner.id()
 	cons.waitSameHost(ownerID)
-	assert.Equal(t, 1, channels(t, dir, ownerID), "the probe opened one channel")
+	assert.Equal(t, 1, channels(t, owner, dir, ownerID), "the probe opened one channel")
 	// Each side registered the other, so each probed the other: every process maps one ring as
 	// owner and one as consumer.
 	assert.Equal(t, 2, ringMaps(t, owner.pid()))
@@ -133,7 +137,7 @@ func TestSameHostTwoProcessesTakeThePath(t *testing.T) {
 	assert.Zero(t, sumSeries(owner, "velo_rendezvous_rdma_path_total", "path=rdma"))
 	owner.waitStats("leases end", 30*time.Second, func(s stats) bool { return s.OpenLeases == 0 && s.LeaseRegistrations == 0 })
 	cons.quit(15 * time.Second)
-	require.Eventually(t, func() bool { return channels(t, dir, ownerID) == 0 && ringMaps(t, owner.pid()) == 0 }, 10*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return channels(t, owner, dir, ownerID) == 0 && ringMaps(t, owner.pid()) == 0 }, 10*time.Second, 20*time.Millisecond,
 		"the owner kept the departed consumer's channel")
 	final := owner.quit(15 * time.Second)
 	assert.Zero(t, final.PinnedBytes)
@@ -171,7 +175,7 @@ func TestSameHostConsumerKilledMidRead(t *testing.T) {
 	cons.kill()
 	owner.ok("release " + p.Handle)
 	backToStart(t, owner, start)
-	require.Eventually(t, func() bool { return channels(t, dir, ownerID) == 0 }, 30*time.Second, 50*time.Millisecond, "a channel of the dead consumer is open")
+	require.Eventually(t, func() bool { return channels(t, owner, dir, ownerID) == 0 }, 30*time.Second, 50*time.Millisecond, "a channel of the dead consumer is open")
 	leftNothing(t, owner, fdsBefore)
 	// The owner goes on serving: a new consumer gets the payload through the path.
 	second := shmNode(t, "second", dir, nil)
@@ -200,9 +204,9 @@ func TestSameHostConsumerStoppedAndResumed(t *testing.T) {
 	owner.ok("release " + p.Handle)
 	backToStart(t, owner, start)
 	assert.GreaterOrEqual(t, time.Since(quarantinedAt), bound-time.Second, "memory reused before the force bound")
-	if !assert.Zero(t, channels(t, dir, ownerID), "the force close must close the stalled consumer's channels") {
-		b, _ := os.ReadFile("/proc/net/unix")
-		t.Logf("/proc/net/unix:\n%s", b)
+	if !assert.Zero(t, channels(t, owner, dir, ownerID), "the force close must close the stalled consumer's channels") {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/net/unix", owner.pid()))
+		t.Logf("the owner's unix sockets:\n%s", b)
 	}
 	require.Eventually(t, func() bool { served, _ := rings(t, owner.pid()); return served == 0 }, 10*time.Second, 20*time.Millisecond,
 		"the owner still maps the stalled consumer's ring")
@@ -307,6 +311,48 @@ func TestSameHostOutsidersReadNothing(t *testing.T) {
 		assert.NotEqual(t, "shm/ok", r["path"], "another user's process read through the same-host path")
 	}
 
-	assert.Equal(t, 1, channels(t, dir, ownerID), "only the consumer's channel is open")
+	assert.Equal(t, 1, channels(t, owner, dir, ownerID), "only the consumer's channel is open")
 	assert.EqualValues(t, 1, sumSeries(owner, "velo_rendezvous_rdma_path_total", "path=shm", "reason=ok"), "the owner served through the path only to its consumer")
+}
+
+// TestSameHostAcrossNetworkNamespaces: two network namespaces of this host share its kernel and
+// its memory, and the socket directory: they take the path. Configured as separate hosts
+// (VELO_SHM_HOST_ID differs), the same two never do, and their gets stay on the RDMA path.
+func TestSameHostAcrossNetworkNamespaces(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		hostA, hostB string
+		path         string
+	}{
+		{"one host", "", "", "shm/ok"},
+		{"configured as two hosts", "host-a", "host-b", "rdma/ok"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := netns.New(t)
+			dir := shmDir(t)
+			start := func(h netns.Host, name, hostID string) *node {
+				cmd := h.Command(context.Background(), faultnode(t), "-log", "info", "-same-host", "-shm-dir", dir,
+					"-listen", fmt.Sprintf("%s:7401", h.IP))
+				cmd.Env = append(os.Environ(), "UCX_TLS=tcp", "UCX_NET_DEVICES="+h.Dev)
+				if hostID != "" {
+					cmd.Env = append(cmd.Env, "VELO_SHM_HOST_ID="+hostID)
+				}
+				return launch(t, name, cmd)
+			}
+			owner, cons := start(p.A, "owner", c.hostA), start(p.B, "consumer", c.hostB)
+			pair(t, owner, cons)
+			ownerID := owner.id()
+			if c.path == "shm/ok" {
+				cons.waitSameHost(ownerID)
+			} else {
+				time.Sleep(500 * time.Millisecond) // a probe, if one were started, would have run
+				ok, why := cons.sameHost(ownerID)
+				assert.False(t, ok)
+				assert.Contains(t, why, "another host")
+				assert.Zero(t, channels(t, owner, dir, ownerID), "a consumer of another host connected")
+			}
+			q := stage(owner, 4<<20, true)
+			delivered(t, cons.do("get "+q.Handle), q, c.path)
+		})
+	}
 }

@@ -135,6 +135,11 @@ func New(cfg Config) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A socket's path must fit sockaddr_un (108 bytes with its NUL); the name is 16 hex digits of
+	// the instance, a dash, 16 of a nonce and ".sock".
+	if n := len(dir) + len("/0123456789abcdef-0123456789abcdef.sock"); n > 107 {
+		return nil, fmt.Errorf("shm: socket directory %s is too long for a Unix socket path (%d bytes with the socket's name, at most 107): set Config.Dir or %s to a shorter directory", dir, n, DirEnv)
+	}
 	t.dir = dir
 	if t.hostID, err = hostID(cfg.HostID); err != nil {
 		return nil, err

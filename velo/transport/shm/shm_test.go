@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -71,8 +72,9 @@ func newPair(t testing.TB, cfg Config, ownerSession, consumerSession []byte) (ow
 // privDir is a socket directory of mode 0700 (t.TempDir makes 0755 ones, which New refuses).
 func privDir(t testing.TB) string {
 	t.Helper()
-	d := t.TempDir()
-	require.NoError(t, os.Chmod(d, 0o700))
+	d, err := os.MkdirTemp("", "velo-shm-") // short: a socket path has at most 107 bytes
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(d) })
 	return d
 }
 
@@ -272,6 +274,13 @@ func TestWrongSecretIsRefused(t *testing.T) {
 func TestSameSecretTakesThePath(t *testing.T) {
 	_, consumer := newPair(t, Config{}, []byte("secret"), []byte("secret"))
 	waitReady(t, consumer, 1)
+}
+
+func TestSocketDirectoryMustFitASocketPath(t *testing.T) {
+	d := filepath.Join(privDir(t), strings.Repeat("d", 80))
+	_, err := New(Config{Dir: d})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "too long for a Unix socket path")
 }
 
 func TestSocketDirectoryMustBePrivate(t *testing.T) {
