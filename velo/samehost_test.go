@@ -107,6 +107,32 @@ func TestSameHostBatchAndRanges(t *testing.T) {
 	assert.Zero(t, owner.rt.LiveRegistrations())
 }
 
+func TestSameHostRegionAndPinnedGet(t *testing.T) {
+	owner, consumer := sameHostPair(t)
+	ctx := tctx(t)
+	g, err := owner.NewRegion(1 << 20)
+	require.NoError(t, err)
+	require.True(t, g.Pinned())
+	copy(g.Bytes(), payload(1<<20, 7))
+	h, err := owner.StageRegion(ctx, g)
+	require.NoError(t, err)
+	pl, err := consumer.GetPinned(ctx, h)
+	require.NoError(t, err)
+	assert.Equal(t, metrics.PathSameHost, pl.Path)
+	assert.True(t, bytes.Equal(g.Bytes(), pl.Bytes()), "a region is read as written, through the path, into pinned memory")
+	require.NoError(t, pl.Release(ctx))
+	pl.Free()
+	g.Free()
+	eventually(t, "the region's memory back", func() bool {
+		select {
+		case <-g.Done():
+			return true
+		default:
+			return false
+		}
+	})
+}
+
 func TestSameHostOffOnOneSideKeepsTheRDMAPath(t *testing.T) {
 	f := rdmatest.NewFabric()
 	owner := rdmaNode(t, f, true, WithSameHost(sameHostDir(t)))
