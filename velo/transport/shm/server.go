@@ -327,6 +327,10 @@ func (c *serverConn) run() error {
 			return err
 		}
 		switch {
+		case f[0] == frameRead && len(queue) >= maxBatch:
+			// A consumer sends at most maxBatch requests before it reads the answers: more is
+			// a flood, not a batch.
+			return fmt.Errorf("%w: more than %d requests waiting", errProtocol, maxBatch)
 		case f[0] == frameRead:
 			queue = append(queue, parseRequest(f[:]))
 		case f[0] == frameFree && f[1] <= 1 && !free[f[1]]:
