@@ -16,6 +16,11 @@
 #                         its TCP transport and perftest's AM round trip, GetBatch of 4 KiB and
 #                         64 KiB blocks beside one 64 MiB get and beside ucx_perftest -t ucp_get -O
 #                         (about 1 minute)
+#   bench-samehost        the same-host path (WithSameHost) between two processes of this host:
+#                         Get of 8 and 64 MiB beside one core's memcpy of the same size and beside
+#                         the UCX RDMA path, and GetBatch of 256 blocks of 4 KiB and 64 KiB beside
+#                         the RDMA path (rdmabench -only samehost; prints ratios, asserts nothing;
+#                         BENCH_ARGS=-quick, -rounds N)
 #   bench-small-static    bench-small linked with velo's static UCX, beside that build's own
 #                         ucx_perftest (make ucx-static-tools); without perftest's GET, which its
 #                         guard refuses over tcp
@@ -23,7 +28,7 @@
 #                         first), so BENCH_ARGS reach it: BENCH_ARGS='-only seal'
 #
 # BENCH_ARGS go to the bench program: BENCH_ARGS='-only frames -rounds 5' (smallbench: -only
-# am|frames|batch; rdmabench: -only get|seal|rss), '-quick' for a smoke run.
+# am|frames|batch; rdmabench: -only get|seal|rss|samehost), '-quick' for a smoke run.
 #   test-prefill-decode   velo/examples/prefill_decode, the program written from the docs alone:
 #                         two processes, discovery with member names, a cluster secret, GetBatch,
 #                         a 32 MiB region read by ranges, notified puts through a write grant,
@@ -34,9 +39,9 @@
 #
 # The tests, demo and demo-cluster link velo's static UCX (VELO_UCX_GO, in the Makefile): velo's
 # UCX transport refuses a UCX without its software RMA guard.
-.PHONY: test-rdma-registry test-rendezvous-rdma bench-rendezvous-rdma bench-small bench-small-static bench-rendezvous-rdma-static demo
+.PHONY: test-rdma-registry test-rendezvous-rdma bench-rendezvous-rdma bench-small bench-samehost bench-small-static bench-rendezvous-rdma-static demo
 TEST_TARGETS += test-rdma-registry test-rendezvous-rdma test-prefill-decode
-BENCH_TARGETS += bench-rendezvous-rdma bench-small
+BENCH_TARGETS += bench-rendezvous-rdma bench-small bench-samehost
 
 # A test run must not inherit a kill switch from the shell: the tests set it themselves.
 RDMA_TEST_ENV := env -u VELO_RDMA_RENDEZVOUS_DISABLE
@@ -60,6 +65,9 @@ bench-rendezvous-rdma: deps
 
 bench-small: deps
 	cd test && $(RDMA_TEST_ENV) VELO_UCX_TRUST_NETWORK=1 UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./rdmapath/cmd/smallbench $(BENCH_ARGS)
+
+bench-samehost: deps
+	cd test && $(RDMA_TEST_ENV) VELO_UCX_TRUST_NETWORK=1 UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./rdmapath/cmd/rdmabench -only samehost $(BENCH_ARGS)
 
 # The patched UCX's own figures: its engine and transport beside its own ucx_perftest.
 ifneq ($(strip $(UCX_DIR)),)

@@ -321,8 +321,8 @@ th{background:#f4f4f4}.state-ready,.state-up{color:#176b2c}.state-draining,.stat
 {{range .Transfers}}<tr><td>{{.Path}}</td><td>{{.Size}}</td><td>{{.Count}}</td><td>{{micros .P50Micros}}</td><td>{{micros .P99Micros}}</td></tr>{{else}}<tr><td colspan="5">none yet</td></tr>{{end}}</table>
 <table id="lease-ends"><tr><th>leases ended</th><th>count</th><th>p50 lifetime</th><th>p99 lifetime</th></tr>
 {{range .LeaseEnds}}<tr><td>{{.End}}</td><td>{{.Count}}</td><td>{{micros .P50Micros}}</td><td>{{micros .P99Micros}}</td></tr>{{else}}<tr><td colspan="4">none yet</td></tr>{{end}}</table>
-<table id="peer-bytes"><tr><th>peer</th><th>received rdma</th><th>received chunked</th><th>served rdma</th><th>served chunked</th></tr>
-{{range .PeerBytes}}<tr><td><code>{{.Peer}}</code></td><td>{{.ReceivedRDMA}}</td><td>{{.ReceivedChunked}}</td><td>{{.ServedRDMA}}</td><td>{{.ServedChunked}}</td></tr>{{else}}<tr><td colspan="5">none</td></tr>{{end}}</table>
-<p class="note">p50 and p99 are read from the histograms' buckets (steps of about 2.15x); served rdma is what the owner's leases made readable.</p>
+<table id="peer-bytes"><tr><th>peer</th><th>received rdma</th><th>received chunked</th><th>served rdma</th><th>served chunked</th><th>received shm</th><th>served shm</th></tr>
+{{range .PeerBytes}}<tr><td><code>{{.Peer}}</code></td><td>{{.ReceivedRDMA}}</td><td>{{.ReceivedChunked}}</td><td>{{.ServedRDMA}}</td><td>{{.ServedChunked}}</td><td>{{.ReceivedSameHost}}</td><td>{{.ServedSameHost}}</td></tr>{{else}}<tr><td colspan="7">none</td></tr>{{end}}</table>
+<p class="note">p50 and p99 are read from the histograms' buckets (steps of about 2.15x); served rdma and served shm are what the owner's leases made readable.</p>
 </body></html>
 `))

@@ -42,6 +42,9 @@ type PeerBytesInfo struct {
 	ReceivedChunked uint64 `json:"received_chunked"`
 	ServedRDMA      uint64 `json:"served_rdma"`
 	ServedChunked   uint64 `json:"served_chunked"`
+	// ReceivedSameHost and ServedSameHost: bytes of the same-host path (shm).
+	ReceivedSameHost uint64 `json:"received_shm"`
+	ServedSameHost   uint64 `json:"served_shm"`
 }
 
 // transferTables reads the rows with at least one observation (and every peer's bytes) from mfs,
@@ -87,15 +90,22 @@ func transferTables(mfs []*dto.MetricFamily) (ts []TransferInfo, ls []LeaseEndIn
 					p.ServedRDMA = n
 				case "served/chunked":
 					p.ServedChunked = n
+				case "received/shm":
+					p.ReceivedSameHost = n
+				case "served/shm":
+					p.ServedSameHost = n
 				}
 			}
 		}
 	}
 	pathOrder := func(p string) int {
-		if p == string(metrics.PathRDMA) {
+		switch p {
+		case string(metrics.PathRDMA):
 			return 0
+		case string(metrics.PathSameHost):
+			return 1
 		}
-		return 1
+		return 2
 	}
 	sizeOrder := func(s string) int { return slices.Index(metrics.SizeClasses[:], s) }
 	sort.Slice(ts, func(i, j int) bool {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/velo-go/velo/velo/rendezvous/rdma"
 	"github.com/velo-go/velo/velo/transport"
+	"github.com/velo-go/velo/velo/transport/shm"
 )
 
 // RDMAConfig configures the RDMA registry that WithUCXTransport creates: the kill switch and the
@@ -109,7 +110,11 @@ func (v *Velo) newRegistry(o *options) (*rdma.Registry, error) {
 	if o.rmaTransport == nil {
 		return nil, nil
 	}
-	reg, err := rdma.New(o.rmaTransport.(transport.RMA), o.rdma.registry(), rdma.Options{Logger: v.log, Registerer: o.metricsReg, KillSwitch: rdma.KillSwitchFromEnv(), LeaseTTL: o.leaseTTL})
+	rma := o.rmaTransport.(transport.RMA)
+	if o.shm != nil {
+		rma = shm.Route(rma, o.shm)
+	}
+	reg, err := rdma.New(rma, o.rdma.registry(), rdma.Options{Logger: v.log, Registerer: o.metricsReg, KillSwitch: rdma.KillSwitchFromEnv(), LeaseTTL: o.leaseTTL})
 	if err != nil {
 		return nil, fmt.Errorf("velo: RDMA registry: %w", err)
 	}

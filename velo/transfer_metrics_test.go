@@ -87,9 +87,9 @@ func peerBytes(t testing.TB, v *Velo) map[string]float64 {
 }
 
 // pathBytes are the bytes one direction of a peer's series holds, by path.
-type pathBytes struct{ rdma, chunked, inline int }
+type pathBytes struct{ rdma, chunked, inline, shm int }
 
-// peerSeries is what peerBytes holds for one peer: the six series with the given bytes.
+// peerSeries is what peerBytes holds for one peer: the eight series with the given bytes.
 func peerSeries(peer *Velo, received, served pathBytes) map[string]float64 {
 	id := metrics.PeerLabel(uint64(peer.ID()))
 	out := map[string]float64{}
@@ -97,6 +97,7 @@ func peerSeries(peer *Velo, received, served pathBytes) map[string]float64 {
 		out[id+"/"+dir+"/rdma"] = float64(b.rdma)
 		out[id+"/"+dir+"/chunked"] = float64(b.chunked)
 		out[id+"/"+dir+"/inline"] = float64(b.inline)
+		out[id+"/"+dir+"/shm"] = float64(b.shm)
 	}
 	return out
 }

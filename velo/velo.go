@@ -21,6 +21,7 @@ import (
 	"github.com/velo-go/velo/velo/rendezvous"
 	"github.com/velo-go/velo/velo/rendezvous/rdma"
 	"github.com/velo-go/velo/velo/transport"
+	"github.com/velo-go/velo/velo/transport/shm"
 	"github.com/velo-go/velo/velo/transport/tcp"
 )
 
@@ -91,7 +92,9 @@ type options struct {
 
 	rmaTransport transport.Transport // WithUCXTransport: the transport the RDMA registry reads with
 	rdma         RDMAConfig
-	rails        *RailChoice // WithRails
+	sameHost     *SameHostConfig // WithSameHost
+	shm          *shm.Transport  // the same-host transport WithSameHost made
+	rails        *RailChoice     // WithRails
 	metricsReg   prometheus.Registerer
 	discovery    Discovery
 	memberName   string
@@ -308,6 +311,7 @@ type Velo struct {
 	msgr        *messenger.Messenger
 	rv          *rendezvous.Rendezvous
 	rdma        *rdma.Registry // nil unless WithUCXTransport
+	shm         *shm.Transport // nil unless WithSameHost
 	rails       *RailChoice    // nil unless WithRails
 	grace       time.Duration
 	pushInline  int    // push.Config.InlineMax (0: its default)
@@ -412,11 +416,15 @@ func New(ctx context.Context, opts ...Option) (_ *Velo, err error) {
 		}
 		o.transports = []transport.Transport{t}
 	}
+	if err := newSameHost(&o); err != nil {
+		return nil, err
+	}
 	if err := registerTransportMetrics(reg, o.transports); err != nil {
 		return nil, err
 	}
 	v.authMode = authModeOf(o.transports)
 	o.metricsReg = reg
+	v.shm = o.shm
 	if v.rdma, err = v.newRegistry(&o); err != nil {
 		return nil, err
 	}

@@ -103,6 +103,9 @@ type meeting struct {
 	Rails []string
 	// BatchInline is velo.WithBatchInlineMax on this side, or -1 for velo's default.
 	BatchInline int
+	// SameHost turns on velo's same-host path (velo.WithSameHost) on this side: two sides on one
+	// host that both have it move their rendezvous bytes through shared memory (path shm).
+	SameHost bool
 }
 
 // registerLanes adds --lanes to a command that runs a velobench process.
@@ -178,6 +181,12 @@ func (m *meeting) register(fs *flag.FlagSet, target bool) {
 	fs.StringVar(&m.Advertise, "advertise", "", "host (or host:port) the other side dials (default: this node's routable address)")
 	registerRails(fs, &m.Rails)
 	registerBatchInline(fs, &m.BatchInline)
+	registerSameHost(fs, &m.SameHost)
+}
+
+// registerSameHost adds --same-host.
+func registerSameHost(fs *flag.FlagSet, on *bool) {
+	fs.BoolVar(on, "same-host", false, "turn on velo's same-host path (velo.WithSameHost) on this side: with both sides on one host and both given it, gets move through shared memory and count path shm")
 }
 
 // registerBatchInline adds --batch-inline; *n stays -1 (velo's default) unless it is given.

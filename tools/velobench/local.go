@@ -23,6 +23,7 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	registerLanes(fs, &cfg.lanes)
 	registerRails(fs, &cfg.meet.Rails)
 	registerBatchInline(fs, &cfg.meet.BatchInline)
+	registerSameHost(fs, &cfg.meet.SameHost)
 	fs.DurationVar(&cfg.meet.Wait, "wait", 30*time.Second, "how long to wait for the target process to start")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: velobench local [flags]\n\nBoth sides on this host, in two processes: a sweep without a second node.\n\n")
@@ -64,6 +65,9 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if cfg.meet.BatchInline >= 0 {
 		cmd.Args = append(cmd.Args, "--batch-inline", strconv.Itoa(cfg.meet.BatchInline))
+	}
+	if cfg.meet.SameHost {
+		cmd.Args = append(cmd.Args, "--same-host")
 	}
 	cmd.Stdout, cmd.Stderr = io.Discard, stderr
 	// It starts before this process enters its lane counter's cgroup (initiate): it makes its own

@@ -142,6 +142,9 @@ func startNode(ctx context.Context, m meeting, name string, memory int64, log *s
 	if m.BatchInline >= 0 {
 		all = append(all, velo.WithBatchInlineMax(m.BatchInline))
 	}
+	if m.SameHost {
+		all = append(all, velo.WithSameHost(velo.SameHostConfig{}))
+	}
 	v, err := velo.New(ctx, all...)
 	if err != nil {
 		ctl.Close()

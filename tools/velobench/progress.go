@@ -135,6 +135,9 @@ func pointLine(pt Point) string {
 	if n := pt.inlineOps(); n > 0 {
 		s += fmt.Sprintf(" inline %.0f", n)
 	}
+	if n := pt.shmOps(); n > 0 {
+		s += fmt.Sprintf(" shm %.0f", n)
+	}
 	s += "  " + lanesText(pt)
 	if len(pt.RailsInitiator) > 0 {
 		s += "  rails " + railsText(pt.RailsInitiator)

@@ -136,6 +136,11 @@ func (p Point) chunkedOps() float64 {
 	return sumPrefix(p.PathsInitiator, "chunked/")
 }
 
+// shmOps are the transfers that took velo's same-host path (--same-host on both sides).
+func (p Point) shmOps() float64 {
+	return sumPrefix(p.PathsInitiator, "shm/")
+}
+
 // inlineOps are the batch entries that came inside the acquire's answers.
 func (p Point) inlineOps() float64 {
 	return sumPrefix(p.PathsInitiator, "inline/")

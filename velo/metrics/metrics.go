@@ -29,6 +29,10 @@ const (
 	// PathInline: a payload small enough that the owner sent its bytes inside the answer to the
 	// batched acquire (GetBatch, Config.BatchInlineMax), with neither a registration nor a pull.
 	PathInline Path = "inline"
+	// PathSameHost: the registry path between two instances of one host, read through shared
+	// memory (package velo/transport/shm) instead of UCX. On the wire it is the RDMA path (the
+	// owner answers with a descriptor); the label says which backend moved the bytes.
+	PathSameHost Path = "shm"
 )
 
 // Reason says why a transfer took its path. The set is closed; see docs/architecture.md for the
@@ -58,8 +62,8 @@ const (
 	ReasonReleaseMismatch Reason = "release_mismatch"
 )
 
-// ChunkedReasons are the reasons that go with PathChunked; ReasonOK is the only one for PathRDMA
-// and PathInline.
+// ChunkedReasons are the reasons that go with PathChunked; ReasonOK is the only one for PathRDMA,
+// PathInline and PathSameHost.
 var ChunkedReasons = []Reason{
 	ReasonNoOffer, ReasonKillSwitch, ReasonNotConfigured, ReasonDraining, ReasonPoolExhausted,
 	ReasonBudget, ReasonNotPinned, ReasonGetFailed, ReasonDecodeError, ReasonDeviceBounce,
@@ -68,7 +72,7 @@ var ChunkedReasons = []Reason{
 
 // Valid reports whether (p, r) is one of the pre-declared pairs.
 func Valid(p Path, r Reason) bool {
-	if p == PathRDMA || p == PathInline {
+	if p == PathRDMA || p == PathInline || p == PathSameHost {
 		return r == ReasonOK
 	}
 	if p == PathChunked {
@@ -119,7 +123,7 @@ var (
 	// Directions of velo_rendezvous_bytes_total: bytes this instance served as owner ("sent") or
 	// moved in as consumer ("received"); local covers the owner == consumer fast path.
 	ByteDirections = []string{"sent", "received"}
-	BytePaths      = []string{string(PathRDMA), string(PathChunked), string(PathInline), "local"}
+	BytePaths      = []string{string(PathRDMA), string(PathChunked), string(PathInline), string(PathSameHost), "local"}
 	// ReapCauses of velo_rendezvous_leases_reaped_total.
 	ReapCauses = []string{"ttl", "peer_down", "shutdown"}
 	// MessageKinds of the messenger counters.
@@ -265,6 +269,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	m.rdmaPath.WithLabelValues(string(PathRDMA), string(ReasonOK))
 	m.rdmaPath.WithLabelValues(string(PathInline), string(ReasonOK))
+	m.rdmaPath.WithLabelValues(string(PathSameHost), string(ReasonOK))
 	for _, r := range ChunkedReasons {
 		m.rdmaPath.WithLabelValues(string(PathChunked), string(r))
 	}

@@ -19,9 +19,9 @@ func TestEverySeriesExistsAtZero(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// rdma/ok, inline/ok and chunked with each of its reasons.
-	if len(lines) != 2+len(ChunkedReasons) {
-		t.Fatalf("%d path series, want %d: %v", len(lines), 2+len(ChunkedReasons), lines)
+	// rdma/ok, inline/ok, shm/ok and chunked with each of its reasons.
+	if len(lines) != 3+len(ChunkedReasons) {
+		t.Fatalf("%d path series, want %d: %v", len(lines), 3+len(ChunkedReasons), lines)
 	}
 	want := `velo_rendezvous_rdma_path_total{path="chunked",reason="not_configured"} 0`
 	if !contains(lines, want) {
@@ -54,7 +54,12 @@ func TestCountPathKeepsTheEnumClosed(t *testing.T) {
 	if d, _ := Value(reg, RDMAPathTotal, map[string]string{"path": "chunked", "reason": "decode_error"}); d != 3 {
 		t.Fatalf("decode_error=%v after an invalid inline pair", d)
 	}
-	if l, _ := Lines(reg, RDMAPathTotal); len(l) != 2+len(ChunkedReasons) {
+	m.CountPath(PathSameHost, ReasonOK)
+	m.CountPath(PathSameHost, ReasonBudget) // shm goes with ok alone
+	if i, _ := Value(reg, RDMAPathTotal, map[string]string{"path": "shm", "reason": "ok"}); i != 1 {
+		t.Fatalf("shm/ok=%v", i)
+	}
+	if l, _ := Lines(reg, RDMAPathTotal); len(l) != 3+len(ChunkedReasons) {
 		t.Fatalf("a new series appeared: %v", l)
 	}
 }
@@ -110,7 +115,7 @@ func TestValueRefusesAMissingSeries(t *testing.T) {
 		assert.Contains(t, err.Error(), name)
 	}
 	_, err = Value(reg, RDMAPathTotal, map[string]string{"path": "rmda"})
-	assert.Contains(t, err.Error(), "path in [chunked inline rdma]", "the error lists the label values that exist")
+	assert.Contains(t, err.Error(), "path in [chunked inline rdma shm]", "the error lists the label values that exist")
 }
 
 // Register registers all or nothing: a clash on the third collector leaves the first two

@@ -115,7 +115,7 @@ var PeerDirections = [2]string{"received", "served"}
 // multi-GiB chunked transfer near the top. Three per decade keeps a quantile read from the
 // buckets (the debug page's p50 and p99, histogram_quantile) within one step of 2.15x of the true
 // value, where a step of 4 (13 bounds) would often put p50 and p99 in the same bucket; the cost
-// is a fixed 25 series per child, 450 in all (three paths, six size classes).
+// is a fixed 25 series per child, 600 in all (four paths, six size classes).
 var TransferBuckets = prometheus.ExponentialBucketsRange(1e-6, 10, 22)
 
 // LeaseBuckets are the bounds of the lease histogram: the transfer bounds continued, at the same
@@ -134,11 +134,13 @@ func pathIndex(p Path) (int, bool) {
 		return 1, true
 	case PathInline:
 		return 2, true
+	case PathSameHost:
+		return 3, true
 	}
 	return 0, false
 }
 
-var transferPaths = [3]Path{PathRDMA, PathChunked, PathInline}
+var transferPaths = [4]Path{PathRDMA, PathChunked, PathInline, PathSameHost}
 
 // transfers holds the three families and their pre-resolved children. It is one collector to
 // Register (it describes and collects its three families).

@@ -155,7 +155,7 @@ func TestPeerSeriesComeAndGo(t *testing.T) {
 	assert.EqualValues(t, 4096, val(b, "served", PathRDMA))
 	m.PeerReceived(a, PathInline, 4096)
 	assert.EqualValues(t, 4096, val(a, "received", PathInline))
-	assert.Len(t, family(t, reg, PeerBytesTotal).GetMetric(), 12, "six series per peer: two directions, three paths")
+	assert.Len(t, family(t, reg, PeerBytesTotal).GetMetric(), 16, "eight series per peer: two directions, four paths")
 	assert.Equal(t, "00000000000000a1", PeerLabel(a))
 
 	m.ForgetPeer(a)

@@ -481,20 +481,28 @@ func (b *batch) move(owner transport.InstanceID, grants []grant, client RDMAClie
 			reads[k] = RemoteRead{Descriptor: g.resp.Descriptor, Dst: g.l.data, Memory: b.reqs[g.i].IntoMemory}
 		}
 		failed := make([]error, len(rdma))
-		ok, bytes := 0, 0
+		// Each entry's lane is its key's: one batch may mix same-host keys with UCX ones (device
+		// memory stays with UCX).
+		paths := make([]metrics.Path, len(rdma))
+		for k, g := range rdma {
+			paths[k] = registryPath(client, g.resp.Descriptor)
+		}
+		ok, bytes := map[metrics.Path]int{}, map[metrics.Path]int{}
 		getMany(b.ctx, client, owner, reads, r.cfg.BatchWindow, func(k int, err error) {
 			if err != nil {
 				failed[k] = err
 				return
 			}
-			g := rdma[k]
-			r.m.ObserveTransfer(metrics.PathRDMA, uint64(len(g.l.data)), time.Since(g.start))
-			ok, bytes = ok+1, bytes+len(g.l.data)
-			g.l.Path, g.l.Reason = metrics.PathRDMA, metrics.ReasonOK
+			g, path := rdma[k], paths[k]
+			r.m.ObserveTransfer(path, uint64(len(g.l.data)), time.Since(g.start))
+			ok[path], bytes[path] = ok[path]+1, bytes[path]+len(g.l.data)
+			g.l.Path, g.l.Reason = path, metrics.ReasonOK
 			b.done(g.i, g.l, nil)
 		})
-		r.m.CountPaths(metrics.PathRDMA, metrics.ReasonOK, ok)
-		r.received(owner, metrics.PathRDMA, bytes)
+		for path, n := range ok {
+			r.m.CountPaths(path, metrics.ReasonOK, n)
+			r.received(owner, path, bytes[path])
+		}
 		for k, err := range failed {
 			if err == nil {
 				continue

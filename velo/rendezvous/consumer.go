@@ -153,10 +153,11 @@ func (r *Rendezvous) get(ctx context.Context, h Handle, alloc func(n int) ([]byt
 	l.data = dst
 	if resp.Path == string(metrics.PathRDMA) {
 		if err := rdmaGet(ctx, client, h.Owner, resp.Descriptor, dst, m); err == nil {
-			r.m.ObserveTransfer(metrics.PathRDMA, uint64(len(dst)), time.Since(start))
-			r.m.CountPath(metrics.PathRDMA, metrics.ReasonOK)
-			r.received(h.Owner, metrics.PathRDMA, len(dst))
-			l.Path, l.Reason = metrics.PathRDMA, metrics.ReasonOK
+			path := registryPath(client, resp.Descriptor)
+			r.m.ObserveTransfer(path, uint64(len(dst)), time.Since(start))
+			r.m.CountPath(path, metrics.ReasonOK)
+			r.received(h.Owner, path, len(dst))
+			l.Path, l.Reason = path, metrics.ReasonOK
 			return l, nil
 		} else {
 			r.log.Warn("rendezvous: RDMA get failed; fetching by chunks", "owner", fmt.Sprintf("%016x", uint64(h.Owner)), "err", err)

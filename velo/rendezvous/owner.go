@@ -123,7 +123,27 @@ func (r *Rendezvous) answer(sl Slot, offer []byte, resp *wire.AcquireResponse, p
 		}
 	}
 	r.m.CountPath(path, counted)
-	resp.Path, resp.Reason = string(path), string(wireReason(offer, counted, reason))
+	resp.Path, resp.Reason = string(wirePath(path)), string(wireReason(offer, counted, reason))
+}
+
+// wirePath is what an answer says of path: the same-host lane is the RDMA path on the wire (a
+// descriptor to read), whichever backend its key is for.
+func wirePath(p metrics.Path) metrics.Path {
+	if p == metrics.PathSameHost {
+		return metrics.PathRDMA
+	}
+	return p
+}
+
+// registryPath is the label of a lease on the registry path whose descriptor is desc: the lane
+// its key takes (PathReporter), or rdma.
+func registryPath(side any, desc []byte) metrics.Path {
+	if pr, ok := side.(PathReporter); ok {
+		if p := pr.PathOf(desc); p != "" {
+			return p
+		}
+	}
+	return metrics.PathRDMA
 }
 
 // grant takes the lease on h for from and fills what every answer carries.
@@ -350,8 +370,9 @@ func (r *Rendezvous) served(sl Slot, resp *wire.AcquireResponse, sv Served) (met
 	r.store.onLeaseEnd(sl.Lease.ID, sv.OnLeaseEnd)
 	resp.Descriptor = sv.Descriptor
 	// A one-sided read leaves no trace here: what the owner can count is what it made readable.
-	r.m.PeerServed(uint64(sl.Lease.Consumer), metrics.PathRDMA, len(sl.Data))
-	return metrics.PathRDMA, metrics.ReasonOK
+	path := registryPath(r.cfg.Server, sv.Descriptor)
+	r.m.PeerServed(uint64(sl.Lease.Consumer), path, len(sl.Data))
+	return path, metrics.ReasonOK
 }
 
 func (r *Rendezvous) onPull(ctx context.Context, from transport.InstanceID, p []byte) ([][]byte, func(), error) {

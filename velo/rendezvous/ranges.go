@@ -38,7 +38,8 @@ type RangeLease struct {
 
 	mu       sync.Mutex // one ReadRanges at a time; guards the fields below and the lease's id
 	size     uint64
-	desc     []byte // the RDMA descriptor; nil on the chunked path
+	desc     []byte       // the RDMA descriptor; nil on the chunked path
+	path     metrics.Path // the lane desc's key takes (rdma or shm)
 	chunk    int
 	reason   metrics.Reason // why chunked, when chunked
 	client   RDMAClient
@@ -71,7 +72,8 @@ func (r *Rendezvous) Acquire(ctx context.Context, h Handle) (*RangeLease, error)
 		ttl: time.Duration(resp.TTLMillis) * time.Millisecond}
 	if resp.Path == string(metrics.PathRDMA) {
 		rl.desc, rl.client = resp.Descriptor, client
-		l.Path, l.Reason = metrics.PathRDMA, metrics.ReasonOK
+		rl.path = registryPath(client, resp.Descriptor)
+		l.Path, l.Reason = rl.path, metrics.ReasonOK
 	} else {
 		if offer != nil {
 			reason = metrics.Reason(resp.Reason)
@@ -208,7 +210,7 @@ func (l *RangeLease) readRDMA(ctx context.Context, ranges []Range, valid []int) 
 	var firstErr error
 	getMany(ctx, l.client, l.h.Owner, reads, r.cfg.BatchWindow, func(k int, err error) {
 		if err == nil {
-			r.received(l.h.Owner, metrics.PathRDMA, len(reads[k].Dst))
+			r.received(l.h.Owner, l.path, len(reads[k].Dst))
 			return
 		}
 		failed = append(failed, valid[k])
@@ -217,7 +219,7 @@ func (l *RangeLease) readRDMA(ctx context.Context, ranges []Range, valid []int) 
 		}
 	})
 	if len(failed) == 0 {
-		r.m.CountPath(metrics.PathRDMA, metrics.ReasonOK)
+		r.m.CountPath(l.path, metrics.ReasonOK)
 		return
 	}
 	if err := ctx.Err(); err != nil {

@@ -72,6 +72,15 @@ type RDMAClient interface {
 	GetMany(ctx context.Context, owner transport.InstanceID, reads []RemoteRead, window int, done func(i int, err error))
 }
 
+// PathReporter is an optional extension of RDMAServer and RDMAClient whose registry reads through
+// more than one backend (the same-host path beside UCX). The wire says only "rdma": the owner
+// answered with a descriptor, which is all the consumer needs to read it. PathOf names the lane
+// that descriptor's key takes, for the path label on both sides (metrics.PathSameHost or
+// metrics.PathRDMA).
+type PathReporter interface {
+	PathOf(descriptor []byte) metrics.Path
+}
+
 // RemoteRead is one read of RDMAClient.GetMany: len(Dst) bytes at Offset of the payload a
 // lease's descriptor names.
 type RemoteRead struct {

@@ -75,6 +75,8 @@ var (
 	_ rendezvous.RDMAServer     = (*Owner)(nil)
 	_ rendezvous.RDMAManyServer = (*Owner)(nil)
 	_ rendezvous.RDMAClient     = (*Consumer)(nil)
+	_ rendezvous.PathReporter   = (*Owner)(nil)
+	_ rendezvous.PathReporter   = (*Consumer)(nil)
 	_ rendezvous.PinnedPool     = (*Registry)(nil)
 )
 
@@ -881,3 +883,28 @@ func (g *gauges) setArenas(n int, bytes int64) {
 	g.arenas.Set(float64(n))
 	g.arenaBytes.Set(float64(bytes))
 }
+
+// sameHostKeyer is an RMA that reads some keys through the same-host path (shm.Route).
+type sameHostKeyer interface {
+	SameHostKey(key []byte) bool
+}
+
+// pathOf is the lane of a descriptor's key: shm when the transport says the key is a same-host
+// one, rdma otherwise (an undecodable descriptor included: its read fails on its own).
+func (r *Registry) pathOf(descriptor []byte) metrics.Path {
+	sk, ok := r.rma.(sameHostKeyer)
+	if !ok {
+		return metrics.PathRDMA
+	}
+	d, err := wire.DecodeRDMADescriptor(descriptor)
+	if err == nil && sk.SameHostKey(d.Key) {
+		return metrics.PathSameHost
+	}
+	return metrics.PathRDMA
+}
+
+// PathOf implements rendezvous.PathReporter for the owner's side.
+func (o *Owner) PathOf(descriptor []byte) metrics.Path { return o.r.pathOf(descriptor) }
+
+// PathOf implements rendezvous.PathReporter for the consumer's side.
+func (c *Consumer) PathOf(descriptor []byte) metrics.Path { return c.r.pathOf(descriptor) }

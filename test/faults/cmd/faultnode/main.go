@@ -17,12 +17,13 @@
 //	flood <peer> <bytes> <n> <timeout>
 //	                            send n one-way messages of bytes to peer (hex ID), each bounded by
 //	                            timeout; answers how many went and the first error with its time
+//	samehost <peer>             whether reads from peer (hex ID) take the same-host path, and why not
 //	peers                       Peers(): id and state of each
 //	stats                       the RDMA registry's Stats and the staged counts
 //	quit                        Close, then the final stats; the process exits 0
 //
 // Every instance runs a TCP control plane on 127.0.0.1 (or -listen) and the UCX transport
-// (UCX_TLS=tcp unless the environment says otherwise).
+// (UCX_TLS=tcp unless the environment says otherwise); -same-host adds the same-host path.
 package main
 
 import (
@@ -66,6 +67,9 @@ func main() {
 	etcdEndpoints := flag.String("etcd", "", "find peers through etcd at these comma-separated client URLs")
 	discTTL := flag.Duration("discovery-ttl", 10*time.Second, "the discovery backend's TTL")
 	logLevel := flag.String("log", "warn", "log level on standard error: debug, info, warn, error")
+	sameHost := flag.Bool("same-host", false, "turn on the same-host path (WithSameHost)")
+	shmDir := flag.String("shm-dir", "", "SameHostConfig.Dir (empty: the default)")
+	shmChunk := flag.Int("shm-chunk", 0, "SameHostConfig.ChunkSize (0: the default)")
 	flag.Parse()
 
 	var lvl slog.Level
@@ -104,6 +108,9 @@ func main() {
 			fatal(err)
 		}
 		opts = append(opts, velo.WithDiscovery(d, *name))
+	}
+	if *sameHost {
+		opts = append(opts, velo.WithSameHost(velo.SameHostConfig{Dir: *shmDir, ChunkSize: *shmChunk}))
 	}
 	v, err := velo.New(context.Background(), append(opts, velo.WithLogger(log), velo.WithTransport(ctl), velo.WithUCXTransport(u),
 		velo.WithLeaseTTL(*ttl),
@@ -264,6 +271,14 @@ func (n *node) run(cmd, arg string) {
 			sent++
 		}
 		n.reply(map[string]any{"sent": sent})
+	case "samehost":
+		var peer uint64
+		if _, err := fmt.Sscanf(arg, "%x", &peer); err != nil {
+			n.fail(fmt.Errorf("samehost: %q: %w", arg, err))
+			return
+		}
+		ok, why := n.v.SameHost(velo.InstanceID(peer))
+		n.reply(map[string]any{"same_host": ok, "why": why})
 	case "peers":
 		peers := map[string]string{}
 		for _, p := range n.v.Peers() {

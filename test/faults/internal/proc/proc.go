@@ -120,13 +120,20 @@ func Start(name string, cmd *exec.Cmd) (*Node, error) {
 	r, err := n.Read(60 * time.Second)
 	if err != nil {
 		n.Kill()
-		return nil, err
+		// What it printed before it went is why: the caller has no node to read it from.
+		return nil, fmt.Errorf("%w; its last words: %s", err, lastLines(n.Stderr.String(), 5))
 	}
 	if r["ready"] != true {
 		n.Kill()
 		return nil, fmt.Errorf("%s: first line %v, want ready", name, r)
 	}
 	return n, nil
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // Read returns the next answer. A line on the node's standard output that is not a JSON object

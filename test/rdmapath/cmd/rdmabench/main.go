@@ -69,10 +69,11 @@ type ownerInfo struct {
 }
 
 func main() {
-	role := flag.String("role", "", "internal: owner, rss, region or sealowner")
+	role := flag.String("role", "", "internal: owner, rss, region, sealowner or shmowner")
 	quick := flag.Bool("quick", false, "fewer rounds and gets (a smoke run)")
 	rssMiB := flag.Int("rss", 1024, "payload of the peak-RSS measurement in MiB (0 skips it)")
-	only := flag.String("only", "", `run one table: "get" (beside perftest and the chunked path), "seal" (sealed beside plain) or "rss"`)
+	only := flag.String("only", "", `run one table: "get" (beside perftest and the chunked path), "seal" (sealed beside plain), "rss" or "samehost" (the same-host path beside memcpy and the RDMA path)`)
+	shmRounds := flag.Int("rounds", 5, "alternating rounds of the samehost table")
 	sealRounds := flag.Int("seal-rounds", 5, "alternating rounds of the seal table")
 	flag.StringVar(&velobenchBin, "velobench", "", "a velobench binary: its get point joins the get table's rounds, beside this bench's RDMA get (velobench's overhead)")
 	flag.Parse()
@@ -90,6 +91,8 @@ func main() {
 		err = runRegion(*rssMiB)
 	case "sealowner":
 		err = runSealOwner()
+	case "shmowner":
+		err = runSameHostOwner()
 	case "":
 		switch *only {
 		case "":
@@ -102,8 +105,14 @@ func main() {
 			err = runBench(*quick, *rssMiB, false, true)
 		case "seal":
 			err = runSeal(*quick, *sealRounds)
+		case "samehost":
+			rounds := *shmRounds
+			if *quick {
+				rounds = 1
+			}
+			err = runSameHost(*quick, rounds)
 		default:
-			err = fmt.Errorf("-only %q: want get, seal or rss", *only)
+			err = fmt.Errorf("-only %q: want get, seal, rss or samehost", *only)
 		}
 	default:
 		err = fmt.Errorf("-role %q", *role)
@@ -114,7 +123,7 @@ func main() {
 }
 
 // start brings up an instance with a TCP control plane and the UCX transport beside it.
-func start(ctx context.Context) (*velo.Velo, *ucxtransport.Transport, error) {
+func start(ctx context.Context, opts ...velo.Option) (*velo.Velo, *ucxtransport.Transport, error) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctl, err := tcp.New(tcp.Config{})
 	if err != nil {
@@ -125,8 +134,8 @@ func start(ctx context.Context) (*velo.Velo, *ucxtransport.Transport, error) {
 		ctl.Close()
 		return nil, nil, err
 	}
-	v, err := velo.New(ctx, velo.WithTransport(ctl), velo.WithUCXTransport(u), velo.WithLogger(quiet),
-		velo.WithRDMA(velo.RDMAConfig{Pool: velo.RDMAPoolConfig{RegisteredBytesBudget: 4 << 30}}))
+	v, err := velo.New(ctx, append([]velo.Option{velo.WithTransport(ctl), velo.WithUCXTransport(u), velo.WithLogger(quiet),
+		velo.WithRDMA(velo.RDMAConfig{Pool: velo.RDMAPoolConfig{RegisteredBytesBudget: 4 << 30}})}, opts...)...)
 	return v, u, err
 }
 

@@ -1,0 +1,225 @@
+package main
+
+// The same-host table (-only samehost, make bench-samehost): what the same-host path costs, as
+// ratios against one core's memory copy and against the UCX RDMA path, measured in the same run.
+//
+// The owner is another process of this host (-role shmowner: WithSameHost and the UCX
+// transport), which stages one pinned payload per size and a batch of pinned blocks per block
+// size. The parent runs two consumers: one with WithSameHost (its gets take path shm) and one
+// without (path rdma, over UCX_TLS, tcp by default). Each round copies the payload with one core
+// (copy between two buffers of this process), then makes the same-host gets, then the RDMA gets,
+// so machine noise falls on all three. A get is timed as in the get table (GetInto, the detach
+// not timed); GetBatch entries never come inline (WithBatchInlineMax(0) on every side), so the
+// batch rows measure the lanes.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/velo-go/velo/ucx/benchkit"
+	"github.com/velo-go/velo/velo"
+	"github.com/velo-go/velo/velo/metrics"
+)
+
+var (
+	shmSizes      = []int{8 << 20, 64 << 20}
+	shmBlockSizes = []int{4 << 10, 64 << 10}
+)
+
+const shmBlocks = 256 // blocks per GetBatch
+
+type shmOwnerInfo struct {
+	Peer    velo.PeerInfo
+	Payload []velo.Handle   // one per size
+	Blocks  [][]velo.Handle // one batch per block size
+}
+
+func runSameHostOwner() error {
+	ctx := context.Background()
+	v, err := startSameHost(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer v.Close()
+	info := shmOwnerInfo{Peer: v.PeerInfo()}
+	stage := func(n int, seed byte) (velo.Handle, error) {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(i*7) + seed
+		}
+		return v.RegisterDataPinned(ctx, b)
+	}
+	for i, n := range shmSizes {
+		h, err := stage(n, byte(i))
+		if err != nil {
+			return err
+		}
+		info.Payload = append(info.Payload, h)
+	}
+	for _, n := range shmBlockSizes {
+		var hs []velo.Handle
+		for k := 0; k < shmBlocks; k++ {
+			h, err := stage(n, byte(k))
+			if err != nil {
+				return err
+			}
+			hs = append(hs, h)
+		}
+		info.Blocks = append(info.Blocks, hs)
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(info); err != nil {
+		return err
+	}
+	io.Copy(io.Discard, os.Stdin) // serve until the parent closes stdin
+	return nil
+}
+
+func runSameHost(quick bool, rounds int) error {
+	ctx := context.Background()
+	var info shmOwnerInfo
+	owner, err := benchkit.StartChild(nil, &info, "-role", "shmowner")
+	if err != nil {
+		return err
+	}
+	defer owner.Stop()
+	shm, err := startSameHost(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer shm.Close()
+	rdma, err := startSameHost(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer rdma.Close()
+	for _, v := range []*velo.Velo{shm, rdma} {
+		if err := v.RegisterPeer(ctx, info.Peer); err != nil {
+			return err
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for ok, why := shm.SameHost(info.Peer.ID); !ok; ok, why = shm.SameHost(info.Peer.ID) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the same-host path to the owner was not taken: %s", why)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	fmt.Printf("same-host path: two processes of this host, %d CPUs, UCX_TLS=%s for the rdma column; %d alternating rounds\n", runtime.NumCPU(), os.Getenv("UCX_TLS"), rounds)
+	printLoad()
+	fmt.Printf("MiB/s, median of the rounds [min–max]; memcpy is one core's copy of the same size in this process\n\n")
+	fmt.Printf("%-8s %5s %22s %22s %22s %11s %9s\n", "size", "gets", "memcpy", "velo shm", "velo rdma", "shm/memcpy", "shm/rdma")
+	for i, n := range shmSizes {
+		iters := max(4, min(200, (256<<20)/n))
+		if quick {
+			iters = max(2, iters/8)
+		}
+		dst := make([]byte, n)
+		src := make([]byte, n)
+		for j := range src {
+			src[j] = byte(j)
+		}
+		for _, v := range []*velo.Velo{shm, rdma} { // warm up: channels, endpoints, page faults
+			if _, err := getOnce(ctx, v, info.Payload[i], dst, ""); err != nil {
+				return err
+			}
+		}
+		var mc, sh, rd []float64
+		for r := 0; r < rounds; r++ {
+			mc = append(mc, memcpyRate(dst, src, iters))
+			x, err := velorate(ctx, shm, info.Payload[i], dst, iters, metrics.PathSameHost)
+			if err != nil {
+				return err
+			}
+			sh = append(sh, x)
+			if x, err = velorate(ctx, rdma, info.Payload[i], dst, iters, metrics.PathRDMA); err != nil {
+				return err
+			}
+			rd = append(rd, x)
+		}
+		fmt.Printf("%-8s %5d %22s %22s %22s %10.2fx %8.2fx\n", fmt.Sprintf("%d MiB", n>>20), iters, spread(mc), spread(sh), spread(rd),
+			median(sh)/median(mc), median(sh)/median(rd))
+	}
+	fmt.Printf("\nGetBatch of %d pinned blocks (inline off on both sides): blocks/s, median of the rounds [min–max]\n", shmBlocks)
+	fmt.Printf("%-8s %5s %22s %22s %9s\n", "block", "calls", "velo shm", "velo rdma", "shm/rdma")
+	for i, n := range shmBlockSizes {
+		calls := 20
+		if quick {
+			calls = 3
+		}
+		if _, err := batchRate(ctx, shm, info.Blocks[i], 1, ""); err != nil {
+			return err
+		}
+		if _, err := batchRate(ctx, rdma, info.Blocks[i], 1, ""); err != nil {
+			return err
+		}
+		var sh, rd []float64
+		for r := 0; r < rounds; r++ {
+			x, err := batchRate(ctx, shm, info.Blocks[i], calls, metrics.PathSameHost)
+			if err != nil {
+				return err
+			}
+			sh = append(sh, x)
+			if x, err = batchRate(ctx, rdma, info.Blocks[i], calls, metrics.PathRDMA); err != nil {
+				return err
+			}
+			rd = append(rd, x)
+		}
+		fmt.Printf("%-8s %5d %22s %22s %8.2fx\n", fmt.Sprintf("%d KiB", n>>10), calls, spread(sh), spread(rd), median(sh)/median(rd))
+	}
+	return nil
+}
+
+// startSameHost is start with the same-host path on (sameHost) or off, and no inline batch entries.
+func startSameHost(ctx context.Context, sameHost bool) (*velo.Velo, error) {
+	opts := []velo.Option{velo.WithBatchInlineMax(0)}
+	if sameHost {
+		opts = append(opts, velo.WithSameHost(velo.SameHostConfig{}))
+	}
+	v, _, err := start(ctx, opts...)
+	return v, err
+}
+
+// memcpyRate is one core's copy of len(src) bytes, iters times, in MiB/s.
+func memcpyRate(dst, src []byte, iters int) float64 {
+	start := time.Now()
+	for i := 0; i < iters; i++ {
+		copy(dst, src)
+	}
+	return float64(len(src)) * float64(iters) / (1 << 20) / time.Since(start).Seconds()
+}
+
+// batchRate is blocks per second over calls GetBatch calls of hs (the detaches not timed).
+func batchRate(ctx context.Context, v *velo.Velo, hs []velo.Handle, calls int, want metrics.Path) (float64, error) {
+	reqs := make([]velo.GetRequest, len(hs))
+	for i, h := range hs {
+		reqs[i] = velo.GetRequest{Handle: h, Into: make([]byte, h.Size)}
+	}
+	var total time.Duration
+	for c := 0; c < calls; c++ {
+		start := time.Now()
+		res := v.GetBatch(ctx, reqs, nil)
+		total += time.Since(start)
+		var leases []*velo.Lease
+		for _, r := range res {
+			if r.Err != nil {
+				return 0, r.Err
+			}
+			if want != "" && r.Lease.Path != want {
+				return 0, fmt.Errorf("a batch entry measured as %s took %s/%s", want, r.Lease.Path, r.Lease.Reason)
+			}
+			leases = append(leases, r.Lease)
+		}
+		for _, l := range leases {
+			if err := l.Detach(ctx); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return float64(len(hs)*calls) / total.Seconds(), nil
+}

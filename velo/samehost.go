@@ -1,0 +1,59 @@
+package velo
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/velo-go/velo/velo/transport/shm"
+)
+
+// SameHostConfig configures the same-host path (package velo/transport/shm): the socket
+// directory, the host identity, the uids allowed besides the process's own, the ring's buffer
+// size. The zero value gives the defaults.
+type SameHostConfig = shm.Config
+
+// WithSameHost turns on the same-host path beside the UCX transport: a rendezvous between two
+// instances of one host that both have it moves its bytes through shared memory, and counts path
+// shm. It needs WithUCXTransport (the same-host path is a lane of the RDMA registry; pairs on two
+// hosts, and device memory, stay with UCX). The instance publishes a "shm" address in its
+// PeerInfo (its host identity and its socket) and, for each peer of its host that publishes one,
+// opens a channel to that peer's socket when it registers the peer; a pair takes the path only
+// once that channel was opened and proven (both sides' uids, and the cluster secret when there
+// is one). See docs/architecture.md, "Same-host path".
+func WithSameHost(cfg SameHostConfig) Option {
+	return func(o *options) error {
+		if o.sameHost != nil {
+			return errors.New("velo: WithSameHost given twice")
+		}
+		o.sameHost = &cfg
+		return nil
+	}
+}
+
+// newSameHost creates the same-host transport when WithSameHost was given, and adds it to the
+// transports (it carries no messages; it publishes the address).
+func newSameHost(o *options) error {
+	if o.sameHost == nil {
+		return nil
+	}
+	if o.rmaTransport == nil {
+		return errors.New("velo: WithSameHost needs WithUCXTransport: the same-host path is a lane of the RDMA registry")
+	}
+	s, err := shm.New(*o.sameHost)
+	if err != nil {
+		return fmt.Errorf("velo: WithSameHost: %w", err)
+	}
+	o.shm = s
+	o.transports = append(o.transports, s)
+	return nil
+}
+
+// SameHost reports whether this instance's reads from peer take the same-host path: WithSameHost
+// is on here, the peer published a same-host address of this host, and a channel to its socket
+// was opened and proven. When not, why says what stands in the way.
+func (v *Velo) SameHost(peer InstanceID) (ok bool, why string) {
+	if v.shm == nil {
+		return false, "the same-host path is off on this instance (WithSameHost)"
+	}
+	return v.shm.PathTo(peer)
+}

@@ -1,0 +1,30 @@
+// Package shm is velo's same-host path: one-sided reads (transport.RMA) between two instances
+// of one host that move their bytes through shared memory instead of a network stack.
+//
+// What a consumer can reach is only what a lease names. The owner's arenas stay private
+// anonymous mappings; nothing of them is ever mapped into another process. Instead, a consumer
+// that wants to read opens a channel to the owner: it connects to the owner's Unix socket (a
+// path in a directory of mode 0700, published in the owner's PeerInfo under "shm"), both sides
+// check the other's credentials (SO_PEERCRED: the same uid, or one the owner allows), and, when
+// the instance has a cluster secret, each proves the handshake with the key of its authenticated
+// control-plane session with the other (transport.AuthGate), over a fresh nonce of each side.
+// The owner then hands the consumer a memfd ring of two buffers (SCM_RIGHTS). A read names a key
+// (registration slot, token, range), an offset and a length; the owner checks them against a
+// live registration made for that consumer, copies exactly those bytes into the ring, a buffer at
+// a time, and the consumer copies each buffer out while the owner fills the other. The consumer
+// never sees a byte its request did not name, and the ring holds at most two buffers of it.
+//
+// Same host is decided from facts, never from an address: the owner's address carries its host
+// identity (the kernel's boot_id, or Config.HostID), and the consumer only takes the path once it
+// has connected to the owner's socket and finished the handshake with it. Two instances in
+// network namespaces that do not share the socket directory, or whose HostID differs, never do.
+//
+// Revocation follows the UCX transport: Revoke refuses reads that have not started, a read under
+// way finishes, and Dead is closed once none is (the owner's copy out of the registration is what
+// a read is, so a consumer that stalls after the last copy holds nothing). ForceClosePeer closes
+// the consumer's channels, which ends any read stuck on a stalled consumer at once.
+//
+// The Transport value is also a transport.Transport named "shm", so that its address travels in
+// PeerInfo and RegisterPeer hands it over; it never carries a message (Reaches is false).
+// Route puts it beside the UCX transport as the one RMA the rendezvous registry uses.
+package shm

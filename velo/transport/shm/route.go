@@ -1,0 +1,223 @@
+//go:build linux
+
+package shm
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/velo-go/velo/velo/internal/fanout"
+	"github.com/velo-go/velo/velo/transport"
+)
+
+// Route is the one place that decides a pair's path: the RMA the rendezvous registry uses when
+// the same-host path is on. It registers a lease's region here when its consumer holds a proven
+// channel to this instance (RegisterMemoryFor), and with inner (UCX) otherwise; it reads a key
+// here when it is a same-host key, and with inner otherwise, so each side follows what the owner
+// chose. It names inner's backend in offers, so instances with and without the path still agree.
+// Device memory, writes (push) and the registrations made without a consumer stay with inner.
+//
+// The value returned implements what inner does of transport.MemoryRMA, transport.RMAWriter and
+// transport.MemoryRMAWriter when inner implements all three (the UCX transport), and none of them
+// otherwise; it always implements ManyReader, PeerRegisterer and RunRegisterer.
+func Route(inner transport.RMA, s *Transport) transport.RMA {
+	r := &route{inner: inner, s: s}
+	_, m := inner.(transport.MemoryRMA)
+	_, w := inner.(transport.MemoryRMAWriter)
+	if m && w {
+		return &routeFull{route: r}
+	}
+	return r
+}
+
+// SameHost is the transport behind a Route (nil for any other RMA).
+func SameHost(rma transport.RMA) *Transport {
+	switch r := rma.(type) {
+	case *route:
+		return r.s
+	case *routeFull:
+		return r.s
+	}
+	return nil
+}
+
+type route struct {
+	inner transport.RMA
+	s     *Transport
+}
+
+var (
+	_ transport.ManyReader     = (*route)(nil)
+	_ transport.PeerRegisterer = (*route)(nil)
+	_ transport.RunRegisterer  = (*route)(nil)
+	_ transport.PathRefuser    = (*route)(nil)
+)
+
+func (r *route) RMABackend() string { return r.inner.RMABackend() }
+
+// SameHostKey reports whether key is one of the same-host path's (the registry's path label).
+func (r *route) SameHostKey(key []byte) bool { return IsKey(key) }
+
+func (r *route) RegisterMemory(mem []byte) (transport.Registration, error) {
+	return r.inner.RegisterMemory(mem)
+}
+
+// RegisterMemoryFor registers here when peer holds a proven channel to this instance.
+func (r *route) RegisterMemoryFor(peer transport.InstanceID, mems [][]byte) ([]transport.Registration, []error) {
+	if r.s.Serves(peer) {
+		return r.s.RegisterMemoryFor(peer, mems)
+	}
+	if pr, ok := r.inner.(transport.PeerRegisterer); ok {
+		return pr.RegisterMemoryFor(peer, mems)
+	}
+	if mr, ok := r.inner.(transport.ManyRegisterer); ok && len(mems) > 1 {
+		return mr.RegisterMemoryMany(mems)
+	}
+	regs := make([]transport.Registration, len(mems))
+	errs := make([]error, len(mems))
+	for i, m := range mems {
+		regs[i], errs[i] = r.inner.RegisterMemory(m)
+	}
+	return regs, errs
+}
+
+func (r *route) RegistersRuns() bool {
+	rr, ok := r.inner.(transport.RunRegisterer)
+	return ok && rr.RegistersRuns()
+}
+
+func (r *route) Get(ctx context.Context, peer transport.InstanceID, key []byte, offset uint64, dst []byte) error {
+	if IsKey(key) {
+		return r.s.Get(ctx, peer, key, offset, dst)
+	}
+	return r.inner.Get(ctx, peer, key, offset, dst)
+}
+
+func (r *route) CanGet(peer transport.InstanceID) bool {
+	return r.s.CanGet(peer) || r.inner.CanGet(peer)
+}
+
+// PathRefusal implements transport.PathRefuser with inner's reason (release_mismatch): a pair
+// this side cannot reach through shared memory or inner is refused by inner.
+func (r *route) PathRefusal(peer transport.InstanceID) string {
+	if pr, ok := r.inner.(transport.PathRefuser); ok {
+		return pr.PathRefusal(peer)
+	}
+	return ""
+}
+
+func (r *route) ForceClosePeer(peer transport.InstanceID) error {
+	serr := r.s.ForceClosePeer(peer)
+	ierr := r.inner.ForceClosePeer(peer)
+	if serr == nil && r.s.Endpoints(peer) == 0 && errors.Is(ierr, transport.ErrUnknownPeer) {
+		return nil // a same-host-only consumer: nothing of it is left on inner
+	}
+	return errors.Join(serr, ierr)
+}
+
+// ReadMany reads the same-host keys here (batched on channels) and hands the others to inner, both
+// at once.
+func (r *route) ReadMany(ctx context.Context, peer transport.InstanceID, reads []transport.Read, window int, done func(i int, err error)) {
+	var mu sync.Mutex
+	report := func(i int, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if done != nil {
+			done(i, err)
+		}
+	}
+	var here, there []int
+	for i, rd := range reads {
+		if IsKey(rd.Key) {
+			here = append(here, i)
+		} else {
+			there = append(there, i)
+		}
+	}
+	var wg sync.WaitGroup
+	if len(there) > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tr := make([]transport.Read, len(there))
+			for j, i := range there {
+				tr[j] = reads[i]
+			}
+			if mr, ok := r.inner.(transport.ManyReader); ok {
+				mr.ReadMany(ctx, peer, tr, window, func(j int, err error) { report(there[j], err) })
+				return
+			}
+			fanout.Each(len(tr), max(window, 1), func(j int) {
+				err := ctx.Err()
+				if err == nil {
+					err = r.inner.Get(ctx, peer, tr[j].Key, tr[j].Offset, tr[j].Dst)
+				}
+				report(there[j], err)
+			})
+		}()
+	}
+	if len(here) > 0 {
+		hr := make([]transport.Read, len(here))
+		for j, i := range here {
+			hr[j] = reads[i]
+		}
+		r.s.ReadMany(ctx, peer, hr, window, func(j int, err error) { report(here[j], err) })
+	}
+	wg.Wait()
+}
+
+// routeFull is a Route over a transport that also registers device memory and writes.
+type routeFull struct {
+	*route
+}
+
+var (
+	_ transport.MemoryRMA       = (*routeFull)(nil)
+	_ transport.MemoryRMAWriter = (*routeFull)(nil)
+)
+
+func (r *routeFull) CheckMemory(mem []byte, t transport.MemoryType, device int) error {
+	return r.inner.(transport.MemoryRMA).CheckMemory(mem, t, device)
+}
+
+func (r *routeFull) RegisterMemoryOf(mem []byte, t transport.MemoryType) (transport.Registration, error) {
+	return r.inner.(transport.MemoryRMA).RegisterMemoryOf(mem, t)
+}
+
+// GetMemory reads a same-host key into host memory directly, and into device memory through a
+// host buffer of the read's size.
+func (r *routeFull) GetMemory(ctx context.Context, peer transport.InstanceID, key []byte, offset uint64, dst []byte, t transport.MemoryType) error {
+	mr := r.inner.(transport.MemoryRMA)
+	if !IsKey(key) {
+		return mr.GetMemory(ctx, peer, key, offset, dst, t)
+	}
+	if t == transport.MemoryHost {
+		return r.s.Get(ctx, peer, key, offset, dst)
+	}
+	buf := make([]byte, len(dst))
+	if err := r.s.Get(ctx, peer, key, offset, buf); err != nil {
+		return err
+	}
+	return mr.CopyMemory(dst, t, buf, transport.MemoryHost)
+}
+
+func (r *routeFull) CopyMemory(dst []byte, dt transport.MemoryType, src []byte, st transport.MemoryType) error {
+	return r.inner.(transport.MemoryRMA).CopyMemory(dst, dt, src, st)
+}
+
+// ReadsTypedMany is false: a batch's reads into device memory go one GetMemory each, which
+// routes each by its key.
+func (r *routeFull) ReadsTypedMany() bool { return false }
+
+func (r *routeFull) RegisterMemoryWritable(mem []byte) (transport.Registration, error) {
+	return r.inner.(transport.RMAWriter).RegisterMemoryWritable(mem)
+}
+
+func (r *routeFull) RegisterMemoryWritableOf(mem []byte, t transport.MemoryType) (transport.Registration, error) {
+	return r.inner.(transport.MemoryRMAWriter).RegisterMemoryWritableOf(mem, t)
+}
+
+func (r *routeFull) WriteMany(ctx context.Context, peer transport.InstanceID, writes []transport.Write, window int, done func(i int, err error)) {
+	r.inner.(transport.RMAWriter).WriteMany(ctx, peer, writes, window, done)
+}
