@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/velo-go/velo/velo"
 	"github.com/velo-go/velo/velo/metrics"
@@ -26,10 +27,11 @@ import (
 // maxLine bounds one command line (a PeerInfo in JSON is the longest the suites send).
 const maxLine = 1 << 20
 
-// Serve reads commands from in, one a line, and hands each to run, in order. It returns true when
-// the line "quit" came (the caller ends the program and answers it) and false when in ended (the
-// suite went away).
-func Serve(in io.Reader, run func(cmd, arg string)) (quit bool) {
+// Serve reads commands from in, one a line, and hands each to run, in order, with a context
+// that ends after timeout (a command that waits longer fails rather than hanging its suite). It
+// returns true when the line "quit" came (the caller ends the program and answers it) and false
+// when in ended (the suite went away).
+func Serve(in io.Reader, timeout time.Duration, run func(ctx context.Context, cmd, arg string)) (quit bool) {
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), maxLine)
 	for sc.Scan() {
@@ -37,7 +39,9 @@ func Serve(in io.Reader, run func(cmd, arg string)) (quit bool) {
 		if cmd == "quit" {
 			return true
 		}
-		run(cmd, arg)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		run(ctx, cmd, arg)
+		cancel()
 	}
 	return false
 }

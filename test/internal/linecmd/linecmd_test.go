@@ -2,10 +2,12 @@ package linecmd
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -16,19 +18,21 @@ import (
 // input is told apart from it.
 func TestServe(t *testing.T) {
 	var got []string
-	quit := Serve(strings.NewReader("info\n  peer {\"a\": 1}  \nstage 10 7\nquit\nnever\n"), func(cmd, arg string) {
+	quit := Serve(strings.NewReader("info\n  peer {\"a\": 1}  \nstage 10 7\nquit\nnever\n"), time.Minute, func(ctx context.Context, cmd, arg string) {
+		_, ok := ctx.Deadline()
+		require.True(t, ok, "a command runs under a deadline")
 		got = append(got, cmd+"|"+arg)
 	})
 	assert.True(t, quit)
 	assert.Equal(t, []string{"info|", "peer|{\"a\": 1}", "stage|10 7"}, got)
 
 	got = nil
-	quit = Serve(strings.NewReader("peers"), func(cmd, arg string) { got = append(got, cmd) })
+	quit = Serve(strings.NewReader("peers"), time.Minute, func(_ context.Context, cmd, arg string) { got = append(got, cmd) })
 	assert.False(t, quit, "the end of the input is not a quit")
 	assert.Equal(t, []string{"peers"}, got)
 
 	long := "peer " + strings.Repeat("x", 512<<10) + "\nquit\n"
-	quit = Serve(strings.NewReader(long), func(cmd, arg string) { got = append(got, cmd+"/"+arg[:1]) })
+	quit = Serve(strings.NewReader(long), time.Minute, func(_ context.Context, cmd, arg string) { got = append(got, cmd+"/"+arg[:1]) })
 	assert.True(t, quit, "a line of half a MiB (a PeerInfo) is one command")
 }
 

@@ -152,7 +152,7 @@ func main() {
 		}
 	}
 	n.Reply(map[string]any{"ready": true})
-	quit := linecmd.Serve(os.Stdin, n.run)
+	quit := linecmd.Serve(os.Stdin, 30*time.Second, n.run)
 	n.stopStream()
 	err = v.Close()
 	if quit {
@@ -204,9 +204,7 @@ func (n *node) sink(_ context.Context, m *velo.Message) ([]byte, error) {
 	return nil, nil
 }
 
-func (n *node) run(cmd, arg string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+func (n *node) run(ctx context.Context, cmd, arg string) {
 	if linecmd.Common(ctx, n.Replier, n.v, cmd, arg) {
 		return
 	}
@@ -248,11 +246,8 @@ func (n *node) run(cmd, arg string) {
 	case "stream":
 		n.startStream(arg)
 	case "sent":
-		n.streamMu.Lock()
-		s := n.stream
-		n.streamMu.Unlock()
+		s := n.streaming()
 		if s == nil {
-			n.Fail(errors.New("no stream"))
 			return
 		}
 		s.mu.Lock()
@@ -260,11 +255,8 @@ func (n *node) run(cmd, arg string) {
 		s.mu.Unlock()
 		n.Reply(map[string]any{"sent": sent, "error": linecmd.ErrString(err)})
 	case "pause", "resume":
-		n.streamMu.Lock()
-		s := n.stream
-		n.streamMu.Unlock()
+		s := n.streaming()
 		if s == nil {
-			n.Fail(errors.New("no stream"))
 			return
 		}
 		sent := s.hold(cmd == "pause")
@@ -275,6 +267,17 @@ func (n *node) run(cmd, arg string) {
 	default:
 		n.Fail(fmt.Errorf("unknown command %q", cmd))
 	}
+}
+
+// streaming is the stream under way; without one it answers the command's failure and is nil.
+func (n *node) streaming() *streamer {
+	n.streamMu.Lock()
+	s := n.stream
+	n.streamMu.Unlock()
+	if s == nil {
+		n.Fail(errors.New("no stream"))
+	}
+	return s
 }
 
 func region(b []byte) map[string]any {

@@ -115,7 +115,7 @@ func main() {
 		linecmd.Fatal("faultnode", err)
 	}
 	n.Reply(map[string]any{"ready": true})
-	if linecmd.Serve(os.Stdin, n.run) {
+	if linecmd.Serve(os.Stdin, 5*time.Minute, n.run) {
 		err := v.Close()
 		n.Reply(map[string]any{"closed": true, "err": linecmd.ErrString(err), "stats": n.stats()})
 		return
@@ -146,9 +146,7 @@ func (n *node) record(events <-chan velo.PeerEvent) {
 	}
 }
 
-func (n *node) run(cmd, arg string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+func (n *node) run(ctx context.Context, cmd, arg string) {
 	if linecmd.Common(ctx, n.Replier, n.v, cmd, arg) {
 		return
 	}
