@@ -84,13 +84,13 @@ func putGuardVHeader(h []byte, magic uint32, count int, id uint64) {
 
 // putGuardEntry writes entry j of a vectored request h: the registration's slot and token, the
 // address, the length.
-func putGuardEntry(h []byte, j int, k SealedKey, addr uint64, n int) {
+func putGuardEntry(h []byte, j int, k SealedKey, addr, n uint64) {
 	ent := h[guardVReqLen+j*guardVEntLen:][:guardVEntLen]
 	binary.LittleEndian.PutUint32(ent[guardVEntSlotOff:], k.Slot)
 	binary.LittleEndian.PutUint32(ent[guardVEntReservedOff:], 0)
 	binary.LittleEndian.PutUint64(ent[guardVEntTokenOff:], k.Token)
 	binary.LittleEndian.PutUint64(ent[guardVEntAddressOff:], addr)
-	binary.LittleEndian.PutUint64(ent[guardVEntLengthOff:], uint64(n))
+	binary.LittleEndian.PutUint64(ent[guardVEntLengthOff:], n)
 }
 
 // guardReply is a single reply's header.

@@ -249,7 +249,7 @@ func (b *putBatch) postVector(idx []int) {
 	parts := make([][]byte, 0, len(idx))
 	for j, i := range idx {
 		w := b.writes[i]
-		putGuardEntry(h, j, w.Key.k, w.Key.Base()+w.Offset, len(w.Src))
+		putGuardEntry(h, j, w.Key.k, w.Key.Base()+w.Offset, uint64(len(w.Src)))
 		if len(w.Src) > 0 {
 			op.pin.Pin(&w.Src[0])
 			parts = append(parts, w.Src)

@@ -159,7 +159,7 @@ func (e *Engine) getGuardedV(op *engineOp, ks []SealedKey, addrs []uint64) {
 	h := newGuardVRequest(n)
 	putGuardVHeader(h, capi.GuardVMagic, n, op.getID)
 	for j := range op.vdst {
-		putGuardEntry(h, j, ks[j], addrs[j], len(op.vdst[j]))
+		putGuardEntry(h, j, ks[j], addrs[j], uint64(len(op.vdst[j])))
 	}
 	op.pin.Pin(&h[0])
 	e.sendGuardRequest(op, guardVReqID, h)
