@@ -62,7 +62,7 @@ type engineOp struct {
 	dstMem  MemoryType // the memory type of dst (and of every vdst: vectored reads are host)
 	rk      *RemoteKey
 	getID   uint64
-	hdr     *[capi.GuardReqHdrLen]byte
+	hdr     *[guardReqLen]byte
 	waiting bool     // guarded: request sent, reply not yet seen
 	sendReq *Request // guarded: the request message, while UCX holds it
 	// direct PUT: the flush behind the write was posted, and its completion settles the op

@@ -136,7 +136,7 @@ const (
 // faster in halves of the window than in quarters (docs/performance.md, "Small transfers").
 func (b *getBatch) vector() int {
 	v := min(max(b.window/2, 1), capi.GuardVMax)
-	if h := (b.c.e.maxAMHeader - capi.GuardVReqHdrLen) / capi.GuardVEntryLen; h < v {
+	if h := (b.c.e.maxAMHeader - guardVReqLen) / guardVEntLen; h < v {
 		v = max(h, 1)
 	}
 	return v

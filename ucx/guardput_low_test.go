@@ -14,15 +14,11 @@ import (
 	"github.com/velo-go/velo/ucx/internal/capi"
 )
 
-// putRequest is a guarded PUT request header as a writer sends it (velo_ucx_put_req_hdr_t).
+// putRequest is a guarded PUT request header as a writer sends it (velo_ucx_put_req_hdr_t,
+// written by guardwire.go), with any magic, slot, token and range a test wants.
 func putRequest(magic, slot uint32, token, addr, n, id uint64) []byte {
-	h := make([]byte, capi.GuardPutReqHdrLen)
-	binary.LittleEndian.PutUint32(h[0:], magic)
-	binary.LittleEndian.PutUint32(h[4:], slot)
-	binary.LittleEndian.PutUint64(h[8:], token)
-	binary.LittleEndian.PutUint64(h[16:], addr)
-	binary.LittleEndian.PutUint64(h[24:], n)
-	binary.LittleEndian.PutUint64(h[32:], id)
+	h := make([]byte, guardReqLen)
+	putGuardRequest(h, magic, SealedKey{Slot: slot, Token: token}, addr, n, id)
 	return h
 }
 
@@ -57,19 +53,17 @@ func (g *guardPutTarget) addr(off int) uint64 { return uint64(uintptr(bufPtr(g.r
 func (g *guardPutTarget) send(t *testing.T, hdr, data []byte, flags AMFlags) (Status, bool) {
 	t.Helper()
 	g.nextID++
-	binary.LittleEndian.PutUint64(hdr[32:], g.nextID)
+	binary.LittleEndian.PutUint64(hdr[guardReqIDOff:], g.nextID)
 	req, err := g.p.ab.SendAM(guardPutReqID, hdr, data, flags|AMReply)
 	require.NoError(t, err)
 	var status Status
 	replied := false
 	g.p.until(t, func() bool { return replied && (req == nil || req.Done()) }, func(w *Worker, ev *Event) {
 		if w == g.p.a && ev.Kind == EventAM && ev.AM.ID == guardPutRepID {
-			h := ev.AM.Header
-			require.Len(t, h, capi.GuardPutRepHdrLen)
-			require.Equal(t, capi.GuardPutMagic, binary.LittleEndian.Uint32(h[12:]))
-			require.Equal(t, g.nextID, binary.LittleEndian.Uint64(h[0:]), "a reply for another request")
-			status = Status(int32(binary.LittleEndian.Uint32(h[8:])))
-			replied = true
+			r, ok := parseGuardReply(ev.AM.Header, capi.GuardPutMagic)
+			require.True(t, ok, "not a guarded PUT reply: %x", ev.AM.Header)
+			require.Equal(t, g.nextID, r.ID, "a reply for another request")
+			status, replied = r.Status, true
 		}
 	})
 	return status, replied
@@ -174,17 +168,13 @@ type putVEntry struct {
 	n           uint64
 }
 
-// putVRequest is a vectored guarded PUT request header with its entries.
+// putVRequest is a vectored guarded PUT request header with its entries (written by
+// guardwire.go); count is what the header says, which a test may set apart from len(es).
 func putVRequest(magic uint32, count uint32, es []putVEntry) []byte {
-	h := make([]byte, capi.GuardPutVReqHdrLen+len(es)*capi.GuardVEntryLen)
-	binary.LittleEndian.PutUint32(h[0:], magic)
-	binary.LittleEndian.PutUint32(h[4:], count)
+	h := newGuardVRequest(len(es))
+	putGuardVHeader(h, magic, int(count), 0)
 	for j, e := range es {
-		ent := h[capi.GuardPutVReqHdrLen+j*capi.GuardVEntryLen:]
-		binary.LittleEndian.PutUint32(ent[0:], e.slot)
-		binary.LittleEndian.PutUint64(ent[8:], e.token)
-		binary.LittleEndian.PutUint64(ent[16:], e.addr)
-		binary.LittleEndian.PutUint64(ent[24:], e.n)
+		putGuardEntry(h, j, SealedKey{Slot: e.slot, Token: e.token}, e.addr, e.n)
 	}
 	return h
 }
@@ -205,7 +195,7 @@ func pinParts(parts [][]byte) func() {
 func (g *guardPutTarget) sendV(t *testing.T, hdr []byte, parts [][]byte, flags AMFlags, replyExpected bool) []Status {
 	t.Helper()
 	g.nextID++
-	binary.LittleEndian.PutUint64(hdr[8:], g.nextID)
+	binary.LittleEndian.PutUint64(hdr[guardVReqIDOff:], g.nextID)
 	was := g.p.b.guardPutStats().Refused[capi.PutRefusedMalformed]
 	defer pinParts(parts)()
 	req, err := g.p.ab.SendAMParts(guardPutVReqID, hdr, parts, flags|AMReply)
@@ -220,14 +210,13 @@ func (g *guardPutTarget) sendV(t *testing.T, hdr []byte, parts [][]byte, flags A
 		return replied && done
 	}, func(w *Worker, ev *Event) {
 		if w == g.p.a && ev.Kind == EventAM && ev.AM.ID == guardPutVRepID {
-			h := ev.AM.Header
 			require.True(t, replyExpected, "a reply to a request the target could not read")
-			require.Equal(t, capi.GuardPutVMagic, binary.LittleEndian.Uint32(h[8:]))
-			require.Equal(t, g.nextID, binary.LittleEndian.Uint64(h[0:]), "a reply for another request")
-			n := int(binary.LittleEndian.Uint32(h[12:]))
-			require.Len(t, h, capi.GuardPutVRepHdrLen+4*n)
-			for j := range n {
-				got = append(got, Status(int32(binary.LittleEndian.Uint32(h[capi.GuardPutVRepHdrLen+4*j:]))))
+			r, ok := parseGuardVReply(ev.AM.Header, capi.GuardPutVMagic)
+			require.True(t, ok, "not a vectored guarded PUT reply: %x", ev.AM.Header)
+			require.Equal(t, g.nextID, r.ID, "a reply for another request")
+			require.True(t, r.complete(), "a reply of %d bytes for %d writes", len(ev.AM.Header), r.Count)
+			for j := range r.Count {
+				got = append(got, r.status(j))
 			}
 			replied = true
 		}
@@ -336,20 +325,17 @@ func TestLowGuardedGetNeedsReadAccess(t *testing.T) {
 	rwslot, err := g.p.b.guardAddAccess(78, g.addr(0), 4096, AccessRead|AccessWrite)
 	require.NoError(t, err)
 	get := func(slot uint32, token uint64) Status {
-		h := make([]byte, capi.GuardReqHdrLen)
-		binary.LittleEndian.PutUint32(h[0:], capi.GuardMagic)
-		binary.LittleEndian.PutUint32(h[4:], slot)
-		binary.LittleEndian.PutUint64(h[8:], token)
-		binary.LittleEndian.PutUint64(h[16:], g.addr(0))
-		binary.LittleEndian.PutUint64(h[24:], 64)
-		binary.LittleEndian.PutUint64(h[32:], uint64(slot)+1000)
+		h := make([]byte, guardReqLen)
+		putGuardRequest(h, capi.GuardMagic, SealedKey{Slot: slot, Token: token}, g.addr(0), 64, uint64(slot)+1000)
 		req, err := g.p.ab.SendAM(guardReqID, h, nil, AMEager|AMReply)
 		require.NoError(t, err)
 		var status Status
 		got := false
 		g.p.until(t, func() bool { return got && (req == nil || req.Done()) }, func(w *Worker, ev *Event) {
 			if w == g.p.a && ev.Kind == EventAM && ev.AM.ID == guardRepID {
-				status = Status(int32(binary.LittleEndian.Uint32(ev.AM.Header[8:])))
+				r, ok := parseGuardReply(ev.AM.Header, capi.GuardMagic)
+				require.True(t, ok, "not a guarded GET reply: %x", ev.AM.Header)
+				status = r.Status
 				if status == StatusOK {
 					assert.Equal(t, g.reg[:64], ev.AM.Data)
 				} else {

@@ -7,15 +7,10 @@ package ucx
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 
 	"github.com/velo-go/velo/ucx/internal/capi"
 )
-
-// The guarded PUT's request header has the guarded GET's size, so an operation keeps either in
-// the same field.
-var _ [capi.GuardReqHdrLen]byte = [capi.GuardPutReqHdrLen]byte{}
 
 // putChunkMax bounds one guarded write request. A write goes out eagerly (the target copies it
 // inside its callback and answers there, guardput.c), so it is cut into pieces that the target
@@ -239,7 +234,7 @@ func (b *putBatch) gather() []int {
 // and what fits the worker's largest AM header.
 func (b *putBatch) vector() int {
 	v := capi.GuardPutVMax
-	if h := (b.c.e.maxAMHeader - capi.GuardPutVReqHdrLen) / capi.GuardVEntryLen; h < v {
+	if h := (b.c.e.maxAMHeader - guardVReqLen) / guardVEntLen; h < v {
 		v = max(h, 1)
 	}
 	return v
@@ -250,11 +245,11 @@ func (b *putBatch) vector() int {
 func (b *putBatch) postVector(idx []int) {
 	c, e := b.c, b.c.e
 	op := &engineOp{kind: opPutGuardedV, op: newOp(), conn: c, onFinish: b.finished, vidx: idx, verrs: make([]error, len(idx))}
-	h := make([]byte, capi.GuardPutVReqHdrLen+len(idx)*capi.GuardVEntryLen)
+	h := newGuardVRequest(len(idx))
 	parts := make([][]byte, 0, len(idx))
 	for j, i := range idx {
 		w := b.writes[i]
-		putGuardEntry(h[capi.GuardPutVReqHdrLen+j*capi.GuardVEntryLen:], w.Key.k, w.Key.Base()+w.Offset, len(w.Src))
+		putGuardEntry(h, j, w.Key.k, w.Key.Base()+w.Offset, uint64(len(w.Src)))
 		if len(w.Src) > 0 {
 			op.pin.Pin(&w.Src[0])
 			parts = append(parts, w.Src)
@@ -304,14 +299,9 @@ func (b *putBatch) postDirect(op *engineOp, k *RegionKey, addr uint64, src []byt
 func (e *Engine) putGuarded(op *engineOp, k SealedKey, remoteAddr uint64, src []byte) {
 	e.nextGetID++
 	op.getID = e.nextGetID
-	op.hdr = new([capi.GuardReqHdrLen]byte)
+	op.hdr = new([guardReqLen]byte)
 	h := op.hdr[:]
-	binary.LittleEndian.PutUint32(h[0:], capi.GuardPutMagic)
-	binary.LittleEndian.PutUint32(h[4:], k.Slot)
-	binary.LittleEndian.PutUint64(h[8:], k.Token)
-	binary.LittleEndian.PutUint64(h[16:], remoteAddr)
-	binary.LittleEndian.PutUint64(h[24:], uint64(len(src)))
-	binary.LittleEndian.PutUint64(h[32:], op.getID)
+	putGuardRequest(h, capi.GuardPutMagic, k, remoteAddr, uint64(len(src)), op.getID)
 	op.pin.Pin(op.hdr)
 	e.sendGuardRequest(op, guardPutReqID, h, src)
 }
@@ -322,22 +312,19 @@ func (e *Engine) putGuarded(op *engineOp, k SealedKey, remoteAddr uint64, src []
 func (e *Engine) putGuardedV(op *engineOp, h []byte, parts [][]byte) {
 	e.nextGetID++
 	op.getID = e.nextGetID
-	binary.LittleEndian.PutUint32(h[0:], capi.GuardPutVMagic)
-	binary.LittleEndian.PutUint32(h[4:], uint32(len(op.vidx)))
-	binary.LittleEndian.PutUint64(h[8:], op.getID)
+	putGuardVHeader(h, capi.GuardPutVMagic, len(op.vidx), op.getID)
 	op.pin.Pin(&h[0])
 	e.sendGuardRequest(op, guardPutVReqID, h, parts...)
 }
 
 // onGuardPutVReply handles the target's answer to a vectored guarded write: a status per write.
 func (e *Engine) onGuardPutVReply(am *AMEvent) {
-	op := e.vectorReply(am, capi.GuardPutVRepHdrLen, capi.GuardPutVMagic, opPutGuardedV, "vectored guarded PUT")
+	op, r := e.vectorReply(am, capi.GuardPutVMagic, opPutGuardedV, "vectored guarded PUT")
 	if op == nil {
 		return
 	}
-	hdr := am.Header
 	for j := range op.vidx {
-		op.verrs[j] = putStatusErr(Status(int32(binary.LittleEndian.Uint32(hdr[capi.GuardPutVRepHdrLen+4*j:]))))
+		op.verrs[j] = putStatusErr(r.status(j))
 	}
 	op.settle(nil)
 	op.tryFinish(e)
@@ -381,16 +368,17 @@ func (b *putBatch) finished(op *engineOp) {
 
 // onGuardPutReply handles the target's answer to a guarded write.
 func (e *Engine) onGuardPutReply(am *AMEvent) {
-	if len(am.Header) != capi.GuardPutRepHdrLen || binary.LittleEndian.Uint32(am.Header[12:]) != capi.GuardPutMagic {
+	r, ok := parseGuardReply(am.Header, capi.GuardPutMagic)
+	if !ok {
 		e.metrics.amDropped.WithLabelValues("bad_guard_reply").Inc()
 		return
 	}
-	op := e.gets[binary.LittleEndian.Uint64(am.Header[0:])]
+	op := e.gets[r.ID]
 	if op == nil || op.kind != opPutGuarded {
 		return // abandoned
 	}
 	op.unwait(e)
-	op.settle(putStatusErr(Status(int32(binary.LittleEndian.Uint32(am.Header[8:])))))
+	op.settle(putStatusErr(r.Status))
 	op.tryFinish(e)
 }
 

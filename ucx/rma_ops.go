@@ -4,7 +4,6 @@ package ucx
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 
 	"github.com/velo-go/velo/ucx/internal/capi"
@@ -130,14 +129,9 @@ func (e *Engine) getDirect(op *engineOp, k SealedKey, remoteAddr uint64) {
 func (e *Engine) getGuarded(op *engineOp, k SealedKey, remoteAddr uint64) {
 	e.nextGetID++
 	op.getID = e.nextGetID
-	op.hdr = new([capi.GuardReqHdrLen]byte)
+	op.hdr = new([guardReqLen]byte)
 	h := op.hdr[:]
-	binary.LittleEndian.PutUint32(h[0:], capi.GuardMagic)
-	binary.LittleEndian.PutUint32(h[4:], k.Slot)
-	binary.LittleEndian.PutUint64(h[8:], k.Token)
-	binary.LittleEndian.PutUint64(h[16:], remoteAddr)
-	binary.LittleEndian.PutUint64(h[24:], uint64(len(op.dst)))
-	binary.LittleEndian.PutUint64(h[32:], op.getID)
+	putGuardRequest(h, capi.GuardMagic, k, remoteAddr, uint64(len(op.dst)), op.getID)
 	op.pin.Pin(op.hdr)
 	e.sendGuardRequest(op, guardReqID, h)
 }
@@ -162,62 +156,49 @@ func (e *Engine) getGuardedV(op *engineOp, ks []SealedKey, addrs []uint64) {
 	e.nextGetID++
 	op.getID = e.nextGetID
 	n := len(op.vdst)
-	h := make([]byte, capi.GuardVReqHdrLen+n*capi.GuardVEntryLen)
-	binary.LittleEndian.PutUint32(h[0:], capi.GuardVMagic)
-	binary.LittleEndian.PutUint32(h[4:], uint32(n))
-	binary.LittleEndian.PutUint64(h[8:], op.getID)
+	h := newGuardVRequest(n)
+	putGuardVHeader(h, capi.GuardVMagic, n, op.getID)
 	for j := range op.vdst {
-		putGuardEntry(h[capi.GuardVReqHdrLen+j*capi.GuardVEntryLen:], ks[j], addrs[j], len(op.vdst[j]))
+		putGuardEntry(h, j, ks[j], addrs[j], uint64(len(op.vdst[j])))
 	}
 	op.pin.Pin(&h[0])
 	e.sendGuardRequest(op, guardVReqID, h)
 }
 
 // vectorReply finds the operation a vectored reply answers (by its request id, magic and kind)
-// and checks that the reply carries a status per entry of it, after a header of hdrLen bytes. A
-// reply it cannot use is counted and dropped; one whose count is wrong fails the operation. It
-// returns nil in both cases, and for an operation already abandoned.
-func (e *Engine) vectorReply(am *AMEvent, hdrLen int, magic uint32, kind opKind, what string) *engineOp {
-	hdr := am.Header
-	if len(hdr) < hdrLen || binary.LittleEndian.Uint32(hdr[8:]) != magic {
+// and checks that the reply carries a status per entry of it. A reply it cannot use is counted
+// and dropped; one whose count is wrong fails the operation. It returns nil in both cases, and
+// for an operation already abandoned.
+func (e *Engine) vectorReply(am *AMEvent, magic uint32, kind opKind, what string) (*engineOp, guardVReply) {
+	r, ok := parseGuardVReply(am.Header, magic)
+	if !ok {
 		e.metrics.amDropped.WithLabelValues("bad_guard_reply").Inc()
-		return nil
+		return nil, r
 	}
-	op := e.gets[binary.LittleEndian.Uint64(hdr[0:])]
+	op := e.gets[r.ID]
 	if op == nil || op.kind != kind {
-		return nil
+		return nil, r
 	}
 	op.unwait(e)
-	if n := int(binary.LittleEndian.Uint32(hdr[12:])); n != len(op.vidx) || len(hdr) != hdrLen+4*n {
+	if r.Count != len(op.vidx) || !r.complete() {
 		e.metrics.amDropped.WithLabelValues("bad_guard_reply").Inc()
-		op.settle(fmt.Errorf("ucx: %s reply for %d entries, want %d: %w", what, n, len(op.vidx), StatusMessageTruncated))
+		op.settle(fmt.Errorf("ucx: %s reply for %d entries, want %d: %w", what, r.Count, len(op.vidx), StatusMessageTruncated))
 		op.tryFinish(e)
-		return nil
+		return nil, r
 	}
-	return op
-}
-
-// putGuardEntry writes one entry of a vectored guarded request (velo_ucx_getv_entry_t, the same
-// for reads and writes): the registration's slot and token, the address, the length.
-func putGuardEntry(ent []byte, k SealedKey, addr uint64, n int) {
-	binary.LittleEndian.PutUint32(ent[0:], k.Slot)
-	binary.LittleEndian.PutUint32(ent[4:], 0)
-	binary.LittleEndian.PutUint64(ent[8:], k.Token)
-	binary.LittleEndian.PutUint64(ent[16:], addr)
-	binary.LittleEndian.PutUint64(ent[24:], uint64(n))
+	return op, r
 }
 
 // onGuardVReply handles the owner's answer to a vectored guarded GET: a status per read, then the
 // bytes of the served reads back to back.
 func (e *Engine) onGuardVReply(am *AMEvent) {
-	op := e.vectorReply(am, capi.GuardVRepHdrLen, capi.GuardVMagic, opGetGuardedV, "vectored guarded GET")
+	op, r := e.vectorReply(am, capi.GuardVMagic, opGetGuardedV, "vectored guarded GET")
 	if op == nil {
 		return // malformed, or abandoned: the reply's data is released unread
 	}
-	hdr := am.Header
 	want := 0
 	for j := range op.vdst {
-		switch status := Status(int32(binary.LittleEndian.Uint32(hdr[capi.GuardVRepHdrLen+4*j:]))); {
+		switch status := r.status(j); {
 		case status == StatusOK:
 			want += len(op.vdst[j])
 		case status == StatusRejected:
@@ -270,13 +251,13 @@ func (op *engineOp) scatter(data []byte) {
 
 // onGuardReply handles the owner's answer to a guarded GET.
 func (e *Engine) onGuardReply(am *AMEvent) {
-	if len(am.Header) != capi.GuardRepHdrLen || binary.LittleEndian.Uint32(am.Header[12:]) != capi.GuardMagic {
+	r, ok := parseGuardReply(am.Header, capi.GuardMagic)
+	if !ok {
 		e.metrics.amDropped.WithLabelValues("bad_guard_reply").Inc()
 		return
 	}
-	id := binary.LittleEndian.Uint64(am.Header[0:])
-	status := Status(int32(binary.LittleEndian.Uint32(am.Header[8:])))
-	op := e.gets[id]
+	status := r.Status
+	op := e.gets[r.ID]
 	if op == nil {
 		return // abandoned: the reply's data is released unread
 	}

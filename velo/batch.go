@@ -235,9 +235,10 @@ func (v *Velo) NewRegion(size int) (*Region, error) {
 	return g, err
 }
 
-// RegisterRegion makes memory the caller already has a region, without copying it: staged, it is
-// read by RDMA (each lease registers it once, with its own key) or, without an RDMA registry, by
-// chunks. mem must stay valid and unmoved until Region.Done is closed (after Free and the end of
+// RegisterRegion wraps memory the caller already has as a region, without copying it and without
+// staging it (StageRegion does that, RegisterData for plain bytes): once staged, it is read by
+// RDMA (each lease registers it once, with its own key) or, without an RDMA registry, by chunks.
+// mem must stay valid and unmoved until Region.Done is closed (after Free and the end of
 // every staging and of every read); memory outside the Go heap is the intended kind.
 func (v *Velo) RegisterRegion(mem []byte) (*Region, error) {
 	if len(mem) == 0 {

@@ -2,13 +2,13 @@ package velo
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sort"
 	"sync"
 	"time"
 
+	"github.com/velo-go/velo/velo/internal/wire"
 	"github.com/velo-go/velo/velo/messenger"
 	"github.com/velo-go/velo/velo/transport"
 )
@@ -248,10 +248,11 @@ const drainNotice = "velo.drain"
 
 // onDrainNotice marks the sender as draining.
 func (v *Velo) onDrainNotice(_ context.Context, from InstanceID, payload []byte) ([][]byte, func(), error) {
-	if len(payload) != 8 {
-		return nil, nil, fmt.Errorf("velo: drain notice of %d bytes, want 8", len(payload))
+	n, err := wire.DecodeDrainNotice(payload)
+	if err != nil {
+		return nil, nil, fmt.Errorf("velo: %w", err)
 	}
-	inc := binary.BigEndian.Uint64(payload)
+	inc := n.Incarnation
 	v.msgr.PeerDraining(from)
 	v.peerChanged(from, func(p *PeerStatus) {
 		if p.State == StateDown {
@@ -324,7 +325,7 @@ func (v *Velo) beginDrain() {
 	for _, p := range v.heardPeers() {
 		peers[p] = true
 	}
-	notice := binary.BigEndian.AppendUint64(nil, v.incarnation)
+	notice := wire.AppendDrainNotice(nil, wire.DrainNotice{Incarnation: v.incarnation})
 	var wg sync.WaitGroup
 	for id := range peers {
 		wg.Add(1)

@@ -317,8 +317,8 @@ func TestPushInlineLimit(t *testing.T) {
 	}
 }
 
-// noteWriteBytes encodes one notified write by hand (velo/push/wire.go's layout, big-endian): the
-// grant's id and nonce, one entry, its offset, payload and bytes.
+// noteWriteBytes encodes one notified write by hand (velo/internal/wire/push.go's layout,
+// big-endian): the grant's id and nonce, one entry, its offset, payload and bytes.
 func noteWriteBytes(h GrantHandle, off uint64, payload, data []byte) []byte {
 	b := binary.BigEndian.AppendUint64(nil, h.ID)
 	b = append(b, h.Nonce[:]...)

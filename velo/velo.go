@@ -667,7 +667,7 @@ func (v *Velo) Ref(ctx context.Context, h Handle) error { return v.ownerGone(h, 
 // Unref drops one reference to h without fetching it; the payload is freed when the last one is
 // gone and no lease is open on it. (Lease.Release ends a lease and drops the reference it used.)
 func (v *Velo) Unref(ctx context.Context, h Handle) error {
-	return v.ownerGone(h, v.rv.Release(ctx, h))
+	return v.ownerGone(h, v.rv.Unref(ctx, h))
 }
 
 // StagedCounts reports how many payloads this instance holds as owner and how many leases on them

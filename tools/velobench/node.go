@@ -88,7 +88,7 @@ func startNode(ctx context.Context, m meeting, name string, memory int64, log *s
 		if ip := ln.Addr().(*net.TCPAddr).IP; ip.IsLoopback() {
 			host = ip.String()
 		} else {
-			host = routableHost()
+			host = tcp.RoutableHost()
 		}
 	}
 	// The credentials a job's processes get (a cluster secret or mutual TLS, from VELO_* variables),
@@ -177,31 +177,6 @@ func (m meeting) etcdPort() int {
 		return 443
 	}
 	return 2379
-}
-
-// routableHost is the address another node reaches this one at: the source address the routing
-// table picks for an outside destination, else the first global IPv4 address, else loopback.
-func routableHost() string {
-	if c, err := net.Dial("udp4", "192.0.2.1:9"); err == nil { // nothing is sent
-		ip := c.LocalAddr().(*net.UDPAddr).IP
-		c.Close()
-		if !ip.IsLoopback() && !ip.IsUnspecified() {
-			return ip.String()
-		}
-	}
-	ifs, _ := net.Interfaces()
-	for _, ifc := range ifs {
-		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
-			continue
-		}
-		addrs, _ := ifc.Addrs()
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && n.IP.IsGlobalUnicast() {
-				return n.IP.String()
-			}
-		}
-	}
-	return "127.0.0.1"
 }
 
 // putPathPrefix marks velo_push_path_total's pairs among the path counts.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/velo/internal/slowpath"
+	"github.com/velo-go/velo/velo/internal/wire"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/rendezvous/rdma"
 	"github.com/velo-go/velo/velo/transport"
@@ -375,13 +376,13 @@ func (gr *Grant) end(sentinel error, why string) {
 
 // lookup finds the live grant ref names for from, checking the nonce, the writer and its
 // incarnation (a grant whose writer restarted ends here).
-func (s *Service) lookup(ref grantRef, from transport.InstanceID) (*Grant, error) {
+func (s *Service) lookup(ref wire.GrantRef, from transport.InstanceID) (*Grant, error) {
 	return s.find(ref, from, true)
 }
 
 // find is lookup; with endRestarted false it leaves a grant whose writer restarted to a later
 // lookup (a transport's reader, which must not block on ending a grant, only declines).
-func (s *Service) find(ref grantRef, from transport.InstanceID, endRestarted bool) (*Grant, error) {
+func (s *Service) find(ref wire.GrantRef, from transport.InstanceID, endRestarted bool) (*Grant, error) {
 	s.mu.Lock()
 	gr := s.grants[ref.ID]
 	closed, draining := s.closed, s.draining
@@ -411,7 +412,7 @@ func (s *Service) find(ref grantRef, from transport.InstanceID, endRestarted boo
 }
 
 func (s *Service) onAcquire(ctx context.Context, from transport.InstanceID, p []byte) ([][]byte, func(), error) {
-	req, err := decodeAcquireRequest(p)
+	req, err := wire.DecodePushAcquire(p)
 	if err != nil {
 		return nil, nil, receiverErr(opErrorf(ErrBadGrant, "acquire: %v", err))
 	}
@@ -426,19 +427,19 @@ func (s *Service) onAcquire(ctx context.Context, from transport.InstanceID, p []
 	if err != nil {
 		return nil, nil, err
 	}
-	b, err := resp.append(nil)
+	b, err := wire.AppendPushAcquireResponse(nil, resp)
 	return [][]byte{b}, nil, err
 }
 
 // acquire decides the grant's path for its writer, once: with an offer and pinned memory it
 // registers every range for writing (one key each), and otherwise, or when a registration fails,
 // it answers chunked with the reason.
-func (gr *Grant) acquire(offer bool) (acquireResponse, error) {
+func (gr *Grant) acquire(offer bool) (wire.PushAcquireResponse, error) {
 	s := gr.s
 	gr.mu.Lock()
 	defer gr.mu.Unlock()
 	if gr.ended {
-		return acquireResponse{}, receiverErr(gr.why)
+		return wire.PushAcquireResponse{}, receiverErr(gr.why)
 	}
 	if !gr.decided || (!gr.rdmaPath && offer && gr.reason == metrics.ReasonNoOffer) {
 		gr.decide(offer)
@@ -449,10 +450,10 @@ func (gr *Grant) acquire(offer bool) (acquireResponse, error) {
 	}
 	// A piece travels in one frame (the writer's RequestParts): no larger than this side reads.
 	chunk := s.cfg.ChunkSize
-	if limit := s.cfg.Messenger.MaxParts(gr.writer, opWrite) - writeHeaderLen; limit > 0 && limit < chunk {
+	if limit := s.cfg.Messenger.MaxParts(gr.writer, opWrite) - wire.PushWriteLen; limit > 0 && limit < chunk {
 		chunk = limit
 	}
-	resp := acquireResponse{RDMA: gr.rdmaPath, Reason: string(reason), ChunkSize: uint32(chunk),
+	resp := wire.PushAcquireResponse{RDMA: gr.rdmaPath, Reason: string(reason), ChunkSize: uint32(chunk),
 		TTLMillis: uint64(max(time.Until(gr.expires), 0) / time.Millisecond)}
 	if gr.rdmaPath {
 		resp.Keys = gr.keys
@@ -507,7 +508,7 @@ func (gr *Grant) decide(offer bool) {
 }
 
 func (s *Service) onWrite(ctx context.Context, from transport.InstanceID, p []byte) ([][]byte, func(), error) {
-	h, data, err := decodeWrite(p)
+	h, data, err := wire.DecodePushWrite(p)
 	if err != nil {
 		return nil, nil, receiverErr(opErrorf(ErrBadGrant, "write: %v", err))
 	}
@@ -567,15 +568,15 @@ func (s *Service) writeAt(gr *Grant, off uint64, data []byte) (metrics.Path, err
 // inside it, host memory — and leaves every other request to onWrite, which refuses it with its
 // reason (or, for device memory, copies it in through the transport).
 func (s *Service) claimWrite(from transport.InstanceID, head []byte, size int) ([]byte, func(error) error) {
-	h, inHead, err := decodeWrite(head)
-	if err != nil || size < writeHeaderLen || (s.cfg.Authorize != nil && s.cfg.Authorize(from) != nil) {
+	h, inHead, err := wire.DecodePushWrite(head)
+	if err != nil || size < wire.PushWriteLen || (s.cfg.Authorize != nil && s.cfg.Authorize(from) != nil) {
 		return nil, nil
 	}
 	gr, err := s.find(h.Ref, from, false)
 	if err != nil {
 		return nil, nil
 	}
-	n := uint64(size - writeHeaderLen)
+	n := uint64(size - wire.PushWriteLen)
 	if n == 0 || gr.rangeOf(h.Offset, n) < 0 || gr.region.Memory().Typed() {
 		return nil, nil
 	}
@@ -620,7 +621,7 @@ func (gr *Grant) rangeOf(off, n uint64) int {
 }
 
 func (s *Service) onNotify(ctx context.Context, from transport.InstanceID, p []byte) ([][]byte, func(), error) {
-	m, err := decodeNotify(p)
+	m, err := wire.DecodeNotify(p)
 	if err != nil {
 		return nil, nil, receiverErr(opErrorf(ErrBadGrant, "notify: %v", err))
 	}
@@ -628,10 +629,10 @@ func (s *Service) onNotify(ctx context.Context, from transport.InstanceID, p []b
 		e := m.Entries[i]
 		for _, r := range e.Ranges {
 			if gr.rangeOf(r.Offset, r.Length) < 0 {
-				return notifyRange
+				return wire.NotifyRange
 			}
 		}
-		return gr.deliver(from, e)
+		return gr.deliver(from, fromWire(e.Ranges), e.Payload)
 	})
 }
 
@@ -640,7 +641,7 @@ func (s *Service) onNotify(ctx context.Context, from transport.InstanceID, p []b
 // a write followed by a notification would be. An entry outside the grant, or one the grant ended
 // before, is answered with its code and writes nothing.
 func (s *Service) onNoteWrite(ctx context.Context, from transport.InstanceID, p []byte) ([][]byte, func(), error) {
-	m, err := decodeNoteWrites(p)
+	m, err := wire.DecodeNoteWrites(p)
 	if err != nil {
 		return nil, nil, receiverErr(opErrorf(ErrBadGrant, "notified write: %v", err))
 	}
@@ -648,26 +649,26 @@ func (s *Service) onNoteWrite(ctx context.Context, from transport.InstanceID, p 
 		e := m.Entries[i]
 		n := uint64(len(e.Data))
 		if gr.rangeOf(e.Offset, n) < 0 {
-			return notifyRange
+			return wire.NotifyRange
 		}
 		path, err := s.writeAt(gr, e.Offset, e.Data)
 		switch {
 		case err != nil && gr.hasEnded():
-			return notifyEnded
+			return wire.NotifyEnded
 		case err != nil:
 			s.log.Warn("push: a notified write could not be copied in", "grant", gr.id, "offset", e.Offset, "bytes", n, "err", err)
-			return notifyCopy
+			return wire.NotifyCopy
 		}
 		s.m.addBytes("received", path, int(n))
 		s.m.inlineWrites.WithLabelValues("receiver").Inc()
-		return gr.deliver(from, notifyEntry{Ranges: []Range{{e.Offset, n}}, Payload: e.Payload})
+		return gr.deliver(from, []Range{{e.Offset, n}}, e.Payload)
 	})
 }
 
 // answerEach serves a message of n notes for the grant ref names, once its writer is authorized
 // and the grant found: serve decides each, one at a time and in order (one delivery at a time per
 // grant), and the answer is their codes.
-func (s *Service) answerEach(from transport.InstanceID, ref grantRef, n int, serve func(gr *Grant, i int) byte) ([][]byte, func(), error) {
+func (s *Service) answerEach(from transport.InstanceID, ref wire.GrantRef, n int, serve func(gr *Grant, i int) byte) ([][]byte, func(), error) {
 	if err := s.authorize(from); err != nil {
 		return nil, nil, err
 	}
@@ -692,23 +693,23 @@ func (gr *Grant) hasEnded() bool {
 }
 
 // deliver hands one notification to the grant's handler or channel (dmu held) and says how it went.
-func (gr *Grant) deliver(from transport.InstanceID, e notifyEntry) byte {
+func (gr *Grant) deliver(from transport.InstanceID, rs []Range, payload []byte) byte {
 	select {
 	case <-gr.stop:
-		return notifyEnded
+		return wire.NotifyEnded
 	default:
 	}
-	n := Notification{Writer: from, Grant: gr.id, Ranges: e.Ranges, Payload: e.Payload}
-	gr.cover(e.Ranges)
+	n := Notification{Writer: from, Grant: gr.id, Ranges: rs, Payload: payload}
+	gr.cover(rs)
 	if gr.onNotify != nil {
 		gr.onNotify(n)
-		return notifyOK
+		return wire.NotifyOK
 	}
 	select {
 	case gr.ch <- n:
-		return notifyOK
+		return wire.NotifyOK
 	case <-gr.stop:
-		return notifyEnded
+		return wire.NotifyEnded
 	}
 }
 

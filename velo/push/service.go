@@ -40,6 +40,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/velo-go/velo/velo/internal/slowpath"
+	"github.com/velo-go/velo/velo/internal/wire"
 	"github.com/velo-go/velo/velo/messenger"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/rendezvous/rdma"
@@ -154,7 +155,7 @@ func New(cfg Config) *Service {
 	g := cfg.Messenger
 	g.HandleInternal(opAcquire, s.onAcquire)
 	g.HandleInternal(opWrite, s.onWrite)
-	g.ClaimRequests(opWrite, writeHeaderLen, s.claimWrite)
+	g.ClaimRequests(opWrite, wire.PushWriteLen, s.claimWrite)
 	g.HandleInternal(opNotify, s.onNotify)
 	g.HandleInternal(opNoteWrite, s.onNoteWrite)
 	return s

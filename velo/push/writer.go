@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/velo-go/velo/velo/internal/wire"
 	"github.com/velo-go/velo/velo/messenger"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport"
@@ -135,7 +136,7 @@ func (s *Service) PutBatch(ctx context.Context, h GrantHandle, reqs []PutRequest
 	if window <= 0 {
 		window = s.cfg.Window
 	}
-	ref := grantRef{ID: h.ID, Nonce: h.Nonce}
+	ref := wire.GrantRef{ID: h.ID, Nonce: h.Nonce}
 	nt := s.notifier(h.Receiver)
 	var notes sync.WaitGroup
 	var nmu sync.Mutex
@@ -149,7 +150,7 @@ func (s *Service) PutBatch(ctx context.Context, h GrantHandle, reqs []PutRequest
 			return
 		}
 		notes.Add(1)
-		nt.enqueue(ref, hd.rdma, notifyEntry{Ranges: []Range{{r.Offset, uint64(len(r.Src))}}, Payload: r.Payload}, func(err error) {
+		nt.enqueue(ref, hd.rdma, wire.NotifyEntry{Ranges: []wire.GrantRange{{Offset: r.Offset, Length: uint64(len(r.Src))}}, Payload: r.Payload}, func(err error) {
 			if err != nil {
 				nmu.Lock()
 				errs[i] = opErr("notify", err)
@@ -203,7 +204,7 @@ func (s *Service) PutBatch(ctx context.Context, h GrantHandle, reqs []PutRequest
 		ranges = coalesce(ranges)
 	}
 	done := make(chan error, 1)
-	nt.enqueue(ref, hd.rdma, notifyEntry{Ranges: ranges, Payload: opts.Payload}, func(err error) { done <- err })
+	nt.enqueue(ref, hd.rdma, wire.NotifyEntry{Ranges: toWire(ranges), Payload: opts.Payload}, func(err error) { done <- err })
 	return errs, opErr("notify", <-done)
 }
 
@@ -224,7 +225,7 @@ func (s *Service) splitInline(hd *held, reqs []PutRequest, valid []int) (direct,
 }
 
 // putDirect writes entries by the grant's path; written hears of each.
-func (s *Service) putDirect(ctx context.Context, h GrantHandle, hd *held, ref grantRef, reqs []PutRequest, entries []int, window int, written func(int, error)) {
+func (s *Service) putDirect(ctx context.Context, h GrantHandle, hd *held, ref wire.GrantRef, reqs []PutRequest, entries []int, window int, written func(int, error)) {
 	switch {
 	case len(entries) == 0:
 	case hd.rdma:
@@ -238,12 +239,12 @@ func (s *Service) putDirect(ctx context.Context, h GrantHandle, hd *held, ref gr
 // in its turn among the notifications to that receiver, on the route the grant's notifications
 // take, and done hears how it went (messenger.ErrUnknownHandler from a receiver that does not take
 // such messages).
-func (s *Service) inlineNote(ctx context.Context, nt *notifier, ref grantRef, hd *held, r PutRequest, done func(error)) pendingNote {
+func (s *Service) inlineNote(ctx context.Context, nt *notifier, ref wire.GrantRef, hd *held, r PutRequest, done func(error)) pendingNote {
 	path, reason := metrics.PathChunked, hd.reason
 	if hd.rdma {
 		path, reason = metrics.PathRDMA, metrics.ReasonOK
 	}
-	w := &noteWrite{Offset: r.Offset, Payload: r.Payload, Data: r.Src}
+	w := &wire.NoteWrite{Offset: r.Offset, Payload: r.Payload, Data: r.Src}
 	return pendingNote{ref: ref, rdma: hd.rdma, write: w, ctx: ctx, done: func(err error) {
 		if err == nil {
 			s.m.countPath("writer", path, reason, 1)
@@ -319,13 +320,13 @@ func (s *Service) ask(ctx context.Context, h GrantHandle, k heldKey, hd *held) e
 		s.slow.Once(s.log, "push: puts to this receiver go by chunks: this instance knows no UCX address of it yet (or it has none); the first put after one is known takes RDMA",
 			uint64(h.Receiver), string(metrics.ReasonNoOffer), "grant", h.ID)
 	}
-	req := acquireRequest{Ref: grantRef{ID: h.ID, Nonce: h.Nonce}, Offer: offer}
-	ans, err := s.cfg.Messenger.Request(ctx, h.Receiver, opAcquire, req.append(nil))
+	req := wire.PushAcquire{Ref: wire.GrantRef{ID: h.ID, Nonce: h.Nonce}, Offer: offer}
+	ans, err := s.cfg.Messenger.Request(ctx, h.Receiver, opAcquire, wire.AppendPushAcquire(nil, req))
 	if err != nil {
 		s.forget(k)
 		return opErr("acquire", err)
 	}
-	resp, err := decodeAcquireResponse(ans)
+	resp, err := wire.DecodePushAcquireResponse(ans)
 	if err != nil {
 		s.forget(k)
 		return opErr("acquire", fmt.Errorf("%w: the receiver's answer: %v", messenger.ErrProtocol, err))
@@ -338,7 +339,7 @@ func (s *Service) ask(ctx context.Context, h GrantHandle, k heldKey, hd *held) e
 	hd.reason = metrics.Reason(resp.Reason)
 	// A chunk travels inside its request, behind its header, in one frame (RequestParts, never
 	// staged); the receiver reads it straight into the region.
-	frame := s.cfg.Messenger.MaxParts(h.Receiver, opWrite) - writeHeaderLen
+	frame := s.cfg.Messenger.MaxParts(h.Receiver, opWrite) - wire.PushWriteLen
 	hd.chunk = max(min(int(resp.ChunkSize), s.cfg.ChunkSize, frame), 1<<10)
 	if !resp.RDMA && offer {
 		s.log.Debug("push: the receiver answered a grant on the chunked path", "receiver", fmt.Sprintf("%016x", uint64(h.Receiver)), "grant", h.ID, "reason", resp.Reason)
@@ -379,7 +380,7 @@ func (s *Service) putRDMA(ctx context.Context, h GrantHandle, hd *held, reqs []P
 }
 
 // putChunked sends the valid entries to the receiver in chunks, window of them in flight.
-func (s *Service) putChunked(ctx context.Context, h GrantHandle, hd *held, ref grantRef, reqs []PutRequest, valid []int, window int, written func(int, error)) {
+func (s *Service) putChunked(ctx context.Context, h GrantHandle, hd *held, ref wire.GrantRef, reqs []PutRequest, valid []int, window int, written func(int, error)) {
 	s.m.countPath("writer", metrics.PathChunked, hd.reason, len(valid))
 	type piece struct {
 		i   int
@@ -437,13 +438,13 @@ func (s *Service) putChunked(ctx context.Context, h GrantHandle, hd *held, ref g
 	wg.Wait()
 }
 
-func (s *Service) sendChunk(ctx context.Context, h GrantHandle, ref grantRef, r PutRequest, off, n int) error {
+func (s *Service) sendChunk(ctx context.Context, h GrantHandle, ref wire.GrantRef, r PutRequest, off, n int) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	// The chunk leaves from the caller's buffer behind its header (the transport writes both in
 	// one go): no copy on this side.
-	hdr := writeHeader{Ref: ref, Offset: r.Offset + uint64(off)}.append(make([]byte, 0, writeHeaderLen))
+	hdr := wire.AppendPushWrite(make([]byte, 0, wire.PushWriteLen), wire.PushWrite{Ref: ref, Offset: r.Offset + uint64(off)})
 	if _, err := s.cfg.Messenger.RequestParts(ctx, h.Receiver, opWrite, hdr, r.Src[off:off+n]); err != nil {
 		err = opErr("put", err)
 		if errors.Is(err, ErrGrantEnded) || errors.Is(err, ErrBadGrant) {
@@ -467,12 +468,12 @@ type notifier struct {
 }
 
 type pendingNote struct {
-	ref   grantRef
+	ref   wire.GrantRef
 	rdma  bool // the grant's writes go by RDMA: the note may travel on the writes' transport
-	entry notifyEntry
+	entry wire.NotifyEntry
 	// write, when set, is a notified small put: its bytes travel in the message and entry is
 	// unused. ctx is its caller's: a put whose context ended before its turn is not sent.
-	write *noteWrite
+	write *wire.NoteWrite
 	ctx   context.Context
 	done  func(error)
 }
@@ -480,7 +481,7 @@ type pendingNote struct {
 // size is what the note adds to its message.
 func (p pendingNote) size() int {
 	if p.write != nil {
-		return noteWriteEntryLen + len(p.write.Payload) + len(p.write.Data)
+		return wire.NoteWriteEntryLen + len(p.write.Payload) + len(p.write.Data)
 	}
 	return len(p.entry.Payload)
 }
@@ -498,7 +499,7 @@ func (s *Service) notifier(peer transport.InstanceID) *notifier {
 
 // enqueue queues a notification whose bytes are already in the receiver's memory; done gets its
 // outcome. rdma says the grant's writes went by RDMA.
-func (n *notifier) enqueue(ref grantRef, rdma bool, e notifyEntry, done func(error)) {
+func (n *notifier) enqueue(ref wire.GrantRef, rdma bool, e wire.NotifyEntry, done func(error)) {
 	n.push(pendingNote{ref: ref, rdma: rdma, entry: e, done: done})
 }
 
@@ -560,7 +561,7 @@ func (n *notifier) run(owed int) {
 		// One message holds consecutive notes of one grant and one kind (notifications, or
 		// notified writes), so the order they were queued in is the order they are delivered in.
 		k, bytes := 0, 0
-		for k < len(n.queue) && k < maxNotifyEntries {
+		for k < len(n.queue) && k < wire.MaxNotifyEntries {
 			q := n.queue[k]
 			if q.ref != first.ref || q.rdma != first.rdma || (q.write != nil) != (first.write != nil) || (k > 0 && bytes+q.size() > limit) {
 				break
@@ -583,12 +584,12 @@ func (n *notifier) run(owed int) {
 }
 
 // send delivers one message of notifications and hands each its outcome.
-func (n *notifier) send(ref grantRef, rdma bool, batch []pendingNote) {
-	m := notifyMessage{Ref: ref}
+func (n *notifier) send(ref wire.GrantRef, rdma bool, batch []pendingNote) {
+	m := wire.Notify{Ref: ref}
 	for _, p := range batch {
 		m.Entries = append(m.Entries, p.entry)
 	}
-	b, err := m.append(nil)
+	b, err := wire.AppendNotify(nil, m)
 	if err != nil {
 		failNotes(batch, err)
 		return
@@ -598,8 +599,8 @@ func (n *notifier) send(ref grantRef, rdma bool, batch []pendingNote) {
 
 // sendWrites sends one message of notified small puts (leaving out those whose caller gave up
 // before their turn) and hands each its outcome.
-func (n *notifier) sendWrites(ref grantRef, rdma bool, batch []pendingNote) {
-	m := noteWriteMessage{Ref: ref}
+func (n *notifier) sendWrites(ref wire.GrantRef, rdma bool, batch []pendingNote) {
+	m := wire.NoteWrites{Ref: ref}
 	live := batch[:0:0]
 	for _, p := range batch {
 		if err := p.ctx.Err(); err != nil {
@@ -612,7 +613,7 @@ func (n *notifier) sendWrites(ref grantRef, rdma bool, batch []pendingNote) {
 	if len(live) == 0 {
 		return
 	}
-	b, err := m.append(make([]byte, 0, m.size()))
+	b, err := wire.AppendNoteWrites(make([]byte, 0, m.Size()), m)
 	if err != nil {
 		failNotes(live, err)
 		return
@@ -634,7 +635,7 @@ func failNotes(batch []pendingNote, err error) {
 // still hold. Either way a notification goes only after the writes it covers completed at the
 // receiver (a notified write carries its own bytes), and one message at a time, so the order holds
 // across the two transports.
-func (n *notifier) exchange(ref grantRef, rdma bool, op string, b []byte, batch []pendingNote) {
+func (n *notifier) exchange(ref wire.GrantRef, rdma bool, op string, b []byte, batch []pendingNote) {
 	ctx, cancel := bg()
 	defer cancel()
 	start := time.Now()
@@ -653,24 +654,24 @@ func (n *notifier) exchange(ref grantRef, rdma bool, op string, b []byte, batch 
 		failNotes(batch, err)
 		return
 	}
-	codes, err := decodeNotifyAnswer(ans, len(batch))
+	codes, err := wire.DecodeNotifyAnswer(ans, len(batch))
 	if err != nil {
 		failNotes(batch, fmt.Errorf("%w: %v", messenger.ErrProtocol, err))
 		return
 	}
 	for i, p := range batch {
 		switch code := codes[i]; {
-		case code == notifyOK:
+		case code == wire.NotifyOK:
 			p.done(nil)
-		case code == notifyEnded && p.write != nil:
+		case code == wire.NotifyEnded && p.write != nil:
 			p.done(fmt.Errorf("grant %d ended before the put landed or was notified: %w", ref.ID, ErrGrantEnded))
-		case code == notifyEnded:
+		case code == wire.NotifyEnded:
 			p.done(fmt.Errorf("grant %d ended before the notification was delivered: %w", ref.ID, ErrGrantEnded))
-		case code == notifyRange && p.write != nil:
+		case code == wire.NotifyRange && p.write != nil:
 			p.done(fmt.Errorf("[%d, +%d) is not inside a range of grant %d at the receiver: %w", p.write.Offset, len(p.write.Data), ref.ID, ErrOutOfGrant))
-		case code == notifyRange:
+		case code == wire.NotifyRange:
 			p.done(fmt.Errorf("the notification names a range outside grant %d: %w", ref.ID, ErrOutOfGrant))
-		case code == notifyCopy:
+		case code == wire.NotifyCopy:
 			p.done(fmt.Errorf("the receiver could not copy the bytes into grant %d's region (its log says why): retry, or send the put without a notification", ref.ID))
 		default:
 			p.done(fmt.Errorf("%w: notification answer code %d", messenger.ErrProtocol, code))

@@ -55,7 +55,7 @@ func (l *Lease) settle(ctx context.Context, release bool, err error) error {
 		// The owner ended the lease already (its TTL passed while this consumer was slow or
 		// stopped), but the handle's reference this lease would have spent is still there: drop
 		// it by the handle, or the payload would stay staged on the owner until it closes.
-		if derr := l.r.Release(ctx, l.h); derr == nil {
+		if derr := l.r.Unref(ctx, l.h); derr == nil {
 			return nil
 		}
 	}

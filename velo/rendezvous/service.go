@@ -322,9 +322,10 @@ func (r *Rendezvous) Ref(ctx context.Context, h Handle) error {
 	return r.handleOp(ctx, "ref", opRef, h, r.store.ref)
 }
 
-// Release drops one reference to h without moving its bytes; the owner frees the slot when the
-// last reference is gone and its last lease has ended.
-func (r *Rendezvous) Release(ctx context.Context, h Handle) error {
+// Unref drops one reference to h without moving its bytes; the owner frees the slot when the
+// last reference is gone and its last lease has ended. (Lease.Release ends a lease and drops the
+// reference it used.)
+func (r *Rendezvous) Unref(ctx context.Context, h Handle) error {
 	return r.handleOp(ctx, "unref", opDrop, h, r.store.drop)
 }
 

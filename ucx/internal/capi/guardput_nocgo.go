@@ -33,3 +33,6 @@ func GuardPutEnable(r Ring, reqID, repID, vreqID, vrepID uint16) Status { return
 
 // GuardPutStats is all zero.
 func GuardPutStats(r Ring) PutStats { return PutStats{LastReason: -1} }
+
+// GuardLayouts returns nil: there is no C compiler's layout to report.
+func GuardLayouts() []LayoutField { return nil }

@@ -79,3 +79,11 @@ func CBytes(p unsafe.Pointer, n uintptr) []byte {
 	}
 	return unsafe.Slice((*byte)(p), int(n))
 }
+
+// LayoutField is where one field of a C struct that crosses a process lies: its offset and size
+// as the C compiler lays them out. Name is "struct.field", or "struct" alone for the struct's size
+// (Offset 0).
+type LayoutField struct {
+	Name         string
+	Offset, Size int
+}

@@ -146,7 +146,7 @@ func start(ctx context.Context, log *slog.Logger, listen, advertise string, opts
 		}
 	}
 	if host == "" {
-		host = twoproc.RoutableHost()
+		host = tcp.RoutableHost()
 	}
 	adv := net.JoinHostPort(host, strconv.Itoa(port))
 	addr, err := net.ResolveTCPAddr("tcp", adv)

@@ -1,13 +1,16 @@
 // Package wire holds every binary layout velo puts on a connection or in a peer-info file: the
 // TCP transport's hello and address, the UCX transport's address blob, frame header, frame seal
-// and hello body, the messenger frame, handles, peer info, the rendezvous protocol messages and the RDMA
-// offer and descriptor. (The one layout outside it is UCX's sealed remote key, which module ucx
-// owns and which travels inside the descriptor as opaque bytes.)
+// and hello body, the messenger frame, handles, peer info, the rendezvous protocol messages, the
+// RDMA offer and descriptor, the drain notice, the multi-rail transport's rail-set key, and the
+// push protocol's grant handle and messages. (The layouts outside it belong to module ucx, which
+// cannot import it: UCX's sealed remote key, ucx/rkey.go, which travels inside the descriptor as
+// opaque bytes, and the guarded GET and PUT headers, ucx/guardwire.go, paired with their C side.)
 //
 // Why one package: every decoder here reads bytes that a remote process (or a file) chose, so each
-// one is written the same defensive way — a bounds-checked cursor that never panics, reports the
-// first problem as an error wrapping ErrMalformed, and refuses trailing garbage — and each has a fuzz
-// target whose seed corpus runs as an ordinary test. Keeping them together keeps that discipline in
+// one is written the same defensive way — lengths checked before every read (most through a
+// bounds-checked cursor), never a panic, the first problem reported as an error wrapping
+// ErrMalformed, trailing garbage refused — and each has a fuzz target whose seed corpus runs as an
+// ordinary test. Keeping them together keeps that discipline in
 // one place and keeps the layouts easy to review side by side.
 //
 // All integers are big-endian. Variable-length fields carry an explicit length before their bytes;

@@ -189,6 +189,12 @@ func FuzzDecodeLeaseRequest(f *testing.F) {
 	f.Fuzz(fuzzFixed(DecodeLeaseRequest, func(l LeaseRequest) ([]byte, error) { return AppendLeaseRequest(nil, l), nil }))
 }
 
+func FuzzDecodeDrainNotice(f *testing.F) {
+	f.Add(AppendDrainNotice(nil, DrainNotice{Incarnation: 0x0123456789abcdef}))
+	f.Add([]byte{1, 2, 3})
+	f.Fuzz(fuzzFixed(DecodeDrainNotice, func(n DrainNotice) ([]byte, error) { return AppendDrainNotice(nil, n), nil }))
+}
+
 func FuzzDecodeMetadata(f *testing.F) {
 	b, _ := AppendMetadata(nil, Metadata{Size: 5, Refs: 2, Leases: 1, Staging: "not_pinned"})
 	f.Add(b)

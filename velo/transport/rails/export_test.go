@@ -1,7 +1,6 @@
 package rails
 
-// For the external tests: build and parse rail-set keys.
-var (
-	AppendRailKey = appendRailKey
-	ParseRailKey  = parseRailKey
-)
+import "github.com/velo-go/velo/velo/internal/wire"
+
+// For the external tests: build rail-set keys.
+var AppendRailKey = wire.AppendRailKey

@@ -12,11 +12,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/velo-go/velo/velo/internal/wire"
 	"github.com/velo-go/velo/velo/transport"
 )
 
-// MaxRails is the most rails one Transport takes.
-const MaxRails = 8
+// MaxRails is the most rails one Transport takes (a rail-set key indexes its keys by rail).
+const MaxRails = wire.MaxRails
+
+// MaxKeyLen bounds one rail's key inside a rail-set key.
+const MaxKeyLen = wire.MaxRailKeyLen
 
 // Defaults and bounds of Config.
 const (

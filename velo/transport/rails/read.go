@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/velo-go/velo/velo/internal/wire"
 	"github.com/velo-go/velo/velo/transport"
 )
 
@@ -129,9 +130,9 @@ func (t *Transport) ReadMany(ctx context.Context, peer transport.InstanceID, rea
 // plan turns one read into pieces.
 func (t *Transport) plan(i int, rd transport.Read) ([]*piece, error) {
 	var keys [][]byte
-	if isRailKey(rd.Key) {
+	if wire.IsRailKey(rd.Key) {
 		var err error
-		if keys, err = parseRailKey(rd.Key); err != nil {
+		if keys, err = wire.DecodeRailKey(rd.Key); err != nil {
 			return nil, err
 		}
 		if len(keys) > len(t.rails) {

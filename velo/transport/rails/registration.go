@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/velo-go/velo/velo/internal/wire"
 	"github.com/velo-go/velo/velo/transport"
 )
 
@@ -46,7 +47,7 @@ func (t *Transport) RegisterMemoryFor(peer transport.InstanceID, mems [][]byte) 
 			}
 			g.subs[i], keys[i] = byRail[i][k], byRail[i][k].Key()
 		}
-		key, err := appendRailKey(nil, keys)
+		key, err := wire.AppendRailKey(nil, keys)
 		if err != nil {
 			g.revokeAll()
 			errs[k] = errors.Join(append(failed, err)...)
@@ -102,7 +103,7 @@ func (g *registration) RangeKey(off, n int) ([]byte, error) {
 		}
 		keys[i] = k
 	}
-	return appendRailKey(nil, keys)
+	return wire.AppendRailKey(nil, keys)
 }
 
 // Revoke revokes every rail's registration; one that could not be handed over is retried by the

@@ -68,7 +68,8 @@ type Config struct {
 	ListenAddress string
 	// Advertise is the host:port that peers dial, published in the address blob. Default: the
 	// listener's address; an unspecified IP (0.0.0.0, ::) is replaced by 127.0.0.1 with a warning,
-	// so multi-host deployments that listen on all interfaces must set it.
+	// so multi-host deployments that listen on all interfaces must set it (RoutableHost guesses
+	// the host part when nothing says it).
 	Advertise string
 	// MaxFrameSize is the largest frame this side reads and sends (default 16 MiB).
 	MaxFrameSize int

@@ -22,6 +22,9 @@
 //	peers                 Peers(): id → state
 //	metric <family>       that family's series, "label=value,..." → value
 //
+// The loop, the answers and the commands peer, peers and metric are the suites' own
+// (test/internal/linecmd), shared with the fault suite's faultnode.
+//
 // Owner:
 //
 //	stage <bytes> <seed>  RegisterDataPinned of a deterministic payload, with 8 more references so
@@ -51,11 +54,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -70,10 +71,10 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/velo-go/velo/test/internal/linecmd"
 	"github.com/velo-go/velo/ucx"
 	"github.com/velo-go/velo/velo"
 	"github.com/velo-go/velo/velo/auth"
-	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport"
 	"github.com/velo-go/velo/velo/transport/tcp"
 	"github.com/velo-go/velo/velo/transport/ucxtransport"
@@ -99,35 +100,35 @@ func main() {
 
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
-		fatal(err)
+		linecmd.Fatal("victim", err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 	if os.Getenv(auth.SecretEnv) == "" && os.Getenv(auth.SecretFileEnv) == "" {
-		fatal(fmt.Errorf("no cluster secret: set %s (the suite does)", auth.SecretEnv))
+		linecmd.Fatal("victim", fmt.Errorf("no cluster secret: set %s (the suite does)", auth.SecretEnv))
 	}
 	creds, err := auth.FromEnv()
 	if err != nil {
-		fatal(err)
+		linecmd.Fatal("victim", err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		fatal(err)
+		linecmd.Fatal("victim", err)
 	}
 	ctl, err := tcp.New(tcp.Config{Listener: ln, Auth: creds})
 	if err != nil {
-		fatal(err)
+		linecmd.Fatal("victim", err)
 	}
 	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", Logger: log, EPIdleTimeout: *epIdle})
 	if err != nil {
-		fatal(err)
+		linecmd.Fatal("victim", err)
 	}
-	n := &node{role: *role, out: json.NewEncoder(os.Stdout), ctlPort: ln.Addr().(*net.TCPAddr).Port}
+	n := &node{role: *role, Replier: linecmd.NewReplier(os.Stdout), ctlPort: ln.Addr().(*net.TCPAddr).Port}
 	var opts []velo.Option
 	switch *role {
 	case "owner":
 		m, err := hex.DecodeString(*marker)
 		if err != nil || len(m) == 0 {
-			fatal(fmt.Errorf("-marker %q: want the run's marker in hex", *marker))
+			linecmd.Fatal("victim", fmt.Errorf("-marker %q: want the run's marker in hex", *marker))
 		}
 		fillMarker(secretGlobal[:], "VELO-GLOBAL:", m)
 		secretHeap = make([]byte, 64<<10)
@@ -138,33 +139,25 @@ func main() {
 		// UCX first: messages to the owner go out as UCX frames, the ones an attacker forges.
 		opts = []velo.Option{velo.WithUCXTransport(u), velo.WithTransport(ctl)}
 	default:
-		fatal(fmt.Errorf("-role %q: want owner or legit", *role))
+		linecmd.Fatal("victim", fmt.Errorf("-role %q: want owner or legit", *role))
 	}
 	v, err := velo.New(context.Background(), append(opts, velo.WithLogger(log), velo.WithLeaseTTL(5*time.Minute))...)
 	if err != nil {
-		fatal(err)
+		linecmd.Fatal("victim", err)
 	}
 	n.v = v
 	if *role == "owner" {
 		if err := v.RegisterHandler("attack.sink", n.sink); err != nil {
-			fatal(err)
+			linecmd.Fatal("victim", err)
 		}
 	}
-	n.reply(map[string]any{"ready": true})
-	in := bufio.NewScanner(os.Stdin)
-	in.Buffer(make([]byte, 1<<20), 1<<20)
-	for in.Scan() {
-		cmd, arg, _ := strings.Cut(strings.TrimSpace(in.Text()), " ")
-		if cmd == "quit" {
-			n.stopStream()
-			err := v.Close()
-			n.reply(map[string]any{"closed": true, "err": errString(err)})
-			return
-		}
-		n.run(cmd, arg)
-	}
+	n.Reply(map[string]any{"ready": true})
+	quit := linecmd.Serve(os.Stdin, 30*time.Second, n.run)
 	n.stopStream()
-	v.Close()
+	err = v.Close()
+	if quit {
+		n.Reply(map[string]any{"closed": true, "err": linecmd.ErrString(err)})
+	}
 }
 
 // fillMarker fills b with prefix and the marker, repeated.
@@ -176,9 +169,9 @@ func fillMarker(b []byte, prefix string, marker []byte) {
 }
 
 type node struct {
+	*linecmd.Replier
 	role    string
 	v       *velo.Velo
-	out     *json.Encoder
 	ctlPort int
 	rec     *recorder
 
@@ -193,14 +186,6 @@ type node struct {
 	streamMu sync.Mutex
 	stream   *streamer
 }
-
-func (n *node) reply(m map[string]any) {
-	if err := n.out.Encode(m); err != nil {
-		os.Exit(3)
-	}
-}
-
-func (n *node) fail(err error) { n.reply(map[string]any{"error": err.Error()}) }
 
 func (n *node) sink(_ context.Context, m *velo.Message) ([]byte, error) {
 	n.sinkMu.Lock()
@@ -219,9 +204,10 @@ func (n *node) sink(_ context.Context, m *velo.Message) ([]byte, error) {
 	return nil, nil
 }
 
-func (n *node) run(cmd, arg string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+func (n *node) run(ctx context.Context, cmd, arg string) {
+	if linecmd.Common(ctx, n.Replier, n.v, cmd, arg) {
+		return
+	}
 	switch cmd {
 	case "info":
 		ucxBlob := n.v.PeerInfo().Addresses["ucx"]
@@ -234,38 +220,19 @@ func (n *node) run(cmd, arg string) {
 			m["global"] = region(secretGlobal[:])
 			m["heap"] = region(secretHeap)
 		}
-		n.reply(m)
-	case "peer":
-		var p velo.PeerInfo
-		if err := json.Unmarshal([]byte(arg), &p); err != nil {
-			n.fail(err)
-			return
-		}
-		if err := n.v.RegisterPeer(ctx, p); err != nil {
-			n.fail(err)
-			return
-		}
-		n.reply(map[string]any{"ok": true})
-	case "peers":
-		peers := map[string]string{}
-		for _, p := range n.v.Peers() {
-			peers[fmt.Sprintf("%016x", uint64(p.ID))] = string(p.State)
-		}
-		n.reply(map[string]any{"peers": peers})
-	case "metric":
-		n.reply(map[string]any{"series": series(n.v, arg)})
+		n.Reply(m)
 	case "stage":
 		n.stage(ctx, arg)
 	case "regs":
-		n.reply(map[string]any{"regs": n.rec.list()})
+		n.Reply(map[string]any{"regs": n.rec.list()})
 	case "check":
-		n.reply(n.check())
+		n.Reply(n.check())
 	case "received":
 		n.sinkMu.Lock()
 		legit := append([]uint64{}, n.legit...)
 		foreign := append([]string{}, n.foreign...)
 		n.sinkMu.Unlock()
-		n.reply(map[string]any{"legit": legit, "foreign": foreign})
+		n.Reply(map[string]any{"legit": legit, "foreign": foreign})
 	case "acquire":
 		n.acquire(ctx, arg)
 	case "release":
@@ -279,33 +246,38 @@ func (n *node) run(cmd, arg string) {
 	case "stream":
 		n.startStream(arg)
 	case "sent":
-		n.streamMu.Lock()
-		s := n.stream
-		n.streamMu.Unlock()
+		s := n.streaming()
 		if s == nil {
-			n.fail(errors.New("no stream"))
 			return
 		}
 		s.mu.Lock()
 		sent, err := s.sent, s.err
 		s.mu.Unlock()
-		n.reply(map[string]any{"sent": sent, "error": errString(err)})
+		n.Reply(map[string]any{"sent": sent, "error": linecmd.ErrString(err)})
 	case "pause", "resume":
-		n.streamMu.Lock()
-		s := n.stream
-		n.streamMu.Unlock()
+		s := n.streaming()
 		if s == nil {
-			n.fail(errors.New("no stream"))
 			return
 		}
 		sent := s.hold(cmd == "pause")
-		n.reply(map[string]any{"sent": sent})
+		n.Reply(map[string]any{"sent": sent})
 	case "stop":
 		sent, err := n.stopStream()
-		n.reply(map[string]any{"sent": sent, "error": errString(err)})
+		n.Reply(map[string]any{"sent": sent, "error": linecmd.ErrString(err)})
 	default:
-		n.fail(fmt.Errorf("unknown command %q", cmd))
+		n.Fail(fmt.Errorf("unknown command %q", cmd))
 	}
+}
+
+// streaming is the stream under way; without one it answers the command's failure and is nil.
+func (n *node) streaming() *streamer {
+	n.streamMu.Lock()
+	s := n.stream
+	n.streamMu.Unlock()
+	if s == nil {
+		n.Fail(errors.New("no stream"))
+	}
+	return s
 }
 
 func region(b []byte) map[string]any {
@@ -313,32 +285,26 @@ func region(b []byte) map[string]any {
 }
 
 func (n *node) stage(ctx context.Context, arg string) {
-	a, b, _ := strings.Cut(arg, " ")
-	size, err := strconv.Atoi(a)
-	if err != nil || size <= 0 {
-		n.fail(fmt.Errorf("stage: size %q: want a positive number of bytes", a))
-		return
-	}
-	seed, err := strconv.ParseUint(strings.TrimSpace(b), 10, 64)
+	size, seed, err := linecmd.SizeSeed(arg)
 	if err != nil {
-		n.fail(fmt.Errorf("stage: seed %q: %w", b, err))
+		n.Fail(err)
 		return
 	}
 	data := payload(size, seed)
 	h, err := n.v.RegisterDataPinned(ctx, data)
 	if err != nil {
-		n.fail(err)
+		n.Fail(err)
 		return
 	}
 	for range 8 {
 		if err := n.v.Ref(ctx, h); err != nil {
-			n.fail(err)
+			n.Fail(err)
 			return
 		}
 	}
 	sum := sha256.Sum256(data)
 	text, _ := h.MarshalText()
-	n.reply(map[string]any{"handle": string(text), "sha256": hex.EncodeToString(sum[:])})
+	n.Reply(map[string]any{"handle": string(text), "sha256": hex.EncodeToString(sum[:])})
 }
 
 // check compares everything the attacker may have written against what it was.
@@ -380,69 +346,62 @@ func releaseAt[L interface {
 	i, err := strconv.Atoi(arg)
 	var none L
 	if err != nil || i < 0 || i >= len(list) || list[i] == none {
-		n.fail(fmt.Errorf("%s %q: no such %s", cmd, arg, what))
+		n.Fail(fmt.Errorf("%s %q: no such %s", cmd, arg, what))
 		return
 	}
 	err = list[i].Release(ctx)
 	list[i] = none
 	if err != nil {
-		n.fail(err)
+		n.Fail(err)
 		return
 	}
-	n.reply(map[string]any{"ok": true})
+	n.Reply(map[string]any{"ok": true})
 }
 
 func (n *node) acquire(ctx context.Context, arg string) {
-	h, err := parseHandle(arg)
+	h, err := linecmd.ParseHandle(arg)
 	if err != nil {
-		n.fail(err)
+		n.Fail(err)
 		return
 	}
 	l, err := n.v.Acquire(ctx, h)
 	if err != nil {
-		n.fail(err)
+		n.Fail(err)
 		return
 	}
 	dst := make([]byte, 64)
 	if err := l.ReadRanges(ctx, []velo.Range{{Offset: 0, Length: 64, Dst: dst}}); err != nil {
 		_ = l.Detach(ctx)
-		n.fail(fmt.Errorf("acquire: the lease's own read: %w", err))
+		n.Fail(fmt.Errorf("acquire: the lease's own read: %w", err))
 		return
 	}
 	n.leases = append(n.leases, l)
-	n.reply(map[string]any{"lease": len(n.leases) - 1, "first": hex.EncodeToString(dst)})
+	n.Reply(map[string]any{"lease": len(n.leases) - 1, "first": hex.EncodeToString(dst)})
 }
 
 func (n *node) get(ctx context.Context, arg string) {
-	h, err := parseHandle(arg)
+	h, err := linecmd.ParseHandle(arg)
 	if err != nil {
-		n.fail(err)
+		n.Fail(err)
 		return
 	}
-	before := paths(n.v)
+	before := linecmd.Paths(n.v)
 	l, err := n.v.Get(ctx, h)
 	if err != nil {
-		n.fail(err)
+		n.Fail(err)
 		return
 	}
 	sum := sha256.Sum256(l.Bytes())
-	after := paths(n.v)
-	var grew []string
-	for k, v := range after {
-		if v > before[k] {
-			grew = append(grew, k)
-		}
-	}
-	n.reply(map[string]any{"sha256": hex.EncodeToString(sum[:]), "path": strings.Join(grew, ","), "detach_err": errString(l.Detach(ctx))})
+	n.Reply(map[string]any{"sha256": hex.EncodeToString(sum[:]), "path": linecmd.Grew(before, linecmd.Paths(n.v)), "detach_err": linecmd.ErrString(l.Detach(ctx))})
 }
 
 // batch fetches the handles in one GetBatch and keeps their leases.
 func (n *node) batch(ctx context.Context, arg string) {
 	var reqs []velo.GetRequest
 	for _, f := range strings.Fields(arg) {
-		h, err := parseHandle(f)
+		h, err := linecmd.ParseHandle(f)
 		if err != nil {
-			n.fail(err)
+			n.Fail(err)
 			return
 		}
 		reqs = append(reqs, velo.GetRequest{Handle: h})
@@ -455,14 +414,14 @@ func (n *node) batch(ctx context.Context, arg string) {
 				_ = n.batched[k].Release(ctx)
 				n.batched[k] = nil
 			}
-			n.fail(fmt.Errorf("batch entry %d: %w", i, r.Err))
+			n.Fail(fmt.Errorf("batch entry %d: %w", i, r.Err))
 			return
 		}
 		sum := sha256.Sum256(r.Lease.Bytes())
 		n.batched = append(n.batched, r.Lease)
 		leases, paths, sums = append(leases, len(n.batched)-1), append(paths, string(r.Lease.Path)), append(sums, hex.EncodeToString(sum[:]))
 	}
-	n.reply(map[string]any{"leases": leases, "paths": paths, "sha256": sums})
+	n.Reply(map[string]any{"leases": leases, "paths": paths, "sha256": sums})
 }
 
 // streamer sends numbered messages to the owner until stopped.
@@ -482,25 +441,25 @@ func (n *node) startStream(arg string) {
 	a, b, _ := strings.Cut(arg, " ")
 	peer, err := strconv.ParseUint(a, 16, 64)
 	if err != nil {
-		n.fail(fmt.Errorf("stream: owner %q: %w", a, err))
+		n.Fail(fmt.Errorf("stream: owner %q: %w", a, err))
 		return
 	}
 	period, err := time.ParseDuration(strings.TrimSpace(b))
 	if err != nil {
-		n.fail(fmt.Errorf("stream: interval %q: %w", b, err))
+		n.Fail(fmt.Errorf("stream: interval %q: %w", b, err))
 		return
 	}
 	n.streamMu.Lock()
 	defer n.streamMu.Unlock()
 	if n.stream != nil {
-		n.fail(errors.New("stream: already running"))
+		n.Fail(errors.New("stream: already running"))
 		return
 	}
 	s := &streamer{stop: make(chan struct{}), done: make(chan struct{}), period: period}
 	s.cond = sync.NewCond(&s.mu)
 	n.stream = s
 	go s.run(n.v, velo.InstanceID(peer))
-	n.reply(map[string]any{"ok": true})
+	n.Reply(map[string]any{"ok": true})
 }
 
 func (s *streamer) run(v *velo.Velo, peer velo.InstanceID) {
@@ -666,51 +625,6 @@ func (t *recordingRMA) RegisterMemoryMany(mems [][]byte) ([]transport.Registrati
 	return regs, errs
 }
 
-func series(v *velo.Velo, name string) map[string]float64 {
-	out := map[string]float64{}
-	mfs, err := v.Metrics().Gather()
-	if err != nil {
-		return out
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var labels []string
-			for _, l := range m.GetLabel() {
-				labels = append(labels, l.GetName()+"="+l.GetValue())
-			}
-			out[strings.Join(labels, ",")] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
-	}
-	return out
-}
-
-func paths(v *velo.Velo) map[string]float64 {
-	out := map[string]float64{}
-	for labels, val := range series(v, metrics.RDMAPathTotal) {
-		var path, reason string
-		for _, kv := range strings.Split(labels, ",") {
-			k, x, _ := strings.Cut(kv, "=")
-			switch k {
-			case "path":
-				path = x
-			case "reason":
-				reason = x
-			}
-		}
-		out[path+"/"+reason] = val
-	}
-	return out
-}
-
-func parseHandle(s string) (velo.Handle, error) {
-	var h velo.Handle
-	err := h.UnmarshalText([]byte(strings.TrimSpace(s)))
-	return h, err
-}
-
 // payload is the deterministic payload of size bytes for seed.
 func payload(size int, seed uint64) []byte {
 	b := make([]byte, size)
@@ -719,16 +633,4 @@ func payload(size int, seed uint64) []byte {
 		b[i] = byte(r.Uint32())
 	}
 	return b
-}
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
-
-func fatal(err error) {
-	fmt.Fprintln(os.Stderr, "victim:", err)
-	os.Exit(1)
 }

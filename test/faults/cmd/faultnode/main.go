@@ -11,7 +11,7 @@
 //	stage <bytes> <seed>        RegisterDataPinned of a deterministic payload; answers the handle
 //	stage-plain <bytes> <seed>  RegisterData (unpinned)
 //	ref <handle>                one more reference
-//	release <handle>            drop one reference (Velo.Release)
+//	release <handle>            drop one reference (Velo.Unref)
 //	get <handle>                Get, SHA-256 of the bytes, the path it took, then Release
 //	get-keep <handle>           the same without Release (the lease stays open)
 //	flood <peer> <bytes> <n> <timeout>
@@ -22,34 +22,32 @@
 //	stats                       the RDMA registry's Stats and the staged counts
 //	quit                        Close, then the final stats; the process exits 0
 //
+// The loop, the answers and the commands peer, peers and metric are the suites' own
+// (test/internal/linecmd), shared with the attack suite's victim.
+//
 // Every instance runs a TCP control plane on 127.0.0.1 (or -listen) and the UCX transport
 // (UCX_TLS=tcp unless the environment says otherwise); -same-host adds the same-host path.
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/velo-go/velo/test/internal/linecmd"
 	"github.com/velo-go/velo/velo"
 	"github.com/velo-go/velo/velo/auth"
 	"github.com/velo-go/velo/velo/discovery"
 	"github.com/velo-go/velo/velo/discovery/etcd"
-	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport/tcp"
 	"github.com/velo-go/velo/velo/transport/ucxtransport"
 )
@@ -74,38 +72,38 @@ func main() {
 
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
-		fatal(err)
+		linecmd.Fatal("faultnode", err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
-		fatal(err)
+		linecmd.Fatal("faultnode", err)
 	}
 	// Credentials from the environment (VELO_CLUSTER_SECRET[_FILE], VELO_TLS_*), none without.
 	creds, err := auth.FromEnv()
 	if err != nil {
-		fatal(err)
+		linecmd.Fatal("faultnode", err)
 	}
 	ctl, err := tcp.New(tcp.Config{Listener: ln, Auth: creds})
 	if err != nil {
-		fatal(err)
+		linecmd.Fatal("faultnode", err)
 	}
 	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", Logger: log, EPIdleTimeout: *epIdle, MaxEndpoints: *maxEPs})
 	if err != nil {
-		fatal(err)
+		linecmd.Fatal("faultnode", err)
 	}
 	opts := []velo.Option{}
 	if *discDir != "" {
 		d, err := discovery.NewFilesystem(discovery.FilesystemConfig{Dir: *discDir, Cluster: "faults", TTL: *discTTL, Poll: 100 * time.Millisecond, Logger: log})
 		if err != nil {
-			fatal(err)
+			linecmd.Fatal("faultnode", err)
 		}
 		opts = append(opts, velo.WithDiscovery(d, *name))
 	}
 	if *etcdEndpoints != "" {
 		d, err := etcd.New(etcd.Config{Endpoints: strings.Split(*etcdEndpoints, ","), Cluster: "faults", TTL: *discTTL, Logger: log})
 		if err != nil {
-			fatal(err)
+			linecmd.Fatal("faultnode", err)
 		}
 		opts = append(opts, velo.WithDiscovery(d, *name))
 	}
@@ -116,32 +114,26 @@ func main() {
 		velo.WithLeaseTTL(*ttl),
 		velo.WithRDMA(velo.RDMAConfig{ForceCloseAfter: *forceAfter, Pool: velo.RDMAPoolConfig{RegisteredBytesBudget: *budget, ArenaSize: *arena}}))...)
 	if err != nil {
-		fatal(err)
+		linecmd.Fatal("faultnode", err)
 	}
-	n := &node{v: v, out: json.NewEncoder(os.Stdout)}
+	n := &node{v: v, Replier: linecmd.NewReplier(os.Stdout)}
 	go n.record(v.WatchPeers(context.Background())) // subscribed before any command is read
 	if err := v.RegisterHandler("sink", func(context.Context, *velo.Message) ([]byte, error) { return nil, nil }); err != nil {
-		fatal(err)
+		linecmd.Fatal("faultnode", err)
 	}
-	n.reply(map[string]any{"ready": true})
-	in := bufio.NewScanner(os.Stdin)
-	in.Buffer(make([]byte, 1<<20), 1<<20)
-	for in.Scan() {
-		cmd, arg, _ := strings.Cut(strings.TrimSpace(in.Text()), " ")
-		if cmd == "quit" {
-			err := v.Close()
-			n.reply(map[string]any{"closed": true, "err": errString(err), "stats": n.stats()})
-			return
-		}
-		n.run(cmd, arg)
+	n.Reply(map[string]any{"ready": true})
+	if linecmd.Serve(os.Stdin, 5*time.Minute, n.run) {
+		err := v.Close()
+		n.Reply(map[string]any{"closed": true, "err": linecmd.ErrString(err), "stats": n.stats()})
+		return
 	}
 	// Standard input closed: the suite went away.
 	v.Close()
 }
 
 type node struct {
-	v   *velo.Velo
-	out *json.Encoder
+	*linecmd.Replier
+	v *velo.Velo
 
 	evMu   sync.Mutex
 	events []string
@@ -161,41 +153,23 @@ func (n *node) record(events <-chan velo.PeerEvent) {
 	}
 }
 
-func (n *node) reply(m map[string]any) {
-	if err := n.out.Encode(m); err != nil {
-		os.Exit(3)
+func (n *node) run(ctx context.Context, cmd, arg string) {
+	if linecmd.Common(ctx, n.Replier, n.v, cmd, arg) {
+		return
 	}
-}
-
-func (n *node) fail(err error) { n.reply(map[string]any{"error": err.Error()}) }
-
-func (n *node) run(cmd, arg string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
 	switch cmd {
 	case "info":
-		n.reply(map[string]any{"info": n.v.PeerInfo(), "id": fmt.Sprintf("%016x", uint64(n.v.ID()))})
+		n.Reply(map[string]any{"info": n.v.PeerInfo(), "id": fmt.Sprintf("%016x", uint64(n.v.ID()))})
 	case "info-skewed":
 		p := n.v.PeerInfo()
 		blob := append([]byte(nil), p.Addresses["ucx"]...)
 		blob[0]++
 		p.Addresses["ucx"] = blob
-		n.reply(map[string]any{"info": p})
-	case "peer":
-		var p velo.PeerInfo
-		if err := json.Unmarshal([]byte(arg), &p); err != nil {
-			n.fail(err)
-			return
-		}
-		if err := n.v.RegisterPeer(ctx, p); err != nil {
-			n.fail(err)
-			return
-		}
-		n.reply(map[string]any{"ok": true})
+		n.Reply(map[string]any{"info": p})
 	case "stage", "stage-plain":
-		size, seed, err := sizeSeed(arg)
+		size, seed, err := linecmd.SizeSeed(arg)
 		if err != nil {
-			n.fail(err)
+			n.Fail(err)
 			return
 		}
 		data := Payload(size, seed)
@@ -206,55 +180,55 @@ func (n *node) run(cmd, arg string) {
 			h, err = n.v.RegisterData(ctx, data)
 		}
 		if err != nil {
-			n.fail(err)
+			n.Fail(err)
 			return
 		}
 		sum := sha256.Sum256(data)
 		text, _ := h.MarshalText()
-		n.reply(map[string]any{"handle": string(text), "sha256": hex.EncodeToString(sum[:])})
+		n.Reply(map[string]any{"handle": string(text), "sha256": hex.EncodeToString(sum[:])})
 	case "ref", "release":
-		h, err := parseHandle(arg)
+		h, err := linecmd.ParseHandle(arg)
 		if err == nil && cmd == "ref" {
 			err = n.v.Ref(ctx, h)
 		} else if err == nil {
 			err = n.v.Unref(ctx, h)
 		}
 		if err != nil {
-			n.fail(err)
+			n.Fail(err)
 			return
 		}
-		n.reply(map[string]any{"ok": true})
+		n.Reply(map[string]any{"ok": true})
 	case "get", "get-keep":
-		h, err := parseHandle(arg)
+		h, err := linecmd.ParseHandle(arg)
 		if err != nil {
-			n.fail(err)
+			n.Fail(err)
 			return
 		}
-		before := n.paths()
+		before := linecmd.Paths(n.v)
 		start := time.Now()
 		l, err := n.v.Get(ctx, h)
 		if err != nil {
-			n.fail(err)
+			n.Fail(err)
 			return
 		}
 		sum := sha256.Sum256(l.Bytes())
-		m := map[string]any{"sha256": hex.EncodeToString(sum[:]), "path": diffPaths(before, n.paths()), "seconds": time.Since(start).Seconds()}
+		m := map[string]any{"sha256": hex.EncodeToString(sum[:]), "path": linecmd.Grew(before, linecmd.Paths(n.v)), "seconds": time.Since(start).Seconds()}
 		if cmd == "get" {
-			m["release_err"] = errString(l.Release(ctx))
+			m["release_err"] = linecmd.ErrString(l.Release(ctx))
 		}
-		n.reply(m)
+		n.Reply(m)
 	case "flood":
 		var peer uint64
 		var size, count int
 		var timeout time.Duration
 		if _, err := fmt.Sscanf(arg, "%x %d %d %s", &peer, &size, &count, new(string)); err != nil {
-			n.fail(fmt.Errorf("flood: %q: %w", arg, err))
+			n.Fail(fmt.Errorf("flood: %q: %w", arg, err))
 			return
 		}
 		f := strings.Fields(arg)
 		timeout, err := time.ParseDuration(f[3])
 		if err != nil {
-			n.fail(err)
+			n.Fail(err)
 			return
 		}
 		buf := make([]byte, size)
@@ -265,42 +239,33 @@ func (n *node) run(cmd, arg string) {
 			err := n.v.Send(sctx, velo.InstanceID(peer), "sink", buf)
 			scancel()
 			if err != nil {
-				n.reply(map[string]any{"sent": sent, "error": err.Error(), "seconds": time.Since(began).Seconds()})
+				n.Reply(map[string]any{"sent": sent, "error": err.Error(), "seconds": time.Since(began).Seconds()})
 				return
 			}
 			sent++
 		}
-		n.reply(map[string]any{"sent": sent})
+		n.Reply(map[string]any{"sent": sent})
 	case "samehost":
 		var peer uint64
 		if _, err := fmt.Sscanf(arg, "%x", &peer); err != nil {
-			n.fail(fmt.Errorf("samehost: %q: %w", arg, err))
+			n.Fail(fmt.Errorf("samehost: %q: %w", arg, err))
 			return
 		}
 		ok, why := n.v.SameHost(velo.InstanceID(peer))
-		n.reply(map[string]any{"same_host": ok, "why": why})
-	case "peers":
-		peers := map[string]string{}
-		for _, p := range n.v.Peers() {
-			peers[fmt.Sprintf("%016x", uint64(p.ID))] = string(p.State)
-		}
-		n.reply(map[string]any{"peers": peers})
+		n.Reply(map[string]any{"same_host": ok, "why": why})
 	case "stats":
-		n.reply(map[string]any{"stats": n.stats()})
+		n.Reply(map[string]any{"stats": n.stats()})
 	case "health":
 		h := n.v.Health()
-		n.reply(map[string]any{"state": string(h.State), "reasons": h.Reasons})
-	case "metric":
-		// One metric family's series, as "label=value,..." → value (counters and gauges).
-		n.reply(map[string]any{"series": n.series(arg)})
+		n.Reply(map[string]any{"state": string(h.State), "reasons": h.Reasons})
 	case "events":
 		// The WatchPeers events since start, as "kind peer [previous]".
 		n.evMu.Lock()
 		evs := append([]string{}, n.events...)
 		n.evMu.Unlock()
-		n.reply(map[string]any{"events": evs})
+		n.Reply(map[string]any{"events": evs})
 	default:
-		n.fail(fmt.Errorf("unknown command %q", cmd))
+		n.Fail(fmt.Errorf("unknown command %q", cmd))
 	}
 }
 
@@ -316,86 +281,6 @@ func (n *node) stats() map[string]any {
 	}
 }
 
-// paths reads the path metric's series as "path/reason" → count.
-func (n *node) paths() map[string]float64 {
-	out := map[string]float64{}
-	mfs, err := n.v.Metrics().Gather()
-	if err != nil {
-		return out
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != metrics.RDMAPathTotal {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var path, reason string
-			for _, l := range m.GetLabel() {
-				switch l.GetName() {
-				case "path":
-					path = l.GetValue()
-				case "reason":
-					reason = l.GetValue()
-				}
-			}
-			out[path+"/"+reason] = m.GetCounter().GetValue()
-		}
-	}
-	return out
-}
-
-// series reads every series of the family name.
-func (n *node) series(name string) map[string]float64 {
-	out := map[string]float64{}
-	mfs, err := n.v.Metrics().Gather()
-	if err != nil {
-		return out
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var labels []string
-			for _, l := range m.GetLabel() {
-				labels = append(labels, l.GetName()+"="+l.GetValue())
-			}
-			v := m.GetCounter().GetValue() + m.GetGauge().GetValue()
-			out[strings.Join(labels, ",")] = v
-		}
-	}
-	return out
-}
-
-// diffPaths names the series that grew between two readings.
-func diffPaths(before, after map[string]float64) string {
-	var grew []string
-	for k, v := range after {
-		if v > before[k] {
-			grew = append(grew, k)
-		}
-	}
-	return strings.Join(grew, ",")
-}
-
-func parseHandle(s string) (velo.Handle, error) {
-	var h velo.Handle
-	err := h.UnmarshalText([]byte(strings.TrimSpace(s)))
-	return h, err
-}
-
-func sizeSeed(arg string) (int, uint64, error) {
-	a, b, _ := strings.Cut(arg, " ")
-	size, err := strconv.Atoi(a)
-	if err != nil || size <= 0 {
-		return 0, 0, fmt.Errorf("stage: size %q: want a positive number of bytes", a)
-	}
-	seed, err := strconv.ParseUint(strings.TrimSpace(b), 10, 64)
-	if err != nil {
-		return 0, 0, fmt.Errorf("stage: seed %q: %w", b, err)
-	}
-	return size, seed, nil
-}
-
 // Payload is the deterministic payload of size bytes for seed (the suite computes the same).
 func Payload(size int, seed uint64) []byte {
 	b := make([]byte, size)
@@ -407,19 +292,4 @@ func Payload(size int, seed uint64) []byte {
 		}
 	}
 	return b
-}
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
-
-func fatal(err error) {
-	if errors.Is(err, io.EOF) {
-		os.Exit(0)
-	}
-	fmt.Fprintln(os.Stderr, "faultnode:", err)
-	os.Exit(1)
 }

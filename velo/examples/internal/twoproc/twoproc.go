@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"sync"
@@ -229,34 +228,6 @@ func relay(r io.Reader) {
 		fmt.Println(s.Text())
 		stdoutMu.Unlock()
 	}
-}
-
-// RoutableHost returns the address other nodes most likely reach this one at: the source address
-// of the default route, else the first address of an interface that is up and not loopback, else
-// 127.0.0.1 (a single-host run).
-func RoutableHost() string {
-	// Connecting a UDP socket sends nothing; it only asks the kernel which source address its
-	// routing table picks for a destination outside this host.
-	if c, err := net.Dial("udp4", "192.0.2.1:9"); err == nil {
-		ip := c.LocalAddr().(*net.UDPAddr).IP
-		c.Close()
-		if !ip.IsLoopback() && !ip.IsUnspecified() {
-			return ip.String()
-		}
-	}
-	ifs, _ := net.Interfaces()
-	for _, ifc := range ifs {
-		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
-			continue
-		}
-		addrs, _ := ifc.Addrs()
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && n.IP.IsGlobalUnicast() {
-				return n.IP.String()
-			}
-		}
-	}
-	return "127.0.0.1"
 }
 
 // RandomPayload returns size random bytes and their SHA-256 in hex, what an owner stages and
