@@ -71,7 +71,8 @@ func TestMetricsReadTheTransferHistogram(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, lines, fmt.Sprintf(`%s_count{path="chunked",size="le_64k"} %d`, name, n))
 	assert.Contains(t, lines, fmt.Sprintf(`%s_sum{path="chunked",size="le_64k"} %g`, name, h.Sum))
-	assert.Len(t, lines, 2*3*len(metrics.SizeClasses), "count and sum of each child: three paths by six sizes")
+	paths := []metrics.Path{metrics.PathRDMA, metrics.PathChunked, metrics.PathInline, metrics.PathSameHost}
+	assert.Len(t, lines, 2*len(paths)*len(metrics.SizeClasses), "count and sum of each child: every path by every size")
 
 	// A label typo in Histogram is ErrNoSeries with the values that exist.
 	_, err = metrics.Histogram(cons.Metrics(), name, metrics.Labels{"path": "chunked", "size": "le_64K"})

@@ -7,9 +7,13 @@ import (
 	"github.com/velo-go/velo/velo/transport/shm"
 )
 
-// SameHostConfig configures the same-host path (package velo/transport/shm): the socket
-// directory, the host identity, the uids allowed besides the process's own, the ring's buffer
-// size. The zero value gives the defaults.
+// SameHostConfig configures the same-host path (package velo/transport/shm). Its fields: Dir, the
+// directory of the instance's socket (mode 0700; default $VELO_SHM_DIR, $XDG_RUNTIME_DIR/velo or
+// a velo-<uid> folder of the temporary directory); HostID, the host identity only instances that
+// share it take the path with (default $VELO_SHM_HOST_ID or the kernel's boot_id); AllowUIDs,
+// user IDs allowed besides the process's own; ChunkSize, each of the two ring buffers of a
+// channel (default 2 MiB); ConnsPerPeer, the channels opened to one owner (default 4). The zero
+// value gives the defaults.
 type SameHostConfig = shm.Config
 
 // WithSameHost turns on the same-host path beside the UCX transport: a rendezvous between two
