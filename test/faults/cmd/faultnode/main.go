@@ -14,12 +14,22 @@
 //	release <handle>            drop one reference (Velo.Release)
 //	get <handle>                Get, SHA-256 of the bytes, the path it took, then Release
 //	get-keep <handle>           the same without Release (the lease stays open)
+//	get-all <handle>...         Get of every handle at once, each lease detached after (the
+//	                            payloads stay staged for other readers); answers each one's
+//	                            SHA-256 or error, and the bytes received by each path
 //	flood <peer> <bytes> <n> <timeout>
 //	                            send n one-way messages of bytes to peer (hex ID), each bounded by
 //	                            timeout; answers how many went and the first error with its time
 //	peers                       Peers(): id and state of each
+//	events                      the WatchPeers events since start
+//	await <kind> <peer> <timeout>
+//	                            wait until WatchPeers reported kind (up, down, ...) for peer (hex
+//	                            ID), answering when it did (unix nanoseconds), however long ago
 //	stats                       the RDMA registry's Stats and the staged counts
 //	quit                        Close, then the final stats; the process exits 0
+//
+// The ready line that opens the output carries the time New returned (unix nanoseconds): a member
+// found through discovery is published by then.
 //
 // Every instance runs a TCP control plane on 127.0.0.1 (or -listen) and the UCX transport
 // (UCX_TLS=tcp unless the environment says otherwise).
@@ -65,6 +75,7 @@ func main() {
 	name := flag.String("name", "", "the member name under -discovery")
 	etcdEndpoints := flag.String("etcd", "", "find peers through etcd at these comma-separated client URLs")
 	discTTL := flag.Duration("discovery-ttl", 10*time.Second, "the discovery backend's TTL")
+	discPoll := flag.Duration("discovery-poll", 100*time.Millisecond, "how often the filesystem backend reads the directory")
 	logLevel := flag.String("log", "warn", "log level on standard error: debug, info, warn, error")
 	flag.Parse()
 
@@ -92,7 +103,7 @@ func main() {
 	}
 	opts := []velo.Option{}
 	if *discDir != "" {
-		d, err := discovery.NewFilesystem(discovery.FilesystemConfig{Dir: *discDir, Cluster: "faults", TTL: *discTTL, Poll: 100 * time.Millisecond, Logger: log})
+		d, err := discovery.NewFilesystem(discovery.FilesystemConfig{Dir: *discDir, Cluster: "faults", TTL: *discTTL, Poll: *discPoll, Logger: log})
 		if err != nil {
 			fatal(err)
 		}
@@ -111,12 +122,13 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
-	n := &node{v: v, out: json.NewEncoder(os.Stdout)}
+	ready := time.Now().UnixNano()
+	n := &node{v: v, out: json.NewEncoder(os.Stdout), evChanged: make(chan struct{})}
 	go n.record(v.WatchPeers(context.Background())) // subscribed before any command is read
 	if err := v.RegisterHandler("sink", func(context.Context, *velo.Message) ([]byte, error) { return nil, nil }); err != nil {
 		fatal(err)
 	}
-	n.reply(map[string]any{"ready": true})
+	n.reply(map[string]any{"ready": true, "at": ready})
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(make([]byte, 1<<20), 1<<20)
 	for in.Scan() {
@@ -136,8 +148,10 @@ type node struct {
 	v   *velo.Velo
 	out *json.Encoder
 
-	evMu   sync.Mutex
-	events []string
+	evMu      sync.Mutex
+	events    []string
+	evAt      []int64       // when each event arrived, unix nanoseconds
+	evChanged chan struct{} // closed and replaced at each event
 }
 
 // record keeps the instance's peer events for the "events" command. Events from before the
@@ -150,6 +164,9 @@ func (n *node) record(events <-chan velo.PeerEvent) {
 		}
 		n.evMu.Lock()
 		n.events = append(n.events, line)
+		n.evAt = append(n.evAt, time.Now().UnixNano())
+		close(n.evChanged)
+		n.evChanged = make(chan struct{})
 		n.evMu.Unlock()
 	}
 }
@@ -236,6 +253,10 @@ func (n *node) run(cmd, arg string) {
 			m["release_err"] = errString(l.Release(ctx))
 		}
 		n.reply(m)
+	case "get-all":
+		n.getAll(ctx, strings.Fields(arg))
+	case "await":
+		n.await(arg)
 	case "flood":
 		var peer uint64
 		var size, count int
@@ -286,6 +307,78 @@ func (n *node) run(cmd, arg string) {
 		n.reply(map[string]any{"events": evs})
 	default:
 		n.fail(fmt.Errorf("unknown command %q", cmd))
+	}
+}
+
+// getAll gets every handle at once, as a member fetching from several peers does. It detaches
+// rather than releases: many members read one staged payload.
+func (n *node) getAll(ctx context.Context, handles []string) {
+	results := make([]map[string]any, len(handles))
+	// The bytes this instance received, by path: as an owner it serves others meanwhile, which
+	// the path counter would mix in, but received bytes are its own gets' alone.
+	before := n.series(metrics.RendezvousBytesTotal)
+	var wg sync.WaitGroup
+	for i, arg := range handles {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h, err := parseHandle(arg)
+			if err != nil {
+				results[i] = map[string]any{"error": err.Error()}
+				return
+			}
+			l, err := n.v.Get(ctx, h)
+			if err != nil {
+				results[i] = map[string]any{"error": err.Error()}
+				return
+			}
+			sum := sha256.Sum256(l.Bytes())
+			results[i] = map[string]any{"sha256": hex.EncodeToString(sum[:]), "detach_err": errString(l.Detach(ctx))}
+		}()
+	}
+	wg.Wait()
+	received := map[string]float64{}
+	for k, v := range n.series(metrics.RendezvousBytesTotal) {
+		path, ok := strings.CutPrefix(k, "direction=received,path=")
+		if d := v - before[k]; ok && d > 0 {
+			received[path] = d
+		}
+	}
+	n.reply(map[string]any{"results": results, "received": received})
+}
+
+// await answers when WatchPeers reported kind for peer, with the time it did.
+func (n *node) await(arg string) {
+	f := strings.Fields(arg)
+	if len(f) != 3 {
+		n.fail(fmt.Errorf("await: %q: want <kind> <peer> <timeout>", arg))
+		return
+	}
+	timeout, err := time.ParseDuration(f[2])
+	if err != nil {
+		n.fail(fmt.Errorf("await: %w", err))
+		return
+	}
+	want := f[0] + " " + f[1]
+	deadline := time.After(timeout)
+	for {
+		n.evMu.Lock()
+		for i, ev := range n.events {
+			if ev == want || strings.HasPrefix(ev, want+" ") {
+				at := n.evAt[i]
+				n.evMu.Unlock()
+				n.reply(map[string]any{"at": at})
+				return
+			}
+		}
+		changed := n.evChanged
+		n.evMu.Unlock()
+		select {
+		case <-changed:
+		case <-deadline:
+			n.fail(fmt.Errorf("await: no %s event for %s within %v", f[0], f[1], timeout))
+			return
+		}
 	}
 }
 
