@@ -23,9 +23,10 @@ import (
 // find each other through the filesystem backend and fetch one another's payloads in two
 // phases: for VELO_SCALE_PHASE (default 10 s) each fetches from three random others at once,
 // again and again; then a rolling all-to-all, three owners at a time, until every member has
-// fetched from every other once. After a quiet settle it reads each process from outside (its
+// fetched from every other once; both at about 200 fetches a second for the whole cluster. After a quiet settle it reads each process from outside (its
 // descriptors, VmRSS and CPU over VELO_SCALE_QUIET, default 15 s, with no traffic) and from its
-// own metrics (UCX endpoints, TCP control-plane connections, evictions), then times one more
+// own metrics (UCX endpoints, TCP control-plane connections, evictions) and runtime (the Go
+// heap and stacks, to tell Go's share of the resident set from UCX's), then times one more
 // member's join and leave until every member's WatchPeers has reported it. It prints, per N, the
 // median and the largest instance, and the slope per peer between consecutive N, once for each
 // endpoint budget: N = 16, 64, 128 (VELO_SCALE_INSTANCES) with budgets of 256 (the default)
@@ -82,6 +83,7 @@ type scaleRow struct {
 	fds, endpoints    []float64
 	conns, evicted    []float64
 	rssKiB, cpuMsPerS []float64
+	goKiB             []float64     // the Go heap and stacks in use, within rssKiB
 	allSeen           time.Duration // from the last start until every member saw every other
 	join, leave       time.Duration // one more member seen up, then down, by every member
 	joinMedian        time.Duration
@@ -92,6 +94,13 @@ const (
 	scaleArena   = 2 << 20  // each member's pinned arena
 	scalePayload = 64 << 10 // each member stages one payload of this size, fetched by all
 	scaleFanout  = 3        // owners a member fetches from at once
+	// scaleRate is the fetches a second the whole cluster makes. Two cores serve every member
+	// here, so a rate that grew with N would measure the machine's overload rather than what a
+	// peer costs; spread over N members it stands for a larger cluster's quieter pace.
+	scaleRate = 200
+	// scaleTTL is the members' discovery TTL: long enough that a member the scheduler starves
+	// for a few seconds during the traffic is not taken to have left.
+	scaleTTL = "60s"
 )
 
 func runInstanceScale(b *testing.B, bin string, n, budget int, phase, quiet time.Duration) scaleRow {
@@ -100,7 +109,7 @@ func runInstanceScale(b *testing.B, bin string, n, budget int, phase, quiet time
 		name := fmt.Sprintf("m%d", i)
 		// The backend's default poll (1 s): the faultnode's 100 ms, meant for quick tests, would
 		// have every member read every other's file ten times a second.
-		cmd := exec.Command(bin, "-discovery", dir, "-name", name, "-discovery-poll", "1s",
+		cmd := exec.Command(bin, "-discovery", dir, "-name", name, "-discovery-poll", "1s", "-discovery-ttl", scaleTTL,
 			"-arena", fmt.Sprint(scaleArena), "-max-endpoints", fmt.Sprint(budget), "-log", "warn")
 		nd, err := proc.Start(name, cmd)
 		if err != nil {
@@ -140,7 +149,9 @@ func runInstanceScale(b *testing.B, bin string, n, budget int, phase, quiet time
 	}))
 	row := scaleRow{n: n, budget: budget, allSeen: time.Since(started)}
 
-	// Phase 1: each member fetches from three random others at a time until the phase ends.
+	// Phase 1: each member fetches from three random others at a time until the phase ends,
+	// pausing between rounds so that the cluster makes about scaleRate fetches a second.
+	pause := time.Duration(float64(n*scaleFanout) / scaleRate * float64(time.Second))
 	var mu sync.Mutex
 	end := time.Now().Add(phase)
 	require.NoError(b, eachMember(n, n, func(i int) error {
@@ -157,13 +168,14 @@ func runInstanceScale(b *testing.B, bin string, n, budget int, phase, quiet time
 			mu.Lock()
 			row.fetches += len(others)
 			mu.Unlock()
-			time.Sleep(time.Duration(rand.IntN(100)) * time.Millisecond)
+			time.Sleep(pause/2 + rand.N(pause))
 		}
 		return nil
 	}), "phase 1")
 	// Phase 2: a rolling all-to-all. In round r member i fetches from members i+r .. i+r+2, so
 	// every member fetches from every other once and no owner serves more than three at a time.
 	for r := 1; r < n; r += scaleFanout {
+		round := time.Now()
 		require.NoError(b, eachMember(n, n, func(i int) error {
 			var owners []int
 			for d := r; d < min(r+scaleFanout, n); d++ {
@@ -172,7 +184,7 @@ func runInstanceScale(b *testing.B, bin string, n, budget int, phase, quiet time
 			return fetchAll(members, i, owners)
 		}), "all-to-all round %d", r)
 		row.fetches += n * min(scaleFanout, n-r)
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(pause - time.Since(round)) // the same pace: a round is N*3 fetches
 	}
 
 	// Settle: the endpoints over the budget are retired on the transport's maintenance ticks
@@ -213,6 +225,11 @@ func runInstanceScale(b *testing.B, bin string, n, budget int, phase, quiet time
 		failed, err := seriesSum(m.Node, "velo_ucx_transport_endpoint_events_total", "event=failed")
 		require.NoError(b, err)
 		require.Zero(b, failed, "m%d: an endpoint failed", i)
+		mem, err := m.OK("memstats", time.Minute)
+		require.NoError(b, err)
+		heap, _ := mem["heap_inuse"].(float64)
+		stacks, _ := mem["stack_inuse"].(float64)
+		row.goKiB = append(row.goKiB, (heap+stacks)/1024)
 		row.endpoints = append(row.endpoints, eps)
 		row.conns = append(row.conns, conns)
 		row.evicted = append(row.evicted, evicted)
@@ -220,7 +237,7 @@ func runInstanceScale(b *testing.B, bin string, n, budget int, phase, quiet time
 
 	// One more member joins, then leaves; every member must see both.
 	joiner, err := proc.Start(fmt.Sprintf("m%d", n), exec.Command(bin, "-discovery", dir, "-name", fmt.Sprintf("m%d", n),
-		"-discovery-poll", "1s", "-arena", fmt.Sprint(scaleArena), "-max-endpoints", fmt.Sprint(budget), "-log", "warn"))
+		"-discovery-poll", "1s", "-discovery-ttl", scaleTTL, "-arena", fmt.Sprint(scaleArena), "-max-endpoints", fmt.Sprint(budget), "-log", "warn"))
 	require.NoError(b, err)
 	b.Cleanup(func() { joiner.Close(20 * time.Second) })
 	require.False(b, joiner.ReadyAt.IsZero(), "the joiner's ready line has no time")
@@ -350,10 +367,10 @@ func medianOf(v []float64) float64 {
 
 func (r scaleRow) print() {
 	fmt.Printf("instances n=%-4d budget %-3d | %6d fetches, all saw all %5.1f s | per instance (median/max): fds %4.0f/%-4.0f "+
-		"RSS %6.1f/%-6.1f MiB idle CPU %5.2f/%-5.2f ms/s UCX endpoints %3.0f/%-3.0f TCP conns %3.0f/%-3.0f evicted %4.0f/%-4.0f | "+
+		"RSS %6.1f/%-6.1f MiB (Go %5.1f) idle CPU %5.2f/%-5.2f ms/s UCX endpoints %3.0f/%-3.0f TCP conns %3.0f/%-3.0f evicted %4.0f/%-4.0f | "+
 		"join seen by all %5.2f s (median %5.2f), leave %5.2f s (median %5.2f)\n",
 		r.n, r.budget, r.fetches, r.allSeen.Seconds(),
-		medianOf(r.fds), slices.Max(r.fds), medianOf(r.rssKiB)/1024, slices.Max(r.rssKiB)/1024,
+		medianOf(r.fds), slices.Max(r.fds), medianOf(r.rssKiB)/1024, slices.Max(r.rssKiB)/1024, medianOf(r.goKiB)/1024,
 		medianOf(r.cpuMsPerS), slices.Max(r.cpuMsPerS), medianOf(r.endpoints), slices.Max(r.endpoints),
 		medianOf(r.conns), slices.Max(r.conns), medianOf(r.evicted), slices.Max(r.evicted),
 		r.join.Seconds(), r.joinMedian.Seconds(), r.leave.Seconds(), r.leaveMedian.Seconds())
@@ -364,8 +381,8 @@ func printSlopes(budget int, rows []scaleRow) {
 	for k := 1; k < len(rows); k++ {
 		a, c := rows[k-1], rows[k]
 		peers := float64(c.n - a.n)
-		fmt.Printf("instances budget %-3d n=%d->%d | per peer: fds %+.2f, RSS %+.1f KiB, idle CPU %+.4f ms/s, UCX endpoints %+.2f, TCP conns %+.2f\n",
-			budget, a.n, c.n, (medianOf(c.fds)-medianOf(a.fds))/peers, (medianOf(c.rssKiB)-medianOf(a.rssKiB))/peers,
+		fmt.Printf("instances budget %-3d n=%d->%d | per peer: fds %+.2f, RSS %+.1f KiB (Go %+.1f), idle CPU %+.4f ms/s, UCX endpoints %+.2f, TCP conns %+.2f\n",
+			budget, a.n, c.n, (medianOf(c.fds)-medianOf(a.fds))/peers, (medianOf(c.rssKiB)-medianOf(a.rssKiB))/peers, (medianOf(c.goKiB)-medianOf(a.goKiB))/peers,
 			(medianOf(c.cpuMsPerS)-medianOf(a.cpuMsPerS))/peers, (medianOf(c.endpoints)-medianOf(a.endpoints))/peers,
 			(medianOf(c.conns)-medianOf(a.conns))/peers)
 	}

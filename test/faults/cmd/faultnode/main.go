@@ -26,6 +26,9 @@
 //	                            wait until WatchPeers reported kind (up, down, ...) for peer (hex
 //	                            ID), answering when it did (unix nanoseconds), however long ago
 //	stats                       the RDMA registry's Stats and the staged counts
+//	memstats                    the Go runtime's heap and stacks in use (runtime.MemStats): the
+//	                            part of the resident set that is Go's, the rest being UCX's and
+//	                            the binary's
 //	quit                        Close, then the final stats; the process exits 0
 //
 // The ready line that opens the output carries the time New returned (unix nanoseconds): a member
@@ -49,6 +52,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -293,6 +297,10 @@ func (n *node) run(cmd, arg string) {
 		n.reply(map[string]any{"peers": peers})
 	case "stats":
 		n.reply(map[string]any{"stats": n.stats()})
+	case "memstats":
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		n.reply(map[string]any{"heap_inuse": ms.HeapInuse, "stack_inuse": ms.StackInuse, "sys": ms.Sys})
 	case "health":
 		h := n.v.Health()
 		n.reply(map[string]any{"state": string(h.State), "reasons": h.Reasons})
