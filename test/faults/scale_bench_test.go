@@ -27,7 +27,8 @@ import (
 // descriptors, VmRSS and CPU over VELO_SCALE_QUIET, default 15 s, with no traffic) and from its
 // own metrics (UCX endpoints, TCP control-plane connections, evictions) and runtime (the Go
 // heap and stacks, to tell Go's share of the resident set from UCX's), then times one more
-// member's join and leave until every member's WatchPeers has reported it. It prints, per N, the
+// member's join and leave until every member's WatchPeers has reported it. The same figures but
+// CPU are read once before any traffic, when each member knows every other and talked to none. It prints, per N, the
 // median and the largest instance, and the slope per peer between consecutive N, once for each
 // endpoint budget: N = 16, 64, 128 (VELO_SCALE_INSTANCES) with budgets of 256 (the default)
 // and 8 (VELO_SCALE_BUDGETS). It asserts nothing about speed; a transfer that fails, takes
@@ -83,11 +84,14 @@ type scaleRow struct {
 	fds, endpoints    []float64
 	conns, evicted    []float64
 	rssKiB, cpuMsPerS []float64
-	goKiB             []float64     // the Go heap and stacks in use, within rssKiB
-	allSeen           time.Duration // from the last start until every member saw every other
-	join, leave       time.Duration // one more member seen up, then down, by every member
-	joinMedian        time.Duration
-	leaveMedian       time.Duration
+	goKiB             []float64 // the Go heap and stacks in use, within rssKiB
+	// The same before any traffic: every peer known (registered through discovery) and none
+	// talked to.
+	knownFds, knownRSSKiB, knownGoKiB []float64
+	allSeen                           time.Duration // from the last start until every member saw every other
+	join, leave                       time.Duration // one more member seen up, then down, by every member
+	joinMedian                        time.Duration
+	leaveMedian                       time.Duration
 }
 
 const (
@@ -148,6 +152,14 @@ func runInstanceScale(b *testing.B, bin string, n, budget int, phase, quiet time
 		}
 	}))
 	row := scaleRow{n: n, budget: budget, allSeen: time.Since(started)}
+	time.Sleep(2 * time.Second)
+	for _, m := range members {
+		goKiB, err := goInUse(m.Node)
+		require.NoError(b, err)
+		row.knownFds = append(row.knownFds, float64(procstat.FDs(m.Cmd.Process.Pid)))
+		row.knownRSSKiB = append(row.knownRSSKiB, float64(procstat.RSS(m.Cmd.Process.Pid))/1024)
+		row.knownGoKiB = append(row.knownGoKiB, goKiB)
+	}
 
 	// Phase 1: each member fetches from three random others at a time until the phase ends,
 	// pausing between rounds so that the cluster makes about scaleRate fetches a second.
@@ -225,16 +237,20 @@ func runInstanceScale(b *testing.B, bin string, n, budget int, phase, quiet time
 		failed, err := seriesSum(m.Node, "velo_ucx_transport_endpoint_events_total", "event=failed")
 		require.NoError(b, err)
 		require.Zero(b, failed, "m%d: an endpoint failed", i)
-		mem, err := m.OK("memstats", time.Minute)
+		goKiB, err := goInUse(m.Node)
 		require.NoError(b, err)
-		heap, _ := mem["heap_inuse"].(float64)
-		stacks, _ := mem["stack_inuse"].(float64)
-		row.goKiB = append(row.goKiB, (heap+stacks)/1024)
+		row.goKiB = append(row.goKiB, goKiB)
 		row.endpoints = append(row.endpoints, eps)
 		row.conns = append(row.conns, conns)
 		row.evicted = append(row.evicted, evicted)
 	}
 
+	// With VELO_SCALE_HEAP_PROFILE set to a folder, the first member writes its heap profile
+	// there (go tool pprof -top -sample_index=inuse_space): what the Go share of a peer is made of.
+	if dir := os.Getenv("VELO_SCALE_HEAP_PROFILE"); dir != "" {
+		_, err := members[0].OK(fmt.Sprintf("heap-profile %s", filepath.Join(dir, fmt.Sprintf("n%d-budget%d.pprof", n, budget))), time.Minute)
+		require.NoError(b, err)
+	}
 	// One more member joins, then leaves; every member must see both.
 	joiner, err := proc.Start(fmt.Sprintf("m%d", n), exec.Command(bin, "-discovery", dir, "-name", fmt.Sprintf("m%d", n),
 		"-discovery-poll", "1s", "-discovery-ttl", scaleTTL, "-arena", fmt.Sprint(scaleArena), "-max-endpoints", fmt.Sprint(budget), "-log", "warn"))
@@ -327,6 +343,17 @@ func eachMember(n, par int, f func(i int) error) error {
 	return errors.Join(errs...)
 }
 
+// goInUse is the node's Go heap and stacks in use, in KiB.
+func goInUse(n *proc.Node) (float64, error) {
+	mem, err := n.OK("memstats", time.Minute)
+	if err != nil {
+		return 0, err
+	}
+	heap, _ := mem["heap_inuse"].(float64)
+	stacks, _ := mem["stack_inuse"].(float64)
+	return (heap + stacks) / 1024, nil
+}
+
 // upPeers is how many peers the node's Peers() lists up.
 func upPeers(n *proc.Node) (int, error) {
 	r, err := n.OK("peers", time.Minute)
@@ -366,10 +393,10 @@ func medianOf(v []float64) float64 {
 }
 
 func (r scaleRow) print() {
-	fmt.Printf("instances n=%-4d budget %-3d | %6d fetches, all saw all %5.1f s | per instance (median/max): fds %4.0f/%-4.0f "+
+	fmt.Printf("instances n=%-4d budget %-3d | before traffic (median): fds %4.0f RSS %6.1f MiB (Go %5.1f) | %6d fetches, all saw all %5.1f s | after, per instance (median/max): fds %4.0f/%-4.0f "+
 		"RSS %6.1f/%-6.1f MiB (Go %5.1f) idle CPU %5.2f/%-5.2f ms/s UCX endpoints %3.0f/%-3.0f TCP conns %3.0f/%-3.0f evicted %4.0f/%-4.0f | "+
 		"join seen by all %5.2f s (median %5.2f), leave %5.2f s (median %5.2f)\n",
-		r.n, r.budget, r.fetches, r.allSeen.Seconds(),
+		r.n, r.budget, medianOf(r.knownFds), medianOf(r.knownRSSKiB)/1024, medianOf(r.knownGoKiB)/1024, r.fetches, r.allSeen.Seconds(),
 		medianOf(r.fds), slices.Max(r.fds), medianOf(r.rssKiB)/1024, slices.Max(r.rssKiB)/1024, medianOf(r.goKiB)/1024,
 		medianOf(r.cpuMsPerS), slices.Max(r.cpuMsPerS), medianOf(r.endpoints), slices.Max(r.endpoints),
 		medianOf(r.conns), slices.Max(r.conns), medianOf(r.evicted), slices.Max(r.evicted),
@@ -381,8 +408,9 @@ func printSlopes(budget int, rows []scaleRow) {
 	for k := 1; k < len(rows); k++ {
 		a, c := rows[k-1], rows[k]
 		peers := float64(c.n - a.n)
-		fmt.Printf("instances budget %-3d n=%d->%d | per peer: fds %+.2f, RSS %+.1f KiB (Go %+.1f), idle CPU %+.4f ms/s, UCX endpoints %+.2f, TCP conns %+.2f\n",
-			budget, a.n, c.n, (medianOf(c.fds)-medianOf(a.fds))/peers, (medianOf(c.rssKiB)-medianOf(a.rssKiB))/peers, (medianOf(c.goKiB)-medianOf(a.goKiB))/peers,
+		fmt.Printf("instances budget %-3d n=%d->%d | per peer known, before traffic: fds %+.2f, RSS %+.1f KiB (Go %+.1f) | after: fds %+.2f, RSS %+.1f KiB (Go %+.1f), idle CPU %+.4f ms/s, UCX endpoints %+.2f, TCP conns %+.2f\n",
+			budget, a.n, c.n, (medianOf(c.knownFds)-medianOf(a.knownFds))/peers, (medianOf(c.knownRSSKiB)-medianOf(a.knownRSSKiB))/peers,
+			(medianOf(c.knownGoKiB)-medianOf(a.knownGoKiB))/peers, (medianOf(c.fds)-medianOf(a.fds))/peers, (medianOf(c.rssKiB)-medianOf(a.rssKiB))/peers, (medianOf(c.goKiB)-medianOf(a.goKiB))/peers,
 			(medianOf(c.cpuMsPerS)-medianOf(a.cpuMsPerS))/peers, (medianOf(c.endpoints)-medianOf(a.endpoints))/peers,
 			(medianOf(c.conns)-medianOf(a.conns))/peers)
 	}

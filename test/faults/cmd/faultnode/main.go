@@ -29,6 +29,7 @@
 //	memstats                    the Go runtime's heap and stacks in use (runtime.MemStats): the
 //	                            part of the resident set that is Go's, the rest being UCX's and
 //	                            the binary's
+//	heap-profile <file>         write a heap profile (pprof) of what is in use now to file
 //	quit                        Close, then the final stats; the process exits 0
 //
 // The ready line that opens the output carries the time New returned (unix nanoseconds): a member
@@ -53,6 +54,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -297,6 +299,20 @@ func (n *node) run(cmd, arg string) {
 		n.reply(map[string]any{"peers": peers})
 	case "stats":
 		n.reply(map[string]any{"stats": n.stats()})
+	case "heap-profile":
+		runtime.GC() // the profile shows the heap as of the last collection
+		f, err := os.Create(arg)
+		if err == nil {
+			err = pprof.WriteHeapProfile(f)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			n.fail(err)
+			return
+		}
+		n.reply(map[string]any{"ok": true})
 	case "memstats":
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
