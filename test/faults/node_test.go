@@ -27,7 +27,7 @@ var (
 )
 
 // faultnode builds cmd/faultnode once per test binary.
-func faultnode(t *testing.T) string {
+func faultnode(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() { nodeBin, buildErr = proc.Build() })
 	require.NoError(t, buildErr)

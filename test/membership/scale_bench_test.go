@@ -1,14 +1,11 @@
 package membership
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/velo-go/velo/test/internal/procstat"
 	"github.com/velo-go/velo/velo/discovery"
 	"github.com/velo-go/velo/velo/discovery/etcd"
 	"github.com/velo-go/velo/velo/discovery/etcd/etcdtest"
@@ -33,15 +31,8 @@ import (
 // in a watcher and in etcd. The last column is the CPU per change against the smallest N's: O(1)
 // in N reads about 1x.
 func BenchmarkEtcdScale(b *testing.B) {
-	sizes := []int{100, 250, 500, 1000}
-	if s := os.Getenv("VELO_SCALE_MEMBERS"); s != "" {
-		sizes = sizes[:0]
-		for _, f := range strings.Split(s, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			require.NoError(b, err, "VELO_SCALE_MEMBERS=%q: a comma-separated list of sizes", s)
-			sizes = append(sizes, n)
-		}
-	}
+	sizes, err := procstat.Sizes("VELO_SCALE_MEMBERS", []int{100, 250, 500, 1000})
+	require.NoError(b, err)
 	srv := etcdtest.Start(b)
 	var base float64
 	for _, n := range sizes {
@@ -177,7 +168,7 @@ func runScale(b *testing.B, srv *etcdtest.Server, n int) scaleResult {
 		wg.Wait()
 	}()
 	heapBefore := heapInUse()
-	etcdBefore := rssOf(srv.Pid())
+	etcdBefore := procstat.RSS(srv.Pid())
 
 	// Every member joins; each watcher must see the n-1 others.
 	start := time.Now()
@@ -205,22 +196,22 @@ func runScale(b *testing.B, srv *etcdtest.Server, n int) scaleResult {
 	r.converge = time.Since(start)
 	r.recordBytes = len(recordJSON(record("m0", 1)))
 	r.heapPerRecord = float64(heapInUse()-heapBefore) / float64(n) / float64(n)
-	r.etcdPerRecord = float64(rssOf(srv.Pid())-etcdBefore) / float64(n)
+	r.etcdPerRecord = float64(procstat.RSS(srv.Pid())-etcdBefore) / float64(n)
 
 	// The idle cost: keep-alives only.
 	time.Sleep(time.Second)
 	idleWindow := 3 * time.Second
-	cpu0, etcd0 := selfCPU(), procCPU(srv.Pid())
+	cpu0, etcd0 := selfCPU(), int64(procstat.CPU(srv.Pid()))
 	time.Sleep(idleWindow)
 	idleRate := float64(selfCPU()-cpu0) / idleWindow.Seconds()
-	etcdIdleRate := float64(procCPU(srv.Pid())-etcd0) / idleWindow.Seconds()
+	etcdIdleRate := float64(int64(procstat.CPU(srv.Pid()))-etcd0) / idleWindow.Seconds()
 	r.idlePerMember = time.Duration(idleRate / float64(n))
 
 	// Ten probes join and leave; every watcher sees each.
 	const probes = 10
 	var joins, leaves []time.Duration
 	began := time.Now()
-	cpu0, etcd0 = selfCPU(), procCPU(srv.Pid())
+	cpu0, etcd0 = selfCPU(), int64(procstat.CPU(srv.Pid()))
 	for k := range probes {
 		name := fmt.Sprintf("probe%d", k)
 		ws.mu.Lock()
@@ -234,7 +225,7 @@ func runScale(b *testing.B, srv *etcdtest.Server, n int) scaleResult {
 	}
 	window := time.Since(began)
 	cpu := float64(selfCPU()-cpu0) - idleRate*window.Seconds()
-	etcdCPU := float64(procCPU(srv.Pid())-etcd0) - etcdIdleRate*window.Seconds()
+	etcdCPU := float64(int64(procstat.CPU(srv.Pid()))-etcd0) - etcdIdleRate*window.Seconds()
 	r.cpuPerChange = time.Duration(max(cpu, 0) / float64(2*probes) / float64(n))
 	r.etcdPerChange = time.Duration(max(etcdCPU, 0) / float64(2*probes))
 	slices.Sort(joins)
@@ -263,47 +254,4 @@ func selfCPU() int64 {
 		return 0
 	}
 	return ru.Utime.Nano() + ru.Stime.Nano()
-}
-
-// procCPU is process pid's user and system CPU so far, in nanoseconds (/proc/<pid>/stat).
-func procCPU(pid int) int64 {
-	f := procStat(pid)
-	if len(f) < 15 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[13], 10, 64)
-	st, _ := strconv.ParseInt(f[14], 10, 64)
-	return (ut + st) * int64(time.Second) / clockTicks
-}
-
-// rssOf is process pid's resident set in bytes.
-func rssOf(pid int) int64 {
-	f := procStat(pid)
-	if len(f) < 24 {
-		return 0
-	}
-	pages, _ := strconv.ParseInt(f[23], 10, 64)
-	return pages * int64(os.Getpagesize())
-}
-
-// clockTicks is USER_HZ, what /proc counts CPU time in: 100 on Linux.
-const clockTicks = 100
-
-// procStat is the fields of /proc/<pid>/stat after the command name.
-func procStat(pid int) []string {
-	if pid == 0 {
-		return nil
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil
-	}
-	// The command name is in parentheses and may hold spaces; the fields after it are plain.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return nil
-	}
-	// Fields numbered as in proc(5): state is field 3, so index 2 here after padding the two
-	// before it.
-	return append([]string{"pid", "comm"}, strings.Fields(string(b[i+1:]))...)
 }

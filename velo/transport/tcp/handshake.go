@@ -110,16 +110,22 @@ func classify(err error) string {
 	return reasonIO
 }
 
-// authMetrics counts handshake failures by reason.
+// authMetrics counts handshake failures by reason, and the connections open: with nothing that
+// closes an idle control-plane connection, their number is what a member's peers cost it in
+// sockets, so a scale run reads it beside the UCX endpoints.
 type authMetrics struct {
 	failures *prometheus.CounterVec
+	conns    prometheus.Gauge
 }
 
 func newAuthMetrics() *authMetrics {
 	m := &authMetrics{failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "velo", Subsystem: "tcp", Name: "auth_failures_total",
 		Help: "TCP connections refused during the hello or authentication, by reason (both directions).",
-	}, []string{"reason"})}
+	}, []string{"reason"}), conns: prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "velo", Subsystem: "tcp", Name: "connections",
+		Help: "TCP control-plane connections open now, dialed and accepted, past their hello.",
+	})}
 	for _, r := range handshakeReasons {
 		m.failures.WithLabelValues(r) // every series exists from the start
 	}
@@ -128,7 +134,7 @@ func newAuthMetrics() *authMetrics {
 
 // TransportCollectors are the transport's metric families, for velo.WithRegisterer to register.
 func (t *Transport) TransportCollectors() []prometheus.Collector {
-	return []prometheus.Collector{t.am.failures}
+	return []prometheus.Collector{t.am.failures, t.am.conns}
 }
 
 // peerAuth is what the handshake learned of the peer.

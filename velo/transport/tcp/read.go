@@ -121,6 +121,7 @@ func (c *conn) finish(err error) {
 		}
 		t.host.PeerDown(c.peer, fmt.Errorf("tcp: %w: %v", transport.ErrPeerUnreachable, err))
 	}
+	t.am.conns.Dec()
 	t.wg.Done()
 }
 

@@ -478,7 +478,8 @@ func (t *Transport) adopt(nc net.Conn, br *bufio.Reader, h wire.Hello) (*conn, e
 	if p.send == nil {
 		p.send = c
 	}
-	t.wg.Add(1) // given back by finish, whoever reads the connection when it fails
+	t.wg.Add(1)      // given back by finish, whoever reads the connection when it fails
+	t.am.conns.Inc() // and this too, even after RemovePeer forgot the peer
 	c.reader = readerLoop
 	t.mu.Unlock()
 	go c.readLoop()

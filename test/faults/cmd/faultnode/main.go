@@ -14,16 +14,29 @@
 //	release <handle>            drop one reference (Velo.Unref)
 //	get <handle>                Get, SHA-256 of the bytes, the path it took, then Release
 //	get-keep <handle>           the same without Release (the lease stays open)
+//	get-all <handle>...         Get of every handle at once, each lease detached after (the
+//	                            payloads stay staged for other readers); answers each one's
+//	                            SHA-256 or error, and the bytes received by each path
 //	flood <peer> <bytes> <n> <timeout>
 //	                            send n one-way messages of bytes to peer (hex ID), each bounded by
 //	                            timeout; answers how many went and the first error with its time
 //	samehost <peer>             whether reads from peer (hex ID) take the same-host path, and why not
 //	peers                       Peers(): id and state of each
+//	events                      the WatchPeers events since start
+//	await <kind> <peer> <timeout>
+//	                            wait until WatchPeers reported kind (up, down, ...) for peer (hex
+//	                            ID), answering when it did (unix nanoseconds), however long ago
 //	stats                       the RDMA registry's Stats and the staged counts
+//	memstats                    the Go runtime's heap and stacks in use (runtime.MemStats): the
+//	                            part of the resident set that is Go's, the rest being UCX's and
+//	                            the binary's
+//	heap-profile <file>         write a heap profile (pprof) of what is in use now to file
 //	quit                        Close, then the final stats; the process exits 0
 //
 // The loop, the answers and the commands peer, peers and metric are the suites' own
-// (test/internal/linecmd), shared with the attack suite's victim.
+// (test/internal/linecmd), shared with the attack suite's victim. The ready line that opens the
+// output carries the time New returned (unix nanoseconds): a member found through discovery is
+// published by then.
 //
 // Every instance runs a TCP control plane on 127.0.0.1 (or -listen) and the UCX transport
 // (UCX_TLS=tcp unless the environment says otherwise); -same-host adds the same-host path.
@@ -39,6 +52,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"time"
@@ -48,6 +63,7 @@ import (
 	"github.com/velo-go/velo/velo/auth"
 	"github.com/velo-go/velo/velo/discovery"
 	"github.com/velo-go/velo/velo/discovery/etcd"
+	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport/tcp"
 	"github.com/velo-go/velo/velo/transport/ucxtransport"
 )
@@ -64,6 +80,7 @@ func main() {
 	name := flag.String("name", "", "the member name under -discovery")
 	etcdEndpoints := flag.String("etcd", "", "find peers through etcd at these comma-separated client URLs")
 	discTTL := flag.Duration("discovery-ttl", 10*time.Second, "the discovery backend's TTL")
+	discPoll := flag.Duration("discovery-poll", 100*time.Millisecond, "how often the filesystem backend reads the directory")
 	logLevel := flag.String("log", "warn", "log level on standard error: debug, info, warn, error")
 	sameHost := flag.Bool("same-host", false, "turn on the same-host path (WithSameHost)")
 	shmDir := flag.String("shm-dir", "", "SameHostConfig.Dir (empty: the default)")
@@ -94,7 +111,7 @@ func main() {
 	}
 	opts := []velo.Option{}
 	if *discDir != "" {
-		d, err := discovery.NewFilesystem(discovery.FilesystemConfig{Dir: *discDir, Cluster: "faults", TTL: *discTTL, Poll: 100 * time.Millisecond, Logger: log})
+		d, err := discovery.NewFilesystem(discovery.FilesystemConfig{Dir: *discDir, Cluster: "faults", TTL: *discTTL, Poll: *discPoll, Logger: log})
 		if err != nil {
 			linecmd.Fatal("faultnode", err)
 		}
@@ -116,12 +133,13 @@ func main() {
 	if err != nil {
 		linecmd.Fatal("faultnode", err)
 	}
-	n := &node{v: v, Replier: linecmd.NewReplier(os.Stdout)}
+	ready := time.Now().UnixNano()
+	n := &node{v: v, Replier: linecmd.NewReplier(os.Stdout), evChanged: make(chan struct{})}
 	go n.record(v.WatchPeers(context.Background())) // subscribed before any command is read
 	if err := v.RegisterHandler("sink", func(context.Context, *velo.Message) ([]byte, error) { return nil, nil }); err != nil {
 		linecmd.Fatal("faultnode", err)
 	}
-	n.Reply(map[string]any{"ready": true})
+	n.Reply(map[string]any{"ready": true, "at": ready})
 	if linecmd.Serve(os.Stdin, 5*time.Minute, n.run) {
 		err := v.Close()
 		n.Reply(map[string]any{"closed": true, "err": linecmd.ErrString(err), "stats": n.stats()})
@@ -135,8 +153,10 @@ type node struct {
 	*linecmd.Replier
 	v *velo.Velo
 
-	evMu   sync.Mutex
-	events []string
+	evMu      sync.Mutex
+	events    []string
+	evAt      []int64       // when each event arrived, unix nanoseconds
+	evChanged chan struct{} // closed and replaced at each event
 }
 
 // record keeps the instance's peer events for the "events" command. Events from before the
@@ -149,6 +169,9 @@ func (n *node) record(events <-chan velo.PeerEvent) {
 		}
 		n.evMu.Lock()
 		n.events = append(n.events, line)
+		n.evAt = append(n.evAt, time.Now().UnixNano())
+		close(n.evChanged)
+		n.evChanged = make(chan struct{})
 		n.evMu.Unlock()
 	}
 }
@@ -245,6 +268,28 @@ func (n *node) run(ctx context.Context, cmd, arg string) {
 			sent++
 		}
 		n.Reply(map[string]any{"sent": sent})
+	case "get-all":
+		n.getAll(ctx, strings.Fields(arg))
+	case "await":
+		n.await(arg)
+	case "heap-profile":
+		runtime.GC() // the profile shows the heap as of the last collection
+		f, err := os.Create(arg)
+		if err == nil {
+			err = pprof.WriteHeapProfile(f)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			n.Fail(err)
+			return
+		}
+		n.Reply(map[string]any{"ok": true})
+	case "memstats":
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		n.Reply(map[string]any{"heap_inuse": ms.HeapInuse, "stack_inuse": ms.StackInuse, "sys": ms.Sys})
 	case "samehost":
 		var peer uint64
 		if _, err := fmt.Sscanf(arg, "%x", &peer); err != nil {
@@ -266,6 +311,78 @@ func (n *node) run(ctx context.Context, cmd, arg string) {
 		n.Reply(map[string]any{"events": evs})
 	default:
 		n.Fail(fmt.Errorf("unknown command %q", cmd))
+	}
+}
+
+// getAll gets every handle at once, as a member fetching from several peers does. It detaches
+// rather than releases: many members read one staged payload.
+func (n *node) getAll(ctx context.Context, handles []string) {
+	results := make([]map[string]any, len(handles))
+	// The bytes this instance received, by path: as an owner it serves others meanwhile, which
+	// the path counter would mix in, but received bytes are its own gets' alone.
+	before := linecmd.Series(n.v, metrics.RendezvousBytesTotal)
+	var wg sync.WaitGroup
+	for i, arg := range handles {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h, err := linecmd.ParseHandle(arg)
+			if err != nil {
+				results[i] = map[string]any{"error": err.Error()}
+				return
+			}
+			l, err := n.v.Get(ctx, h)
+			if err != nil {
+				results[i] = map[string]any{"error": err.Error()}
+				return
+			}
+			sum := sha256.Sum256(l.Bytes())
+			results[i] = map[string]any{"sha256": hex.EncodeToString(sum[:]), "detach_err": linecmd.ErrString(l.Detach(ctx))}
+		}()
+	}
+	wg.Wait()
+	received := map[string]float64{}
+	for k, v := range linecmd.Series(n.v, metrics.RendezvousBytesTotal) {
+		path, ok := strings.CutPrefix(k, "direction=received,path=")
+		if d := v - before[k]; ok && d > 0 {
+			received[path] = d
+		}
+	}
+	n.Reply(map[string]any{"results": results, "received": received})
+}
+
+// await answers when WatchPeers reported kind for peer, with the time it did.
+func (n *node) await(arg string) {
+	f := strings.Fields(arg)
+	if len(f) != 3 {
+		n.Fail(fmt.Errorf("await: %q: want <kind> <peer> <timeout>", arg))
+		return
+	}
+	timeout, err := time.ParseDuration(f[2])
+	if err != nil {
+		n.Fail(fmt.Errorf("await: %w", err))
+		return
+	}
+	want := f[0] + " " + f[1]
+	deadline := time.After(timeout)
+	for {
+		n.evMu.Lock()
+		for i, ev := range n.events {
+			if ev == want || strings.HasPrefix(ev, want+" ") {
+				at := n.evAt[i]
+				n.evMu.Unlock()
+				n.Reply(map[string]any{"at": at})
+				return
+			}
+		}
+		changed := n.evChanged
+		n.evMu.Unlock()
+		select {
+		case <-changed:
+		case <-deadline:
+			n.Fail(fmt.Errorf("await: no %s event for %s within %v", f[0], f[1], timeout))
+			return
+		}
 	}
 }
 

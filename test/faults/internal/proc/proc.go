@@ -57,6 +57,9 @@ type Node struct {
 	Name   string
 	Cmd    *exec.Cmd
 	Stderr *Buffer
+	// ReadyAt is when the instance was up, as its ready line says (zero when it does not): a
+	// member found through discovery has published its record by then.
+	ReadyAt time.Time
 
 	stdin  io.WriteCloser
 	lines  chan string
@@ -126,6 +129,9 @@ func Start(name string, cmd *exec.Cmd) (*Node, error) {
 	if r["ready"] != true {
 		n.Kill()
 		return nil, fmt.Errorf("%s: first line %v, want ready", name, r)
+	}
+	if at, ok := r["at"].(float64); ok {
+		n.ReadyAt = time.Unix(0, int64(at))
 	}
 	return n, nil
 }
