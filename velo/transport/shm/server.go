@@ -203,7 +203,7 @@ func (t *Transport) serve(c *net.UnixConn) {
 		sc.close()
 		unix.Munmap(sc.ring)
 	}()
-	if err := sc.run(); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+	if err := sc.run(); !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		t.log.Info("shm: closing a consumer's channel", "peer", sc.peer, "err", err)
 	}
 }
@@ -310,8 +310,8 @@ func parseRequest(f []byte) request {
 		idx: binary.LittleEndian.Uint32(f[52:]), lastOne: f[2]&flagLast != 0}
 }
 
-// run serves the channel's reads in the order they came. A consumer sends a batch of requests at
-// once; the owner packs their bytes into the ring buffer it is filling (a piece per chunk frame,
+// run serves the channel's reads in the order they came, until the channel fails or closes (it
+// never returns nil). A consumer sends a batch of requests at once; the owner packs their bytes into the ring buffer it is filling (a piece per chunk frame,
 // naming the request, the buffer and where in it), hands a buffer over when it is full or the batch
 // ends (the piece's frame says so), and takes the other buffer once the consumer gave it back. A
 // refused request is answered with an error frame and the others go on.
