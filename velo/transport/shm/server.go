@@ -311,10 +311,11 @@ func parseRequest(f []byte) request {
 }
 
 // run serves the channel's reads in the order they came, until the channel fails or closes (it
-// never returns nil). A consumer sends a batch of requests at once; the owner packs their bytes into the ring buffer it is filling (a piece per chunk frame,
-// naming the request, the buffer and where in it), hands a buffer over when it is full or the batch
-// ends (the piece's frame says so), and takes the other buffer once the consumer gave it back. A
-// refused request is answered with an error frame and the others go on.
+// never returns nil). A consumer sends a batch of requests at once; the owner packs their bytes
+// into the ring buffer it is filling (a piece per chunk frame, naming the request, the buffer and
+// where in it), hands a buffer over when it is full or the batch ends (the piece's frame says so),
+// and takes the other buffer once the consumer gave it back. A refused request is answered with
+// an error frame and the others go on.
 func (c *serverConn) run() error {
 	var queue []request
 	var f [frameLen]byte
