@@ -298,6 +298,21 @@ type ManyRegisterer interface {
 	RegisterMemoryMany(mems [][]byte) ([]Registration, []error)
 }
 
+// RegisterEach registers every region with rma, all in one call when rma is a ManyRegisterer and
+// there are several, else one RegisterMemory each; every region gets its own registration or its
+// own error.
+func RegisterEach(rma RMA, mems [][]byte) ([]Registration, []error) {
+	if mr, ok := rma.(ManyRegisterer); ok && len(mems) > 1 {
+		return mr.RegisterMemoryMany(mems)
+	}
+	regs := make([]Registration, len(mems))
+	errs := make([]error, len(mems))
+	for i, m := range mems {
+		regs[i], errs[i] = rma.RegisterMemory(m)
+	}
+	return regs, errs
+}
+
 // RangeKeyer is a Registration that names parts of its region: RangeKey(off, n) is a key like
 // Key's for the n bytes at off, which a reader uses as the key of a region of its own and which
 // dies with the registration. It narrows what a reader asks for, not what the key reaches (the

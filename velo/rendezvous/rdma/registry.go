@@ -477,15 +477,7 @@ func (r *Registry) registerPlain(regions [][]byte, consumers []transport.Instanc
 		}
 		return regs, errs
 	}
-	if mr, ok := r.rma.(transport.ManyRegisterer); ok && len(regions) > 1 {
-		return mr.RegisterMemoryMany(regions)
-	}
-	regs := make([]transport.Registration, len(regions))
-	errs := make([]error, len(regions))
-	for i, region := range regions {
-		regs[i], errs[i] = r.rma.RegisterMemory(region)
-	}
-	return regs, errs
+	return transport.RegisterEach(r.rma, regions)
 }
 
 // leaseEnded is one lease of lr ending: the last one ends the registration.

@@ -71,15 +71,7 @@ func (r *route) RegisterMemoryFor(peer transport.InstanceID, mems [][]byte) ([]t
 	if pr, ok := r.inner.(transport.PeerRegisterer); ok {
 		return pr.RegisterMemoryFor(peer, mems)
 	}
-	if mr, ok := r.inner.(transport.ManyRegisterer); ok && len(mems) > 1 {
-		return mr.RegisterMemoryMany(mems)
-	}
-	regs := make([]transport.Registration, len(mems))
-	errs := make([]error, len(mems))
-	for i, m := range mems {
-		regs[i], errs[i] = r.inner.RegisterMemory(m)
-	}
-	return regs, errs
+	return transport.RegisterEach(r.inner, mems)
 }
 
 func (r *route) RegistersRuns() bool {
