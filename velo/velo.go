@@ -28,7 +28,7 @@ import (
 // InstanceID names one velo instance for its lifetime (random at New).
 type InstanceID = transport.InstanceID
 
-// Handle names a staged payload (RegisterData and its kin): small, safe to copy, and meaningless
+// Handle names a staged payload (StageData and its kin): small, safe to copy, and meaningless
 // without the owner, whose 64-bit nonce per slot makes it unguessable. It travels in a message
 // however the application likes: MarshalBinary and UnmarshalBinary, MarshalText and
 // UnmarshalText (as JSON too); String prints it, IsZero reports the zero handle.
@@ -630,10 +630,10 @@ func (v *Velo) Request(ctx context.Context, peer InstanceID, name string, payloa
 	return v.msgr.Request(ctx, peer, name, payload)
 }
 
-// RegisterData stages data and returns its handle, with one reference. The slot holds data itself,
+// StageData stages data and returns its handle, with one reference. The slot holds data itself,
 // not a copy: do not modify data until the payload is freed (its last reference released and its
 // last lease ended).
-func (v *Velo) RegisterData(ctx context.Context, data []byte) (Handle, error) {
+func (v *Velo) StageData(ctx context.Context, data []byte) (Handle, error) {
 	if err := ctx.Err(); err != nil {
 		return Handle{}, err
 	}
@@ -671,7 +671,7 @@ func (v *Velo) Unref(ctx context.Context, h Handle) error {
 }
 
 // StagedCounts reports how many payloads this instance holds as owner and how many leases on them
-// are open. A region (NewRegion, RegisterRegion) is not a staged payload: it is the application's
+// are open. A region (NewRegion, WrapRegion) is not a staged payload: it is the application's
 // memory until Region.Free, and only its stagings count here, each while it is staged. Close
 // (and so Shutdown) logs the pinned regions still allocated, since their arenas stay mapped
 // until they are freed.

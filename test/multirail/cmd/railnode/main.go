@@ -171,7 +171,7 @@ func (n *node) do(ctx context.Context, c command) (answer, error) {
 				payload[i+k] = byte(x >> (8 * k))
 			}
 		}
-		h, err := n.v.RegisterDataPinned(ctx, payload)
+		h, err := n.v.StageDataPinned(ctx, payload)
 		if err != nil {
 			return answer{}, err
 		}
