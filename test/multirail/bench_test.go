@@ -1,7 +1,6 @@
 package multirail
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -42,20 +41,20 @@ func TestBenchRails(t *testing.T) {
 
 		h, sum := stage(t, o, bigSize, 100)
 		before := txBytes(t, oh)
-		a := c.call(t, map[string]any{"op": "get", "handle": h})
+		a := c.call(t, "get", h)
 		require.Equal(t, sum, a.SHA256)
 		require.Equal(t, "rdma", a.Path, "reason %s", a.Reason)
 		r.big = time.Duration(a.Seconds * float64(time.Second))
 		r.bigShare = shares(delta(before, txBytes(t, oh)))
 
-		var handles []json.RawMessage
+		var handles []string
 		var sums []string
 		for i := range smallCount {
 			h, s := stage(t, o, smallSize, uint64(1000+i))
 			handles, sums = append(handles, h), append(sums, s)
 		}
 		before = txBytes(t, oh)
-		a = c.call(t, map[string]any{"op": "batch", "handles": handles})
+		a = c.call(t, "batch", handles...)
 		require.Equal(t, sums, a.SHA256s)
 		r.small = time.Duration(a.Seconds * float64(time.Second))
 		r.smallOnRails = shares(delta(before, txBytes(t, oh)))
@@ -75,7 +74,7 @@ func TestBenchRails(t *testing.T) {
 	done := make(chan result, 1)
 	start := time.Now()
 	go func() {
-		a, err := c.try(map[string]any{"op": "get", "handle": h})
+		a, err := c.try("get", h)
 		done <- result{a, err}
 	}()
 	var downAt time.Time
