@@ -66,27 +66,7 @@ func TestBenchRails(t *testing.T) {
 	oh, ch := newHosts(t, railRate, railRate)
 	o, c := pair(t, oh, ch, "-cooldown", "1m")
 	h, sum := stage(t, o, bigSize, 200)
-	before := txBytes(t, oh)
-	type result struct {
-		a   answer
-		err error
-	}
-	done := make(chan result, 1)
-	start := time.Now()
-	go func() {
-		a, err := c.try("get", h)
-		done <- result{a, err}
-	}()
-	var downAt time.Time
-	var atDown []float64
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if d := delta(before, txBytes(t, oh)); d[0]+d[1] > bigSize/4 {
-			setLink(t, oh, 1, "down")
-			downAt, atDown = time.Now(), d
-			break
-		}
-	}
-	require.False(t, downAt.IsZero())
+	start, done, downAt, atDown := getLosingRail(t, c, oh, h, 60*time.Second, func(d []float64) bool { return d[0]+d[1] > bigSize/4 })
 	res := <-done
 	require.NoError(t, res.err)
 	require.Equal(t, sum, res.a.SHA256)

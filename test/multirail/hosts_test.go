@@ -374,3 +374,32 @@ func stage(t *testing.T, o *node, size int, seed uint64) (handle, sha256 string)
 	a := o.call(t, "stage", strconv.Itoa(size), strconv.FormatUint(seed, 10))
 	return a.Handle, a.SHA256
 }
+
+// getResult is the answer to a GET sent in the background, and its error.
+type getResult struct {
+	a   answer
+	err error
+}
+
+// getLosingRail sends a GET of h to c in the background and sets rail 1 of oh down once the bytes
+// the owner's rails sent since then satisfy past (checked every 10 ms, for up to within). It
+// returns when the GET began, where its result will come, when the rail went down and what each
+// rail had sent by then.
+func getLosingRail(t *testing.T, c *node, oh host, h string, within time.Duration, past func(sent []float64) bool) (start time.Time, done <-chan getResult, downAt time.Time, atDown []float64) {
+	t.Helper()
+	before := txBytes(t, oh)
+	res := make(chan getResult, 1)
+	start = time.Now()
+	go func() {
+		a, err := c.try("get", h)
+		res <- getResult{a, err}
+	}()
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if d := delta(before, txBytes(t, oh)); past(d) {
+			setLink(t, oh, 1, "down")
+			return start, res, time.Now(), d
+		}
+	}
+	t.Fatalf("the GET's bytes did not reach the point at which rail 1 goes down within %v", within)
+	return
+}

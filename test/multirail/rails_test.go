@@ -135,29 +135,9 @@ func TestRailDownMidGet(t *testing.T) {
 	const size = 64 << 20
 	h, sum := stage(t, o, size, 3)
 
-	before := txBytes(t, oh)
-	type result struct {
-		a   answer
-		err error
-	}
-	done := make(chan result, 1)
-	start := time.Now()
-	go func() {
-		a, err := c.try("get", h)
-		done <- result{a, err}
-	}()
 	// Down once rail 1 has carried a few MiB of the GET: its reads are then in flight.
-	var downAt time.Time
-	var atDown []float64
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if d := delta(before, txBytes(t, oh)); d[1] > 8<<20 {
-			setLink(t, oh, 1, "down")
-			downAt, atDown = time.Now(), d
-			break
-		}
-	}
-	require.False(t, downAt.IsZero(), "rail 1 never carried 8 MiB of the GET")
-	var r result
+	start, done, downAt, atDown := getLosingRail(t, c, oh, h, 30*time.Second, func(d []float64) bool { return d[1] > 8<<20 })
+	var r getResult
 	select {
 	case r = <-done:
 	case <-time.After(60 * time.Second):

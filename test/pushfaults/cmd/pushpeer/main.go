@@ -196,43 +196,19 @@ func (n *node) run(ctx context.Context, cmd, arg string) {
 		n.region, n.seed = g, seed
 		n.Reply(map[string]any{"pinned": g.Pinned(), "reason": string(g.Reason())})
 	case "grant":
-		var writer uint64
-		writer, err = strconv.ParseUint(argOr(args, 0), 16, 64)
-		off, length := num(1), num(2)
-		var ttl time.Duration
-		if err == nil {
-			ttl, err = time.ParseDuration(argOr(args, 3))
-		}
-		if err != nil {
-			n.Fail(err)
-			return
-		}
 		gr := &grant{}
-		wg, err := n.v.GrantWrite(ctx, velo.InstanceID(writer), n.region, velo.GrantOptions{
-			Ranges: []velo.GrantRange{{Offset: off, Length: length}}, TTL: ttl,
-			OnNotify: func(nt velo.Notification) {
-				// Read the notified range the moment the notification arrives: its bytes must
-				// be there already.
-				r := nt.Ranges[0]
-				sum := sha256.Sum256(n.region.Bytes()[r.Offset:r.End()])
-				gr.mu.Lock()
-				gr.notes = append(gr.notes, note{Payload: string(nt.Payload), Offset: r.Offset, Length: r.Length, SHA256: hex.EncodeToString(sum[:])})
-				gr.mu.Unlock()
-			}})
-		if err != nil {
-			n.Fail(err)
-			return
-		}
-		gr.g = wg
-		n.mu.Lock()
-		n.grants[wg.ID()] = gr
-		n.mu.Unlock()
-		text, err := wg.Handle().MarshalText()
-		if err != nil {
-			n.Fail(err)
-			return
-		}
-		n.Reply(map[string]any{"grant": wg.ID(), "handle": string(text)})
+		n.grantWrite(ctx, args, n.region, func(nt velo.Notification) {
+			// Read the notified range the moment the notification arrives: its bytes must be
+			// there already.
+			r := nt.Ranges[0]
+			sum := sha256.Sum256(n.region.Bytes()[r.Offset:r.End()])
+			gr.mu.Lock()
+			gr.notes = append(gr.notes, note{Payload: string(nt.Payload), Offset: r.Offset, Length: r.Length, SHA256: hex.EncodeToString(sum[:])})
+			gr.mu.Unlock()
+		}, func(wg *velo.WriteGrant) {
+			gr.g = wg
+			n.grants[wg.ID()] = gr
+		})
 	case "revoke", "done", "notes":
 		id := num(0)
 		gr := n.grant(id)
@@ -378,6 +354,43 @@ func (n *node) run(ctx context.Context, cmd, arg string) {
 	default:
 		n.Fail(fmt.Errorf("unknown command %q", cmd))
 	}
+}
+
+// grantWrite runs the GrantWrite of grant and checkgrant ("<writer> <off> <len> <ttl>", the writer
+// in hex): [off, off+len) of region for ttl, with onNotify. file records the grant (under n.mu);
+// the answer is the grant's ID and its handle as text.
+func (n *node) grantWrite(ctx context.Context, args []string, region *velo.Region, onNotify func(velo.Notification), file func(*velo.WriteGrant)) {
+	writer, err := strconv.ParseUint(argOr(args, 0), 16, 64)
+	var off, length uint64
+	if err == nil {
+		off, err = strconv.ParseUint(argOr(args, 1), 0, 64)
+	}
+	if err == nil {
+		length, err = strconv.ParseUint(argOr(args, 2), 0, 64)
+	}
+	var ttl time.Duration
+	if err == nil {
+		ttl, err = time.ParseDuration(argOr(args, 3))
+	}
+	if err != nil {
+		n.Fail(err)
+		return
+	}
+	wg, err := n.v.GrantWrite(ctx, velo.InstanceID(writer), region, velo.GrantOptions{
+		Ranges: []velo.GrantRange{{Offset: off, Length: length}}, TTL: ttl, OnNotify: onNotify})
+	if err != nil {
+		n.Fail(err)
+		return
+	}
+	n.mu.Lock()
+	file(wg)
+	n.mu.Unlock()
+	text, err := wg.Handle().MarshalText()
+	if err != nil {
+		n.Fail(err)
+		return
+	}
+	n.Reply(map[string]any{"grant": wg.ID(), "handle": string(text)})
 }
 
 func (n *node) grant(id uint64) *grant {

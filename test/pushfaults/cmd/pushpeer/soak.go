@@ -283,39 +283,16 @@ func (n *node) soakCommand(ctx context.Context, cmd string, args []string) {
 	}
 	switch cmd {
 	case "checkgrant":
-		var writer uint64
-		writer, err = strconv.ParseUint(argOr(args, 0), 16, 64)
-		off, length := num(1), num(2)
-		var ttl time.Duration
-		if err == nil {
-			ttl, err = time.ParseDuration(argOr(args, 3))
-		}
-		if err == nil && n.region == nil {
-			err = errors.New("checkgrant: no region")
-		}
-		if err != nil {
-			n.Fail(err)
+		if n.region == nil {
+			n.Fail(errors.New("checkgrant: no region"))
 			return
 		}
 		c := &checker{}
 		region := n.region
-		wg, err := n.v.GrantWrite(ctx, velo.InstanceID(writer), region, velo.GrantOptions{
-			Ranges: []velo.GrantRange{{Offset: off, Length: length}}, TTL: ttl,
-			OnNotify: func(nt velo.Notification) { c.check(region, nt) }})
-		if err != nil {
-			n.Fail(err)
-			return
-		}
-		n.mu.Lock()
-		n.grants[wg.ID()] = &grant{g: wg}
-		n.checkers[wg.ID()] = c
-		n.mu.Unlock()
-		text, err := wg.Handle().MarshalText()
-		if err != nil {
-			n.Fail(err)
-			return
-		}
-		n.Reply(map[string]any{"grant": wg.ID(), "handle": string(text)})
+		n.grantWrite(ctx, args, region, func(nt velo.Notification) { c.check(region, nt) }, func(wg *velo.WriteGrant) {
+			n.grants[wg.ID()] = &grant{g: wg}
+			n.checkers[wg.ID()] = c
+		})
 	case "checks":
 		id := num(0)
 		n.mu.Lock()
