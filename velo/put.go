@@ -151,7 +151,7 @@ type PutOptions struct {
 // unauthenticated); the grant is bound to the incarnation known now. Hand WriteGrant.Handle to the
 // writer; only that writer gets the key behind it, and with credentials configured only once its
 // control plane authenticated it. A pinned region
-// (NewRegion, RegisterRegion or RegisterRegionMemory with an RDMA registry) is written by RDMA where
+// (NewRegion, WrapRegion or WrapRegionMemory with an RDMA registry) is written by RDMA where
 // both sides can; any other by chunks over the control plane (into GPU memory through a host
 // buffer: docs/gpu.md). A region of a grant stays staged until Done, so Free does
 // not give its memory back while a write may land.

@@ -187,7 +187,7 @@ func TestRDMAGetNotLockedBeforeUCXIsKnown(t *testing.T) {
 				data := payload(size, 7)
 				var hs []Handle
 				for range 4 {
-					h, err := owner.RegisterDataPinned(tctx(t), data)
+					h, err := owner.StageDataPinned(tctx(t), data)
 					require.NoError(t, err)
 					hs = append(hs, h)
 				}

@@ -288,7 +288,7 @@ func runBenchOwner(hostOnly bool) error {
 					m.free()
 					return err
 				}
-				g, err := v.RegisterRegionMemory(m.memory())
+				g, err := v.WrapRegionMemory(m.memory())
 				if err != nil {
 					m.free()
 					return err

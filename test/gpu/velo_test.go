@@ -22,7 +22,7 @@ import (
 )
 
 // velo over GPU memory, two processes: an owner process stages a region of GPU memory zero-copy
-// (RegisterRegionMemory of CUDAMemory, StageRegion), and this process reads it into GPU memory
+// (WrapRegionMemory of CUDAMemory, StageRegion), and this process reads it into GPU memory
 // with GetIntoMemory and, as a batch of 64 KiB blocks, ReadRanges, each checked against the
 // SHA-256 of the host copy the owner uploaded. Once with velo's RDMA path (UCX reads the device
 // memory itself, path rdma/ok) and once with the owner's RDMA path switched off (the chunked path
@@ -75,7 +75,7 @@ func runVeloOwner(size int, bounce bool) error {
 	if err := buf.Upload(data); err != nil {
 		return err
 	}
-	g, err := v.RegisterRegionMemory(velo.CUDAMemory(buf.Ptr, size, 0))
+	g, err := v.WrapRegionMemory(velo.CUDAMemory(buf.Ptr, size, 0))
 	if err != nil {
 		return err
 	}

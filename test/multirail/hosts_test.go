@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -295,7 +296,7 @@ func (n *node) stop() {
 type answer struct {
 	Error   string          `json:"error"`
 	Peer    json.RawMessage `json:"peer"`
-	Handle  json.RawMessage `json:"handle"`
+	Handle  string          `json:"handle"`
 	SHA256  string          `json:"sha256"`
 	SHA256s []string        `json:"sha256s"`
 	Seconds float64         `json:"seconds"`
@@ -315,40 +316,38 @@ type railStatus struct {
 	Paused   bool    `json:"paused"`
 }
 
-// call sends one command and returns its answer (an error the command reports fails the test).
-func (n *node) call(t *testing.T, cmd map[string]any) answer {
+// call sends the command cmd with its arguments, one line, and returns its answer (an error the
+// command reports fails the test).
+func (n *node) call(t *testing.T, cmd string, args ...string) answer {
 	t.Helper()
-	a, err := n.try(cmd)
+	a, err := n.try(cmd, args...)
 	require.NoError(t, err)
 	return a
 }
 
 // try is call without the test: it returns the command's error.
-func (n *node) try(cmd map[string]any) (answer, error) {
+func (n *node) try(cmd string, args ...string) (answer, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	b, err := json.Marshal(cmd)
-	if err != nil {
-		return answer{}, err
-	}
-	if _, err := n.in.Write(append(b, '\n')); err != nil {
+	line := strings.Join(append([]string{cmd}, args...), " ") + "\n"
+	if _, err := n.in.Write([]byte(line)); err != nil {
 		return answer{}, fmt.Errorf("%s: %w\n%s", n.name, err, n.stderr.String())
 	}
 	select {
 	case l, ok := <-n.lines:
 		if !ok {
-			return answer{}, fmt.Errorf("%s exited during %s:\n%s", n.name, cmd["op"], n.stderr.String())
+			return answer{}, fmt.Errorf("%s exited during %s:\n%s", n.name, cmd, n.stderr.String())
 		}
 		var a answer
 		if err := json.Unmarshal(l, &a); err != nil {
 			return answer{}, fmt.Errorf("%s: answer %q: %w", n.name, l, err)
 		}
 		if a.Error != "" {
-			return a, fmt.Errorf("%s: %s: %s", n.name, cmd["op"], a.Error)
+			return a, fmt.Errorf("%s: %s: %s", n.name, cmd, a.Error)
 		}
 		return a, nil
 	case <-time.After(2 * time.Minute):
-		return answer{}, fmt.Errorf("%s: no answer to %s in 2 minutes:\n%s", n.name, cmd["op"], n.stderr.String())
+		return answer{}, fmt.Errorf("%s: no answer to %s in 2 minutes:\n%s", n.name, cmd, n.stderr.String())
 	}
 }
 
@@ -357,15 +356,50 @@ func pair(t *testing.T, owner, consumer host, args ...string) (o, c *node) {
 	t.Helper()
 	o = startNode(t, "owner", owner, args...)
 	c = startNode(t, "consumer", consumer, args...)
-	op, cp := o.call(t, map[string]any{"op": "info"}).Peer, c.call(t, map[string]any{"op": "info"}).Peer
-	c.call(t, map[string]any{"op": "register", "peer": op})
-	o.call(t, map[string]any{"op": "register", "peer": cp})
+	meet(t, o, c)
 	return o, c
 }
 
-// stage stages size bytes on the owner; it returns the handle and the SHA-256.
-func stage(t *testing.T, o *node, size int, seed uint64) (json.RawMessage, string) {
+// meet registers each of o and c with the other.
+func meet(t *testing.T, o, c *node) {
 	t.Helper()
-	a := o.call(t, map[string]any{"op": "stage", "size": size, "seed": seed})
+	op, cp := o.call(t, "info").Peer, c.call(t, "info").Peer
+	c.call(t, "peer", string(op))
+	o.call(t, "peer", string(cp))
+}
+
+// stage stages size bytes on the owner; it returns the handle and the SHA-256.
+func stage(t *testing.T, o *node, size int, seed uint64) (handle, sha256 string) {
+	t.Helper()
+	a := o.call(t, "stage", strconv.Itoa(size), strconv.FormatUint(seed, 10))
 	return a.Handle, a.SHA256
+}
+
+// getResult is the answer to a GET sent in the background, and its error.
+type getResult struct {
+	a   answer
+	err error
+}
+
+// getLosingRail sends a GET of h to c in the background and sets rail 1 of oh down once the bytes
+// the owner's rails sent since then satisfy past (checked every 10 ms, for up to within). It
+// returns when the GET began, where its result will come, when the rail went down and what each
+// rail had sent by then.
+func getLosingRail(t *testing.T, c *node, oh host, h string, within time.Duration, past func(sent []float64) bool) (start time.Time, done <-chan getResult, downAt time.Time, atDown []float64) {
+	t.Helper()
+	before := txBytes(t, oh)
+	res := make(chan getResult, 1)
+	start = time.Now()
+	go func() {
+		a, err := c.try("get", h)
+		res <- getResult{a, err}
+	}()
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if d := delta(before, txBytes(t, oh)); past(d) {
+			setLink(t, oh, 1, "down")
+			return start, res, time.Now(), d
+		}
+	}
+	t.Fatalf("the GET's bytes did not reach the point at which rail 1 goes down within %v", within)
+	return
 }

@@ -135,6 +135,26 @@ func wirePath(p metrics.Path) metrics.Path {
 	return p
 }
 
+// wireReason is the reason an owner answers: device_bounce only to a consumer whose offer says
+// it knows that reason (version 3); any other gets the reason it would have had before memory
+// types (not_pinned when it offered RDMA: the payload is not in memory it can read).
+func wireReason(offer []byte, counted, before metrics.Reason) metrics.Reason {
+	if counted != metrics.ReasonDeviceBounce {
+		return counted
+	}
+	if len(offer) > 0 {
+		if o, err := wire.DecodeOffer(offer); err == nil {
+			if v, err := wire.RDMAOfferVersionOf(o.Blob); err == nil && v >= wire.RDMAOfferVersion {
+				return counted
+			}
+		}
+	}
+	if before == "" || before == metrics.ReasonDeviceBounce || before == metrics.ReasonOK {
+		return metrics.ReasonNotPinned
+	}
+	return before
+}
+
 // registryPath is the label of a lease on the registry path whose descriptor is desc: the lane
 // its key takes (PathReporter), or rdma.
 func registryPath(side any, desc []byte) metrics.Path {

@@ -101,7 +101,7 @@ type PinnedMemory interface {
 }
 
 // PinnedPool hands out pinned memory to stage payloads in; the RDMA registry implements it. The
-// owner stages a copy there (RegisterDataPinned, and transparent staging of large messages) so
+// owner stages a copy there (StageDataPinned, and transparent staging of large messages) so
 // that RDMAServer.Serve can register exactly the slot for one lease.
 type PinnedPool interface {
 	// Pin returns memory for an n-byte payload and the options to stage it with (Pinned,

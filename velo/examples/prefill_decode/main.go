@@ -171,14 +171,14 @@ func prefill(ctx context.Context) error {
 		<-started
 		var s staged
 		for i := range bigBlocks {
-			h, err := v.RegisterDataPinned(ctx, fill(make([]byte, bigBlock), 0, i))
+			h, err := v.StageDataPinned(ctx, fill(make([]byte, bigBlock), 0, i))
 			if err != nil {
 				return nil, err
 			}
 			s.Big = append(s.Big, h)
 		}
 		for i := range smallBlocks {
-			h, err := v.RegisterDataPinned(ctx, fill(make([]byte, smallBlock), 1, i))
+			h, err := v.StageDataPinned(ctx, fill(make([]byte, smallBlock), 1, i))
 			if err != nil {
 				return nil, err
 			}

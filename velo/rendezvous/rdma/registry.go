@@ -81,7 +81,7 @@ var (
 )
 
 // New creates the registry over rma. It maps nothing yet: the first arena is mapped by the first
-// pinned staging (RegisterDataPinned) or pinned consumer buffer (GetPinned).
+// pinned staging (StageDataPinned) or pinned consumer buffer (GetPinned).
 func New(rma transport.RMA, cfg Config, o Options) (*Registry, error) {
 	if rma == nil {
 		return nil, errors.New("rdma: New: nil RMA")

@@ -27,7 +27,7 @@
 //
 // Owner:
 //
-//	stage <bytes> <seed>  RegisterDataPinned of a deterministic payload, with 8 more references so
+//	stage <bytes> <seed>  StageDataPinned of a deterministic payload, with 8 more references so
 //	                      that releases never free it during a case; answers the handle
 //	regs                  the lease registrations made so far: address, length, sealed key, state
 //	check                 whether the global, the heap buffer, every registered range and the 64
@@ -291,7 +291,7 @@ func (n *node) stage(ctx context.Context, arg string) {
 		return
 	}
 	data := payload(size, seed)
-	h, err := n.v.RegisterDataPinned(ctx, data)
+	h, err := n.v.StageDataPinned(ctx, data)
 	if err != nil {
 		n.Fail(err)
 		return

@@ -8,8 +8,8 @@
 //	info                        this instance's PeerInfo
 //	info-skewed                 the same with the UCX address of another wire version (byte 0)
 //	peer <PeerInfo JSON>        RegisterPeer
-//	stage <bytes> <seed>        RegisterDataPinned of a deterministic payload; answers the handle
-//	stage-plain <bytes> <seed>  RegisterData (unpinned)
+//	stage <bytes> <seed>        StageDataPinned of a deterministic payload; answers the handle
+//	stage-plain <bytes> <seed>  StageData (unpinned)
 //	ref <handle>                one more reference
 //	release <handle>            drop one reference (Velo.Unref)
 //	get <handle>                Get, SHA-256 of the bytes, the path it took, then Release
@@ -198,9 +198,9 @@ func (n *node) run(ctx context.Context, cmd, arg string) {
 		data := Payload(size, seed)
 		var h velo.Handle
 		if cmd == "stage" {
-			h, err = n.v.RegisterDataPinned(ctx, data)
+			h, err = n.v.StageDataPinned(ctx, data)
 		} else {
-			h, err = n.v.RegisterData(ctx, data)
+			h, err = n.v.StageData(ctx, data)
 		}
 		if err != nil {
 			n.Fail(err)

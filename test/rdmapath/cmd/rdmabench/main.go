@@ -2,7 +2,7 @@
 // measured in the same run on the same machine (`make bench-rendezvous-rdma`):
 //
 //   - RDMA-path GetInto of 1, 8 and 64 MiB beside `ucx_perftest -t ucp_get` of the same size, and
-//     beside the chunked path (the same bytes staged with RegisterData);
+//     beside the chunked path (the same bytes staged with StageData);
 //   - RDMA-path gets of 8 and 64 MiB between instances with a cluster secret, whose UCX frames
 //     are sealed, beside the same gets between instances without one (-only seal; seal.go);
 //   - the peak RSS of a process that Gets a 1 GiB payload, against the payload's size: a get never
@@ -164,14 +164,14 @@ func runOwner(rssMiB int) error {
 	for i, n := range sizes {
 		b := make([]byte, n)
 		fill(b, byte(i))
-		hp, err := v.RegisterDataPinned(ctx, b)
+		hp, err := v.StageDataPinned(ctx, b)
 		if err != nil {
 			return err
 		}
 		if md, _ := v.Metadata(ctx, hp); !md.Pinned {
 			return fmt.Errorf("the %d-byte payload is not in pinned memory (reason %s)", n, md.Staging)
 		}
-		hu, err := v.RegisterData(ctx, b)
+		hu, err := v.StageData(ctx, b)
 		if err != nil {
 			return err
 		}
@@ -189,7 +189,7 @@ func runOwner(rssMiB int) error {
 		info.Baseline = peakRSS()
 		b := make([]byte, rssMiB<<20)
 		fill(b, 9)
-		h, err := v.RegisterDataPinned(ctx, b)
+		h, err := v.StageDataPinned(ctx, b)
 		if err != nil {
 			return err
 		}
@@ -445,7 +445,7 @@ func runBench(quick bool, rssMiB int, table, rss bool) error {
 	fmt.Printf("peak RSS of a %d MiB Get (path %s), in a fresh consumer process:\n", rssMiB, res.Path)
 	fmt.Printf("  consumer: peak %d MiB before the get, %d MiB after: the get added %.2f× the payload (two full copies would add ≥ 2×)\n",
 		res.Before>>20, res.After>>20, float64(res.After-res.Before)/float64(size))
-	fmt.Printf("  owner:    peak %d MiB before staging it, %d MiB after RegisterDataPinned: staging added %.2f× the payload (the caller's buffer and its pinned copy)\n",
+	fmt.Printf("  owner:    peak %d MiB before staging it, %d MiB after StageDataPinned: staging added %.2f× the payload (the caller's buffer and its pinned copy)\n",
 		info.Baseline>>20, info.Peak>>20, float64(info.Peak-info.Baseline)/float64(size))
 	ri, err := regionRSS(ctx, v, rssMiB)
 	if err != nil {

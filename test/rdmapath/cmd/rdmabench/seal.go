@@ -111,7 +111,7 @@ func runSealOwner() error {
 		for j, n := range sealSizes {
 			b := make([]byte, n)
 			fill(b, byte(i*len(sealSizes)+j))
-			h, err := v.RegisterDataPinned(ctx, b)
+			h, err := v.StageDataPinned(ctx, b)
 			if err != nil {
 				return err
 			}

@@ -304,7 +304,7 @@ func runPeer(window int) error {
 		b := make([]byte, size)
 		for i := 0; i < total/size; i++ {
 			b[0], b[1] = byte(i), byte(i>>8)
-			h, err := v.RegisterDataPinned(ctx, b)
+			h, err := v.StageDataPinned(ctx, b)
 			if err != nil {
 				return err
 			}
@@ -312,7 +312,7 @@ func runPeer(window int) error {
 		}
 	}
 	if only != "frames" {
-		if info.Whole, err = v.RegisterDataPinned(ctx, make([]byte, total)); err != nil {
+		if info.Whole, err = v.StageDataPinned(ctx, make([]byte, total)); err != nil {
 			return err
 		}
 	}
