@@ -1,16 +1,12 @@
 package multirail
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/velo-go/velo/test/internal/gobuild"
+	"github.com/velo-go/velo/test/internal/linecmd/driver"
 )
 
 // The hosts of the suite: two network namespaces joined by n veth pairs, one per rail, each on a
@@ -195,32 +192,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// node is one railnode process in a namespace.
+// node is one railnode process in a namespace (driver.Proc).
 type node struct {
-	name     string
-	cmd      *exec.Cmd
-	in       io.WriteCloser
-	lines    chan []byte
-	stderr   *syncBuffer
-	mu       sync.Mutex
-	stopOnce sync.Once
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	*driver.Proc
+	stderr *driver.Buffer
 }
 
 // startNode starts railnode in h's namespace over h's rails, with args, and waits until it is up.
@@ -241,56 +216,13 @@ func startNodeUnder(t *testing.T, name string, h host, wrap []string, args ...st
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	if os.Getenv("UCX_TLS") == "" {
-		cmd.Env = append(cmd.Env, "UCX_TLS=tcp")
-	}
-	n := &node{name: name, cmd: cmd, lines: make(chan []byte, 16), stderr: &syncBuffer{}}
-	cmd.Stderr = n.stderr
-	var err error
-	n.in, err = cmd.StdinPipe()
-	require.NoError(t, err)
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 1<<20), 16<<20)
-		for sc.Scan() {
-			n.lines <- append([]byte(nil), sc.Bytes()...)
-		}
-		close(n.lines)
-	}()
-	t.Cleanup(func() {
-		n.stop()
-		if t.Failed() || os.Getenv("VELO_TEST_LOG") != "" {
-			t.Logf("%s's log:\n%s", name, n.stderr.String())
-		}
-	})
-	select {
-	case l, ok := <-n.lines:
-		require.True(t, ok, "%s exited before it was up:\n%s", name, n.stderr.String())
-		require.JSONEq(t, `{"ready":true}`, string(l), "%s", name)
-	case <-time.After(60 * time.Second):
-		t.Fatalf("%s did not come up in 60 s:\n%s", name, n.stderr.String())
-	}
-	return n
+	p := driver.StartT(t, name, cmd)
+	return &node{Proc: p, stderr: p.Stderr}
 }
 
 // stop ends the node: its standard input closes, and it is killed if it has not exited 10 s
-// later. Only the first call waits; later ones return at once.
-func (n *node) stop() {
-	n.stopOnce.Do(func() {
-		n.in.Close()
-		done := make(chan struct{})
-		go func() { _ = n.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = n.cmd.Process.Kill()
-			<-done
-		}
-	})
-}
+// later.
+func (n *node) stop() { n.Close(10 * time.Second) }
 
 // answer is railnode's answer to a command.
 type answer struct {
@@ -327,28 +259,9 @@ func (n *node) call(t *testing.T, cmd string, args ...string) answer {
 
 // try is call without the test: it returns the command's error.
 func (n *node) try(cmd string, args ...string) (answer, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	line := strings.Join(append([]string{cmd}, args...), " ") + "\n"
-	if _, err := n.in.Write([]byte(line)); err != nil {
-		return answer{}, fmt.Errorf("%s: %w\n%s", n.name, err, n.stderr.String())
-	}
-	select {
-	case l, ok := <-n.lines:
-		if !ok {
-			return answer{}, fmt.Errorf("%s exited during %s:\n%s", n.name, cmd, n.stderr.String())
-		}
-		var a answer
-		if err := json.Unmarshal(l, &a); err != nil {
-			return answer{}, fmt.Errorf("%s: answer %q: %w", n.name, l, err)
-		}
-		if a.Error != "" {
-			return a, fmt.Errorf("%s: %s: %s", n.name, cmd, a.Error)
-		}
-		return a, nil
-	case <-time.After(2 * time.Minute):
-		return answer{}, fmt.Errorf("%s: no answer to %s in 2 minutes:\n%s", n.name, cmd, n.stderr.String())
-	}
+	var a answer
+	err := n.Decode(strings.Join(append([]string{cmd}, args...), " "), 2*time.Minute, &a)
+	return a, err
 }
 
 // pair starts an owner and a consumer on the hosts and registers each with the other.

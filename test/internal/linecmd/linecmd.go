@@ -4,7 +4,8 @@
 // test/pushfaults/cmd/pushpeer, test/multirail/cmd/railnode) read their commands through Serve,
 // answer through a Replier, and share the commands every such instance has (Common: peer, peers,
 // metric) and the parsing of the arguments they have in common; each program keeps its own
-// commands.
+// commands. The suites' side of the protocol (start a program, write a command, read its answer)
+// is test/internal/linecmd/driver.
 package linecmd
 
 import (
