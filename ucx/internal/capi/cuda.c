@@ -117,6 +117,31 @@ static CUresult velo_cuda_context(int ordinal, CUcontext *ctx, CUstream *stream)
 	return res;
 }
 
+/* velo_cuda_push makes the primary context of device ordinal current (velo_cuda_context) and
+ * says velo's stream on it; velo_cuda_pop makes the previous context current again and returns
+ * res, or the pop's failure when res is success. */
+static CUresult velo_cuda_push(int ordinal, CUstream *stream)
+{
+	CUcontext ctx;
+	CUresult res = velo_cuda_init();
+
+	if (res == CUDA_SUCCESS) {
+		res = velo_cuda_context(ordinal, &ctx, stream);
+	}
+	if (res == CUDA_SUCCESS) {
+		res = cuCtxPushCurrent(ctx);
+	}
+	return res;
+}
+
+static CUresult velo_cuda_pop(CUresult res)
+{
+	CUcontext prev;
+	CUresult res2 = cuCtxPopCurrent(&prev);
+
+	return res != CUDA_SUCCESS ? res : res2;
+}
+
 int velo_cuda_copy(uint64_t dst, uint64_t src, size_t n)
 {
 	int dst_type, dst_dev, src_type, src_dev, dev;
@@ -139,19 +164,9 @@ int velo_cuda_copy(uint64_t dst, uint64_t src, size_t n)
 
 int velo_cuda_copy_on(int ordinal, uint64_t dst, uint64_t src, size_t n)
 {
-	CUcontext ctx, prev;
 	CUstream stream;
-	CUresult res, res2;
+	CUresult res = velo_cuda_push(ordinal, &stream);
 
-	res = velo_cuda_init();
-	if (res != CUDA_SUCCESS) {
-		return res;
-	}
-	res = velo_cuda_context(ordinal, &ctx, &stream);
-	if (res != CUDA_SUCCESS) {
-		return res;
-	}
-	res = cuCtxPushCurrent(ctx);
 	if (res != CUDA_SUCCESS) {
 		return res;
 	}
@@ -162,8 +177,7 @@ int velo_cuda_copy_on(int ordinal, uint64_t dst, uint64_t src, size_t n)
 	if (res == CUDA_SUCCESS) {
 		res = cuStreamSynchronize(stream);
 	}
-	res2 = cuCtxPopCurrent(&prev);
-	return res != CUDA_SUCCESS ? res : res2;
+	return velo_cuda_pop(res);
 }
 
 /* CUDA IPC. The owner exports the allocation a leased range lies in (a legacy IPC handle names
@@ -178,14 +192,13 @@ int velo_cuda_ipc_export(uint64_t addr, void *handle, uint64_t *base, uint64_t *
 {
 	unsigned long long id = 0;
 	int memtype, dev, capable = 0;
-	CUcontext ctx, prev;
 	CUstream stream;
 	CUdeviceptr b = 0;
 	size_t sz = 0;
 	CUipcMemHandle h;
 	CUdevice cudev;
 	CUuuid u;
-	CUresult res, res2;
+	CUresult res;
 
 	*base = 0;
 	*size = 0;
@@ -213,11 +226,7 @@ int velo_cuda_ipc_export(uint64_t addr, void *handle, uint64_t *base, uint64_t *
 	if (res != CUDA_SUCCESS) {
 		return res;
 	}
-	res = velo_cuda_context(dev, &ctx, &stream);
-	if (res != CUDA_SUCCESS) {
-		return res;
-	}
-	res = cuCtxPushCurrent(ctx);
+	res = velo_cuda_push(dev, &stream);
 	if (res != CUDA_SUCCESS) {
 		return res;
 	}
@@ -225,10 +234,7 @@ int velo_cuda_ipc_export(uint64_t addr, void *handle, uint64_t *base, uint64_t *
 	if (res == CUDA_SUCCESS) {
 		res = cuIpcGetMemHandle(&h, b);
 	}
-	res2 = cuCtxPopCurrent(&prev);
-	if (res == CUDA_SUCCESS) {
-		res = res2;
-	}
+	res = velo_cuda_pop(res);
 	if (res != CUDA_SUCCESS) {
 		return res;
 	}
@@ -243,7 +249,7 @@ int velo_cuda_ipc_export(uint64_t addr, void *handle, uint64_t *base, uint64_t *
 
 int velo_cuda_ipc_open(const void *handle, const void *uuid, int near, uint64_t *ptr, int *ordinal)
 {
-	CUcontext ctx, prev;
+	CUcontext prev;
 	CUstream stream;
 	CUdeviceptr p = 0;
 	CUipcMemHandle h;
@@ -267,11 +273,7 @@ int velo_cuda_ipc_open(const void *handle, const void *uuid, int near, uint64_t 
 	if (dev < 0) {
 		dev = near >= 0 ? near : 0;
 	}
-	res = velo_cuda_context(dev, &ctx, &stream);
-	if (res != CUDA_SUCCESS) {
-		return res;
-	}
-	res = cuCtxPushCurrent(ctx);
+	res = velo_cuda_push(dev, &stream);
 	if (res != CUDA_SUCCESS) {
 		return res;
 	}
@@ -292,25 +294,13 @@ int velo_cuda_ipc_open(const void *handle, const void *uuid, int near, uint64_t 
 
 int velo_cuda_ipc_close(int ordinal, uint64_t ptr)
 {
-	CUcontext ctx, prev;
 	CUstream stream;
-	CUresult res, res2;
+	CUresult res = velo_cuda_push(ordinal, &stream);
 
-	res = velo_cuda_init();
 	if (res != CUDA_SUCCESS) {
 		return res;
 	}
-	res = velo_cuda_context(ordinal, &ctx, &stream);
-	if (res != CUDA_SUCCESS) {
-		return res;
-	}
-	res = cuCtxPushCurrent(ctx);
-	if (res != CUDA_SUCCESS) {
-		return res;
-	}
-	res = cuIpcCloseMemHandle((CUdeviceptr)ptr);
-	res2 = cuCtxPopCurrent(&prev);
-	return res != CUDA_SUCCESS ? res : res2;
+	return velo_cuda_pop(cuIpcCloseMemHandle((CUdeviceptr)ptr));
 }
 
 const char *velo_cuda_error_name(int res)
