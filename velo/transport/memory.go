@@ -66,6 +66,14 @@ type MemoryRMA interface {
 	ReadsTypedMany() bool
 }
 
+// PeerMemoryRegisterer is a MemoryRMA whose registrations of typed memory depend on the peer that
+// will read them (the same-host path: device memory exported by CUDA IPC to a consumer of its
+// host, registered with the UCX transport for any other). The rendezvous registry calls it, when
+// the transport has it, with the consumer the lease was granted to.
+type PeerMemoryRegisterer interface {
+	RegisterMemoryOfFor(peer InstanceID, mem []byte, t MemoryType) (Registration, error)
+}
+
 // CUDAExport is device memory of one process made mappable by another process of the same host
 // (CUDA IPC): the handle names the whole allocation the memory lies in, never a part of it.
 // velo/internal/wire encodes it for the same-host path's channel.
@@ -96,4 +104,6 @@ type CUDAIPC interface {
 	// OpenCUDA maps an export: on the export's device when this process sees it, else on the
 	// device of near when near is device memory (type nearType), else on device 0.
 	OpenCUDA(e CUDAExport, near []byte, nearType MemoryType) (CUDAMapping, error)
+	// CUDAReady says why this process cannot open exports (nil when the driver sees a device).
+	CUDAReady() error
 }

@@ -49,3 +49,15 @@ func (c cudaMapping) CopyTo(dst []byte, dt transport.MemoryType, off uint64) err
 }
 
 func (c cudaMapping) Close() error { return c.m.Close() }
+
+// CUDAReady implements transport.CUDAIPC: the driver sees at least one device.
+func (t *Transport) CUDAReady() error {
+	n, err := cudaDevices()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("ucx: the CUDA driver sees no device")
+	}
+	return nil
+}
