@@ -56,10 +56,6 @@ var (
 // maxCUDAReads bounds the exports a consumer may hold unfinished reads of on one channel.
 const maxCUDAReads = 4096
 
-// openCUDAWithoutDevice makes a consumer open its CUDA IPC channel even when its driver sees no
-// device: the tests on machines without a GPU use it so that the owner's export meets the driver.
-var openCUDAWithoutDevice bool
-
 // cudaState is the transport's CUDA IPC state, guarded by Transport.mu.
 type cudaState struct {
 	ipc      transport.CUDAIPC // set by Route; nil: device memory stays with the inner transport
@@ -70,6 +66,9 @@ type cudaState struct {
 	ownWhy   map[transport.InstanceID]string // owner: why a consumer's device leases do not
 	mapped   atomic.Int64                    // mappings open on the consumer's side
 	fellBack atomic.Int64                    // device leases of same-host consumers given to inner
+	// withoutDevice makes the consumer open its CUDA IPC channel even when its driver sees no
+	// device: tests on machines without a GPU set it so that the owner's export meets the driver.
+	withoutDevice bool
 }
 
 // IsDeviceKey reports whether b is a device key of the same-host path (CUDA IPC).
@@ -463,12 +462,12 @@ type cudaClient struct {
 // when this process's CUDA sees a device; otherwise it records why.
 func (t *Transport) openCUDAChannel(ctx context.Context, p *peer) {
 	t.mu.Lock()
-	ipc := t.cuda.ipc
+	ipc, anyway := t.cuda.ipc, t.cuda.withoutDevice
 	t.mu.Unlock()
 	if ipc == nil {
 		return
 	}
-	if err := ipc.CUDAReady(); err != nil && !openCUDAWithoutDevice {
+	if err := ipc.CUDAReady(); err != nil && !anyway {
 		t.setCUDAWhy(p.id, "this process's CUDA cannot open IPC handles: "+err.Error())
 		return
 	}

@@ -25,7 +25,7 @@ func TestCUDAIPCStubDriverFallsBackToUCX(t *testing.T) {
 	if _, err := ucx.CUDADeviceCount(); err == nil {
 		t.Skip("this machine has a CUDA driver: test/gpu (TestVeloGPUSameHostCUDAIPC) covers CUDA IPC")
 	}
-	pair := func(t *testing.T) (owner, consumer *Transport, route transport.RMA) {
+	pair := func(t *testing.T, withoutDevice bool) (owner, consumer *Transport, route transport.RMA) {
 		cfg := Config{Dir: privDir(t)}
 		var err error
 		owner, err = New(cfg)
@@ -42,6 +42,7 @@ func TestCUDAIPCStubDriverFallsBackToUCX(t *testing.T) {
 		require.NoError(t, inner[1].Start(hc))
 		route = Route(inner[0], owner)
 		Route(inner[1], consumer)
+		consumer.cuda.withoutDevice = withoutDevice
 		require.NoError(t, owner.Start(ho))
 		require.NoError(t, consumer.Start(hc))
 		t.Cleanup(func() {
@@ -56,16 +57,14 @@ func TestCUDAIPCStubDriverFallsBackToUCX(t *testing.T) {
 	}
 
 	t.Run("consumer", func(t *testing.T) {
-		_, consumer, _ := pair(t)
+		_, consumer, _ := pair(t, false)
 		ok, why := consumer.CUDAPathTo(1)
 		assert.False(t, ok, "a consumer whose driver is the stub opens no CUDA IPC channel")
 		assert.Contains(t, why, "CUDA_ERROR_STUB_LIBRARY", why)
 	})
 
 	t.Run("owner", func(t *testing.T) {
-		openCUDAWithoutDevice = true
-		t.Cleanup(func() { openCUDAWithoutDevice = false })
-		owner, consumer, route := pair(t)
+		owner, consumer, route := pair(t, true)
 		require.Eventually(t, func() bool { ok, _ := consumer.CUDAPathTo(1); return ok }, probeTimeout, 5*time.Millisecond, "the consumer's CUDA IPC channel")
 		require.Eventually(t, func() bool { owner.mu.Lock(); defer owner.mu.Unlock(); return owner.servesCUDA(2) }, probeTimeout, 5*time.Millisecond)
 
