@@ -215,8 +215,8 @@ func (r *routeFull) RegisterMemoryOfFor(peer transport.InstanceID, mem []byte, t
 	return r.RegisterMemoryOf(mem, t)
 }
 
-// GetMemory reads a same-host key into host memory directly, and into device memory through a
-// host buffer of the read's size.
+// GetMemory reads a device key by CUDA IPC (into memory of either type), a same-host key into
+// host memory directly and into device memory through a host buffer of the read's size.
 func (r *routeFull) GetMemory(ctx context.Context, peer transport.InstanceID, key []byte, offset uint64, dst []byte, t transport.MemoryType) error {
 	mr := r.inner.(transport.MemoryRMA)
 	if IsDeviceKey(key) {
