@@ -25,7 +25,9 @@ import (
 // otherwise; it always implements ManyReader, PeerRegisterer and RunRegisterer.
 func Route(inner transport.RMA, s *Transport) transport.RMA {
 	r := &route{inner: inner, s: s}
-	if c, ok := inner.(transport.CUDAIPC); ok {
+	// A binary without CUDA has CUDA IPC calls that all answer errors.ErrUnsupported: the lane then
+	// has none, and says so (cuda_ipc off) instead of a reason per peer.
+	if c, ok := inner.(transport.CUDAIPC); ok && !errors.Is(c.CUDAReady(), errors.ErrUnsupported) {
 		s.setCUDA(c)
 	}
 	_, m := inner.(transport.MemoryRMA)
