@@ -196,6 +196,17 @@ int velo_cuda_query(uint64_t addr, int *memtype, int *ordinal);
 // addressing), on the primary context of the device that owns one of them.
 int velo_cuda_copy(uint64_t dst, uint64_t src, size_t n);
 const char *velo_cuda_error_name(int res);
+// CUDA IPC (one host, two processes). export: the allocation addr lies in, as a 64-byte IPC
+// handle (cuIpcGetMemHandle of the allocation's base), its base, size and process-wide buffer ID,
+// its device's ordinal and 16-byte UUID. open: a handle of another process, mapped on the device
+// with that UUID when this process sees it, else on device near (0 when near is negative);
+// *ptr and *ordinal say where. close: cuIpcCloseMemHandle of an opened mapping. copy_on: as
+// velo_cuda_copy, on the primary context of device ordinal (the one a mapping was opened on).
+int velo_cuda_ipc_export(uint64_t addr, void *handle, uint64_t *base, uint64_t *size, uint64_t *buffer_id,
+                         int *ordinal, void *uuid);
+int velo_cuda_ipc_open(const void *handle, const void *uuid, int near, uint64_t *ptr, int *ordinal);
+int velo_cuda_ipc_close(int ordinal, uint64_t ptr);
+int velo_cuda_copy_on(int ordinal, uint64_t dst, uint64_t src, size_t n);
 
 // Access a registration grants a remote peer: the guarded GET needs READ, the guarded PUT
 // WRITE. velo_ucx_guard_add grants READ alone.

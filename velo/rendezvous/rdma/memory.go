@@ -97,8 +97,13 @@ func (r *Registry) typedRefusal(m rendezvous.Memory, offerVersion uint8) string 
 	return ""
 }
 
-// registerTyped registers a typed region (one registration, its own key) with its memory type.
-func (r *Registry) registerTyped(region []byte, m rendezvous.Memory) (transport.Registration, error) {
+// registerTyped registers a typed region (one registration, its own key) with its memory type,
+// for the lease's consumer where the transport's keys depend on it (transport.PeerMemoryRegisterer:
+// the same-host path exports device memory by CUDA IPC to a consumer of its host).
+func (r *Registry) registerTyped(region []byte, consumer transport.InstanceID, m rendezvous.Memory) (transport.Registration, error) {
+	if pr, ok := r.rma.(transport.PeerMemoryRegisterer); ok {
+		return pr.RegisterMemoryOfFor(consumer, region, m.Type)
+	}
 	return r.rma.(transport.MemoryRMA).RegisterMemoryOf(region, m.Type)
 }
 

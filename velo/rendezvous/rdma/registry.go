@@ -438,7 +438,7 @@ func (r *Registry) register(regions [][]byte, consumers []transport.InstanceID, 
 	errs := make([]error, len(regions))
 	for k := range regions {
 		if m := mems[k].memory(); m.Typed() {
-			regs[k], errs[k] = r.registerTyped(regions[k], m)
+			regs[k], errs[k] = r.registerTyped(regions[k], consumers[k], m)
 			continue
 		}
 		plain, plainConsumers, at = append(plain, regions[k]), append(plainConsumers, consumers[k]), append(at, k)

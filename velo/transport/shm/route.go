@@ -16,13 +16,20 @@ import (
 // channel to this instance (RegisterMemoryFor), and with inner (UCX) otherwise; it reads a key
 // here when it is a same-host key, and with inner otherwise, so each side follows what the owner
 // chose. It names inner's backend in offers, so instances with and without the path still agree.
-// Device memory, writes (push) and the registrations made without a consumer stay with inner.
+// Device memory of a consumer that holds a CUDA IPC channel to this instance is exported by CUDA
+// IPC when inner has it (transport.CUDAIPC; cudaipc.go), and registered with inner otherwise;
+// writes (push) and the registrations made without a consumer stay with inner.
 //
 // The value returned implements what inner does of transport.MemoryRMA, transport.RMAWriter and
 // transport.MemoryRMAWriter when inner implements all three (the UCX transport), and none of them
 // otherwise; it always implements ManyReader, PeerRegisterer and RunRegisterer.
 func Route(inner transport.RMA, s *Transport) transport.RMA {
 	r := &route{inner: inner, s: s}
+	// A binary without CUDA has CUDA IPC calls that all answer errors.ErrUnsupported: the lane then
+	// has none, and says so (cuda_ipc off) instead of a reason per peer.
+	if c, ok := inner.(transport.CUDAIPC); ok && !errors.Is(c.CUDAReady(), errors.ErrUnsupported) {
+		s.setCUDA(c)
+	}
 	_, m := inner.(transport.MemoryRMA)
 	_, w := inner.(transport.MemoryRMAWriter)
 	if m && w {
@@ -57,7 +64,7 @@ var (
 func (r *route) RMABackend() string { return r.inner.RMABackend() }
 
 // SameHostKey reports whether key is one of the same-host path's (the registry's path label).
-func (r *route) SameHostKey(key []byte) bool { return IsKey(key) }
+func (r *route) SameHostKey(key []byte) bool { return IsKey(key) || IsDeviceKey(key) }
 
 func (r *route) RegisterMemory(mem []byte) (transport.Registration, error) {
 	return r.inner.RegisterMemory(mem)
@@ -82,6 +89,9 @@ func (r *route) RegistersRuns() bool {
 func (r *route) Get(ctx context.Context, peer transport.InstanceID, key []byte, offset uint64, dst []byte) error {
 	if IsKey(key) {
 		return r.s.Get(ctx, peer, key, offset, dst)
+	}
+	if IsDeviceKey(key) {
+		return r.s.getDevice(ctx, peer, key, offset, dst, transport.MemoryHost)
 	}
 	return r.inner.Get(ctx, peer, key, offset, dst)
 }
@@ -119,15 +129,32 @@ func (r *route) ReadMany(ctx context.Context, peer transport.InstanceID, reads [
 			done(i, err)
 		}
 	}
-	var here, there []int
+	var here, there, dev []int
 	for i, rd := range reads {
-		if IsKey(rd.Key) {
+		switch {
+		case IsKey(rd.Key):
 			here = append(here, i)
-		} else {
+		case IsDeviceKey(rd.Key):
+			dev = append(dev, i)
+		default:
 			there = append(there, i)
 		}
 	}
 	var wg sync.WaitGroup
+	if len(dev) > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fanout.Each(len(dev), max(window, 1), func(j int) {
+				rd := reads[dev[j]]
+				err := ctx.Err()
+				if err == nil {
+					err = r.s.getDevice(ctx, peer, rd.Key, rd.Offset, rd.Dst, rd.Memory)
+				}
+				report(dev[j], err)
+			})
+		}()
+	}
 	if len(there) > 0 {
 		wg.Add(1)
 		go func() {
@@ -165,8 +192,9 @@ type routeFull struct {
 }
 
 var (
-	_ transport.MemoryRMA       = (*routeFull)(nil)
-	_ transport.MemoryRMAWriter = (*routeFull)(nil)
+	_ transport.MemoryRMA            = (*routeFull)(nil)
+	_ transport.MemoryRMAWriter      = (*routeFull)(nil)
+	_ transport.PeerMemoryRegisterer = (*routeFull)(nil)
 )
 
 func (r *routeFull) CheckMemory(mem []byte, t transport.MemoryType, device int) error {
@@ -177,10 +205,25 @@ func (r *routeFull) RegisterMemoryOf(mem []byte, t transport.MemoryType) (transp
 	return r.inner.(transport.MemoryRMA).RegisterMemoryOf(mem, t)
 }
 
-// GetMemory reads a same-host key into host memory directly, and into device memory through a
-// host buffer of the read's size.
+// RegisterMemoryOfFor implements transport.PeerMemoryRegisterer: device memory leased to a
+// consumer of this host is exported by CUDA IPC when the pair can take it, and registered with
+// inner otherwise (the reason is logged and counted: cudaipc.go).
+func (r *routeFull) RegisterMemoryOfFor(peer transport.InstanceID, mem []byte, t transport.MemoryType) (transport.Registration, error) {
+	if t == transport.MemoryCUDA {
+		if reg := r.s.registerDevice(peer, mem); reg != nil {
+			return reg, nil
+		}
+	}
+	return r.RegisterMemoryOf(mem, t)
+}
+
+// GetMemory reads a device key by CUDA IPC (into memory of either type), a same-host key into
+// host memory directly and into device memory through a host buffer of the read's size.
 func (r *routeFull) GetMemory(ctx context.Context, peer transport.InstanceID, key []byte, offset uint64, dst []byte, t transport.MemoryType) error {
 	mr := r.inner.(transport.MemoryRMA)
+	if IsDeviceKey(key) {
+		return r.s.getDevice(ctx, peer, key, offset, dst, t)
+	}
 	if !IsKey(key) {
 		return mr.GetMemory(ctx, peer, key, offset, dst, t)
 	}

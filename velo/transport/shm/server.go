@@ -150,6 +150,7 @@ type serverConn struct {
 	peer  transport.InstanceID
 	ring  []byte
 	chunk int
+	cuda  bool // a CUDA IPC channel (cudaipc.go): no ring
 	once  sync.Once
 }
 
@@ -203,6 +204,10 @@ func (t *Transport) serve(c *net.UnixConn) {
 		sc.close()
 		unix.Munmap(sc.ring)
 	}()
+	if sc.cuda {
+		t.serveCUDA(sc)
+		return
+	}
 	if err := sc.run(); !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		t.log.Info("shm: closing a consumer's channel", "peer", sc.peer, "err", err)
 	}
@@ -238,7 +243,8 @@ func (t *Transport) handshakeOwner(c *net.UnixConn) (*serverConn, error) {
 		return nil, fmt.Errorf("reading the consumer's hello: %w", err)
 	}
 	const fixed = 4 + 8 + 8 + 8 + 8 + 16 + 16
-	if len(h) < fixed+2 || [4]byte(h[:4]) != helloMagic {
+	cudaChan := len(h) >= 4 && [4]byte(h[:4]) == cudaHelloMagic
+	if len(h) < fixed+2 || ([4]byte(h[:4]) != helloMagic && !cudaChan) {
 		return nil, fmt.Errorf("%w: a malformed hello", errProtocol)
 	}
 	cid := transport.InstanceID(binary.LittleEndian.Uint64(h[4:]))
@@ -262,6 +268,17 @@ func (t *Transport) handshakeOwner(c *net.UnixConn) (*serverConn, error) {
 		if proofO, err = t.gate.HelloProof(cid, append(append([]byte{}, acceptDomain...), msgC...)); err != nil {
 			return nil, err
 		}
+	}
+	if cudaChan {
+		// A CUDA IPC channel carries fixed frames of its own and no ring (cudaipc.go).
+		a := append(append([]byte{}, acceptMagic[:]...), 0)
+		a = binary.LittleEndian.AppendUint32(a, uint32(t.cfg.ChunkSize))
+		a = binary.LittleEndian.AppendUint16(a, uint16(len(proofO)))
+		if err := writeMsg(c, append(a, proofO...), -1); err != nil {
+			return nil, err
+		}
+		c.SetDeadline(time.Time{})
+		return &serverConn{t: t, c: c, peer: cid, cuda: true}, nil
 	}
 	size := 2 * t.cfg.ChunkSize
 	mfd, err := unix.MemfdCreate("velo-shm-ring", unix.MFD_CLOEXEC)
