@@ -27,8 +27,9 @@
 //     address is known dials again.
 //   - Connections are opened on first use and closed when idle: after Config.IdleTimeout without a
 //     frame, and least recently used first while more than Config.MaxConnections are open. The
-//     close is agreed on the wire (idle.go) so that it loses nothing and the other side does not
-//     take it for a lost peer; the next Send either way opens a new connection.
+//     two sides agree on the close first (a goodbye and its answer, transport control frames the
+//     runtime never sees), so that it cuts nothing in flight and neither side takes it for a lost
+//     peer; the next Send either way opens a new connection.
 package tcp
 
 import (
