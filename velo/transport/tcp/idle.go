@@ -224,6 +224,7 @@ func (c *conn) control(body []byte) error {
 		waiting := c.waiters > 0
 		c.rmu.Unlock()
 		if waiting || ctl.Frames != c.sent.Load() {
+			c.lastUse.Store(time.Now().UnixNano()) // in use: the budget looks elsewhere first
 			return c.writeControlLocked(wire.TCPControl{Kind: wire.TCPGoodbyeKeep})
 		}
 		if err := c.writeControlLocked(wire.TCPControl{Kind: wire.TCPGoodbyeAck}); err != nil {
@@ -243,6 +244,7 @@ func (c *conn) control(body []byte) error {
 		if c.gb == goodbyeAsked {
 			c.gb, c.gbSince = goodbyeNone, time.Now()
 			close(c.gbDone)
+			c.lastUse.Store(time.Now().UnixNano()) // the peer uses it: the budget looks elsewhere first
 		}
 	}
 	return nil
@@ -268,6 +270,17 @@ func (c *conn) retireLocked() {
 		}
 	}
 	t.mu.Unlock()
+}
+
+// endGoodbye releases the Sends waiting for the answer to a goodbye on a connection that failed
+// before the answer came; they find it closed and go on another. finish calls it.
+func (c *conn) endGoodbye() {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.gb == goodbyeAsked {
+		c.gb, c.gbSince = goodbyeNone, time.Now()
+		close(c.gbDone)
+	}
 }
 
 // writeControlLocked writes one control frame; the caller holds wmu.

@@ -259,3 +259,47 @@ func TestMalformedControlFrameDropsTheConnection(t *testing.T) {
 		})
 	}
 }
+
+// TestUnansweredGoodbye: a peer that never answers a goodbye (here a raw socket that spoke the
+// hello and sent one frame) sees the goodbye on the wire, naming the one frame read from it; a
+// Send made meanwhile waits for the answer, and when IOTimeout passes without one the connection
+// is dropped as a stalled one: the peer is reported down and the Send returns instead of hanging.
+func TestUnansweredGoodbye(t *testing.T) {
+	hb := newHost()
+	b := start(t, hb, Config{IdleTimeout: 50 * time.Millisecond, IOTimeout: 500 * time.Millisecond})
+	nc, err := net.Dial("tcp", b.ListenAddr().String())
+	require.NoError(t, err)
+	defer nc.Close()
+	id := rand.Uint64() | 1
+	hello, _ := wire.AppendHello(nil, wire.Hello{Version: wire.HelloVersion, ID: id, Incarnation: 1, MaxFrame: 1 << 20})
+	_, err = nc.Write(hello)
+	require.NoError(t, err)
+	_, err = readHelloFrom(nc)
+	require.NoError(t, err)
+	_, err = nc.Write(binary.BigEndian.AppendUint32(nil, 1))
+	require.NoError(t, err)
+	_, err = nc.Write([]byte{'x'})
+	require.NoError(t, err)
+	hb.next(t)
+
+	got := make([]byte, 4+9)
+	require.NoError(t, nc.SetReadDeadline(time.Now().Add(wait)))
+	_, err = io.ReadFull(nc, got)
+	require.NoError(t, err)
+	word := binary.BigEndian.Uint32(got)
+	require.NotZero(t, word&wire.TCPControlBit, "not a control frame: %x", got)
+	ctl, err := wire.DecodeTCPControl(got[4:])
+	require.NoError(t, err)
+	assert.Equal(t, wire.TCPControl{Kind: wire.TCPGoodbye, Frames: 1}, ctl)
+
+	sent := make(chan error, 1)
+	go func() { sent <- b.Send(ctx(t), transport.InstanceID(id), []byte("late")) }()
+	hb.waitDown(t, transport.InstanceID(id))
+	select {
+	case err := <-sent:
+		assert.Error(t, err, "a frame to a peer that stalled and cannot be dialed went somewhere")
+	case <-time.After(wait):
+		t.Fatal("a Send waiting for an unanswered goodbye hangs")
+	}
+	assert.Equal(t, 1.0, closes(b, closeLost))
+}

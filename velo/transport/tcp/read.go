@@ -97,6 +97,7 @@ func (c *conn) finish(err error) {
 	if gone {
 		return
 	}
+	c.endGoodbye()
 
 	quiet := c.retired.Load() // closed by agreement: the peer is not lost
 	t.mu.Lock()
