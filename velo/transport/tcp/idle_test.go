@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -243,18 +242,10 @@ func TestMalformedControlFrameDropsTheConnection(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			hb := newHost()
 			b := start(t, hb, Config{})
-			nc, err := net.Dial("tcp", b.ListenAddr().String())
+			nc, id := rawPeer(t, b)
+			_, err := nc.Write(frame)
 			require.NoError(t, err)
-			defer nc.Close()
-			id := rand.Uint64() | 1
-			hello, _ := wire.AppendHello(nil, wire.Hello{Version: wire.HelloVersion, ID: id, Incarnation: 1, MaxFrame: 1 << 20})
-			_, err = nc.Write(hello)
-			require.NoError(t, err)
-			_, err = readHelloFrom(nc)
-			require.NoError(t, err)
-			_, err = nc.Write(frame)
-			require.NoError(t, err)
-			hb.waitDown(t, transport.InstanceID(id))
+			hb.waitDown(t, id)
 			assert.Empty(t, hb.frames)
 		})
 	}
@@ -267,16 +258,8 @@ func TestMalformedControlFrameDropsTheConnection(t *testing.T) {
 func TestUnansweredGoodbye(t *testing.T) {
 	hb := newHost()
 	b := start(t, hb, Config{IdleTimeout: 50 * time.Millisecond, IOTimeout: 500 * time.Millisecond})
-	nc, err := net.Dial("tcp", b.ListenAddr().String())
-	require.NoError(t, err)
-	defer nc.Close()
-	id := rand.Uint64() | 1
-	hello, _ := wire.AppendHello(nil, wire.Hello{Version: wire.HelloVersion, ID: id, Incarnation: 1, MaxFrame: 1 << 20})
-	_, err = nc.Write(hello)
-	require.NoError(t, err)
-	_, err = readHelloFrom(nc)
-	require.NoError(t, err)
-	_, err = nc.Write(binary.BigEndian.AppendUint32(nil, 1))
+	nc, id := rawPeer(t, b)
+	_, err := nc.Write(binary.BigEndian.AppendUint32(nil, 1))
 	require.NoError(t, err)
 	_, err = nc.Write([]byte{'x'})
 	require.NoError(t, err)
@@ -293,8 +276,8 @@ func TestUnansweredGoodbye(t *testing.T) {
 	assert.Equal(t, wire.TCPControl{Kind: wire.TCPGoodbye, Frames: 1}, ctl)
 
 	sent := make(chan error, 1)
-	go func() { sent <- b.Send(ctx(t), transport.InstanceID(id), []byte("late")) }()
-	hb.waitDown(t, transport.InstanceID(id))
+	go func() { sent <- b.Send(ctx(t), id, []byte("late")) }()
+	hb.waitDown(t, id)
 	select {
 	case err := <-sent:
 		assert.Error(t, err, "a frame to a peer that stalled and cannot be dialed went somewhere")
