@@ -198,16 +198,21 @@ func TestBothSidesCloseAtOnce(t *testing.T) {
 }
 
 // TestCallWaitingKeepsItsConnection: a call waiting for its answer keeps its connection open past
-// the idle timeout on both sides (the caller does not ask, and answers keep when the peer asks);
-// the answer then arrives on it.
+// the idle timeout on both sides (the caller does not ask, and answers keep when the peer asks):
+// when the answer goes out, eight idle timeouts later, nothing was closed, and the call
+// completes.
 func TestCallWaitingKeepsItsConnection(t *testing.T) {
 	ha, hb := newCallerHost(), &slowAnswerer{answeringHost: answeringHost{testHost: newHost()}, delay: 400 * time.Millisecond}
 	cfg := Config{IdleTimeout: 50 * time.Millisecond}
 	a, b := start(t, ha, cfg), start(t, hb, cfg)
 	hb.tr = b
+	closedBefore := make(chan float64, 1)
+	hb.atAnswer = func() {
+		closedBefore <- closes(a, closeIdle) + closes(b, closeIdle) + closes(a, closePeer) + closes(b, closePeer)
+	}
 	addPeer(t, a, b, hb.testHost)
 	require.NoError(t, ha.call(ctx(t), t, a, hb.id, 1))
-	assert.Zero(t, closes(a, closeIdle)+closes(b, closeIdle), "a connection with a call waiting was closed")
+	assert.Zero(t, <-closedBefore, "a connection with a call waiting was closed")
 	assert.Zero(t, closes(a, closeLost)+closes(b, closeLost))
 	require.Eventually(t, func() bool { return openConns(a) == 0 && openConns(b) == 0 }, wait, 5*time.Millisecond, "the connection stays open once idle")
 }
@@ -215,7 +220,8 @@ func TestCallWaitingKeepsItsConnection(t *testing.T) {
 // slowAnswerer answers each call after delay, on the connection the call came on.
 type slowAnswerer struct {
 	answeringHost
-	delay time.Duration
+	delay    time.Duration
+	atAnswer func() // runs just before each answer goes out
 }
 
 func (h *slowAnswerer) DeliverInline(from transport.InstanceID, frame []byte, handOff func()) bool {
@@ -226,6 +232,9 @@ func (h *slowAnswerer) DeliverInline(from transport.InstanceID, frame []byte, ha
 func (h *slowAnswerer) Deliver(from transport.InstanceID, frame []byte) {
 	go func() {
 		time.Sleep(h.delay)
+		if h.atAnswer != nil {
+			h.atAnswer()
+		}
 		h.answeringHost.Deliver(from, frame)
 	}()
 }
