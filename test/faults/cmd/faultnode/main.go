@@ -76,6 +76,8 @@ func main() {
 	arena := flag.Int("arena", 0, "RDMAPoolConfig.ArenaSize (0: the default)")
 	epIdle := flag.Duration("ep-idle", 0, "ucxtransport.Config.EPIdleTimeout (0: the default)")
 	maxEPs := flag.Int("max-endpoints", 0, "ucxtransport.Config.MaxEndpoints (0: the default)")
+	maxConns := flag.Int("max-conns", 0, "tcp.Config.MaxConnections, the control plane's connection budget (0: the default)")
+	tcpIdle := flag.Duration("tcp-idle", 0, "tcp.Config.IdleTimeout (0: the default; negative: never)")
 	discDir := flag.String("discovery", "", "find peers through the filesystem backend in this directory")
 	name := flag.String("name", "", "the member name under -discovery")
 	etcdEndpoints := flag.String("etcd", "", "find peers through etcd at these comma-separated client URLs")
@@ -101,7 +103,7 @@ func main() {
 	if err != nil {
 		linecmd.Fatal("faultnode", err)
 	}
-	ctl, err := tcp.New(tcp.Config{Listener: ln, Auth: creds})
+	ctl, err := tcp.New(tcp.Config{Listener: ln, Auth: creds, MaxConnections: *maxConns, IdleTimeout: *tcpIdle})
 	if err != nil {
 		linecmd.Fatal("faultnode", err)
 	}
