@@ -134,6 +134,14 @@ type Config struct {
 	// Without it, and without the variable, New fails with ErrUnguardedUCX. The enforcing UCX
 	// (make ucx-static, -tags ucx_static) needs neither. See docs/security.md.
 	TrustNetwork bool
+	// RMAOverSoftwareLanes keeps the RDMA path for payloads with a peer whose endpoint UCX built
+	// on software lanes only (tcp; ud without rc), like VELO_UCX_SOFTWARE_RMA=1. Without it such
+	// a pair moves payload bytes on the chunked path (reason software_lanes), which is as fast
+	// there and authenticated end to end; messages keep UCX either way, and a pair with a
+	// hardware lane (rc, dc, shared memory) keeps the RDMA path regardless. Set it to exercise the
+	// RDMA path without RDMA hardware (tests, benchmarks); once it applies to a peer the
+	// instance's health says so. See docs/velo.md.
+	RMAOverSoftwareLanes bool
 }
 
 func (c Config) withDefaults() (Config, error) {

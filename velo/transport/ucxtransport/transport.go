@@ -55,9 +55,15 @@ type Transport struct {
 	slots map[slotKey]uint32 // endpoints created per peer incarnation (see conn.go)
 	// mismatched are the peers whose UCX build this one cannot talk to (build.go), with it.
 	mismatched map[transport.InstanceID]wire.UCXBuild
-	orphans    map[*peer]struct{} // forgotten peers whose retired endpoints still wait to close
-	started    bool
-	closed     bool
+	// softRMABy names the opt-in that keeps the RDMA path over software lanes ("" for none);
+	// laneSaid are the pairs whose software lanes were logged, softRMAPeers the peers the opt-in
+	// applies to, with their lanes (lanes.go).
+	softRMABy    string
+	laneSaid     map[slotKey]bool
+	softRMAPeers map[transport.InstanceID]string
+	orphans      map[*peer]struct{} // forgotten peers whose retired endpoints still wait to close
+	started      bool
+	closed       bool
 
 	recvMu  sync.Mutex // guards inbound and serialises Host.Deliver
 	inbound map[transport.InstanceID]*inboundState
@@ -168,22 +174,25 @@ func New(cfg Config) (*Transport, error) {
 		return nil, fmt.Errorf("ucx transport: %w", err)
 	}
 	t := &Transport{
-		cfg:        cfg,
-		log:        cfg.Logger,
-		follow:     follow,
-		eng:        eng,
-		m:          m,
-		worker:     eng.Address(),
-		guard:      guard,
-		timings:    timings{finWait: defaultFinWait, holdTimeout: defaultHoldTimeout},
-		peers:      map[transport.InstanceID]*peer{},
-		slots:      map[slotKey]uint32{},
-		mismatched: map[transport.InstanceID]wire.UCXBuild{},
-		remoteLogs: auth.LogLimiter{Interval: remoteLogInterval},
-		orphans:    map[*peer]struct{}{},
-		inbound:    map[transport.InstanceID]*inboundState{},
-		stop:       make(chan struct{}),
-		evict:      make(chan struct{}, 1),
+		cfg:          cfg,
+		log:          cfg.Logger,
+		follow:       follow,
+		eng:          eng,
+		m:            m,
+		worker:       eng.Address(),
+		guard:        guard,
+		timings:      timings{finWait: defaultFinWait, holdTimeout: defaultHoldTimeout},
+		peers:        map[transport.InstanceID]*peer{},
+		slots:        map[slotKey]uint32{},
+		mismatched:   map[transport.InstanceID]wire.UCXBuild{},
+		softRMABy:    softwareRMAOptIn(cfg, os.Getenv(SoftwareRMAEnv)),
+		laneSaid:     map[slotKey]bool{},
+		softRMAPeers: map[transport.InstanceID]string{},
+		remoteLogs:   auth.LogLimiter{Interval: remoteLogInterval},
+		orphans:      map[*peer]struct{}{},
+		inbound:      map[transport.InstanceID]*inboundState{},
+		stop:         make(chan struct{}),
+		evict:        make(chan struct{}, 1),
 	}
 	if eng.MaxAMHeader() < sealedHeaderLen {
 		_ = eng.Close(context.Background())
@@ -404,6 +413,7 @@ func (t *Transport) RemovePeer(id transport.InstanceID) {
 	t.mu.Lock()
 	p := t.peers[id]
 	delete(t.peers, id)
+	delete(t.softRMAPeers, id)
 	if p != nil {
 		// In the same critical section as the delete, so a hello handled meanwhile finds the
 		// peer among the forgotten ones rather than nowhere (and would learn it again).
@@ -592,6 +602,7 @@ func (t *Transport) Describe() map[string]string {
 		"max_endpoints":   strconv.Itoa(t.cfg.MaxEndpoints),
 		"ucx_build":       t.build.String(),
 		"rma_guard":       t.guard.describe(),
+		"software_lanes":  t.describeSoftwareRMA(),
 	}
 	for _, s := range t.eng.Settings() {
 		d["UCX_"+s.Name] = s.Value + " (" + s.Source.String() + ")"

@@ -114,7 +114,7 @@ func main() {
 	if tls == "" {
 		tls = "tcp"
 	}
-	u, err := ucxtransport.New(ucxtransport.Config{TLS: tls, Logger: log})
+	u, err := ucxtransport.New(ucxtransport.Config{TLS: tls, RMAOverSoftwareLanes: true, Logger: log})
 	if err != nil {
 		fatal(err)
 	}
