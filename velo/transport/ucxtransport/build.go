@@ -76,7 +76,7 @@ func (t *Transport) meets(id transport.InstanceID) {
 
 // PathRefusal implements transport.PathRefuser: release_mismatch for a peer whose UCX build does
 // not meet this one, software_lanes for one whose endpoint runs on software lanes only without the
-// opt-in (lanes.go), else "".
+// opt-in (Config.RMAOverSoftwareLanes), else "".
 func (t *Transport) PathRefusal(id transport.InstanceID) string {
 	t.mu.Lock()
 	_, mismatched := t.mismatched[id]

@@ -127,7 +127,7 @@ func (g guardState) describe() string {
 }
 
 // HealthReasons implements velo.HealthReporter: with an unguarded UCX run by opt-in, the reason
-// that says so, and with the RDMA path kept over software lanes by opt-in (lanes.go), once it
+// that says so, and with the RDMA path kept over software lanes by opt-in (Config.RMAOverSoftwareLanes), once it
 // applies to a peer, the reason that says so (the instance reads degraded and stays ready);
 // nothing otherwise.
 func (t *Transport) HealthReasons() []string {
