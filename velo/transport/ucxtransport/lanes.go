@@ -63,8 +63,9 @@ func softwareOnly(lanes []string) bool {
 }
 
 // laneRefusal is software_lanes for a peer whose endpoint runs on software lanes only, unless the
-// opt-in keeps the RDMA path; else "". It opens the endpoint when there is none yet (the transfer
-// that asks would open it anyway).
+// opt-in keeps the RDMA path; else "". Without the opt-in it opens the endpoint when there is
+// none yet (the transfer that asks would open it anyway); with it, the answer is "" whatever the
+// lanes, so it only notes the lanes of an endpoint already open, for Health, and opens nothing.
 func (t *Transport) laneRefusal(id transport.InstanceID) string {
 	t.mu.Lock()
 	p := t.peers[id]
@@ -73,13 +74,18 @@ func (t *Transport) laneRefusal(id transport.InstanceID) string {
 	if !usable {
 		return ""
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), laneTimeout)
-	defer cancel()
-	p.sendMu.Lock()
-	oc, err := t.connLocked(ctx, p)
 	var lanes []string
-	if err == nil {
-		lanes = oc.lanes
+	p.sendMu.Lock()
+	if t.softRMABy != "" {
+		if p.conn != nil {
+			lanes = p.conn.lanes
+		}
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), laneTimeout)
+		if oc, err := t.connLocked(ctx, p); err == nil {
+			lanes = oc.lanes
+		}
+		cancel()
 	}
 	p.sendMu.Unlock()
 	if !softwareOnly(lanes) {

@@ -42,7 +42,8 @@ func TestSoftwareRMAOptIn(t *testing.T) {
 // TestSoftwareLanesRefused: over UCX_TLS=tcp the endpoint UCX builds has tcp lanes only, so
 // PathRefusal says software_lanes on both sides (each reads its own endpoint's lanes, opening it if
 // need be), logs the lanes once per pair however often it is asked, and adds no health reason;
-// with the opt-in it says nothing, and the health and the introspection settings name the opt-in.
+// with the opt-in it says nothing, and the health and the introspection settings name the opt-in
+// once it applied to a peer.
 func TestSoftwareLanesRefused(t *testing.T) {
 	a, b := newNode(t, nil), newNode(t, nil)
 	link(t, a, b)
@@ -62,7 +63,8 @@ func TestSoftwareLanesRefused(t *testing.T) {
 	}
 	assert.True(t, a.CanGet(b.h.id), "the UCX endpoint stays: messages keep it")
 
-	c, d := newNode(t, func(c *Config) { c.RMAOverSoftwareLanes = true }), newNode(t, nil)
+	// With the opt-in PathRefusal opens no endpoint: it notes the lanes of the one open (eager).
+	c, d := newNode(t, func(c *Config) { c.RMAOverSoftwareLanes, c.EagerEndpoints = true, true }), newNode(t, nil)
 	link(t, c, d)
 	assert.Empty(t, c.PathRefusal(d.h.id))
 	assert.Equal(t, ReasonSoftwareLanes, d.PathRefusal(c.h.id), "the opt-in is each side's own")
