@@ -104,7 +104,13 @@ func start(ctx context.Context, name string, handlers ...velo.Option) (*velo.Vel
 	if err != nil {
 		return nil, nil, err
 	}
-	u, err := ucxtransport.New(ucxtransport.Config{EagerEndpoints: true})
+	// UCX's tcp listens where the control plane does (here lo), not on every interface.
+	ifaces, err := ucxtransport.InterfacesOf(ln.Addr().(*net.TCPAddr).AddrPort().Addr())
+	if err != nil {
+		ctl.Close()
+		return nil, nil, err
+	}
+	u, err := ucxtransport.New(ucxtransport.Config{EagerEndpoints: true, TCPInterfaces: ifaces})
 	if err != nil {
 		ctl.Close()
 		return nil, nil, err

@@ -88,6 +88,13 @@ type Config struct {
 	TLS string
 	// NetDevices is UCX_NET_DEVICES ("mlx5_2:1" …), with the same rule as TLS.
 	NetDevices string
+	// TCPInterfaces names the network interfaces UCX's tcp transport may use ("lo", "eth0"): its
+	// worker listens on their addresses only, instead of on every active interface of the host.
+	// It sets UCX_NET_DEVICES to these interfaces and every InfiniBand port of the node, with the
+	// same rule as TLS (the environment wins); it cannot be combined with NetDevices. A UCX_TLS
+	// without tcp opens no tcp listener at all. New logs where the worker listens, and the
+	// introspection page shows it (tcp_listen).
+	TCPInterfaces []string
 	// KeepaliveInterval is UCX_KEEPALIVE_INTERVAL (UCX's default is 20 s), with the same rule.
 	// Keepalive is how an endpoint to a peer that vanished without closing its connections
 	// fails, and so how Host.PeerDown learns of it.
