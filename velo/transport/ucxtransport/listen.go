@@ -47,9 +47,11 @@ func tcpNetDevices(ifaces []string, root string) (string, error) {
 	return strings.Join(devs, ","), nil
 }
 
-// ownSockets are the inodes of this process's sockets.
-func ownSockets() map[uint64]bool {
-	out := map[uint64]bool{}
+// TCPListeners are this process's TCP sockets in LISTEN state, by socket inode, each as
+// "addr:port" (read from /proc/self/fd and /proc/self/net/tcp and tcp6; empty off Linux). New
+// takes those that appeared with its worker; ibcheck's probe reads a worker's the same way.
+func TCPListeners() map[uint64]string {
+	own := map[uint64]bool{}
 	fds, _ := os.ReadDir("/proc/self/fd")
 	for _, fd := range fds {
 		l, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
@@ -57,16 +59,10 @@ func ownSockets() map[uint64]bool {
 			continue
 		}
 		if ino, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]"), 10, 64); err == nil {
-			out[ino] = true
+			own[ino] = true
 		}
 	}
-	return out
-}
-
-// tcpListening are the local addresses of the LISTEN sockets of /proc/self/net/tcp and tcp6 whose
-// inodes pass keep, sorted.
-func tcpListening(keep func(ino uint64) bool) []string {
-	var out []string
+	out := map[uint64]string{}
 	for _, f := range []string{"/proc/self/net/tcp", "/proc/self/net/tcp6"} {
 		fh, err := os.Open(f)
 		if err != nil {
@@ -80,21 +76,32 @@ func tcpListening(keep func(ino uint64) bool) []string {
 				continue
 			}
 			ino, err := strconv.ParseUint(fields[9], 10, 64)
-			if err != nil || !keep(ino) {
+			if err != nil || !own[ino] {
 				continue
 			}
 			if ap, ok := procAddr(fields[1]); ok {
-				out = append(out, ap.String())
+				out[ino] = ap.String()
 			}
 		}
 		fh.Close()
+	}
+	return out
+}
+
+// newListeners are the addresses of the listeners in after that before lacks, sorted.
+func newListeners(before, after map[uint64]string) []string {
+	var out []string
+	for ino, a := range after {
+		if _, ok := before[ino]; !ok {
+			out = append(out, a)
+		}
 	}
 	sort.Strings(out)
 	return out
 }
 
-// procAddr decodes a /proc/net/tcp address ("0100007F:1F90": the IP's 32-bit words in host order,
-// little-endian here, then the port).
+// procAddr decodes a /proc/net/tcp address ("0100007F:1F90": the IP's 32-bit words as the
+// kernel prints them, in host order, little-endian on the machines velo runs on; then the port).
 func procAddr(s string) (netip.AddrPort, bool) {
 	ipHex, portHex, ok := strings.Cut(s, ":")
 	if !ok {

@@ -178,7 +178,7 @@ func New(cfg Config) (*Transport, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	before := ownSockets()
+	before := TCPListeners()
 	eng, err := ucx.NewEngine(ctx, ucx.EngineConfig{
 		Context:      ucx.ContextConfig{TLS: cfg.TLS, NetDevices: cfg.NetDevices, Settings: settings, Logger: cfg.Logger},
 		MaxEagerSize: cfg.EagerMax + sealedHeaderLen,
@@ -213,8 +213,7 @@ func New(cfg Config) (*Transport, error) {
 		stop:         make(chan struct{}),
 		evict:        make(chan struct{}, 1),
 	}
-	now := ownSockets()
-	t.tcpListen = tcpListening(func(ino uint64) bool { return now[ino] && !before[ino] })
+	t.tcpListen = newListeners(before, TCPListeners())
 	if eng.MaxAMHeader() < sealedHeaderLen {
 		_ = eng.Close(context.Background())
 		m.unregister()
