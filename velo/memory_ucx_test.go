@@ -32,7 +32,7 @@ func ucxMemNode(t *testing.T, opts ...Option) *Velo {
 	t.Helper()
 	ctl, err := tcp.New(tcp.Config{})
 	require.NoError(t, err)
-	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", EagerEndpoints: true, Logger: quietLogger()})
+	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", EagerEndpoints: true, RMAOverSoftwareLanes: true, Logger: quietLogger()})
 	require.NoError(t, err)
 	v, err := New(context.Background(), append([]Option{WithLogger(quietLogger()), WithTransport(ctl), WithUCXTransport(u)}, opts...)...)
 	require.NoError(t, err)

@@ -28,7 +28,7 @@ func authNode(t *testing.T, creds auth.Config, ucxFirst bool) *Velo {
 	ctl, err := tcp.New(tcp.Config{Auth: creds})
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry() // velo's series and the UCX transport's, to read both
-	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", EagerEndpoints: true, Logger: quietLogger(), Metrics: reg})
+	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", EagerEndpoints: true, RMAOverSoftwareLanes: true, Logger: quietLogger(), Metrics: reg})
 	require.NoError(t, err)
 	opts := []Option{WithLogger(quietLogger()), WithRegisterer(reg), WithTransport(ctl), WithUCXTransport(u)}
 	if ucxFirst {

@@ -314,7 +314,7 @@ func (v *Velo) startPush() (*push.Service, error) {
 		w, wok := t.(transport.RMAWriter)
 		r, rok := t.(transport.RMA)
 		if wok && rok {
-			cfg.Writer, cfg.CanRMA, cfg.WriterVia = w, r.CanGet, i
+			cfg.Writer, cfg.CanRMA, cfg.WriterVia = w, canWrite(r), i
 			break
 		}
 	}
@@ -329,6 +329,16 @@ func (v *Velo) startPush() (*push.Service, error) {
 		s.Drain() // beginDrain ran before this service existed
 	}
 	return s, nil
+}
+
+// canWrite is whether this side offers a receiver RDMA writes through r: r reaches it and gives
+// no reason against the pair (transport.PathRefuser: software_lanes), which the receiver finds
+// and answers with itself.
+func canWrite(r transport.RMA) func(transport.InstanceID) bool {
+	pr, _ := r.(transport.PathRefuser)
+	return func(peer transport.InstanceID) bool {
+		return r.CanGet(peer) && (pr == nil || pr.PathRefusal(peer) == "")
+	}
 }
 
 // peerIncarnation is a peer's incarnation and state as this instance knows them.

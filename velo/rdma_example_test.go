@@ -24,7 +24,7 @@ func ExampleVelo_StageDataPinned() {
 		if err != nil {
 			panic(err)
 		}
-		u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", EagerEndpoints: true, Logger: quiet})
+		u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", EagerEndpoints: true, RMAOverSoftwareLanes: true, Logger: quiet})
 		if err != nil {
 			panic(err)
 		}

@@ -49,7 +49,7 @@ func ucxMember(t *testing.T, dir, name string, poll time.Duration, log *lockedLo
 	require.NoError(t, err)
 	ctl, err := tcp.New(tcp.Config{})
 	require.NoError(t, err)
-	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", EagerEndpoints: true, Logger: quietLogger()})
+	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", EagerEndpoints: true, RMAOverSoftwareLanes: true, Logger: quietLogger()})
 	require.NoError(t, err)
 	logger := quietLogger()
 	if log != nil {

@@ -205,7 +205,7 @@ func benchNode() (*velo.Velo, *ucxtransport.Transport, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	u, err := ucxtransport.New(ucxtransport.Config{TLS: suiteTLS(), EagerEndpoints: true, Logger: quiet()})
+	u, err := ucxtransport.New(ucxtransport.Config{TLS: suiteTLS(), EagerEndpoints: true, RMAOverSoftwareLanes: true, Logger: quiet()})
 	if err != nil {
 		ctl.Close()
 		return nil, nil, err

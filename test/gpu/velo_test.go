@@ -37,7 +37,7 @@ func veloNode(opts ...velo.Option) (*velo.Velo, error) {
 	if err != nil {
 		return nil, err
 	}
-	u, err := ucxtransport.New(ucxtransport.Config{TLS: suiteTLS(), EagerEndpoints: true, Logger: quiet()})
+	u, err := ucxtransport.New(ucxtransport.Config{TLS: suiteTLS(), EagerEndpoints: true, RMAOverSoftwareLanes: true, Logger: quiet()})
 	if err != nil {
 		return nil, err
 	}

@@ -60,6 +60,11 @@ const (
 	// release, or one with velo's guard and one without), so no UCX endpoint is opened between
 	// them; the log line of the side that found it names both builds.
 	ReasonReleaseMismatch Reason = "release_mismatch"
+	// ReasonSoftwareLanes: every lane UCX selected for the pair's endpoint is a software one (tcp;
+	// ud without rc), where the chunked path moves bulk bytes at least as fast as UCX's emulated
+	// RMA, and the side that counts it did not opt in to RDMA over such lanes
+	// (ucxtransport.Config.RMAOverSoftwareLanes). Said once per pair in the log, with the lanes.
+	ReasonSoftwareLanes Reason = "software_lanes"
 )
 
 // ChunkedReasons are the reasons that go with PathChunked; ReasonOK is the only one for PathRDMA,
@@ -67,7 +72,7 @@ const (
 var ChunkedReasons = []Reason{
 	ReasonNoOffer, ReasonKillSwitch, ReasonNotConfigured, ReasonDraining, ReasonPoolExhausted,
 	ReasonBudget, ReasonNotPinned, ReasonGetFailed, ReasonDecodeError, ReasonDeviceBounce,
-	ReasonReleaseMismatch,
+	ReasonReleaseMismatch, ReasonSoftwareLanes,
 }
 
 // Valid reports whether (p, r) is one of the pre-declared pairs.

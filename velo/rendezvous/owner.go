@@ -352,8 +352,14 @@ func (r *Rendezvous) precheck(sl Slot, offer []byte) (metrics.Path, metrics.Reas
 		return metrics.PathChunked, metrics.ReasonKillSwitch, nil, false
 	case r.draining.Load():
 		return metrics.PathChunked, metrics.ReasonDraining, nil, false
-	case len(offer) == 0:
-		return metrics.PathChunked, refusal(srv, sl.Lease.Consumer), nil, false
+	}
+	// Asked whether or not an offer came: this side may refuse a pair the consumer offered
+	// (software lanes, without this side's opt-in).
+	if why := refusedBy(srv, sl.Lease.Consumer); why != "" {
+		return metrics.PathChunked, why, nil, false
+	}
+	if len(offer) == 0 {
+		return metrics.PathChunked, metrics.ReasonNoOffer, nil, false
 	}
 	o, err := wire.DecodeOffer(offer)
 	if err != nil {

@@ -100,9 +100,12 @@ func (r *route) CanGet(peer transport.InstanceID) bool {
 	return r.s.CanGet(peer) || r.inner.CanGet(peer)
 }
 
-// PathRefusal implements transport.PathRefuser with inner's reason (release_mismatch): a pair
-// this side cannot reach through shared memory or inner is refused by inner.
+// PathRefusal implements transport.PathRefuser with inner's reason (release_mismatch,
+// software_lanes) for a pair the same-host path does not serve: one it serves has no reason.
 func (r *route) PathRefusal(peer transport.InstanceID) string {
+	if r.s.CanGet(peer) || r.s.Serves(peer) {
+		return ""
+	}
 	if pr, ok := r.inner.(transport.PathRefuser); ok {
 		return pr.PathRefusal(peer)
 	}

@@ -75,12 +75,14 @@ func (t *Transport) meets(id transport.InstanceID) {
 }
 
 // PathRefusal implements transport.PathRefuser: release_mismatch for a peer whose UCX build does
-// not meet this one, else "".
+// not meet this one, software_lanes for one whose endpoint runs on software lanes only without the
+// opt-in (Config.RMAOverSoftwareLanes), else "".
 func (t *Transport) PathRefusal(id transport.InstanceID) string {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if _, ok := t.mismatched[id]; ok {
+	_, mismatched := t.mismatched[id]
+	t.mu.Unlock()
+	if mismatched {
 		return ReasonReleaseMismatch
 	}
-	return ""
+	return t.laneRefusal(id)
 }

@@ -118,7 +118,7 @@ func main() {
 	if err != nil {
 		linecmd.Fatal("victim", err)
 	}
-	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", Logger: log, EPIdleTimeout: *epIdle})
+	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", RMAOverSoftwareLanes: true, Logger: log, EPIdleTimeout: *epIdle})
 	if err != nil {
 		linecmd.Fatal("victim", err)
 	}

@@ -107,7 +107,7 @@ func main() {
 	if err != nil {
 		linecmd.Fatal("faultnode", err)
 	}
-	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", Logger: log, EPIdleTimeout: *epIdle, MaxEndpoints: *maxEPs})
+	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", RMAOverSoftwareLanes: true, Logger: log, EPIdleTimeout: *epIdle, MaxEndpoints: *maxEPs})
 	if err != nil {
 		linecmd.Fatal("faultnode", err)
 	}

@@ -88,7 +88,7 @@ func run(log *slog.Logger, ctl string, devices []string, cfg rails.Config) error
 	}
 	ctx := context.Background()
 	newUCX := func(dev string) (transport.Transport, error) {
-		return ucxtransport.New(ucxtransport.Config{TLS: "tcp", NetDevices: dev, EagerEndpoints: true})
+		return ucxtransport.New(ucxtransport.Config{TLS: "tcp", NetDevices: dev, EagerEndpoints: true, RMAOverSoftwareLanes: true})
 	}
 	policy := velo.RailPolicy{Devices: devices, Slice: true, Slicing: cfg}
 	opts := []velo.Option{velo.WithLogger(log), velo.WithRails(policy, newUCX), velo.WithRDMA(velo.RDMAConfig{})}

@@ -113,7 +113,7 @@ func main() {
 	if tls == "" {
 		tls = "tcp"
 	}
-	u, err := ucxtransport.New(ucxtransport.Config{TLS: tls, Logger: log})
+	u, err := ucxtransport.New(ucxtransport.Config{TLS: tls, RMAOverSoftwareLanes: true, Logger: log})
 	if err != nil {
 		linecmd.Fatal("pushpeer", err)
 	}

@@ -7,6 +7,9 @@
 //     are sealed, beside the same gets between instances without one (-only seal; seal.go);
 //   - the peak RSS of a process that Gets a 1 GiB payload, against the payload's size: a get never
 //     holds two full copies;
+//   - Gets of 8 and 64 MiB over software lanes (tcp) without the opt-in, which take the chunked
+//     path, beside the chunked path, and with VELO_UCX_SOFTWARE_RMA=1 beside it (-only lanes;
+//     lanes.go);
 //   - with -velobench, velobench's get point of the same sizes in the same rounds, beside this
 //     bench's RDMA get: velobench's own overhead (make bench-velobench-overhead; velobench.go).
 //
@@ -72,7 +75,7 @@ func main() {
 	role := flag.String("role", "", "internal: owner, rss, region, sealowner or shmowner")
 	quick := flag.Bool("quick", false, "fewer rounds and gets (a smoke run)")
 	rssMiB := flag.Int("rss", 1024, "payload of the peak-RSS measurement in MiB (0 skips it)")
-	only := flag.String("only", "", `run one table: "get" (beside perftest and the chunked path), "seal" (sealed beside plain), "rss" or "samehost" (the same-host path beside memcpy and the RDMA path)`)
+	only := flag.String("only", "", `run one table: "get" (beside perftest and the chunked path), "seal" (sealed beside plain), "rss", "samehost" (the same-host path beside memcpy and the RDMA path) or "lanes" (software lanes: the default beside the chunked path, and the opt-in)`)
 	shmRounds := flag.Int("rounds", 5, "alternating rounds of the samehost table")
 	sealRounds := flag.Int("seal-rounds", 5, "alternating rounds of the seal table")
 	flag.StringVar(&velobenchBin, "velobench", "", "a velobench binary: its get point joins the get table's rounds, beside this bench's RDMA get (velobench's overhead)")
@@ -80,6 +83,11 @@ func main() {
 	log.SetFlags(0)
 	if os.Getenv("UCX_TLS") == "" {
 		os.Setenv("UCX_TLS", "tcp") // the same for velo and ucx_perftest
+	}
+	if os.Getenv(ucxtransport.SoftwareRMAEnv) == "" && *role == "" && *only != "lanes" {
+		// The tables measure the RDMA path, over tcp's software lanes too (the owner child
+		// inherits it). The lanes table sets it per pair.
+		os.Setenv(ucxtransport.SoftwareRMAEnv, "1")
 	}
 	var err error
 	switch *role {
@@ -105,6 +113,8 @@ func main() {
 			err = runBench(*quick, *rssMiB, false, true)
 		case "seal":
 			err = runSeal(*quick, *sealRounds)
+		case "lanes":
+			err = runLanes(*quick)
 		case "samehost":
 			rounds := *shmRounds
 			if *quick {
@@ -112,7 +122,7 @@ func main() {
 			}
 			err = runSameHost(*quick, rounds)
 		default:
-			err = fmt.Errorf("-only %q: want get, seal, rss or samehost", *only)
+			err = fmt.Errorf("-only %q: want get, seal, rss, samehost or lanes", *only)
 		}
 	default:
 		err = fmt.Errorf("-role %q", *role)

@@ -77,7 +77,7 @@ func startVariant(ctx context.Context, sv sealVariant, secret []byte, reg promet
 	if err != nil {
 		return nil, err
 	}
-	u, err := ucxtransport.New(ucxtransport.Config{EagerEndpoints: true, Logger: quiet})
+	u, err := ucxtransport.New(ucxtransport.Config{EagerEndpoints: true, Logger: quiet, RMAOverSoftwareLanes: true})
 	if err != nil {
 		ctl.Close()
 		return nil, err

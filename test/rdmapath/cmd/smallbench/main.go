@@ -225,7 +225,8 @@ func newVelo(ctx context.Context, window int, opts ...velo.Option) (*velo.Velo, 
 	if err != nil {
 		return nil, nil, err
 	}
-	u, err := ucxtransport.New(ucxtransport.Config{EagerEndpoints: true, Logger: quiet})
+	// The batch table measures the RDMA path, over tcp's software lanes too.
+	u, err := ucxtransport.New(ucxtransport.Config{EagerEndpoints: true, RMAOverSoftwareLanes: true, Logger: quiet})
 	if err != nil {
 		ctl.Close()
 		return nil, nil, err
