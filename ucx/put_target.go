@@ -16,6 +16,7 @@ var putRefusalReasons = [capi.PutRefusedKinds]string{
 	capi.PutRefusedRevoked:   "revoked",
 	capi.PutRefusedReadOnly:  "read_only",
 	capi.PutRefusedRange:     "out_of_range",
+	capi.PutRefusedHolder:    "holder",
 }
 
 // putLogEvery is the most often the engine logs refused guarded PUTs: a peer that keeps writing
