@@ -9,7 +9,10 @@ import (
 	"github.com/velo-go/velo/velo/transport"
 )
 
-var _ transport.RMAWriter = (*Transport)(nil)
+var (
+	_ transport.RMAWriter      = (*Transport)(nil)
+	_ transport.PeerRegisterer = (*Transport)(nil)
+)
 
 // RegisterMemoryWritable implements transport.RMAWriter: an engine registration with write access
 // only. Its sealed key says so, and the engine refuses a guarded GET through it and a guarded PUT

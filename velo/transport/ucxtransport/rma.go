@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/velo-go/velo/ucx"
 	"github.com/velo-go/velo/velo/transport"
@@ -54,6 +55,20 @@ func (t *Transport) register(call string, mem []byte, opts ucx.RegisterOptions, 
 // RegisterMemoryMany implements transport.ManyRegisterer: the engine registers every region
 // under one hold of its lock.
 func (t *Transport) RegisterMemoryMany(mems [][]byte) ([]transport.Registration, []error) {
+	return t.registerMany(mems, ucx.RegisterOptions{})
+}
+
+// RegisterMemoryFor implements transport.PeerRegisterer: each region is registered with its own
+// key, bound to peer. The owner's guard serves a guarded GET through such a key only when it
+// arrives on one of this transport's endpoints to peer (ucx.RegisterOptions.Holder), so a key
+// read off the wire is worth nothing to any other process. Over InfiniBand RC and DC the HCA
+// serves the read, checking key and range but not who asks.
+func (t *Transport) RegisterMemoryFor(peer transport.InstanceID, mems [][]byte) ([]transport.Registration, []error) {
+	return t.registerMany(mems, ucx.RegisterOptions{Holder: uint64(peer)})
+}
+
+// registerMany registers every region under one hold of the engine's lock, with opts.
+func (t *Transport) registerMany(mems [][]byte, opts ucx.RegisterOptions) ([]transport.Registration, []error) {
 	out := make([]transport.Registration, len(mems))
 	errs := make([]error, len(mems))
 	if t.isClosed() {
@@ -62,7 +77,7 @@ func (t *Transport) RegisterMemoryMany(mems [][]byte) ([]transport.Registration,
 		}
 		return out, errs
 	}
-	regs, rerrs := t.eng.RegisterMany(context.Background(), mems)
+	regs, rerrs := t.eng.RegisterManyWith(context.Background(), mems, opts)
 	for i, r := range regs {
 		if rerrs[i] != nil {
 			errs[i] = fmt.Errorf("ucx: registering %d bytes: %w", len(mems[i]), rerrs[i])
@@ -174,8 +189,13 @@ func (t *Transport) get(ctx context.Context, id transport.InstanceID, key []byte
 	if err != nil {
 		return err
 	}
-	if cerr := t.withConn(ctx, p, func(c *ucx.Conn) { err = c.GetKeyWith(ctx, dst, k, offset, opts) }); cerr != nil {
-		return cerr
+	for w := (holderWait{}); ; {
+		if cerr := t.withConn(ctx, p, func(c *ucx.Conn) { err = c.GetKeyWith(ctx, dst, k, offset, opts) }); cerr != nil {
+			return cerr
+		}
+		if !w.again(ctx, err) {
+			break
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("ucx: GET of %d bytes from %016x: %w", len(dst), uint64(id), err)
@@ -222,17 +242,81 @@ func (t *Transport) ReadMany(ctx context.Context, id transport.InstanceID, reads
 		kr = append(kr, ucx.KeyRead{Key: k, Offset: r.Offset, Dst: r.Dst, DstMemory: mt})
 		index = append(index, i)
 	}
-	if len(kr) == 0 {
-		return
-	}
-	err = t.withConn(ctx, p, func(c *ucx.Conn) {
-		c.GetMany(ctx, kr, window, func(j int, err error) { report(index[j], err) })
-	})
-	if err != nil {
-		for _, i := range index {
-			report(i, err)
+	for w := (holderWait{}); len(kr) > 0; {
+		// Reads the owner answered "not yet connected back" go again together (holderWait).
+		var again []int
+		err = t.withConn(ctx, p, func(c *ucx.Conn) {
+			c.GetMany(ctx, kr, window, func(j int, err error) {
+				if notYetBound(err) && w.waiting() {
+					again = append(again, j)
+					return
+				}
+				report(index[j], err)
+			})
+		})
+		if err != nil {
+			for _, i := range index {
+				report(i, err)
+			}
+			return
+		}
+		if len(again) == 0 {
+			return
+		}
+		kr2, index2 := kr[:0:0], index[:0:0]
+		for _, j := range again {
+			kr2, index2 = append(kr2, kr[j]), append(index2, index[j])
+		}
+		kr, index = kr2, index2
+		if !w.pause(ctx) {
+			for _, i := range index {
+				report(i, fmt.Errorf("ucx: %w", ctx.Err()))
+			}
+			return
 		}
 	}
+}
+
+// The owner serves a key given to this instance only to requests on its own endpoints to this
+// instance (ucx.RegisterOptions.Holder), and a first read can reach the owner on an endpoint
+// the owner has not yet connected back to (it does so when this side's hello arrives). The owner
+// then answers StatusNotConnected, and the read goes again after a pause that grows, for up to
+// holderWaitFor in all.
+const holderWaitFor = 2 * time.Second
+
+// notYetBound reports whether err is the owner's "not on an endpoint I connected" answer.
+func notYetBound(err error) bool { return errors.Is(err, ucx.StatusNotConnected) }
+
+// holderWait paces the reads that go again.
+type holderWait struct {
+	start time.Time
+	next  time.Duration
+}
+
+// waiting reports whether there is time left to try again.
+func (w *holderWait) waiting() bool {
+	if w.start.IsZero() {
+		w.start = time.Now()
+	}
+	return time.Since(w.start) < holderWaitFor
+}
+
+// pause sleeps before the next try; false when ctx ended first.
+func (w *holderWait) pause(ctx context.Context) bool {
+	w.next = min(max(2*w.next, time.Millisecond), 50*time.Millisecond)
+	tm := time.NewTimer(w.next)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// again reports whether a read that ended with err should go again, after pausing for it.
+func (w *holderWait) again(ctx context.Context, err error) bool {
+	return notYetBound(err) && w.waiting() && w.pause(ctx)
 }
 
 // oneSidedPeer is peer id, which must be registered for one-sided operations; what ("GET from",
