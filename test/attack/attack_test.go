@@ -26,9 +26,14 @@ package attack
 //	  data by rendezvous write nothing; a write-only key reads     past_the_registration,write_key_*,
 //	  nothing (guardput_test.go, against cmd/putvictim)            length_lies,by_rendezvous,
 //	                                                               get_through_the_write_key}
-//	a run (one registration for a batch's neighbouring leases):   TestBatchRunKeys/{past_the_run,
-//	  its token reads nothing outside the run, nor anything        across_the_run_end,before_the_run,
-//	  once its last lease ended (runs_test.go)                     middle_of_g,revoked_d,_e,_f}
+//	a run (one registration for a batch's neighbouring leases):   TestBatchRunKeys/{inside_the_run,
+//	  its token reads nothing from another process inside the      past_the_run,across_the_run_end,
+//	  run, nor anything outside it, nor anything once its last     before_the_run,middle_of_g,
+//	  lease ended (runs_test.go)                                   revoked_d,_e,_f}
+//	keys bound to their holder: reads taken off the wire of a     TestSniffedKeys/{without_the_secret,
+//	  live pair (leases and a run) read nothing from another       with_the_secret,
+//	  process's endpoint, with or without the secret, nor from     member_with_the_secret}
+//	  an authenticated member's own (holder_test.go)
 //	UCX frames: none forged in an authenticated peer's name is   TestForgedFrames/{every_epoch,
 //	  delivered, at any epoch it opened or any seq; a forged bye    while_streaming,bye}
 //	  does not end the peer; its own messages are all delivered
