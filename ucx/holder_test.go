@@ -92,6 +92,22 @@ func TestKeyBoundToHolder(t *testing.T) {
 	require.Equal(t, src.Bytes()[8192:12288], dst)
 	require.NoError(t, reg.Unregister(context.Background()))
 	require.NoError(t, open.Unregister(context.Background()))
+
+	// A write key bound to the holder: the guarded PUT writes through it from the holder's
+	// endpoint alone.
+	dstMem := allocFilled(t, 8192, 92)
+	before := append([]byte(nil), dstMem.Bytes()...)
+	wreg, err := owner.RegisterWith(ctx, dstMem.Bytes(), RegisterOptions{Access: AccessWrite, Holder: holderID})
+	require.NoError(t, err)
+	kw, err := ParseRegionKey(wreg.RemoteKey())
+	require.NoError(t, err)
+	if m, _ := oc.RMAMode(ctx); m == RMAGuarded {
+		require.ErrorIs(t, oc.PutKey(ctx, sentinel[:64], kw, 0), ErrRemoteKeyRevoked, "another holder's write")
+		require.Equal(t, before, dstMem.Bytes(), "a refused write changed the target")
+		require.NoError(t, hc.PutKey(ctx, sentinel[:64], kw, 128), "the holder's own write")
+		require.Equal(t, sentinel[:64], dstMem.Bytes()[128:192])
+	}
+	require.NoError(t, wreg.Unregister(context.Background()))
 }
 
 func isNotConnected(err error) bool { return errors.Is(err, StatusNotConnected) }

@@ -69,6 +69,6 @@ func (e *Engine) foldPutCounts() {
 		}
 		args = append(args, "last", last)
 	}
-	e.log.Warn(fmt.Sprintf("ucx: refused guarded PUT requests: a peer tried to write without a live write key for the range (at most one line per %v; ucx_engine_guarded_put_requests_total counts them all)", putLogEvery), args...)
+	e.log.Warn(fmt.Sprintf("ucx: refused guarded PUT requests: a peer tried to write without a live write key of its own for the range (at most one line per %v; ucx_engine_guarded_put_requests_total counts them all)", putLogEvery), args...)
 	p.held = [capi.PutRefusedKinds]uint64{}
 }
