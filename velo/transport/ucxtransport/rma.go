@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/velo-go/velo/ucx"
@@ -242,38 +243,57 @@ func (t *Transport) ReadMany(ctx context.Context, id transport.InstanceID, reads
 		kr = append(kr, ucx.KeyRead{Key: k, Offset: r.Offset, Dst: r.Dst, DstMemory: mt})
 		index = append(index, i)
 	}
-	for w := (holderWait{}); len(kr) > 0; {
-		// Reads the owner answered "not yet connected back" go again together (holderWait).
+	t.untilBound(ctx, p, index, func(c *ucx.Conn, sel []int, done func(j int, err error)) {
+		c.GetMany(ctx, pick(kr, sel), window, done)
+	}, report)
+}
+
+// pick is the entries of all at the positions sel, in that order (all itself when sel is every
+// position, as on the first try).
+func pick[T any](all []T, sel []int) []T {
+	if len(sel) == len(all) {
+		return all
+	}
+	out := make([]T, len(sel))
+	for j, s := range sel {
+		out[j] = all[s]
+	}
+	return out
+}
+
+// untilBound runs op on an endpoint to p for the operations index names (op's sel are positions
+// in index; its done(j) reports sel[j]), reports each outcome with report(index[...]), and runs
+// op again, after a pause, on those the peer answered "not yet connected back" (holderWait).
+func (t *Transport) untilBound(ctx context.Context, p *peer, index []int, op func(c *ucx.Conn, sel []int, done func(j int, err error)), report func(i int, err error)) {
+	sel := make([]int, len(index))
+	for j := range sel {
+		sel[j] = j
+	}
+	for w := (holderWait{}); len(sel) > 0; {
 		var again []int
-		err = t.withConn(ctx, p, func(c *ucx.Conn) {
-			c.GetMany(ctx, kr, window, func(j int, err error) {
+		err := t.withConn(ctx, p, func(c *ucx.Conn) {
+			op(c, sel, func(j int, err error) {
 				if notYetBound(err) && w.waiting() {
-					again = append(again, j)
+					again = append(again, sel[j])
 					return
 				}
-				report(index[j], err)
+				report(index[sel[j]], err)
 			})
 		})
 		if err != nil {
-			for _, i := range index {
-				report(i, err)
+			for _, s := range sel {
+				report(index[s], err)
 			}
 			return
 		}
-		if len(again) == 0 {
-			return
-		}
-		kr2, index2 := kr[:0:0], index[:0:0]
-		for _, j := range again {
-			kr2, index2 = append(kr2, kr[j]), append(index2, index[j])
-		}
-		kr, index = kr2, index2
-		if !w.pause(ctx) {
-			for _, i := range index {
-				report(i, fmt.Errorf("ucx: %w", ctx.Err()))
+		if len(again) > 0 && !w.pause(ctx) {
+			for _, s := range again {
+				report(index[s], fmt.Errorf("ucx: %w", ctx.Err()))
 			}
 			return
 		}
+		slices.Sort(again) // pick's order: a retry of every operation is the whole list again
+		sel = again
 	}
 }
 
