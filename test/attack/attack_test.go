@@ -114,21 +114,34 @@ func TestOneSidedWrites(t *testing.T) {
 	}
 }
 
+// TestAtomics sends fetching atomics at each target. With velo's guard (patches 0003 and 0007)
+// every one is answered with a refusal, never left waiting, and counted as kind atomic; none
+// reaches UCX's stub for ids without a handler.
 func TestAtomics(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
+	ops := []string{"add", "swap", "cswap", "xor"}
 	for _, tg := range f.targets() {
 		t.Run(tg.name, func(t *testing.T) {
 			f.t = t
 			before, dropped := f.counters(), f.victimLog(noHandler(ucpAtomicReq))
-			r := f.atk.ok(map[string]any{"op": "atomic", "atomics": []string{"add", "swap", "cswap", "xor"}, "addr": tg.addr &^ 7,
+			atomicsBefore := sum(series(f.victim, "ucx_engine_rma_refused_total"), "kind=atomic")
+			r := f.atk.ok(map[string]any{"op": "atomic", "atomics": ops, "addr": tg.addr &^ 7,
 				"value": uint64(0x4141414141414141), "key": tg.key, "timeout": "1500ms"})
 			for op, x := range r["ops"].(map[string]any) {
 				m := x.(map[string]any)
 				t.Logf("atomic %s at %#x with key %s: %v", op, tg.addr&^7, short(tg.key), m["status"])
 				assert.NotEqual(t, "ok", m["status"], "atomic %s completed as if served (fetched %v)", op, m["fetched"])
+				if f.guardEnforced() {
+					assert.Contains(t, m["status"], "REJECTED", "atomic %s was not answered with the guard's refusal", op)
+				}
 			}
 			f.afterAttack("atomics at " + tg.name)
 			f.atomicsArrived(before, dropped)
+			if f.guardEnforced() {
+				atomics := sum(series(f.victim, "ucx_engine_rma_refused_total"), "kind=atomic") - atomicsBefore
+				assert.GreaterOrEqual(t, atomics, float64(len(ops)), "the owner counted %v atomics refused, %d were sent", atomics, len(ops))
+				assert.Equal(t, dropped, f.victimLog(noHandler(ucpAtomicReq)), "atomic requests reached UCX's stub for ids without a handler")
+			}
 		})
 	}
 }
