@@ -50,6 +50,12 @@ func (e *Engine) Connect(ctx context.Context, addr []byte, opts ConnectOptions) 
 	}
 	c.ep, c.id = ep, ep.ID()
 	e.conns[c.id] = c
+	if opts.Holder != 0 {
+		if err := e.w.guardBindEp(ep, opts.Holder); err != nil {
+			c.startClose(e, CloseForce, nil)
+			return nil, err
+		}
+	}
 	// Wireup messages are queued on the new endpoint: have the progressor send them.
 	e.kick()
 	return c, nil
@@ -118,6 +124,11 @@ func (c *Conn) startClose(e *Engine, mode CloseMode, waiter *Op) {
 	}
 	if c.ep.Err() != nil {
 		mode = CloseForce
+	}
+	// The endpoint speaks for its holder no longer: once closed, its address may come back for
+	// another peer's endpoint.
+	if c.opts.Holder != 0 {
+		e.w.guardUnbindEp(c.ep)
 	}
 	op := &engineOp{kind: opClose, op: newOp(), conn: c}
 	req, err := c.ep.Close(mode)

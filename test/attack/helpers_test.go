@@ -172,6 +172,7 @@ type sealedKey struct {
 	token      uint64
 	base, size uint64
 	ucxKey     string // hex
+	raw        string // the whole envelope, hex
 }
 
 func parseSealedKey(t testing.TB, h string) sealedKey {
@@ -184,7 +185,7 @@ func parseSealedKey(t testing.TB, h string) sealedKey {
 	return sealedKey{
 		slot: binary.LittleEndian.Uint32(b[8:]), token: binary.LittleEndian.Uint64(b[16:]),
 		base: binary.LittleEndian.Uint64(b[24:]), size: binary.LittleEndian.Uint64(b[32:]),
-		ucxKey: hex.EncodeToString(b[40 : 40+n]),
+		ucxKey: hex.EncodeToString(b[40 : 40+n]), raw: h,
 	}
 }
 
@@ -335,6 +336,7 @@ func (f *fixture) guardEnforced() bool {
 // counters are the victim's refusal counters, for before-and-after comparisons.
 type counters struct {
 	rmaRefused, guardRefused, framesDropped, amDropped float64
+	holderRefused                                      float64 // guarded requests not on the key's holder's endpoint
 	byKind                                             map[string]float64
 }
 
@@ -343,6 +345,7 @@ func (f *fixture) counters() counters {
 	drops := series(f.victim, "velo_ucx_transport_frames_dropped_total")
 	return counters{
 		rmaRefused:    sum(rma),
+		holderRefused: sum(rma, "kind=holder"),
 		guardRefused:  sum(series(f.victim, "ucx_engine_guarded_get_requests_total"), "outcome=refused"),
 		framesDropped: sum(drops),
 		amDropped:     sum(series(f.victim, "ucx_engine_am_dropped_total")),

@@ -33,6 +33,12 @@ func (r *Registry) ServeWrite(g *Region, off, n int, writer transport.InstanceID
 		return nil, nil, nil, metrics.ReasonNotConfigured, fmt.Errorf("rdma: the %s transport cannot register memory for writing", r.backend)
 	}
 	register := wr.RegisterMemoryWritable
+	if pw, ok := r.rma.(transport.PeerWriteRegisterer); ok {
+		// The key writes only through the writer's own connections.
+		register = func(mem []byte) (transport.Registration, error) {
+			return pw.RegisterMemoryWritableFor(writer, mem)
+		}
+	}
 	if g.memory.Typed() {
 		// Device memory is registered for writing with its type, where the transport can; any
 		// other transport's grant goes by chunks, which the receiver copies in with the

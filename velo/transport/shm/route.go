@@ -252,6 +252,15 @@ func (r *routeFull) RegisterMemoryWritable(mem []byte) (transport.Registration, 
 	return r.inner.(transport.RMAWriter).RegisterMemoryWritable(mem)
 }
 
+// RegisterMemoryWritableFor binds the write key to peer where the UCX transport can; write
+// grants always go through it (the same-host path serves reads only).
+func (r *routeFull) RegisterMemoryWritableFor(peer transport.InstanceID, mem []byte) (transport.Registration, error) {
+	if pw, ok := r.inner.(transport.PeerWriteRegisterer); ok {
+		return pw.RegisterMemoryWritableFor(peer, mem)
+	}
+	return r.inner.(transport.RMAWriter).RegisterMemoryWritable(mem)
+}
+
 func (r *routeFull) RegisterMemoryWritableOf(mem []byte, t transport.MemoryType) (transport.Registration, error) {
 	return r.inner.(transport.MemoryRMAWriter).RegisterMemoryWritableOf(mem, t)
 }

@@ -161,7 +161,10 @@ func (t *Transport) openLocked(ctx context.Context, p *peer, slot uint32) (*outC
 		body = insertHelloProof(body, proof)
 	}
 	c, err := t.eng.Connect(ctx, worker, ucx.ConnectOptions{
-		ErrorMode:   ucx.ErrorModePeer,
+		ErrorMode: ucx.ErrorModePeer,
+		// Keys this transport gives to the peer (RegisterMemoryFor) are served on this
+		// endpoint and the others to the same peer, and on no other.
+		Holder:      uint64(p.id),
 		OnError:     func(err error) { t.connFailed(oc, err) },
 		VectoredGet: getv,
 		VectoredPut: putv,
