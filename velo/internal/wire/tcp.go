@@ -10,10 +10,19 @@ import (
 // recognised at once and dropped instead of being read as a frame length.
 var HelloMagic = [4]byte{'V', 'E', 'L', 'O'}
 
-// HelloVersion is the TCP transport's wire version. A peer that speaks another one is refused
-// during the hello with an error naming both versions. Version 2 added the authentication mode
-// and the nonce, version 3 the control frames of the idle close (TCPControl).
+// HelloVersion is the TCP transport's wire version, the newest this build speaks. Version 2 added
+// the authentication mode and the nonce, version 3 the control frames of the idle close
+// (TCPControl); the hello itself is laid out alike in both.
 const HelloVersion = 3
+
+// HelloVersionMin is the oldest wire version this build speaks, so that a cluster can be upgraded
+// one member at a time: a connection speaks the dialer's version when the acceptor speaks it too,
+// and on a version-2 connection neither side sends a control frame. A peer that speaks a version
+// outside HelloVersionMin..HelloVersion is refused during the hello with an error naming them.
+const HelloVersionMin = 2
+
+// HelloVersionControl is the first wire version with control frames (TCPControl).
+const HelloVersionControl = 3
 
 // HelloNonceLen is the length of the hello's nonce, fresh random bytes per connection: the
 // challenge the other side's proof must cover, so a recorded proof never answers a new hello.
@@ -60,7 +69,8 @@ func AppendHello(b []byte, h Hello) ([]byte, error) {
 	return w.b, w.err
 }
 
-// DecodeHello decodes one complete hello. It refuses a wrong magic or version.
+// DecodeHello decodes one complete hello. It refuses a wrong magic, or a version outside
+// HelloVersionMin..HelloVersion.
 func DecodeHello(b []byte) (Hello, error) {
 	r := newReader("tcp hello", b)
 	magic := r.take(4, "magic")
@@ -69,9 +79,9 @@ func DecodeHello(b []byte) (Hello, error) {
 	}
 	var h Hello
 	h.Version = r.u8("version")
-	if r.err == nil && h.Version != HelloVersion {
-		return Hello{}, fmt.Errorf("%w: %w: tcp hello version %d, this build speaks %d: run the same velo release on both sides",
-			ErrMalformed, ErrVersion, h.Version, HelloVersion)
+	if r.err == nil && (h.Version < HelloVersionMin || h.Version > HelloVersion) {
+		return Hello{}, fmt.Errorf("%w: %w: tcp hello version %d, this build speaks %d to %d: run velo releases that share a wire version on both sides",
+			ErrMalformed, ErrVersion, h.Version, HelloVersionMin, HelloVersion)
 	}
 	h.Auth = r.u8("authentication mode")
 	copy(h.Nonce[:], r.take(HelloNonceLen, "nonce"))

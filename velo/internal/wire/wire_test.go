@@ -22,7 +22,13 @@ func TestDecodersNameTheProblem(t *testing.T) {
 			b[4] = 0
 			_, err := DecodeHello(b)
 			return err
-		}(), true, "same velo release"},
+		}(), true, "speaks 2 to 3"},
+		{"future hello", func() error {
+			b := append([]byte(nil), hello...)
+			b[4] = HelloVersion + 1
+			_, err := DecodeHello(b)
+			return err
+		}(), true, "share a wire version"},
 		{"zero id hello", func() error { _, err := DecodeHello(mustHello(t, Hello{Version: HelloVersion})); return err }(), false, "reserved"},
 		{"trailing", func() error { _, err := DecodeHandle(append(AppendHandle(nil, Handle{Owner: 1}), 0)); return err }(), false, "trailing"},
 		{"bad port", func() error { _, err := EncodeTCPAddr("host:0"); return err }(), false, "port"},
@@ -78,5 +84,18 @@ func TestResponseHeaderIsFixedSize(t *testing.T) {
 	b := AppendHeader(nil, Header{Kind: KindResponse, ID: 1})
 	if len(b) != HeaderLen {
 		t.Fatalf("header is %d bytes, HeaderLen says %d", len(b), HeaderLen)
+	}
+}
+
+// TestHelloOfTheOldestVersionDecodes: a version-2 hello (an instance of the previous release) is
+// read as it is, so the transport can speak version 2 with it.
+func TestHelloOfTheOldestVersionDecodes(t *testing.T) {
+	b := mustHello(t, Hello{Version: HelloVersionMin, ID: 5, Incarnation: 6, MaxFrame: 1 << 20})
+	h, err := DecodeHello(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Version != HelloVersionMin || h.ID != 5 {
+		t.Fatalf("decoded %+v", h)
 	}
 }

@@ -20,6 +20,8 @@ func FuzzReadHello(f *testing.F) {
 	addr, _ := wire.EncodeTCPAddr("127.0.0.1:9")
 	good, _ := wire.AppendHello(nil, wire.Hello{Version: wire.HelloVersion, ID: 3, Incarnation: 4, MaxFrame: 1 << 20, Addr: addr})
 	f.Add(good)
+	old, _ := wire.AppendHello(nil, wire.Hello{Version: wire.HelloVersionMin, ID: 3, Incarnation: 4, MaxFrame: 1 << 20, Addr: addr})
+	f.Add(old)
 	f.Add(good[:10])
 	f.Add(append(append([]byte(nil), good[:wire.HelloFixedLen-2]...), 0xff, 0xff))
 	f.Add([]byte("SSH-2.0-OpenSSH_9.2\r\n"))
@@ -31,7 +33,7 @@ func FuzzReadHello(f *testing.F) {
 			}
 			return
 		}
-		if h.ID == 0 || h.Version != wire.HelloVersion {
+		if h.ID == 0 || h.Version < wire.HelloVersionMin || h.Version > wire.HelloVersion {
 			t.Fatalf("accepted %+v", h)
 		}
 	})

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -159,9 +160,11 @@ func tlsSession(tc *tls.Conn) ([]byte, error) {
 	return cs.ExportKeyingMaterial(tlsSessionLabel, nil, 32)
 }
 
-func (t *Transport) newHello() (wire.Hello, []byte, error) {
+// newHello is this side's hello in the given wire version: the newest when dialing, the dialer's
+// when answering.
+func (t *Transport) newHello(version uint8) (wire.Hello, []byte, error) {
 	h := wire.Hello{
-		Version: wire.HelloVersion, Auth: uint8(t.mode), ID: uint64(t.host.LocalID()), Incarnation: t.host.Incarnation(),
+		Version: version, Auth: uint8(t.mode), ID: uint64(t.host.LocalID()), Incarnation: t.host.Incarnation(),
 		MaxFrame: uint32(t.cfg.MaxFrameSize), Addr: t.blob,
 	}
 	if _, err := rand.Read(h.Nonce[:]); err != nil {
@@ -186,9 +189,15 @@ func (t *Transport) checkMode(h wire.Hello) error {
 	}
 }
 
-// handshakeDial runs the dialer's side on a fresh connection and returns the connection to use
-// (the TLS session in TLS mode), its buffered reader and what the peer said.
-func (t *Transport) handshakeDial(nc net.Conn) (net.Conn, *frameReader, peerAuth, error) {
+// errOlderPeer: the acceptor hung up on a hello of the newest wire version before a byte of its
+// own came, as a release that speaks only an older one does; the dial is tried once more in the
+// oldest version.
+var errOlderPeer = errors.New("the peer hung up on the hello: it may speak an older wire version")
+
+// handshakeDial runs the dialer's side on a fresh connection, with a hello of the given wire
+// version, and returns the connection to use (the TLS session in TLS mode), its buffered reader
+// and what the peer said; the peer's hello carries the version the connection speaks.
+func (t *Transport) handshakeDial(nc net.Conn, version uint8) (net.Conn, *frameReader, peerAuth, error) {
 	var pa peerAuth
 	if t.mode == auth.ModeTLS {
 		tc := tls.Client(nc, t.cfg.Auth.TLS.ClientConfig())
@@ -203,7 +212,7 @@ func (t *Transport) handshakeDial(nc net.Conn) (net.Conn, *frameReader, peerAuth
 		}
 	}
 	br := newFrameReader(nc)
-	_, mine, err := t.newHello()
+	_, mine, err := t.newHello(version)
 	if err != nil {
 		return nc, nil, pa, err
 	}
@@ -211,6 +220,12 @@ func (t *Transport) handshakeDial(nc net.Conn) (net.Conn, *frameReader, peerAuth
 		return nc, nil, pa, tlsFailure(err)
 	}
 	theirs, raw, err := readHello(br)
+	if err != nil && version > wire.HelloVersionMin && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
+		return nc, nil, pa, errOlderPeer
+	}
+	if err == nil && theirs.Version > version {
+		return nc, nil, pa, failed(reasonVersion, "tcp: instance %016x answered a version %d hello in version %d", theirs.ID, version, theirs.Version)
+	}
 	if errors.Is(err, io.EOF) && t.mode == auth.ModeNone {
 		return nc, nil, pa, failed(reasonModeMismatch, "tcp: the peer closed the connection during the hello: it requires credentials this instance lacks (docs/security.md)")
 	}
@@ -268,17 +283,19 @@ func (t *Transport) handshakeAccept(nc net.Conn, accepted func(net.Conn, *frameR
 	if transport.InstanceID(theirs.ID) == t.host.LocalID() {
 		return nc, failed(reasonOwnID, "the peer claims this instance's own id")
 	}
+	// The answer speaks the dialer's version (readHello took only versions this build speaks),
+	// so a dialer of the previous release reads it, and the connection speaks that version.
 	if err := t.checkMode(theirs); err != nil {
 		// Without credentials there is nothing to protect: say our hello, so the dialer learns
 		// why from the mode in it. With them, a peer that cannot authenticate gets nothing.
 		if t.mode == auth.ModeNone {
-			if _, mine, herr := t.newHello(); herr == nil {
+			if _, mine, herr := t.newHello(theirs.Version); herr == nil {
 				nc.Write(mine)
 			}
 		}
 		return nc, err
 	}
-	_, mine, err := t.newHello()
+	_, mine, err := t.newHello(theirs.Version)
 	if err != nil {
 		return nc, err
 	}
@@ -341,7 +358,7 @@ func readHello(br io.Reader) (wire.Hello, []byte, error) {
 	if _, err := io.ReadFull(br, fixed[:5]); err != nil {
 		return wire.Hello{}, nil, fmt.Errorf("reading hello: %w", err)
 	}
-	if string(fixed[:4]) != string(wire.HelloMagic[:]) || fixed[4] != wire.HelloVersion {
+	if string(fixed[:4]) != string(wire.HelloMagic[:]) || fixed[4] < wire.HelloVersionMin || fixed[4] > wire.HelloVersion {
 		h, err := wire.DecodeHello(fixed[:5]) // reports the bad magic or the other version
 		return h, nil, err
 	}

@@ -131,7 +131,9 @@ func (w *idleWatch) run(t *Transport) {
 
 // closeIdle asks a goodbye on every connection idle for IdleTimeout and on the least recently
 // used ones beyond the budget, and drops connections whose goodbye exchange stalled. It reports
-// whether the budget is still exceeded by connections in use.
+// whether the budget is still exceeded by connections in use. A connection to a peer of the
+// previous release (wire version 2, conn.noGoodbye) has no goodbye: it counts toward the budget
+// but is never closed here, so it never makes the watch look again sooner either.
 func (t *Transport) closeIdle(now time.Time) (over bool) {
 	t.mu.Lock()
 	if t.closed {
@@ -164,20 +166,27 @@ func (t *Transport) closeIdle(now time.Time) (over bool) {
 	}
 	sort.Slice(active, func(i, j int) bool { return active[i].lastUse.Load() < active[j].lastUse.Load() })
 	excess := len(active) - t.cfg.MaxConnections
+	kept := 0 // connections with a goodbye left open: in use, or within the budget
 	for _, c := range active {
+		if c.noGoodbye {
+			continue
+		}
 		quiet := now.UnixNano() - c.lastUse.Load()
 		switch {
 		case t.cfg.IdleTimeout > 0 && quiet >= int64(t.cfg.IdleTimeout):
 			if c.goodbye(closeIdle) {
 				excess--
+				continue
 			}
 		case excess > 0 && quiet >= int64(inUse):
 			if c.goodbye(closeBudget) {
 				excess--
+				continue
 			}
 		}
+		kept++
 	}
-	return excess > 0
+	return excess > 0 && kept > 0
 }
 
 // goodbye asks the peer to close c, unless c is in use: a frame being written, a call waiting for

@@ -340,6 +340,9 @@ func (c *conn) delivered() {
 
 // readControl reads the body of a control frame of n bytes and acts on it.
 func (c *conn) readControl(n int) error {
+	if c.noGoodbye {
+		return fmt.Errorf("%w: a frame length word with the top bit set from a wire version 2 peer, which has no control frames", wire.ErrMalformed)
+	}
 	if n > wire.TCPControlMaxLen {
 		return fmt.Errorf("%w: a control frame of %d bytes (at most %d)", wire.ErrMalformed, n, wire.TCPControlMaxLen)
 	}

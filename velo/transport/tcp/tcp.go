@@ -9,8 +9,11 @@
 //     sending on the connection it had first and reads both; per-direction order holds because a
 //     sender never switches connections while one is up.
 //   - Every connection opens with a versioned hello that names the instance, its incarnation, the
-//     largest frame it reads, and its own listening address. The acceptor learns where to reconnect;
-//     a peer on another wire version is refused at once with both versions in the error.
+//     largest frame it reads, and its own listening address. The acceptor learns where to reconnect.
+//     The connection speaks the dialer's wire version when the acceptor speaks it too: version 3,
+//     or version 2 with a member of the previous release (the dialer tries 3 first, and 2 when
+//     the peer hangs up on it), so a cluster upgrades one member at a time. A peer on any other
+//     version is refused at once with the versions in the error.
 //   - Frames are a 4-byte big-endian length and the bytes. The receiver enforces its maximum before
 //     it allocates anything, so a hostile or buggy peer cannot make it allocate gigabytes; it drops
 //     that connection only.
@@ -29,7 +32,8 @@
 //     frame, and least recently used first while more than Config.MaxConnections are open. The
 //     two sides agree on the close first (a goodbye and its answer, transport control frames the
 //     runtime never sees), so that it cuts nothing in flight and neither side takes it for a lost
-//     peer; the next Send either way opens a new connection.
+//     peer; the next Send either way opens a new connection. A version 2 peer has no goodbye, so
+//     its connection is never closed as idle.
 package tcp
 
 import (
@@ -93,6 +97,8 @@ type Config struct {
 	// written or half read, no call of this side waiting for its answer on it), the peer is not
 	// reported down, and the next frame either way opens a new connection. A connection in use is
 	// never chosen, so a burst to more peers than the budget exceeds it until the traffic pauses.
+	// A connection to a member of the previous release (wire version 2) has no goodbye: it counts
+	// toward the budget but is never closed, neither by the budget nor by IdleTimeout.
 	MaxConnections int
 	// IdleTimeout closes a connection that carried no frame in either direction for that long,
 	// the same way (default DefaultIdleTimeout; negative keeps idle connections open).
@@ -183,6 +189,9 @@ type conn struct {
 	gbSince time.Time     // when gb last changed (guarded by wmu)
 	retired atomic.Bool   // the two sides agreed to close: nothing is sent on it, and its end is quiet
 	reason  string        // why it closes, for the closes metric (set before retired)
+	// noGoodbye: the connection speaks wire version 2 (a peer of the previous release), which
+	// has no control frames: it is never closed as idle, and a control frame on it is refused.
+	noGoodbye bool
 }
 
 // New creates a TCP transport: it listens (or takes Config.Listener) at once, so Address is valid
@@ -453,7 +462,18 @@ func (t *Transport) connFor(ctx context.Context, id transport.InstanceID) (*conn
 	}
 }
 
+// dial connects to the peer in the newest wire version, and in the oldest when the peer hung up
+// on that hello as a release that speaks only the oldest does: a member of the previous release
+// stays reachable while a cluster is upgraded one member at a time.
 func (t *Transport) dial(ctx context.Context, id transport.InstanceID, addr string, inc uint64) (*conn, error) {
+	c, err := t.dialVersion(ctx, id, addr, inc, wire.HelloVersion)
+	if errors.Is(err, errOlderPeer) {
+		c, err = t.dialVersion(ctx, id, addr, inc, wire.HelloVersionMin)
+	}
+	return c, err
+}
+
+func (t *Transport) dialVersion(ctx context.Context, id transport.InstanceID, addr string, inc uint64, version uint8) (*conn, error) {
 	dctx, cancel := context.WithTimeout(ctx, t.cfg.DialTimeout)
 	defer cancel()
 	var d net.Dialer
@@ -464,7 +484,11 @@ func (t *Transport) dial(ctx context.Context, id transport.InstanceID, addr stri
 	if dl, ok := dctx.Deadline(); ok {
 		nc.SetDeadline(dl)
 	}
-	nc, br, pa, err := t.handshakeDial(nc)
+	nc, br, pa, err := t.handshakeDial(nc, version)
+	if errors.Is(err, errOlderPeer) {
+		nc.Close()
+		return nil, err // not counted: the dial tries again in the oldest version
+	}
 	if err != nil {
 		nc.Close()
 		t.refused("outbound", nc.RemoteAddr(), err)
@@ -504,7 +528,7 @@ func (t *Transport) authenticated(pa peerAuth) {
 // adopt registers a connection whose hello succeeded and starts its reader.
 func (t *Transport) adopt(nc net.Conn, br *frameReader, h wire.Hello) (*conn, error) {
 	id := transport.InstanceID(h.ID)
-	c := &conn{t: t, nc: nc, peer: id, br: br, peerMax: int(h.MaxFrame)}
+	c := &conn{t: t, nc: nc, peer: id, br: br, peerMax: int(h.MaxFrame), noGoodbye: h.Version < wire.HelloVersionControl}
 	c.lastUse.Store(time.Now().UnixNano())
 	c.handOff = c.continueReading
 	if c.peerMax <= 0 || c.peerMax > t.cfg.MaxFrameSize {

@@ -100,21 +100,29 @@ func TestFrameSizeLimits(t *testing.T) {
 // rawPeer speaks the hello by hand so tests can then send bytes no transport would.
 func rawPeer(t *testing.T, to *Transport) (net.Conn, transport.InstanceID) {
 	t.Helper()
+	nc, id, _ := rawPeerAs(t, to, 0x5eed, wire.HelloVersion)
+	return nc, id
+}
+
+// rawPeerAs is rawPeer as instance id speaking the given wire version; it returns the hello
+// the transport answered with.
+func rawPeerAs(t *testing.T, to *Transport, id transport.InstanceID, version uint8) (net.Conn, transport.InstanceID, wire.Hello) {
+	t.Helper()
 	nc, err := net.Dial("tcp", to.Advertised())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	id := transport.InstanceID(0x5eed)
-	b, _ := wire.AppendHello(nil, wire.Hello{Version: wire.HelloVersion, ID: uint64(id), Incarnation: 1, MaxFrame: 1 << 20})
+	b, _ := wire.AppendHello(nil, wire.Hello{Version: version, ID: uint64(id), Incarnation: 1, MaxFrame: 1 << 20})
 	if _, err := nc.Write(b); err != nil {
 		t.Fatal(err)
 	}
 	nc.SetReadDeadline(time.Now().Add(wait))
-	if _, err := readHelloFrom(nc); err != nil {
+	h, err := readHelloFrom(nc)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return nc, id
+	return nc, id, h
 }
 
 func readHelloFrom(nc net.Conn) (wire.Hello, error) {
@@ -172,6 +180,7 @@ func TestBadHellosAreRefused(t *testing.T) {
 	for name, payload := range map[string][]byte{
 		"http":      []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
 		"version 9": func() []byte { b, _ := wire.AppendHello(nil, wire.Hello{Version: 9, ID: 1}); return b }(),
+		"version 1": func() []byte { b, _ := wire.AppendHello(nil, wire.Hello{Version: 1, ID: 1}); return b }(),
 		"own id": func() []byte {
 			b, _ := wire.AppendHello(nil, wire.Hello{Version: wire.HelloVersion, ID: uint64(ha.id)})
 			return b

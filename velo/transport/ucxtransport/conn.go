@@ -387,10 +387,15 @@ func (t *Transport) closeRetired(p *peer, v peerView) {
 	now := time.Now()
 	p.sendMu.Lock()
 	keep := p.retired[:0]
-	var closing []*outConn
+	type toClose struct {
+		oc       *outConn
+		finished bool // the peer finished the slot: it sends nothing more on it
+	}
+	var closing []toClose
 	for _, oc := range p.retired {
 		oc.mu.Lock()
-		ready := oc.finSent && oc.inflight == 0 && (v.finishedThrough(oc.epoch) || now.Sub(oc.retiredAt) >= t.timings.finWait)
+		finished := v.finishedThrough(oc.epoch)
+		ready := oc.finSent && oc.inflight == 0 && (finished || now.Sub(oc.retiredAt) >= t.timings.finWait)
 		if ready {
 			oc.state = connClosing
 		}
@@ -399,18 +404,37 @@ func (t *Transport) closeRetired(p *peer, v peerView) {
 			keep = append(keep, oc)
 			continue
 		}
-		closing = append(closing, oc)
+		closing = append(closing, toClose{oc, finished})
 	}
 	clear(p.retired[len(keep):])
 	p.retired = keep
 	p.sendMu.Unlock()
-	for _, oc := range closing {
+	for _, cl := range closing {
+		oc := cl.oc
 		t.wg.Add(1)
 		go func() {
 			defer t.wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), t.timings.finWait)
 			defer cancel()
-			if err := oc.c.Close(ctx, ucx.CloseFlush); err != nil && !errors.Is(err, ucx.ErrClosed) {
+			// UCP never destroys an endpoint closed in flush mode while the peer's endpoint
+			// is connected to it (ucp_ep_disconnected keeps it "to enable remote endpoints
+			// keep sending", until the worker goes), so over tcp both sockets of every
+			// retired slot stayed open. The fin exchange is the negotiated disconnect UCP
+			// lacks: once the peer finished the slot it sends nothing more on it, so flush
+			// what this side sent and close by force, which destroys the endpoint and its
+			// sockets. A peer that never answered keeps the old way: its endpoint may still
+			// send, and a forced close would read to it as this side failing.
+			mode := ucx.CloseFlush
+			if cl.finished {
+				mode = ucx.CloseForce
+				if err := oc.c.Flush(ctx); err != nil && !errors.Is(err, ucx.ErrClosed) {
+					// A failed endpoint: nothing more reaches the peer, and the forced
+					// close is the right one for it.
+					t.log.Debug("ucx: flushing a retired endpoint", "peer", fmt.Sprintf("%016x", uint64(p.id)), "slot", oc.epoch, "err", err)
+				}
+			}
+			err := oc.c.Close(ctx, mode)
+			if err != nil && !errors.Is(err, ucx.ErrClosed) {
 				t.log.Debug("ucx: closing a retired endpoint", "peer", fmt.Sprintf("%016x", uint64(p.id)), "slot", oc.epoch, "err", err)
 			}
 		}()
