@@ -13,6 +13,7 @@ import (
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/push"
 	"github.com/velo-go/velo/velo/transport"
+	"github.com/velo-go/velo/velo/transport/shm"
 )
 
 // Push: a writer puts bytes into ranges of a region a receiver granted it, and the receiver is told,
@@ -315,6 +316,13 @@ func (v *Velo) startPush() (*push.Service, error) {
 		r, rok := t.(transport.RMA)
 		if wok && rok {
 			cfg.Writer, cfg.CanRMA, cfg.WriterVia = w, r.CanGet, i
+			if v.shm != nil {
+				// The same-host path writes a grant through shared memory when the receiver
+				// registered it there (its keys say so); the route reads the keys.
+				if rw, ok := shm.Route(r, v.shm).(rmaWriter); ok {
+					cfg.Writer, cfg.CanRMA = rw, rw.CanGet
+				}
+			}
 			break
 		}
 	}
@@ -329,6 +337,12 @@ func (v *Velo) startPush() (*push.Service, error) {
 		s.Drain() // beginDrain ran before this service existed
 	}
 	return s, nil
+}
+
+// rmaWriter is an RMA transport that also writes (what a push writer needs of it).
+type rmaWriter interface {
+	transport.RMA
+	transport.RMAWriter
 }
 
 // peerIncarnation is a peer's incarnation and state as this instance knows them.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -42,6 +43,8 @@ type peer struct {
 	exited chan struct{}
 	stderr *buffer
 	ident  string
+	// sameHost: started with -same-host; link waits until two such peers' channels are proven.
+	sameHost bool
 }
 
 // buffer collects a process's standard error.
@@ -94,7 +97,8 @@ func launchPeer(t *testing.T, h *netns.Host, bin string, env []string, name stri
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	p := &peer{t: t, name: name, cmd: cmd, stdin: stdin, lines: make(chan string, 16), exited: make(chan struct{}), stderr: &buffer{}}
+	p := &peer{t: t, name: name, cmd: cmd, stdin: stdin, lines: make(chan string, 16), exited: make(chan struct{}), stderr: &buffer{},
+		sameHost: slices.Contains(flags, "-same-host")}
 	cmd.Stderr = p.stderr
 	require.NoError(t, cmd.Start())
 	go func() {
@@ -188,6 +192,18 @@ func link(t *testing.T, a, b *peer) {
 	t.Helper()
 	for _, x := range [][2]*peer{{a, b}, {b, a}} {
 		x[0].ok("peer %s", x[1].info())
+	}
+	if !a.sameHost || !b.sameHost {
+		return
+	}
+	// Each side opens its channel to the other when it registers it: a put takes the same-host
+	// path once the writer's channel to the receiver is proven.
+	for _, x := range [][2]*peer{{a, b}, {b, a}} {
+		var last map[string]any
+		require.Eventually(t, func() bool {
+			last = x[0].ok("samehost %s", x[1].ident)
+			return last["same_host"] == true
+		}, 30*time.Second, 20*time.Millisecond, "%s never took the same-host path to %s: %v", x[0].name, x[1].name, last)
 	}
 }
 

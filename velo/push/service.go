@@ -283,6 +283,7 @@ func NewMetrics() *Metrics {
 	for _, side := range Sides {
 		m.inlineWrites.WithLabelValues(side)
 		m.path.WithLabelValues(side, string(metrics.PathRDMA), string(metrics.ReasonOK))
+		m.path.WithLabelValues(side, string(metrics.PathSameHost), string(metrics.ReasonOK))
 		for _, r := range metrics.ChunkedReasons {
 			m.path.WithLabelValues(side, string(metrics.PathChunked), string(r))
 		}
@@ -290,6 +291,7 @@ func NewMetrics() *Metrics {
 	for _, d := range []string{"sent", "received"} {
 		m.bytes.WithLabelValues(d, string(metrics.PathRDMA))
 		m.bytes.WithLabelValues(d, string(metrics.PathChunked))
+		m.bytes.WithLabelValues(d, string(metrics.PathSameHost))
 	}
 	return m
 }

@@ -47,6 +47,7 @@ type held struct {
 	// again once this side can offer (acquire).
 	offered bool
 	rdma    bool
+	path    metrics.Path // on the RDMA path: rdma, or shm when every key is a same-host one
 	reason  metrics.Reason
 	keys    [][]byte
 	chunk   int
@@ -242,7 +243,7 @@ func (s *Service) putDirect(ctx context.Context, h GrantHandle, hd *held, ref wi
 func (s *Service) inlineNote(ctx context.Context, nt *notifier, ref wire.GrantRef, hd *held, r PutRequest, done func(error)) pendingNote {
 	path, reason := metrics.PathChunked, hd.reason
 	if hd.rdma {
-		path, reason = metrics.PathRDMA, metrics.ReasonOK
+		path, reason = hd.path, metrics.ReasonOK
 	}
 	w := &wire.NoteWrite{Offset: r.Offset, Payload: r.Payload, Data: r.Src}
 	return pendingNote{ref: ref, rdma: hd.rdma, write: w, ctx: ctx, done: func(err error) {
@@ -336,6 +337,7 @@ func (s *Service) ask(ctx context.Context, h GrantHandle, k heldKey, hd *held) e
 		return opErr("acquire", fmt.Errorf("%w: %d keys for %d ranges", messenger.ErrProtocol, len(resp.Keys), len(h.Ranges)))
 	}
 	hd.acquired, hd.offered, hd.rdma, hd.keys = true, offer, resp.RDMA, resp.Keys
+	hd.path = s.keysPath(resp.Keys)
 	hd.reason = metrics.Reason(resp.Reason)
 	// A chunk travels inside its request, behind its header, in one frame (RequestParts, never
 	// staged); the receiver reads it straight into the region.
@@ -345,6 +347,24 @@ func (s *Service) ask(ctx context.Context, h GrantHandle, k heldKey, hd *held) e
 		s.log.Debug("push: the receiver answered a grant on the chunked path", "receiver", fmt.Sprintf("%016x", uint64(h.Receiver)), "grant", h.ID, "reason", resp.Reason)
 	}
 	return nil
+}
+
+// sameHostKeyer is a writer that writes some keys through the same-host path (shm.Route).
+type sameHostKeyer interface{ SameHostKey(key []byte) bool }
+
+// keysPath is the lane a grant's keys take: shm when the writer writes every one of them through
+// the same-host path, rdma otherwise.
+func (s *Service) keysPath(keys [][]byte) metrics.Path {
+	sk, ok := s.cfg.Writer.(sameHostKeyer)
+	if !ok || len(keys) == 0 {
+		return metrics.PathRDMA
+	}
+	for _, k := range keys {
+		if !sk.SameHostKey(k) {
+			return metrics.PathRDMA
+		}
+	}
+	return metrics.PathSameHost
 }
 
 // forget drops an acquired grant (it ended, or its acquire failed).
@@ -362,7 +382,7 @@ func (s *Service) putRDMA(ctx context.Context, h GrantHandle, hd *held, reqs []P
 		k := h.rangeOf(r.Offset, uint64(len(r.Src)))
 		ws[j] = transport.Write{Key: hd.keys[k], Offset: r.Offset - h.Ranges[k].Offset, Src: r.Src}
 	}
-	s.m.countPath("writer", metrics.PathRDMA, metrics.ReasonOK, len(valid))
+	s.m.countPath("writer", hd.path, metrics.ReasonOK, len(valid))
 	s.cfg.Writer.WriteMany(ctx, h.Receiver, ws, window, func(j int, err error) {
 		i := valid[j]
 		if err != nil {
@@ -374,7 +394,7 @@ func (s *Service) putRDMA(ctx context.Context, h GrantHandle, hd *held, reqs []P
 			written(i, opErr("put", err))
 			return
 		}
-		s.m.addBytes("sent", metrics.PathRDMA, len(reqs[i].Src))
+		s.m.addBytes("sent", hd.path, len(reqs[i].Src))
 		written(i, nil)
 	})
 }

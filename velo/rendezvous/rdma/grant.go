@@ -33,6 +33,11 @@ func (r *Registry) ServeWrite(g *Region, off, n int, writer transport.InstanceID
 		return nil, nil, nil, metrics.ReasonNotConfigured, fmt.Errorf("rdma: the %s transport cannot register memory for writing", r.backend)
 	}
 	register := wr.RegisterMemoryWritable
+	if pw, ok := r.rma.(peerWriteRegisterer); ok {
+		// The same-host path (shm.Route) registers a grant's host memory for its writer alone
+		// when the writer holds a proven channel to this instance.
+		register = func(mem []byte) (transport.Registration, error) { return pw.RegisterMemoryWritableFor(writer, mem) }
+	}
 	if g.memory.Typed() {
 		// Device memory is registered for writing with its type, where the transport can; any
 		// other transport's grant goes by chunks, which the receiver copies in with the
@@ -71,4 +76,19 @@ func (r *Registry) ServeWrite(g *Region, off, n int, writer transport.InstanceID
 	r.g.leaseBytes.Add(float64(lr.bytes))
 	r.mu.Unlock()
 	return reg.Key(), func() { r.endLease(lr) }, reg.Dead(), metrics.ReasonOK, nil
+}
+
+// peerWriteRegisterer is an RMA writer that registers a write grant's range for its writer alone
+// (shm.Route: through shared memory when the writer is on this host's same-host path).
+type peerWriteRegisterer interface {
+	RegisterMemoryWritableFor(writer transport.InstanceID, mem []byte) (transport.Registration, error)
+}
+
+// KeyPath is the lane of a key this registry's transport issued or reads: shm for a same-host
+// key, rdma otherwise (push's path label for a grant's keys).
+func (r *Registry) KeyPath(key []byte) metrics.Path {
+	if sk, ok := r.rma.(sameHostKeyer); ok && sk.SameHostKey(key) {
+		return metrics.PathSameHost
+	}
+	return metrics.PathRDMA
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+
+	"github.com/velo-go/velo/velo/transport"
 )
 
 // BenchmarkGet is the channel alone (both ends in this process): one Get of each size through
@@ -41,5 +43,34 @@ func BenchmarkGet(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkWrite is a push's write through the channel alone (both ends in this process), beside
+// BenchmarkGet's copy.
+func BenchmarkWrite(b *testing.B) {
+	for _, n := range []int{8 << 20, 64 << 20} {
+		b.Run(fmt.Sprintf("write/%dMiB", n>>20), func(b *testing.B) {
+			owner, writer := newPair(b, Config{}, nil, nil)
+			for !writer.CanGet(1) {
+				runtime.Gosched()
+			}
+			mem := anon(b, n)
+			reg, err := owner.RegisterMemoryWritableFor(2, mem)
+			if err != nil {
+				b.Fatal(err)
+			}
+			src := make([]byte, n)
+			ws := []transport.Write{{Key: reg.Key(), Src: src}}
+			b.SetBytes(int64(n))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				writer.WriteMany(context.Background(), 1, ws, 1, func(_ int, err error) {
+					if err != nil {
+						b.Fatal(err)
+					}
+				})
+			}
+		})
 	}
 }

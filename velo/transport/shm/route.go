@@ -16,7 +16,9 @@ import (
 // channel to this instance (RegisterMemoryFor), and with inner (UCX) otherwise; it reads a key
 // here when it is a same-host key, and with inner otherwise, so each side follows what the owner
 // chose. It names inner's backend in offers, so instances with and without the path still agree.
-// Device memory, writes (push) and the registrations made without a consumer stay with inner.
+// A push grant's host memory is registered here for its writer when the writer holds a proven
+// channel to this instance (RegisterMemoryWritableFor), and a write through a same-host key goes
+// here. Device memory and the registrations made without a peer stay with inner.
 //
 // The value returned implements what inner does of transport.MemoryRMA, transport.RMAWriter and
 // transport.MemoryRMAWriter when inner implements all three (the UCX transport), and none of them
@@ -111,31 +113,13 @@ func (r *route) ForceClosePeer(peer transport.InstanceID) error {
 // ReadMany reads the same-host keys here (batched on channels) and hands the others to inner, both
 // at once.
 func (r *route) ReadMany(ctx context.Context, peer transport.InstanceID, reads []transport.Read, window int, done func(i int, err error)) {
-	var mu sync.Mutex
-	report := func(i int, err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if done != nil {
-			done(i, err)
-		}
-	}
-	var here, there []int
-	for i, rd := range reads {
-		if IsKey(rd.Key) {
-			here = append(here, i)
-		} else {
-			there = append(there, i)
-		}
-	}
+	here, there, report := byKey(len(reads), func(i int) []byte { return reads[i].Key }, done)
 	var wg sync.WaitGroup
 	if len(there) > 0 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tr := make([]transport.Read, len(there))
-			for j, i := range there {
-				tr[j] = reads[i]
-			}
+			tr := pick(reads, there)
 			if mr, ok := r.inner.(transport.ManyReader); ok {
 				mr.ReadMany(ctx, peer, tr, window, func(j int, err error) { report(there[j], err) })
 				return
@@ -150,11 +134,7 @@ func (r *route) ReadMany(ctx context.Context, peer transport.InstanceID, reads [
 		}()
 	}
 	if len(here) > 0 {
-		hr := make([]transport.Read, len(here))
-		for j, i := range here {
-			hr[j] = reads[i]
-		}
-		r.s.ReadMany(ctx, peer, hr, window, func(j int, err error) { report(here[j], err) })
+		r.s.ReadMany(ctx, peer, pick(reads, here), window, func(j int, err error) { report(here[j], err) })
 	}
 	wg.Wait()
 }
@@ -210,6 +190,59 @@ func (r *routeFull) RegisterMemoryWritableOf(mem []byte, t transport.MemoryType)
 	return r.inner.(transport.MemoryRMAWriter).RegisterMemoryWritableOf(mem, t)
 }
 
+// RegisterMemoryWritableFor registers a push grant's range of host memory here when writer holds
+// a proven channel to this instance, and with inner otherwise.
+func (r *routeFull) RegisterMemoryWritableFor(writer transport.InstanceID, mem []byte) (transport.Registration, error) {
+	if r.s.Serves(writer) {
+		return r.s.RegisterMemoryWritableFor(writer, mem)
+	}
+	return r.inner.(transport.RMAWriter).RegisterMemoryWritable(mem)
+}
+
+// WriteMany writes through same-host keys here and hands the others to inner, both at once.
 func (r *routeFull) WriteMany(ctx context.Context, peer transport.InstanceID, writes []transport.Write, window int, done func(i int, err error)) {
-	r.inner.(transport.RMAWriter).WriteMany(ctx, peer, writes, window, done)
+	here, there, report := byKey(len(writes), func(i int) []byte { return writes[i].Key }, done)
+	if len(here) == 0 {
+		r.inner.(transport.RMAWriter).WriteMany(ctx, peer, writes, window, done)
+		return
+	}
+	var wg sync.WaitGroup
+	if len(there) > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.inner.(transport.RMAWriter).WriteMany(ctx, peer, pick(writes, there), window, func(j int, err error) { report(there[j], err) })
+		}()
+	}
+	r.s.WriteMany(ctx, peer, pick(writes, here), window, func(j int, err error) { report(here[j], err) })
+	wg.Wait()
+}
+
+// byKey parts n operations into those whose key is a same-host one (here) and the others, and
+// gives done back as report, called one call at a time (the two lanes report at once).
+func byKey(n int, key func(i int) []byte, done func(i int, err error)) (here, there []int, report func(i int, err error)) {
+	for i := range n {
+		if IsKey(key(i)) {
+			here = append(here, i)
+		} else {
+			there = append(there, i)
+		}
+	}
+	var mu sync.Mutex
+	return here, there, func(i int, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if done != nil {
+			done(i, err)
+		}
+	}
+}
+
+// pick is the entries idx names, in that order.
+func pick[T any](xs []T, idx []int) []T {
+	out := make([]T, len(idx))
+	for j, i := range idx {
+		out[j] = xs[i]
+	}
+	return out
 }
