@@ -60,6 +60,11 @@ const (
 	// release, or one with velo's guard and one without), so no UCX endpoint is opened between
 	// them; the log line of the side that found it names both builds.
 	ReasonReleaseMismatch Reason = "release_mismatch"
+	// ReasonNoUCXLane: the two sides' UCX found no lane between them (ucp_ep_create answered
+	// UCS_ERR_UNREACHABLE: UCX_TLS names no transport that gives velo's endpoints peer failure
+	// handling, sm,self for one), so no UCX endpoint is opened to the peer; the side that found
+	// it logs UCX's words and the fix once per peer.
+	ReasonNoUCXLane Reason = "no_ucx_lane"
 )
 
 // ChunkedReasons are the reasons that go with PathChunked; ReasonOK is the only one for PathRDMA,
@@ -67,7 +72,7 @@ const (
 var ChunkedReasons = []Reason{
 	ReasonNoOffer, ReasonKillSwitch, ReasonNotConfigured, ReasonDraining, ReasonPoolExhausted,
 	ReasonBudget, ReasonNotPinned, ReasonGetFailed, ReasonDecodeError, ReasonDeviceBounce,
-	ReasonReleaseMismatch,
+	ReasonReleaseMismatch, ReasonNoUCXLane,
 }
 
 // Valid reports whether (p, r) is one of the pre-declared pairs.

@@ -75,12 +75,15 @@ func (t *Transport) meets(id transport.InstanceID) {
 }
 
 // PathRefusal implements transport.PathRefuser: release_mismatch for a peer whose UCX build does
-// not meet this one, else "".
+// not meet this one, no_ucx_lane for one UCX found no lane to (lane.go), else "".
 func (t *Transport) PathRefusal(id transport.InstanceID) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if _, ok := t.mismatched[id]; ok {
 		return ReasonReleaseMismatch
+	}
+	if p := t.peers[id]; t.noLanes != "" || (p != nil && p.noLane != "") {
+		return ReasonNoUCXLane
 	}
 	return ""
 }

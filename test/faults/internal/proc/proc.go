@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -87,12 +88,12 @@ func (l *Buffer) String() string {
 }
 
 // Start starts cmd (a faultnode) and waits until it says it is ready. The environment defaults to
-// this process's, with UCX_TLS=tcp unless it names transports already.
+// this process's, with UCX_TLS=tcp unless it (cmd.Env) names transports already.
 func Start(name string, cmd *exec.Cmd) (*Node, error) {
 	if cmd.Env == nil {
 		cmd.Env = os.Environ()
 	}
-	if os.Getenv("UCX_TLS") == "" {
+	if !slices.ContainsFunc(cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, "UCX_TLS=") && kv != "UCX_TLS=" }) {
 		cmd.Env = append(cmd.Env, "UCX_TLS=tcp")
 	}
 	stdin, err := cmd.StdinPipe()
