@@ -318,10 +318,11 @@ func (v *Velo) startPush() (*push.Service, error) {
 			cfg.Writer, cfg.CanRMA, cfg.WriterVia = w, r.CanGet, i
 			if v.shm != nil {
 				// The same-host path writes a grant through shared memory when the receiver
-				// registered it there (its keys say so); the route reads the keys.
+				// registered it there (its keys say so, on both sides); the route reads the keys.
 				if rw, ok := shm.Route(r, v.shm).(rmaWriter); ok {
 					cfg.Writer, cfg.CanRMA = rw, rw.CanGet
 				}
+				cfg.SameHostKey = shm.IsKey
 			}
 			break
 		}

@@ -505,12 +505,7 @@ func (gr *Grant) decide(offer bool) {
 		keys, ends, deads = append(keys, key), append(ends, end), append(deads, dead)
 	}
 	gr.rdmaPath, gr.reason, gr.keys, gr.regEnds = true, metrics.ReasonOK, keys, ends
-	gr.onePath = metrics.PathSameHost
-	for _, k := range keys {
-		if s.cfg.Registry.KeyPath(k) != metrics.PathSameHost {
-			gr.onePath = metrics.PathRDMA // some range went to UCX: count the grant there
-		}
-	}
+	gr.onePath = s.keysPath(keys)
 	gr.deads = append(gr.deads, deads...)
 }
 

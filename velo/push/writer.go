@@ -349,18 +349,14 @@ func (s *Service) ask(ctx context.Context, h GrantHandle, k heldKey, hd *held) e
 	return nil
 }
 
-// sameHostKeyer is a writer that writes some keys through the same-host path (shm.Route).
-type sameHostKeyer interface{ SameHostKey(key []byte) bool }
-
-// keysPath is the lane a grant's keys take: shm when the writer writes every one of them through
-// the same-host path, rdma otherwise.
+// keysPath is the lane of a grant's keys on the RDMA path: shm when every one is a same-host
+// key (Config.SameHostKey), rdma otherwise (a range on UCX counts the grant there).
 func (s *Service) keysPath(keys [][]byte) metrics.Path {
-	sk, ok := s.cfg.Writer.(sameHostKeyer)
-	if !ok || len(keys) == 0 {
+	if s.cfg.SameHostKey == nil || len(keys) == 0 {
 		return metrics.PathRDMA
 	}
 	for _, k := range keys {
-		if !sk.SameHostKey(k) {
+		if !s.cfg.SameHostKey(k) {
 			return metrics.PathRDMA
 		}
 	}

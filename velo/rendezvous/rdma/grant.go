@@ -83,12 +83,3 @@ func (r *Registry) ServeWrite(g *Region, off, n int, writer transport.InstanceID
 type peerWriteRegisterer interface {
 	RegisterMemoryWritableFor(writer transport.InstanceID, mem []byte) (transport.Registration, error)
 }
-
-// KeyPath is the lane of a key this registry's transport issued or reads: shm for a same-host
-// key, rdma otherwise (push's path label for a grant's keys).
-func (r *Registry) KeyPath(key []byte) metrics.Path {
-	if sk, ok := r.rma.(sameHostKeyer); ok && sk.SameHostKey(key) {
-		return metrics.PathSameHost
-	}
-	return metrics.PathRDMA
-}

@@ -25,6 +25,7 @@ type clientConn struct {
 	c     *net.UnixConn
 	ring  []byte
 	chunk int
+	slots int
 	once  sync.Once
 
 	// While the channel is idle a watcher reads it: the owner never sends on an idle channel, so
@@ -297,16 +298,16 @@ func (t *Transport) handshakeConsumer(ctx context.Context, c *net.UnixConn, p *p
 	if a[4] != 0 {
 		return nil, errors.New("the owner refused this instance (no valid proof of the cluster secret)")
 	}
-	if len(a) < 11 {
+	if len(a) < 12 {
 		return nil, fmt.Errorf("%w: a malformed answer", errProtocol)
 	}
-	chunk := int(binary.LittleEndian.Uint32(a[5:]))
-	pl := int(binary.LittleEndian.Uint16(a[9:]))
-	if len(a) != 11+pl || chunk < 4096 || chunk > 256<<20 {
+	chunk, slots := int(binary.LittleEndian.Uint32(a[5:])), int(a[9])
+	pl := int(binary.LittleEndian.Uint16(a[10:]))
+	if len(a) != 12+pl || chunk < 4096 || chunk > 256<<20 || slots < 2 || slots > maxSlots {
 		return nil, fmt.Errorf("%w: a malformed answer", errProtocol)
 	}
 	if auth {
-		if _, ok := t.gate.HelloKey(oid, oinc, append(append([]byte{}, acceptDomain...), msgC...), a[11:]); !ok {
+		if _, ok := t.gate.HelloKey(oid, oinc, append(append([]byte{}, acceptDomain...), msgC...), a[12:]); !ok {
 			return nil, errors.New("the owner did not prove its answer with the control-plane session key: the socket is not the peer's")
 		}
 	}
@@ -315,12 +316,12 @@ func (t *Transport) handshakeConsumer(ctx context.Context, c *net.UnixConn, p *p
 	}
 	// Writable: a write (push) hands its bytes over in the ring. The ring is this channel's alone,
 	// so what the consumer writes there reaches the owner's memory only through a checked write.
-	ring, err := mapRing(fd, 2*chunk, unix.PROT_READ|unix.PROT_WRITE)
+	ring, err := mapRing(fd, slots*chunk, unix.PROT_READ|unix.PROT_WRITE)
 	if err != nil {
 		return nil, fmt.Errorf("mapping the ring: %w", err)
 	}
 	c.SetDeadline(time.Time{})
-	return &clientConn{c: c, ring: ring, chunk: chunk}, nil
+	return &clientConn{c: c, ring: ring, chunk: chunk, slots: slots}, nil
 }
 
 // Get implements transport.RMA: len(dst) bytes at offset of the region key names, copied out of
@@ -479,7 +480,7 @@ func (c *clientConn) readMany(ctx context.Context, reads []transport.Read, batch
 			}
 			b, n, at := int(f[1]), int(binary.LittleEndian.Uint32(f[4:])), int(binary.LittleEndian.Uint32(f[8:]))
 			dst := reads[batch[k]].Dst
-			if b > 1 || at > c.chunk || n > c.chunk-at || n > len(dst)-pos[k] || (n > 0 && errs[k] != nil) {
+			if b >= c.slots || at > c.chunk || n > c.chunk-at || n > len(dst)-pos[k] || (n > 0 && errs[k] != nil) {
 				return (fmt.Errorf("%w: a piece of %d bytes at %d of buffer %d", errProtocol, n, at, b))
 			}
 			if n > 0 {
@@ -542,8 +543,13 @@ func (t *Transport) WriteMany(ctx context.Context, id transport.InstanceID, writ
 // leaves the channel in step; broken says it is out of step (it is closed then).
 func (c *clientConn) writeMany(ctx context.Context, writes []transport.Write, batch []int) ([]error, bool) {
 	return c.exchange(ctx, len(batch), "write", func(errs []error) error {
-		free := [2]bool{true, true}
-		inFlight := 0
+		// The owner acknowledges pieces in the order they were sent, so the buffers are used in
+		// turn: next is the one the next piece goes in, once the owner gave it back.
+		free := make([]bool, c.slots)
+		for b := range free {
+			free[b] = true
+		}
+		next, inFlight := 0, 0
 		// ack waits for one ack frame: its buffer is free again, and a refusal fails its write.
 		ack := func() error {
 			var f [frameLen]byte
@@ -551,7 +557,7 @@ func (c *clientConn) writeMany(ctx context.Context, writes []transport.Write, ba
 				return err
 			}
 			k, b := int(binary.LittleEndian.Uint32(f[12:])), int(f[1])
-			if f[0] != frameAck || b > 1 || free[b] || k >= len(batch) {
+			if f[0] != frameAck || b >= c.slots || free[b] || k >= len(batch) {
 				return fmt.Errorf("%w: frame %q for buffer %d during a write", errProtocol, f[0], b)
 			}
 			free[b] = true
@@ -564,7 +570,7 @@ func (c *clientConn) writeMany(ctx context.Context, writes []transport.Write, ba
 		for k, i := range batch {
 			w := writes[i]
 			for pos := 0; pos < len(w.Src) && errs[k] == nil; {
-				for !free[0] && !free[1] {
+				for !free[next] {
 					if err := ack(); err != nil {
 						return err
 					}
@@ -572,10 +578,8 @@ func (c *clientConn) writeMany(ctx context.Context, writes []transport.Write, ba
 				if errs[k] != nil {
 					break // the owner refused an earlier piece of this write
 				}
-				b := 0
-				if !free[0] {
-					b = 1
-				}
+				b := next
+				next = (next + 1) % c.slots
 				n := copy(c.ring[b*c.chunk:(b+1)*c.chunk], w.Src[pos:])
 				var f [frameLen]byte
 				f[0], f[1] = frameWrite, byte(b)

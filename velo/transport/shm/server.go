@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -164,6 +165,7 @@ type serverConn struct {
 	peer  transport.InstanceID
 	ring  []byte
 	chunk int
+	slots int
 	once  sync.Once
 }
 
@@ -277,7 +279,7 @@ func (t *Transport) handshakeOwner(c *net.UnixConn) (*serverConn, error) {
 			return nil, err
 		}
 	}
-	size := 2 * t.cfg.ChunkSize
+	size := t.cfg.Slots * t.cfg.ChunkSize
 	mfd, err := unix.MemfdCreate("velo-shm-ring", unix.MFD_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("memfd_create: %w", err)
@@ -293,6 +295,7 @@ func (t *Transport) handshakeOwner(c *net.UnixConn) (*serverConn, error) {
 	a := append([]byte{}, acceptMagic[:]...)
 	a = append(a, 0)
 	a = binary.LittleEndian.AppendUint32(a, uint32(t.cfg.ChunkSize))
+	a = append(a, byte(t.cfg.Slots))
 	a = binary.LittleEndian.AppendUint16(a, uint16(len(proofO)))
 	a = append(a, proofO...)
 	if err := writeMsg(c, a, mfd); err != nil {
@@ -300,7 +303,7 @@ func (t *Transport) handshakeOwner(c *net.UnixConn) (*serverConn, error) {
 		return nil, err
 	}
 	c.SetDeadline(time.Time{})
-	return &serverConn{t: t, c: c, peer: cid, ring: ring, chunk: t.cfg.ChunkSize}, nil
+	return &serverConn{t: t, c: c, peer: cid, ring: ring, chunk: t.cfg.ChunkSize, slots: t.cfg.Slots}, nil
 }
 
 func keys(m map[int]bool) []int {
@@ -333,7 +336,10 @@ func parseRequest(f []byte) request {
 func (c *serverConn) run() error {
 	var queue []request
 	var f [frameLen]byte
-	free := [2]bool{true, true}
+	free := make([]bool, c.slots)
+	for b := range free {
+		free[b] = true
+	}
 	cur, fill := 0, 0
 	send := func(kind byte, b, flags byte, off, n int, idx uint32) error {
 		var o [frameLen]byte
@@ -359,9 +365,9 @@ func (c *serverConn) run() error {
 			return fmt.Errorf("%w: more than %d requests waiting", errProtocol, maxBatch)
 		case f[0] == frameRead:
 			queue = append(queue, parseRequest(f[:]))
-		case f[0] == frameFree && f[1] <= 1 && !free[f[1]]:
+		case f[0] == frameFree && int(f[1]) < c.slots && !free[f[1]]:
 			free[f[1]] = true
-		case f[0] == frameWrite && idle && len(queue) == 0 && fill == 0 && free[0] && free[1]:
+		case f[0] == frameWrite && idle && len(queue) == 0 && fill == 0 && !slices.Contains(free, false):
 			return c.write(f[:], send)
 		default:
 			return fmt.Errorf("%w: frame %q", errProtocol, f[0])
@@ -372,7 +378,7 @@ func (c *serverConn) run() error {
 	// alone) and moves to the other one.
 	handOver := func() {
 		free[cur] = false
-		cur, fill = cur^1, 0
+		cur, fill = (cur+1)%c.slots, 0
 	}
 	for {
 		idle = true
@@ -397,7 +403,7 @@ func (c *serverConn) run() error {
 			}
 			continue
 		}
-		if err := c.copyOut(r, r.mem[at:at+req.n], req, &free, &cur, &fill, next, send, handOver); err != nil {
+		if err := c.copyOut(r, r.mem[at:at+req.n], req, free, &cur, &fill, next, send, handOver); err != nil {
 			return err
 		}
 	}
@@ -435,7 +441,7 @@ func (c *serverConn) check(req request, write bool) (*registration, uint64, byte
 
 // copyOut copies one request's bytes into the ring, piece by piece. The registration counts the
 // read as in flight until its last byte left it, whatever the consumer does with the ring then.
-func (c *serverConn) copyOut(r *registration, src []byte, req request, free *[2]bool, cur, fill *int, next func() error,
+func (c *serverConn) copyOut(r *registration, src []byte, req request, free []bool, cur, fill *int, next func() error,
 	send func(kind byte, b, flags byte, off, n int, idx uint32) error, handOver func()) error {
 	reading := true
 	defer func() {
@@ -480,7 +486,7 @@ func (c *serverConn) copyOut(r *registration, src []byte, req request, free *[2]
 func (c *serverConn) write(f []byte, send func(kind byte, b, flags byte, off, n int, idx uint32) error) error {
 	req := parseRequest(f)
 	b := int(f[1])
-	if b > 1 || req.n > uint64(c.chunk) {
+	if b >= c.slots || req.n > uint64(c.chunk) {
 		return fmt.Errorf("%w: a write of %d bytes in buffer %d", errProtocol, req.n, b)
 	}
 	r, at, code := c.check(req, true)
