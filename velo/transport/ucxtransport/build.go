@@ -75,7 +75,7 @@ func (t *Transport) meets(id transport.InstanceID) {
 }
 
 // PathRefusal implements transport.PathRefuser: release_mismatch for a peer whose UCX build does
-// not meet this one, no_ucx_lane for one UCX found no lane to (lane.go), else "".
+// not meet this one, no_ucx_lane for one UCX has no lane to (ReasonNoUCXLane), else "".
 func (t *Transport) PathRefusal(id transport.InstanceID) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -30,8 +30,11 @@ import (
 // refuses it with UNREACHABLE no peer is reached over UCX at all (noLanes), so even a pair's first
 // transfer is counted under no_ucx_lane on both sides; the warning is logged once, by Start.
 
-// ReasonNoUCXLane is what PathRefusal says of a peer UCX found no lane to: the path reason of
-// package metrics (metrics.ReasonNoUCXLane).
+// ReasonNoUCXLane is what PathRefusal says of a peer UCX has no lane to: the path reason of
+// package metrics (metrics.ReasonNoUCXLane). velo's endpoints need peer failure handling, which
+// UCX's shared-memory transports lack, so under UCX_TLS=sm,self (or any list without a transport
+// that has it) ucp_ep_create fails with UCS_ERR_UNREACHABLE. Such a peer is not reached for
+// messages nor offered RDMA, and the warning, naming the fix, is logged once.
 const ReasonNoUCXLane = "no_ucx_lane"
 
 // noteConnectFailed records a failed ucp_ep_create to p: when UCX found no lane (UNREACHABLE at

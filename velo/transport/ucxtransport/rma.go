@@ -17,7 +17,7 @@ func (t *Transport) RegistersRuns() bool { return true }
 
 // CanGet implements transport.RMA: the peer was registered with AddPeer (a peer we only know
 // from its hello does not count: the runtime offers RDMA to owners it registered), its address
-// says it serves one-sided reads, and UCX did not find itself without a lane to it (lane.go).
+// says it serves one-sided reads, and UCX has a lane to it (see ReasonNoUCXLane).
 func (t *Transport) CanGet(id transport.InstanceID) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
