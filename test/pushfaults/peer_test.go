@@ -90,7 +90,7 @@ func launchPeer(t *testing.T, h *netns.Host, bin string, env []string, name stri
 		cmd = h.Command(context.Background(), bin, append(args, "-listen", net.JoinHostPort(h.IP.String(), "0"))...)
 		cmd.Env = append(append(os.Environ(), env...), "UCX_NET_DEVICES="+h.Dev)
 	}
-	if os.Getenv("UCX_TLS") == "" {
+	if !slices.ContainsFunc(cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, "UCX_TLS=") && kv != "UCX_TLS=" }) {
 		cmd.Env = append(cmd.Env, "UCX_TLS=tcp")
 	}
 	stdin, err := cmd.StdinPipe()

@@ -101,3 +101,40 @@ func ringMaps(t *testing.T, pid int) int {
 	require.NoError(t, err)
 	return strings.Count(string(b), "velo-shm-ring")
 }
+
+// TestPushUnderSharedMemoryUCXLanes: with UCX_TLS=sm,self UCX has no lane between the two
+// processes; a grant then goes by chunks under no_ucx_lane on both sides (never a failed write),
+// with the bytes intact, and with the same-host path on it goes through shared memory.
+func TestPushUnderSharedMemoryUCXLanes(t *testing.T) {
+	const span = 8 << 20
+	smOnly := func(flags ...string) placement {
+		return func(t *testing.T, name string, more ...string) *peer {
+			t.Helper()
+			return launchPeer(t, nil, pushpeer.Path(t), []string{"UCX_TLS=sm,self"}, name, append(flags, more...)...)
+		}
+	}
+	dir, err := os.MkdirTemp("", "velo-shm-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	for _, c := range []struct {
+		name  string
+		at    placement
+		path  string
+		grant string
+	}{
+		{"chunked", smOnly(), "writer/chunked/no_ucx_lane", "receiver/chunked/no_ucx_lane"},
+		{"same-host", smOnly("-same-host", "-shm-dir", dir), "writer/shm/ok", "receiver/shm/ok"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			recv := receiverWithRegionOn(t, c.at, span)
+			writer := c.at(t, "writer")
+			link(t, recv, writer)
+			id, h := recv.grant(writer, guard, span, time.Minute)
+			putEach(t, recv, writer, id, h, span, []uint64{64<<10 + 3, 5<<20 + 7})
+			wp, rp := writer.paths(), recv.paths()
+			assert.Equal(t, map[string]float64{c.path: 2}, wp, "the writer's paths")
+			assert.Equal(t, map[string]float64{c.grant: 1}, rp, "the receiver's paths")
+			assert.NotContains(t, writer.stderr.String()+recv.stderr.String(), "get_failed")
+		})
+	}
+}
