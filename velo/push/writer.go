@@ -315,7 +315,10 @@ func (s *Service) canOffer(receiver transport.InstanceID) bool {
 // ask asks the receiver for the grant's path and fills hd (hd.mu held).
 func (s *Service) ask(ctx context.Context, h GrantHandle, k heldKey, hd *held) error {
 	offer := s.canOffer(h.Receiver)
-	if !offer && s.cfg.Writer != nil {
+	// A transport that refuses the pair (release_mismatch, no_ucx_lane) said why, once.
+	pr, refuses := s.cfg.Writer.(transport.PathRefuser)
+	refused := !offer && refuses && pr.PathRefusal(h.Receiver) != ""
+	if !offer && s.cfg.Writer != nil && !refused {
 		// This side writes by RDMA but knows no UCX address of the receiver: not yet (discovery has
 		// not reported it), or it has none. Later puts ask again once one is known.
 		s.slow.Once(s.log, "push: puts to this receiver go by chunks: this instance knows no UCX address of it yet (or it has none); the first put after one is known takes RDMA",
