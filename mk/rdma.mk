@@ -35,8 +35,9 @@
 #                         a 32 MiB region read by ranges, notified puts through a write grant,
 #                         health and drain; fails unless each side's path metrics count every
 #                         transfer on the path the pair has (about 10 s)
-#   demo                  the two-process example over UCX_TLS=tcp; exits non-zero unless the
-#                         transfer took the RDMA path
+#   demo                  the two-process example over UCX_TLS (tcp when unset); exits non-zero
+#                         unless the transfer took the RDMA path, or, under a UCX_TLS of
+#                         shared-memory transports only (sm,self), the same-host path it turns on
 #
 # The tests, demo and demo-cluster link velo's static UCX (VELO_UCX_GO, in the Makefile): velo's
 # UCX transport refuses a UCX without its software RMA guard.
