@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/binary"
 	"io"
 	"log/slog"
 	"os"
@@ -406,4 +407,58 @@ func TestWriteManyWritesOnlyThroughALiveWriteKey(t *testing.T) {
 	writer.WriteMany(context.Background(), 1, []transport.Write{{Key: reg2.Key(), Offset: 7, Src: src}}, 1, func(_ int, err error) { werr = err })
 	require.NoError(t, werr)
 	assert.True(t, bytes.Equal(src, mem[7:7+len(src)]))
+}
+
+// TestMalformedWritesCloseTheChannel: a writer that names a buffer outside the ring, a piece
+// larger than a buffer, or writes while a read of its own is under way is out of step: the owner
+// closes the channel and copies nothing, and goes on serving other channels.
+func TestMalformedWritesCloseTheChannel(t *testing.T) {
+	owner, writer := newPair(t, Config{ChunkSize: 64 << 10}, nil, nil)
+	waitReady(t, writer, 1)
+	mem := anon(t, 1<<20)
+	for i := range mem {
+		mem[i] = 0
+	}
+	reg, err := owner.RegisterMemoryWritableFor(2, mem)
+	require.NoError(t, err)
+	lease, errs := owner.RegisterMemoryFor(2, [][]byte{anon(t, 4<<20)})
+	require.NoError(t, errs[0])
+	writer.mu.Lock()
+	p := writer.peers[1]
+	writer.mu.Unlock()
+
+	frame := func(kind byte, b byte, key []byte, n uint64) []byte {
+		f := make([]byte, frameLen)
+		f[0], f[1] = kind, b
+		copy(f[4:], key)
+		binary.LittleEndian.PutUint64(f[44:], n)
+		return f
+	}
+	read := frame(frameRead, 0, lease[0].Key(), 4<<20)
+	read[2] = flagLast
+	for name, frames := range map[string][][]byte{
+		"a buffer outside the ring":   {frame(frameWrite, byte(DefaultSlots), reg.Key(), 16)},
+		"a piece above a buffer":      {frame(frameWrite, 0, reg.Key(), 64<<10+1)},
+		"a write during its own read": {read, frame(frameWrite, 0, reg.Key(), 16)},
+	} {
+		c, err := writer.take(context.Background(), p)
+		require.NoError(t, err, name)
+		for i := range c.ring {
+			c.ring[i] = 0xee
+		}
+		for _, f := range frames {
+			_, err := c.c.Write(f)
+			require.NoError(t, err, name)
+		}
+		c.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = io.Copy(io.Discard, c.c) // the owner's answers, up to its close
+		require.NoError(t, err, "%s: the owner must close the channel", name)
+		writer.put(p, c, false)
+		assert.Equal(t, make([]byte, len(mem)), mem, "%s: nothing may land", name)
+	}
+	// The owner still serves a proper write.
+	var werr error
+	writer.WriteMany(context.Background(), 1, []transport.Write{{Key: reg.Key(), Offset: 5, Src: []byte("ok")}}, 1, func(_ int, err error) { werr = err })
+	require.NoError(t, werr)
+	assert.Equal(t, "ok", string(mem[5:7]))
 }
