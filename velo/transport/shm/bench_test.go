@@ -12,7 +12,7 @@ import (
 )
 
 // BenchmarkGet is the channel alone (both ends in this process): one Get of each size through
-// rings of each buffer size, beside a plain copy of the same size.
+// rings of each shape (buffers x size), beside a plain copy of the same size.
 func BenchmarkGet(b *testing.B) {
 	for _, n := range []int{8 << 20, 64 << 20} {
 		b.Run(fmt.Sprintf("copy/%dMiB", n>>20), func(b *testing.B) {
@@ -22,9 +22,10 @@ func BenchmarkGet(b *testing.B) {
 				copy(dst, src)
 			}
 		})
-		for _, chunk := range []int{1 << 20, 2 << 20} {
-			b.Run(fmt.Sprintf("get/%dMiB/chunk%dK", n>>20, chunk>>10), func(b *testing.B) {
-				owner, consumer := newPair(b, Config{ChunkSize: chunk}, nil, nil)
+		for _, ring := range [][2]int{{2 << 20, 2}, {1 << 20, 4}, {512 << 10, 8}} {
+			chunk, slots := ring[0], ring[1]
+			b.Run(fmt.Sprintf("get/%dMiB/%dx%dK", n>>20, slots, chunk>>10), func(b *testing.B) {
+				owner, consumer := newPair(b, Config{ChunkSize: chunk, Slots: slots}, nil, nil)
 				for !consumer.CanGet(1) {
 					runtime.Gosched()
 				}
