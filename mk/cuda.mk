@@ -27,10 +27,11 @@ CUDA_TAGS := cuda,ucx_static
 CUDA_UCX_TESTS ?= MemoryType|MemoryHost|MemoryCUDA|CUDA|Twin
 # velo packages (relative to velo/, e.g. ./rendezvous/...) whose tests also run under the tag, and
 # their -run pattern: the velo API's memory-type tests (velo/memory*_test.go: host memory through
-# the device path, refusals, two processes over the real UCX transport). Extend both as the GPU
-# API grows.
-CUDA_VELO_PKGS ?= . ./rendezvous/... ./internal/wire ./transport/ucxtransport
-CUDA_VELO_TESTS ?= Memory|RDMADescriptor|RDMAOffer|PublicErrorsMatchTheirSentinels|ErrorFamiliesHaveOneRoot
+# the device path, refusals, two processes over the real UCX transport), and the same-host path's
+# CUDA IPC (velo/transport/shm: the protocol, and the stub driver's refusals falling back to UCX;
+# the CUDA IPC frames of velo/internal/wire). Extend both as the GPU API grows.
+CUDA_VELO_PKGS ?= . ./rendezvous/... ./internal/wire ./transport/ucxtransport ./transport/shm
+CUDA_VELO_TESTS ?= Memory|RDMADescriptor|RDMAOffer|PublicErrorsMatchTheirSentinels|ErrorFamiliesHaveOneRoot|CUDAIPC
 
 .PHONY: cuda-sysroot ucx-static-cuda ucx-static-cuda-tools test-cuda
 TEST_TARGETS += test-cuda

@@ -34,9 +34,11 @@
 #                         two processes, discovery with member names, a cluster secret, GetBatch,
 #                         a 32 MiB region read by ranges, notified puts through a write grant,
 #                         health and drain; fails unless each side's path metrics count every
-#                         transfer on the path the pair has (about 10 s)
-#   demo                  the two-process example over UCX_TLS (tcp when unset); exits non-zero
-#                         unless the transfer took the RDMA path, or, under a UCX_TLS of
+#                         transfer on the path the pair has (over tcp, without the opt-in below:
+#                         chunked, reason software_lanes; about 10 s)
+#   demo                  the two-process example over UCX_TLS (tcp when unset), with
+#                         VELO_UCX_SOFTWARE_RMA=1 (the RDMA path over tcp's software lanes); exits
+#                         non-zero unless the transfer took the RDMA path, or, under a UCX_TLS of
 #                         shared-memory transports only (sm,self), the same-host path it turns on
 #
 # The tests, demo and demo-cluster link velo's static UCX (VELO_UCX_GO, in the Makefile): velo's
@@ -83,16 +85,24 @@ bench-rendezvous-rdma-static: ucx-static-tools
 	cd test && $(UCX_STATIC_GO) $(RDMA_TEST_ENV) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run -tags ucx_static ./rdmapath/cmd/rdmabench $(BENCH_ARGS)
 endif
 
+# Gets of 8 and 64 MiB over tcp's software lanes: the default (chunked, software_lanes) beside the
+# chunked path, and VELO_UCX_SOFTWARE_RMA=1 (the RDMA path) beside it, in one run (rdmabench -only
+# lanes; about a minute). Prints, asserts nothing but the paths.
+.PHONY: bench-software-lanes
+BENCH_TARGETS += bench-software-lanes
+bench-software-lanes: deps $(VELO_UCX_DEP)
+	cd test && $(VELO_UCX_GO) $(RDMA_TEST_ENV) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./rdmapath/cmd/rdmabench -only lanes $(BENCH_ARGS)
+
 .PHONY: test-prefill-decode
 test-prefill-decode: deps $(VELO_UCX_DEP)
 	$(VELO_UCX_GO) $(RDMA_TEST_ENV) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./velo/examples/prefill_decode
 
 demo: deps $(VELO_UCX_DEP)
-	$(VELO_UCX_GO) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./velo/examples/rendezvous_rdma_two_proc
+	$(VELO_UCX_GO) VELO_UCX_SOFTWARE_RMA=1 UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./velo/examples/rendezvous_rdma_two_proc
 
 # N members (default 4) that find each other through the filesystem discovery backend and move
 # payloads all-to-all on the RDMA path; exits non-zero unless every pair took rdma/ok.
 N ?= 4
 .PHONY: demo-cluster
 demo-cluster: deps $(VELO_UCX_DEP)
-	$(VELO_UCX_GO) UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./velo/examples/cluster -n $(N) $(if $(ETCD),-etcd $(ETCD))
+	$(VELO_UCX_GO) VELO_UCX_SOFTWARE_RMA=1 UCX_TLS=$${UCX_TLS:-tcp} $(GO) run ./velo/examples/cluster -n $(N) $(if $(ETCD),-etcd $(ETCD))

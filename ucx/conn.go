@@ -50,6 +50,12 @@ func (e *Engine) Connect(ctx context.Context, addr []byte, opts ConnectOptions) 
 	}
 	c.ep, c.id = ep, ep.ID()
 	e.conns[c.id] = c
+	if opts.Holder != 0 {
+		if err := e.w.guardBindEp(ep, opts.Holder); err != nil {
+			c.startClose(e, CloseForce, nil)
+			return nil, err
+		}
+	}
 	// Wireup messages are queued on the new endpoint: have the progressor send them.
 	e.kick()
 	return c, nil
@@ -118,6 +124,11 @@ func (c *Conn) startClose(e *Engine, mode CloseMode, waiter *Op) {
 	}
 	if c.ep.Err() != nil {
 		mode = CloseForce
+	}
+	// The endpoint speaks for its holder no longer: once closed, its address may come back for
+	// another peer's endpoint.
+	if c.opts.Holder != 0 {
+		e.w.guardUnbindEp(c.ep)
 	}
 	op := &engineOp{kind: opClose, op: newOp(), conn: c}
 	req, err := c.ep.Close(mode)
@@ -211,6 +222,57 @@ func (c *Conn) resolveRMA(e *Engine) RMAMode {
 	return c.rmaMode
 }
 
+// Lanes returns the transport of each lane UCX selected for the endpoint, in lane order ("tcp",
+// "rc_mlx5", "ud_verbs", ...): what the endpoint really runs on, whatever UCX_TLS allowed. Empty
+// when the endpoint failed or closed.
+func (c *Conn) Lanes(ctx context.Context) ([]string, error) {
+	info, err := c.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return LaneTransports(info), nil
+}
+
+// LaneTransports reads ucp_ep_print_info (Conn.Info) and returns the transport of each lane line,
+// in order ("tcp" for "lane[0]:  1:tcp/lo.0 md[0] -> ..."). Lines it cannot read are left out.
+func LaneTransports(info string) []string {
+	var out []string
+	for _, l := range laneLines(info) {
+		if tl, ok := laneTransport(l[0]); ok {
+			out = append(out, tl)
+		}
+	}
+	return out
+}
+
+// laneLines splits each lane line of ucp_ep_print_info at its arrow: the local side (index,
+// resource, md) and the remote side with the lane's tags.
+func laneLines(info string) [][2]string {
+	var out [][2]string
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimLeft(line, "# \t")
+		if !strings.HasPrefix(line, "lane[") {
+			continue
+		}
+		if local, remote, ok := strings.Cut(line, "->"); ok {
+			out = append(out, [2]string{local, remote})
+		}
+	}
+	return out
+}
+
+// laneTransport is the transport of a lane line's local side ("tcp" of "lane[0]:  1:tcp/lo.0 md[0]").
+func laneTransport(local string) (string, bool) {
+	fields := strings.Fields(local)
+	if len(fields) < 2 {
+		return "", false
+	}
+	// "1:tcp/lo.0": resource index, transport, device.
+	_, tl, ok := strings.Cut(fields[1], ":")
+	tl, _, ok2 := strings.Cut(tl, "/")
+	return tl, ok && ok2 && tl != ""
+}
+
 // rmaLanesKeyed reads ucp_ep_print_info and reports whether the endpoint has RMA lanes
 // and every one of them is an InfiniBand RC/DC transport, whose NIC rejects a bad remote
 // key. A lane line looks like
@@ -221,17 +283,9 @@ func (c *Conn) resolveRMA(e *Engine) RMAMode {
 // Anything unrecognised means "not keyed", which selects the guarded GET: safe, slower.
 func rmaLanesKeyed(info string) bool {
 	found := false
-	for _, line := range strings.Split(info, "\n") {
-		line = strings.TrimLeft(line, "# \t")
-		if !strings.HasPrefix(line, "lane[") {
-			continue
-		}
-		arrow := strings.Index(line, "->")
-		if arrow < 0 {
-			continue
-		}
+	for _, l := range laneLines(info) {
 		rma := false
-		for _, tag := range strings.Fields(line[arrow+2:]) {
+		for _, tag := range strings.Fields(l[1]) {
 			if strings.HasPrefix(tag, "rma") {
 				rma = true
 			}
@@ -239,18 +293,8 @@ func rmaLanesKeyed(info string) bool {
 		if !rma {
 			continue
 		}
-		fields := strings.Fields(line[:arrow])
-		if len(fields) < 2 {
-			return false
-		}
-		tl := fields[1]
-		if i := strings.IndexByte(tl, ':'); i >= 0 {
-			tl = tl[i+1:]
-		}
-		if i := strings.IndexByte(tl, '/'); i >= 0 {
-			tl = tl[:i]
-		}
-		if !strings.HasPrefix(tl, "rc_") && !strings.HasPrefix(tl, "dc_") {
+		tl, ok := laneTransport(l[0])
+		if !ok || (!strings.HasPrefix(tl, "rc_") && !strings.HasPrefix(tl, "dc_")) {
 			return false
 		}
 		found = true

@@ -391,6 +391,7 @@ func (e *Engine) foldWorkerCounts() {
 		e.metrics.guardReplies.WithLabelValues("refused").Add(float64(refused - e.guardRefused))
 		e.guardRefused = refused
 	}
+	e.metrics.rmaGuard.holder.Store(e.w.guardRefusedHolder())
 	e.foldPutCounts()
 }
 

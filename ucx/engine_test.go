@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
 	"golang.org/x/sys/unix"
 )
 
@@ -767,6 +768,13 @@ func TestRMALanesKeyed(t *testing.T) {
 			t.Errorf("rmaLanesKeyed(%q) = %t, want %t", info, got, want)
 		}
 	}
+}
+
+func TestLaneTransports(t *testing.T) {
+	assert.Equal(t, []string{"tcp"}, LaneTransports(tcpEPInfo))
+	assert.Equal(t, []string{"rc_mlx5", "ud_mlx5"}, LaneTransports(ibEPInfo))
+	assert.Empty(t, LaneTransports(""))
+	assert.Empty(t, LaneTransports("# lane[0]: garbage -> rma"))
 }
 
 func FuzzRMALanesKeyed(f *testing.F) {

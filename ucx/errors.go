@@ -143,9 +143,10 @@ var (
 	// truncated, checksum mismatch, UCX section inconsistent with its length). It was
 	// never handed to ucp_ep_rkey_unpack.
 	ErrInvalidRemoteKey = errors.New("ucx: invalid remote key")
-	// ErrRemoteKeyRevoked: the owner no longer serves that registration (it was unmapped,
-	// or the key belongs to another engine). No owner bytes were read.
-	ErrRemoteKeyRevoked = errors.New("ucx: remote key revoked or unknown to the owner")
+	// ErrRemoteKeyRevoked: the owner does not serve that registration to this endpoint (it was
+	// unmapped, the key belongs to another engine, or it was given to another peer:
+	// RegisterOptions.Holder). No owner bytes were read.
+	ErrRemoteKeyRevoked = errors.New("ucx: remote key revoked, unknown to the owner or given to another peer")
 	// ErrAccessDenied: the key's registration does not grant the access the operation needs (a
 	// write through a key registered for reading, or a read through one registered for writing
 	// only). Nothing was written or read.

@@ -2,6 +2,7 @@ package ucx
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -66,7 +67,7 @@ func newEngineMetrics(name string, reg prometheus.Registerer) (*engineMetrics, e
 		}, []string{"outcome"}),
 		guardPuts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "ucx", Subsystem: "engine", Name: "guarded_put_requests_total", ConstLabels: labels,
-			Help: "Guarded PUT requests this engine answered as target: served, or refused by reason (malformed, revoked, read_only, out_of_range).",
+			Help: "Guarded PUT requests this engine answered as target: served, or refused by reason (malformed, revoked, read_only, out_of_range, holder).",
 		}, []string{"outcome"}),
 		guardPutBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "ucx", Subsystem: "engine", Name: "guarded_put_bytes_total", ConstLabels: labels,
@@ -120,10 +121,15 @@ func (e *Engine) Collectors() []prometheus.Collector {
 // gathered: ucx_engine_rma_guard_enforced (1 or 0) always, and
 // ucx_engine_rma_refused_total{kind} when the guard is there. Without the guard the refusal
 // family is absent rather than zero: nothing is refused, and a zero would read as "nothing was
-// tried". The counters belong to the process, not to the engine: two engines show the same
-// values.
+// tried". The patch set's counters belong to the process, not to the engine: two engines show
+// the same values; kind "holder" is the engine's own.
 type rmaGuardCollector struct {
 	enforced, refused *prometheus.Desc
+	// holder is this engine's own count of guarded GETs and PUTs refused because they arrived
+	// on no endpoint of the key's holder (RegisterOptions.Holder): kind "holder", which velo's
+	// engine decides, not the linked UCX, so it is this engine's alone. It is exported beside
+	// the patch set's kinds, where they are.
+	holder atomic.Uint64
 }
 
 func newRMAGuardCollector(labels prometheus.Labels) *rmaGuardCollector {
@@ -132,7 +138,7 @@ func newRMAGuardCollector(labels prometheus.Labels) *rmaGuardCollector {
 			"1 when the linked UCX refuses software-emulated RMA and tcp PUT requests (velo's guard patch set), 0 when it serves them, at any address a peer names.",
 			nil, labels),
 		refused: prometheus.NewDesc("ucx_engine_rma_refused_total",
-			"Software RMA requests the linked UCX's guard refused in this process, by kind (process-wide: every engine shows the same counts).",
+			"Software RMA requests refused, by kind: the linked UCX's guard in this process (put, get, atomic, tcp_put, wire_id; process-wide: every engine shows the same counts), and this engine's guarded GETs and PUTs that arrived on no endpoint of the key's holder (holder).",
 			[]string{"kind"}, labels),
 	}
 }
@@ -151,6 +157,7 @@ func (c *rmaGuardCollector) Collect(ch chan<- prometheus.Metric) {
 	if !g.Enforced {
 		return
 	}
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(c.holder.Load()), "holder")
 	for i, v := range g.Refused.values() {
 		ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(v), GuardRefusalKinds[i])
 	}

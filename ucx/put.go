@@ -393,6 +393,8 @@ func putStatusErr(status Status) error {
 		return fmt.Errorf("%w (checked by the target: the registration is not writable): %w", ErrAccessDenied, status)
 	case StatusInvalidAddr:
 		return fmt.Errorf("%w (checked by the target): %w", ErrOutOfRange, status)
+	case StatusNotConnected:
+		return errNotHolder(status)
 	case StatusMessageTruncated:
 		return fmt.Errorf("ucx: the target refused the write request as malformed (a peer of another release?): %w", status)
 	}

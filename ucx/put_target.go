@@ -16,6 +16,7 @@ var putRefusalReasons = [capi.PutRefusedKinds]string{
 	capi.PutRefusedRevoked:   "revoked",
 	capi.PutRefusedReadOnly:  "read_only",
 	capi.PutRefusedRange:     "out_of_range",
+	capi.PutRefusedHolder:    "holder",
 }
 
 // putLogEvery is the most often the engine logs refused guarded PUTs: a peer that keeps writing
@@ -68,6 +69,6 @@ func (e *Engine) foldPutCounts() {
 		}
 		args = append(args, "last", last)
 	}
-	e.log.Warn(fmt.Sprintf("ucx: refused guarded PUT requests: a peer tried to write without a live write key for the range (at most one line per %v; ucx_engine_guarded_put_requests_total counts them all)", putLogEvery), args...)
+	e.log.Warn(fmt.Sprintf("ucx: refused guarded PUT requests: a peer tried to write without a live write key of its own for the range (at most one line per %v; ucx_engine_guarded_put_requests_total counts them all)", putLogEvery), args...)
 	p.held = [capi.PutRefusedKinds]uint64{}
 }

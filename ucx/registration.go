@@ -50,6 +50,14 @@ type RegisterOptions struct {
 	// takes it (any other refuses it with ErrCUDANotBuilt, registering nothing). A binary with
 	// CUDA asks the driver, when there is one, that every region is memory of this type.
 	MemoryType MemoryType
+	// Holder, when nonzero, binds the key to one peer: the engine's guard serves guarded GETs
+	// and PUTs through it only when they arrive on an endpoint this engine connected with
+	// ConnectOptions.Holder equal to it. A request on any other endpoint is refused
+	// (ucx_engine_rma_refused_total{kind="holder"}); one on an endpoint the peer opened
+	// before this engine connected back is refused with StatusNotConnected, which the reader
+	// retries. Zero serves whoever presents the key. On InfiniBand RC and DC the HCA checks
+	// key and range, not the requester: Holder binds the guarded lanes only.
+	Holder uint64
 }
 
 // RegisterWith is Register with options: RegisterOptions{Access: AccessWrite} makes memory a
@@ -111,14 +119,14 @@ func (e *Engine) RegisterManyWith(ctx context.Context, mems [][]byte, opts Regis
 	defer e.wmu.Unlock()
 	for i, mem := range mems {
 		if errs[i] == nil {
-			regs[i], errs[i] = e.registerLocked(mem, access, opts.MemoryType)
+			regs[i], errs[i] = e.registerLocked(mem, access, opts.MemoryType, opts.Holder)
 		}
 	}
 	return regs, errs
 }
 
 // registerLocked maps mem, packs its key and enters it in the guard table. The caller holds wmu.
-func (e *Engine) registerLocked(mem []byte, access Access, mt MemoryType) (*Registration, error) {
+func (e *Engine) registerLocked(mem []byte, access Access, mt MemoryType, holder uint64) (*Registration, error) {
 	r := &Registration{e: e, addr: uint64(uintptr(unsafe.Pointer(&mem[0]))), length: len(mem), access: access, mem: mt, done: make(chan struct{})}
 	r.pin.Pin(&mem[0]) // does nothing for memory that is not Go's (mmap, C, device memory)
 	memh, err := e.ctx.mapMemory(mem, mt.ucs())
@@ -140,6 +148,7 @@ func (e *Engine) registerLocked(mem []byte, access Access, mt MemoryType) (*Regi
 		return nil, err
 	}
 	e.w.guardSetMemType(slot, mt.ucs())
+	e.w.guardSetHolder(slot, holder)
 	r.memh, r.slot = memh, slot
 	r.key = AppendSealedKey(nil, SealedKey{Slot: slot, Token: token, Base: r.addr, Length: uint64(r.length), Access: access, UCXKey: packed})
 	e.regs[r] = struct{}{}

@@ -205,6 +205,8 @@ func (e *Engine) onGuardVReply(am *AMEvent) {
 			op.verrs[j] = fmt.Errorf("%w: %w", ErrRemoteKeyRevoked, status)
 		case status == StatusInvalidAddr:
 			op.verrs[j] = fmt.Errorf("%w (checked by the owner): %w", ErrOutOfRange, status)
+		case status == StatusNotConnected:
+			op.verrs[j] = errNotHolder(status)
 		case status == StatusUnsupported:
 			op.verrs[j] = fmt.Errorf("ucx: vectored guarded GET: the owner serves one memory type per reply and this read's differs: %w", status)
 		default:
@@ -267,6 +269,8 @@ func (e *Engine) onGuardReply(am *AMEvent) {
 		op.settle(fmt.Errorf("%w: %w", ErrRemoteKeyRevoked, status))
 	case status == StatusInvalidAddr:
 		op.settle(fmt.Errorf("%w (checked by the owner): %w", ErrOutOfRange, status))
+	case status == StatusNotConnected:
+		op.settle(errNotHolder(status))
 	case status != StatusOK:
 		op.settle(fmt.Errorf("ucx: guarded GET refused by the owner: %w", status))
 	case am.Length != len(op.dst):
@@ -296,6 +300,14 @@ func (e *Engine) onGuardReply(am *AMEvent) {
 		op.settle(nil)
 	}
 	op.tryFinish(e)
+}
+
+// errNotHolder is the owner's answer to a guarded request through a key bound to its holder
+// (RegisterOptions.Holder) that came on an endpoint the owner has not connected itself: an
+// outsider's, or the holder's own before the owner connected back to it. The holder tries
+// again; to anyone else it stays the answer.
+func errNotHolder(status Status) error {
+	return fmt.Errorf("ucx: guarded request refused by the owner: the key is served only on the owner's endpoints to its holder, and this endpoint is not one of them (yet): %w", status)
 }
 
 // Put writes src to remoteAddr of the peer and returns when src is free again; call

@@ -341,6 +341,12 @@ type ConnectOptions struct {
 	// later): PutMany then sends consecutive small guarded writes as one request. Off unless the
 	// peer said it can, for the same reason as VectoredGet.
 	VectoredPut bool
+	// Holder, when nonzero, names the peer at the other end (any number the caller chooses
+	// per peer, the same as the RegisterOptions.Holder of the keys given to that peer): the
+	// engine's guard serves a registration made with a holder only to guarded GETs and PUTs
+	// that arrive on an endpoint connected with that holder. A key seen on the wire is then
+	// useless from any other endpoint.
+	Holder uint64
 	// OnError is called once, where the engine runs handlers, when UCX reports the
 	// endpoint failed (the peer died, keepalive expired, the connection was reset). The
 	// engine then force-closes the endpoint; later operations fail with

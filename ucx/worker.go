@@ -459,6 +459,22 @@ func (w *Worker) guardSetMemType(slot uint32, memType int) {
 }
 func (w *Worker) guardInflight(slot uint32) uint32 { return capi.GuardInflight(w.ring, slot) }
 func (w *Worker) guardRelease(slot uint32)         { capi.GuardRelease(w.ring, slot) }
+func (w *Worker) guardSetHolder(slot uint32, holder uint64) {
+	capi.GuardSetHolder(w.ring, slot, holder)
+}
+
+// guardBindEp says requests arriving on ep come from holder; guardUnbindEp takes that back.
+func (w *Worker) guardBindEp(ep *Endpoint, holder uint64) error {
+	if !capi.GuardBindEp(w.ring, ep.ep, holder) {
+		return fmt.Errorf("ucx: binding an endpoint to its holder: %w", StatusNoMemory)
+	}
+	return nil
+}
+func (w *Worker) guardUnbindEp(ep *Endpoint) { capi.GuardUnbindEp(w.ring, ep.ep) }
+
+// guardRefusedHolder counts the guarded requests refused for arriving on no endpoint of the
+// key's holder.
+func (w *Worker) guardRefusedHolder() uint64 { return capi.RingGuardRefusedHolder(w.ring) }
 
 // destroyAndDrain releases every tracked request (ucp_request_free), destroys the worker,
 // collects the completions its destruction reported and returns every request that was

@@ -127,7 +127,7 @@ func rendezvousRanges(ranges []Range) []rendezvous.Range {
 }
 
 // Region is memory an owner writes in place and stages without a copy (NewRegion,
-// RegisterRegion, RegisterRegionMemory; StageRegion stages it, GrantWrite lets a writer put into
+// WrapRegion, WrapRegionMemory; StageRegion stages it, GrantWrite lets a writer put into
 // it). Methods:
 //
 //   - Bytes() []byte: the memory, for the owner to write.
@@ -215,7 +215,7 @@ func (v *Velo) ReadRanges(ctx context.Context, h Handle, ranges []Range) error {
 
 // NewRegion returns size bytes of this instance's pinned memory for the caller to write in place
 // and stage without a copy (StageRegion), as often and for as long as it likes. Staging 1 GiB this
-// way costs 1 GiB of memory, not the 2 GiB of a copy (RegisterDataPinned). When no pinned memory
+// way costs 1 GiB of memory, not the 2 GiB of a copy (StageDataPinned). When no pinned memory
 // can be had — no RDMA registry (WithUCXTransport), the kill switch, the budget, the memlock limit —
 // the region is plain memory, consumers read it by chunks, and Region.Reason says why; the error
 // is for a size below one byte. Free the region when done with it: it is the application's, so
@@ -235,19 +235,19 @@ func (v *Velo) NewRegion(size int) (*Region, error) {
 	return g, err
 }
 
-// RegisterRegion wraps memory the caller already has as a region, without copying it and without
-// staging it (StageRegion does that, RegisterData for plain bytes): once staged, it is read by
+// WrapRegion wraps memory the caller already has as a region, without copying it and without
+// staging it (StageRegion does that, StageData for plain bytes): once staged, it is read by
 // RDMA (each lease registers it once, with its own key) or, without an RDMA registry, by chunks.
 // mem must stay valid and unmoved until Region.Done is closed (after Free and the end of
 // every staging and of every read); memory outside the Go heap is the intended kind.
-func (v *Velo) RegisterRegion(mem []byte) (*Region, error) {
+func (v *Velo) WrapRegion(mem []byte) (*Region, error) {
 	if len(mem) == 0 {
-		return nil, fmt.Errorf("velo: RegisterRegion: an empty region")
+		return nil, fmt.Errorf("velo: WrapRegion: an empty region")
 	}
 	if v.rdma == nil {
 		return rdma.PlainRegion(mem, metrics.ReasonNotConfigured), nil
 	}
-	return v.rdma.RegisterRegion(mem)
+	return v.rdma.WrapRegion(mem)
 }
 
 // StageRegion stages the whole region, without a copy, and returns its handle (one reference, as

@@ -292,7 +292,7 @@ func TestGetBatchInlineTypedMemory(t *testing.T) {
 	typedSrc := payload(1<<10, 6)
 	tm := HostMemory(typedSrc)
 	tm.bounce = true
-	g, err := owner.RegisterRegionMemory(tm)
+	g, err := owner.WrapRegionMemory(tm)
 	require.NoError(t, err)
 	defer g.Free()
 	th, err := owner.StageRegion(ctx, g)

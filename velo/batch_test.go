@@ -46,7 +46,7 @@ func stageSizes(t *testing.T, v *Velo, sizes []int, seed uint64) ([]Handle, [][]
 	data := make([][]byte, len(sizes))
 	for i, n := range sizes {
 		data[i] = payload(n, seed+uint64(i))
-		h, err := v.RegisterDataPinned(tctx(t), data[i])
+		h, err := v.StageDataPinned(tctx(t), data[i])
 		require.NoError(t, err)
 		hs[i] = h
 	}
@@ -252,7 +252,7 @@ func TestGetBatchChunked(t *testing.T) {
 	data := make([][]byte, len(hs))
 	for i := range hs {
 		data[i] = payload(20<<10, uint64(i))
-		h, err := owner.RegisterData(tctx(t), data[i])
+		h, err := owner.StageData(tctx(t), data[i])
 		require.NoError(t, err)
 		hs[i] = h
 	}
@@ -333,9 +333,9 @@ func TestReadRangesPaths(t *testing.T) {
 	owner, cons := batchPair(t, WithChunkSize(4<<10))
 	ctx := tctx(t)
 	data := payload(256<<10, 5)
-	h, err := owner.RegisterData(ctx, data) // plain memory: chunked
+	h, err := owner.StageData(ctx, data) // plain memory: chunked
 	require.NoError(t, err)
-	hp, err := owner.RegisterDataPinned(ctx, data)
+	hp, err := owner.StageDataPinned(ctx, data)
 	require.NoError(t, err)
 	mk := func() []Range {
 		return []Range{{Offset: 1, Length: 10000, Dst: make([]byte, 10000)}, {Offset: 200 << 10, Length: 56 << 10, Dst: make([]byte, 56<<10)}}
@@ -382,7 +382,7 @@ func TestReadRangesRenewsTheLease(t *testing.T) {
 	owner, cons := batchPair(t, WithLeaseTTL(300*time.Millisecond))
 	ctx := tctx(t)
 	data := payload(64<<10, 9)
-	h, err := owner.RegisterDataPinned(ctx, data)
+	h, err := owner.StageDataPinned(ctx, data)
 	require.NoError(t, err)
 	l, err := cons.Acquire(ctx, h)
 	require.NoError(t, err)
@@ -395,13 +395,13 @@ func TestReadRangesRenewsTheLease(t *testing.T) {
 	require.NoError(t, l.Release(ctx))
 }
 
-// TestRegisterRegion: memory the owner already has is staged without a copy, read by RDMA, and
+// TestWrapRegion: memory the owner already has is staged without a copy, read by RDMA, and
 // Done closes only after Free, the end of every staging and the end of every registration.
-func TestRegisterRegion(t *testing.T) {
+func TestWrapRegion(t *testing.T) {
 	owner, cons := batchPair(t)
 	ctx := tctx(t)
 	mem := payload(300<<10, 77)
-	g, err := owner.RegisterRegion(mem)
+	g, err := owner.WrapRegion(mem)
 	require.NoError(t, err)
 	h, err := owner.StageRegion(ctx, g)
 	require.NoError(t, err)

@@ -22,7 +22,7 @@ func TestCleanShutdownOverTCPAndUCXReadsAsDeparted(t *testing.T) {
 	a, b := node(), node()
 	require.NoError(t, a.RegisterPeer(tctx(t), b.PeerInfo()))
 	require.NoError(t, b.RegisterPeer(tctx(t), a.PeerInfo()))
-	h, err := b.RegisterDataPinned(tctx(t), payload(1<<20, 1))
+	h, err := b.StageDataPinned(tctx(t), payload(1<<20, 1))
 	require.NoError(t, err)
 	l, err := a.Get(tctx(t), h) // the UCX endpoints are up
 	require.NoError(t, err)

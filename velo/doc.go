@@ -59,7 +59,7 @@
 //
 // # Rendezvous
 //
-// RegisterData stages bytes (RegisterDataPinned a copy in pinned memory, for the RDMA path) and
+// StageData stages bytes (StageDataPinned a copy in pinned memory, for the RDMA path) and
 // returns a Handle with one reference. Get, GetInto and GetPinned fetch it and return a Lease:
 // Release ends it and spends the reference, Detach keeps the payload staged. Ref adds a
 // reference per further consumer, Unref drops one; the owner frees the payload when none is left
@@ -69,7 +69,7 @@
 // Many payloads at once: GetBatch fetches a list of handles with a few round trips per owner,
 // and ReleaseLeases or DetachLeases end the leases together. Parts of one payload: Acquire and
 // RangeLease.ReadRanges, or ReadRanges in one call. Memory the owner writes in place: NewRegion
-// (pinned memory from this instance) or RegisterRegion (memory it has), staged with StageRegion
+// (pinned memory from this instance) or WrapRegion (memory it has), staged with StageRegion
 // as often as it likes. A region is the application's until Region.Free: StagedCounts counts
 // only its stagings, and Close leaves it allocated, saying so in its log.
 //

@@ -23,9 +23,9 @@ func TestPublicErrorsMatchTheirSentinels(t *testing.T) {
 	ctx := tctx(t)
 	a, b := pair(t)
 	require.NoError(t, b.RegisterHandler("echo", func(_ context.Context, m *Message) ([]byte, error) { return nil, nil }))
-	h, err := b.RegisterData(ctx, []byte("sixteen bytes!!!"))
+	h, err := b.StageData(ctx, []byte("sixteen bytes!!!"))
 	require.NoError(t, err)
-	released, err := b.RegisterData(ctx, []byte("gone"))
+	released, err := b.StageData(ctx, []byte("gone"))
 	require.NoError(t, err)
 	require.NoError(t, b.Unref(ctx, released))
 	forged := h
@@ -71,7 +71,7 @@ func TestPublicErrorsMatchTheirSentinels(t *testing.T) {
 			return closed.Send(ctx, a.ID(), "echo", nil)
 		}},
 		{"stage on a closed instance", ErrClosed, func() error {
-			_, err := closed.RegisterData(ctx, []byte("x"))
+			_, err := closed.StageData(ctx, []byte("x"))
 			return err
 		}},
 		{"register a peer on a closed instance", ErrClosed, func() error {
@@ -110,7 +110,7 @@ func TestPublicErrorsMatchTheirSentinels(t *testing.T) {
 			return err
 		}},
 		{"memory of no bytes", ErrBadMemory, func() error {
-			_, err := a.RegisterRegionMemory(CUDAMemory(0x7f0000000000, 0, 0))
+			_, err := a.WrapRegionMemory(CUDAMemory(0x7f0000000000, 0, 0))
 			return err
 		}},
 	}

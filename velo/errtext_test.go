@@ -18,7 +18,7 @@ import (
 func TestErrorTexts(t *testing.T) {
 	owner, cons := pair(t)
 	require.NoError(t, cons.RegisterPeer(tctx(t), owner.PeerInfo()))
-	h, err := owner.RegisterData(tctx(t), payload(1024, 1))
+	h, err := owner.StageData(tctx(t), payload(1024, 1))
 	require.NoError(t, err)
 	l, err := cons.Get(tctx(t), h)
 	require.NoError(t, err)
@@ -30,12 +30,12 @@ func TestErrorTexts(t *testing.T) {
 	released := "rendezvous handle already released: handle{owner " + ownerID + ", slot 1, 1024 bytes}: its slot was freed" +
 		" (a handle is staged with one reference and Get then Release spends it: Ref it once per further Get, or end the lease with Detach to fetch again)"
 
-	h2, err := owner.RegisterData(tctx(t), payload(1024, 2))
+	h2, err := owner.StageData(tctx(t), payload(1024, 2))
 	require.NoError(t, err)
 	forged := h2
 	forged.Nonce ^= 5
 	stranger := newInstance(t)
-	h3, err := stranger.RegisterData(tctx(t), payload(10, 3))
+	h3, err := stranger.StageData(tctx(t), payload(10, 3))
 	require.NoError(t, err)
 	require.NoError(t, owner.RegisterHandler("fail", func(ctx context.Context, m *Message) ([]byte, error) {
 		return nil, errors.New("disk full")

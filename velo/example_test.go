@@ -67,7 +67,7 @@ func ExamplePeerInfo() {
 	// Output: true <nil>
 }
 
-func ExampleVelo_RegisterData() {
+func ExampleVelo_StageData() {
 	ctx := context.Background()
 	owner, _ := velo.New(ctx, quiet)
 	defer owner.Close()
@@ -75,7 +75,7 @@ func ExampleVelo_RegisterData() {
 	defer consumer.Close()
 	consumer.RegisterPeer(ctx, owner.PeerInfo())
 
-	h, _ := owner.RegisterData(ctx, []byte("a large tensor, in real life"))
+	h, _ := owner.StageData(ctx, []byte("a large tensor, in real life"))
 
 	// The handle travels to the consumer (in a message, usually); the consumer pulls the bytes.
 	lease, err := consumer.Get(ctx, h)
@@ -104,7 +104,7 @@ func ExampleVelo_GetInto() {
 	defer consumer.Close()
 	consumer.RegisterPeer(ctx, owner.PeerInfo())
 
-	h, _ := owner.RegisterData(ctx, []byte("0123456789"))
+	h, _ := owner.StageData(ctx, []byte("0123456789"))
 	dst := make([]byte, h.Size) // exactly the payload's size
 	lease, err := consumer.GetInto(ctx, h, dst)
 	if err != nil {

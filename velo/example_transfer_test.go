@@ -82,7 +82,7 @@ func ExampleVelo_GetBatch() {
 	// The owner stages three blocks; their handles travel to the consumer (in a message, usually).
 	var reqs []velo.GetRequest
 	for i := range 3 {
-		h, err := owner.RegisterData(ctx, bytes.Repeat([]byte{'a' + byte(i)}, 4<<10))
+		h, err := owner.StageData(ctx, bytes.Repeat([]byte{'a' + byte(i)}, 4<<10))
 		if err != nil {
 			panic(err)
 		}

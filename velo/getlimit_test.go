@@ -58,7 +58,7 @@ func TestMaxGetSizeBoundsGetButNotGetInto(t *testing.T) {
 		t.Fatal(err)
 	}
 	atLimit := payload(1<<20, 1)
-	h, _ := owner.RegisterData(ctx, atLimit)
+	h, _ := owner.StageData(ctx, atLimit)
 	l, err := cons.Get(ctx, h)
 	if err != nil || !bytes.Equal(l.Bytes(), atLimit) {
 		t.Fatalf("a payload at the limit: %v", err)
@@ -66,7 +66,7 @@ func TestMaxGetSizeBoundsGetButNotGetInto(t *testing.T) {
 	l.Release(ctx)
 
 	above := payload(1<<20+1, 2)
-	h, _ = owner.RegisterData(ctx, above)
+	h, _ = owner.StageData(ctx, above)
 	if _, err := cons.Get(ctx, h); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("a payload one byte above the limit: %v", err)
 	}

@@ -17,7 +17,7 @@ func TestChunkedGetSizes(t *testing.T) {
 	for _, size := range []int{1, chunk, chunk + 1, 64 << 20} {
 		data := payload(size, uint64(size))
 		want := sum(data)
-		h, err := b.RegisterData(tctx(t), data)
+		h, err := b.StageData(tctx(t), data)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +59,7 @@ func TestChunkedGetSizes(t *testing.T) {
 func TestConcurrentGets(t *testing.T) {
 	a, b := pair(t)
 	data := payload(3<<20+123, 7)
-	h, err := b.RegisterData(tctx(t), data)
+	h, err := b.StageData(tctx(t), data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestConcurrentGets(t *testing.T) {
 func TestDetachVersusRelease(t *testing.T) {
 	a, b := pair(t)
 	data := payload(100_000, 9)
-	h, _ := b.RegisterData(tctx(t), data)
+	h, _ := b.StageData(tctx(t), data)
 
 	l, err := a.Get(tctx(t), h)
 	if err != nil {
@@ -147,7 +147,7 @@ func TestDetachVersusRelease(t *testing.T) {
 func TestLocalFastPath(t *testing.T) {
 	v := newInstance(t)
 	data := payload(5<<20, 11)
-	h, _ := v.RegisterData(tctx(t), data)
+	h, _ := v.StageData(tctx(t), data)
 	l, err := v.Get(tctx(t), h)
 	if err != nil || !bytes.Equal(l.Bytes(), data) {
 		t.Fatalf("local get: %v", err)
@@ -173,7 +173,7 @@ func TestBadHandlesAndLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := payload(4096, 1)
-	h, _ := b.RegisterData(tctx(t), data)
+	h, _ := b.StageData(tctx(t), data)
 
 	forged := h
 	forged.Nonce ^= 1
@@ -239,7 +239,7 @@ func leaseOf(t *testing.T, l *Lease) (Handle, uint64) {
 func TestOwnerVanishesMidTransfer(t *testing.T) {
 	a, b := pair(t, WithPullWindow(1), WithChunkSize(4<<10))
 	data := payload(64<<20, 5)
-	h, _ := b.RegisterData(tctx(t), data)
+	h, _ := b.StageData(tctx(t), data)
 	errc := make(chan error, 1)
 	go func() {
 		_, err := a.Get(tctx(t), h)
@@ -260,7 +260,7 @@ func TestOwnerVanishesMidTransfer(t *testing.T) {
 	// The consumer is fine: it can still talk to others.
 	c := newInstance(t)
 	a.RegisterPeer(tctx(t), c.PeerInfo())
-	h2, _ := c.RegisterData(tctx(t), []byte("after"))
+	h2, _ := c.StageData(tctx(t), []byte("after"))
 	if l, err := a.Get(tctx(t), h2); err != nil || string(l.Bytes()) != "after" {
 		t.Fatalf("after the owner vanished: %v", err)
 	}
@@ -268,7 +268,7 @@ func TestOwnerVanishesMidTransfer(t *testing.T) {
 
 func TestCloseFreesEverything(t *testing.T) {
 	a, b := pair(t)
-	h, _ := b.RegisterData(tctx(t), payload(1<<20, 1))
+	h, _ := b.StageData(tctx(t), payload(1<<20, 1))
 	if _, err := a.Get(tctx(t), h); err != nil { // lease left open on purpose
 		t.Fatal(err)
 	}
@@ -282,7 +282,7 @@ func TestCloseFreesEverything(t *testing.T) {
 	if _, err := b.Request(tctx(t), a.ID(), "x", nil); !errors.Is(err, ErrClosed) {
 		t.Fatalf("request after close: %v", err)
 	}
-	if _, err := b.RegisterData(tctx(t), []byte("x")); !errors.Is(err, ErrClosed) {
+	if _, err := b.StageData(tctx(t), []byte("x")); !errors.Is(err, ErrClosed) {
 		t.Fatalf("register after close: %v", err)
 	}
 	if err := b.Close(); err != nil {
@@ -292,7 +292,7 @@ func TestCloseFreesEverything(t *testing.T) {
 
 func TestBeginDrainKeepsServing(t *testing.T) {
 	a, b := pair(t)
-	h, _ := b.RegisterData(tctx(t), []byte("drain"))
+	h, _ := b.StageData(tctx(t), []byte("drain"))
 	b.BeginDrain()
 	l, err := a.Get(tctx(t), h)
 	if err != nil || string(l.Bytes()) != "drain" {

@@ -61,7 +61,7 @@ func TestDiscoveryFindsWatchesAndLosesPeers(t *testing.T) {
 
 	// b is replaced by a new instance under the same name (a restart without a clean exit would
 	// look the same to the others once the new one publishes).
-	h, err := b.RegisterData(tctx(t), []byte("old payload"))
+	h, err := b.StageData(tctx(t), []byte("old payload"))
 	require.NoError(t, err)
 	oldB := b.ID()
 	require.NoError(t, b.Close())

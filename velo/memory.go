@@ -56,7 +56,7 @@ type Memory struct {
 }
 
 // HostMemory describes host memory b. Described memory takes the same calls as device memory
-// (RegisterRegionMemory, GetIntoMemory, GetRequestInto, RangeInto, PutMemory).
+// (WrapRegionMemory, GetIntoMemory, GetRequestInto, RangeInto, PutMemory).
 func HostMemory(b []byte) Memory {
 	m := Memory{Len: len(b), Type: MemoryHost, Device: -1, host: b}
 	if len(b) > 0 {
@@ -160,7 +160,7 @@ func (v *Velo) CheckMemory(m Memory) error {
 	return nil
 }
 
-// RegisterRegionMemory makes m a region without copying it, as RegisterRegion does for host
+// WrapRegionMemory makes m a region without copying it, as WrapRegion does for host
 // memory: staged (StageRegion), each lease registers it with its memory type and its own key,
 // and consumers read it by RDMA with their destination's type, or by chunks through this
 // instance's host bounce buffers (reason device_bounce): without the RDMA path (kill switch,
@@ -168,7 +168,7 @@ func (v *Velo) CheckMemory(m Memory) error {
 // valid, unmoved and unfreed until Region.Done is closed; memory freed while staged is
 // undefined behaviour (docs/gpu.md says what velo detects). The region's Bytes is a view of
 // device memory that the application must not read or write with the CPU.
-func (v *Velo) RegisterRegionMemory(m Memory) (*Region, error) {
+func (v *Velo) WrapRegionMemory(m Memory) (*Region, error) {
 	b, rm, err := m.view()
 	if err != nil {
 		return nil, err
@@ -179,9 +179,9 @@ func (v *Velo) RegisterRegionMemory(m Memory) (*Region, error) {
 		}
 		return rdma.PlainRegionMemory(b, rm, metrics.ReasonNotConfigured), nil
 	}
-	g, err := v.rdma.RegisterRegionMemory(b, rm, m.Device)
+	g, err := v.rdma.WrapRegionMemory(b, rm, m.Device)
 	if err != nil {
-		return nil, fmt.Errorf("velo: RegisterRegionMemory(%v): %w", m, err)
+		return nil, fmt.Errorf("velo: WrapRegionMemory(%v): %w", m, err)
 	}
 	return g, nil
 }

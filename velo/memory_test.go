@@ -17,7 +17,7 @@ import (
 func TestMemoryRefusals(t *testing.T) {
 	ctx := tctx(t)
 	a, b := pair(t)
-	h, err := b.RegisterData(ctx, payload(4096, 1))
+	h, err := b.StageData(ctx, payload(4096, 1))
 	require.NoError(t, err)
 
 	bad := map[string]Memory{
@@ -35,7 +35,7 @@ func TestMemoryRefusals(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			err := a.CheckMemory(m)
 			require.ErrorIs(t, err, ErrBadMemory)
-			_, err = a.RegisterRegionMemory(m)
+			_, err = a.WrapRegionMemory(m)
 			require.ErrorIs(t, err, ErrBadMemory)
 			_, err = a.GetIntoMemory(ctx, h, m)
 			require.ErrorIs(t, err, ErrBadMemory)
@@ -48,10 +48,10 @@ func TestMemoryRefusals(t *testing.T) {
 	// option, and nothing fetched (the owner's payload keeps its reference).
 	dev := CUDAMemory(0x7f0000000000, 4096, 0)
 	for what, err := range map[string]error{
-		"CheckMemory":          a.CheckMemory(dev),
-		"RegisterRegionMemory": second(a.RegisterRegionMemory(dev)),
-		"GetIntoMemory":        second(a.GetIntoMemory(ctx, h, dev)),
-		"PutMemory":            a.PutMemory(ctx, GrantHandle{}, 0, dev, nil),
+		"CheckMemory":      a.CheckMemory(dev),
+		"WrapRegionMemory": second(a.WrapRegionMemory(dev)),
+		"GetIntoMemory":    second(a.GetIntoMemory(ctx, h, dev)),
+		"PutMemory":        a.PutMemory(ctx, GrantHandle{}, 0, dev, nil),
 	} {
 		require.ErrorIs(t, err, errors.ErrUnsupported, what)
 		require.ErrorIs(t, err, ErrUnsupportedMemory, what)
@@ -81,7 +81,7 @@ func TestMemoryHostWithoutRDMA(t *testing.T) {
 	ctx := tctx(t)
 	a, b := pair(t)
 	src := payload(5<<20+17, 2)
-	g, err := b.RegisterRegionMemory(HostMemory(src))
+	g, err := b.WrapRegionMemory(HostMemory(src))
 	require.NoError(t, err)
 	defer g.Free()
 	assert.False(t, g.Pinned())

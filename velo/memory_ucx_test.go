@@ -32,7 +32,7 @@ func ucxMemNode(t *testing.T, opts ...Option) *Velo {
 	t.Helper()
 	ctl, err := tcp.New(tcp.Config{})
 	require.NoError(t, err)
-	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", EagerEndpoints: true, Logger: quietLogger()})
+	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", EagerEndpoints: true, RMAOverSoftwareLanes: true, Logger: quietLogger()})
 	require.NoError(t, err)
 	v, err := New(context.Background(), append([]Option{WithLogger(quietLogger()), WithTransport(ctl), WithUCXTransport(u)}, opts...)...)
 	require.NoError(t, err)
@@ -103,7 +103,7 @@ func TestRDMAMemoryHostRegionOverUCX(t *testing.T) {
 	owner, cons := ucxMemPair(t)
 	ctx := tctx(t)
 	src := payload(3<<20+5, 11)
-	g, err := owner.RegisterRegionMemory(HostMemory(src))
+	g, err := owner.WrapRegionMemory(HostMemory(src))
 	require.NoError(t, err)
 	require.True(t, g.Pinned())
 	assert.Equal(t, MemoryHost, g.Memory().Type)
@@ -118,7 +118,7 @@ func TestRDMAMemoryHostRegionOverUCX(t *testing.T) {
 	// The device path with host memory: a region registered for each lease with its memory
 	// type (transport.MemoryRMA), a version-3 descriptor naming it, typed GETs into the
 	// destinations: what CUDA memory takes on the RDMA path.
-	g2, err := owner.RegisterRegionMemory(bounced(HostMemory(src)))
+	g2, err := owner.WrapRegionMemory(bounced(HostMemory(src)))
 	require.NoError(t, err)
 	require.True(t, g2.Pinned())
 	h2, err := owner.StageRegion(ctx, g2)
@@ -144,7 +144,7 @@ func TestRDMAMemoryBounceOverUCX(t *testing.T) {
 	owner, cons := ucxMemPair(t, WithRDMA(RDMAConfig{Disabled: true}))
 	ctx := tctx(t)
 	src := payload(9<<20+3, 12) // more chunks than the owner has bounce buffers
-	g, err := owner.RegisterRegionMemory(bounced(HostMemory(src)))
+	g, err := owner.WrapRegionMemory(bounced(HostMemory(src)))
 	require.NoError(t, err)
 	defer g.Free()
 	assert.False(t, g.Pinned())
@@ -176,7 +176,7 @@ func TestRDMAMemoryOlderConsumer(t *testing.T) {
 	cons.rdma.Consumer().OfferRefused(owner.ID()) // from now on this consumer offers version 2
 
 	src := payload(2<<20+1, 13)
-	plain, err := owner.RegisterRegion(append([]byte(nil), src...))
+	plain, err := owner.WrapRegion(append([]byte(nil), src...))
 	require.NoError(t, err)
 	defer plain.Free()
 	hp, err := owner.StageRegion(ctx, plain)
@@ -188,7 +188,7 @@ func TestRDMAMemoryOlderConsumer(t *testing.T) {
 	assert.Equal(t, metrics.PathRDMA, l.Path, "host memory: RDMA with a version-2 descriptor")
 	require.NoError(t, l.Detach(ctx))
 
-	dev, err := owner.RegisterRegionMemory(bounced(HostMemory(src)))
+	dev, err := owner.WrapRegionMemory(bounced(HostMemory(src)))
 	require.NoError(t, err)
 	defer dev.Free()
 	require.True(t, dev.Pinned())
@@ -216,7 +216,7 @@ func TestRDMAMemoryPutOverUCX(t *testing.T) {
 			recv, writer := ucxMemPair(t, c.opts...)
 			ctx := tctx(t)
 			mem := make([]byte, 6<<20)
-			g, err := recv.RegisterRegionMemory(bounced(HostMemory(mem)))
+			g, err := recv.WrapRegionMemory(bounced(HostMemory(mem)))
 			require.NoError(t, err)
 			defer g.Free()
 			gr, err := recv.GrantWrite(ctx, writer.ID(), g, GrantOptions{})
@@ -250,7 +250,7 @@ func TestRDMAMemoryPutOverUCX(t *testing.T) {
 func TestRDMAMemoryCUDARefusedOverUCX(t *testing.T) {
 	owner, cons := ucxMemPair(t)
 	ctx := tctx(t)
-	h, err := owner.RegisterData(ctx, payload(4096, 16))
+	h, err := owner.StageData(ctx, payload(4096, 16))
 	require.NoError(t, err)
 	host := make([]byte, 4096)
 	for name, m := range map[string]Memory{
@@ -259,11 +259,11 @@ func TestRDMAMemoryCUDARefusedOverUCX(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			errs := map[string]error{
-				"CheckMemory":          cons.CheckMemory(m),
-				"RegisterRegionMemory": second(owner.RegisterRegionMemory(m)),
-				"GetIntoMemory":        second(cons.GetIntoMemory(ctx, h, m)),
-				"GetBatch":             cons.GetBatch(ctx, []GetRequest{GetRequestInto(h, m)}, nil)[0].Err,
-				"PutMemory":            cons.PutMemory(ctx, GrantHandle{}, 0, m, nil),
+				"CheckMemory":      cons.CheckMemory(m),
+				"WrapRegionMemory": second(owner.WrapRegionMemory(m)),
+				"GetIntoMemory":    second(cons.GetIntoMemory(ctx, h, m)),
+				"GetBatch":         cons.GetBatch(ctx, []GetRequest{GetRequestInto(h, m)}, nil)[0].Err,
+				"PutMemory":        cons.PutMemory(ctx, GrantHandle{}, 0, m, nil),
 			}
 			for what, err := range errs {
 				require.Error(t, err, what)
@@ -272,7 +272,7 @@ func TestRDMAMemoryCUDARefusedOverUCX(t *testing.T) {
 					assert.Contains(t, err.Error(), "-tags cuda,ucx_static", what)
 				}
 			}
-			t.Log(errs["RegisterRegionMemory"])
+			t.Log(errs["WrapRegionMemory"])
 		})
 	}
 	md, err := owner.Metadata(ctx, h)
@@ -293,7 +293,7 @@ func TestRDMAMemoryAcrossProcesses(t *testing.T) {
 			owner := ucxMemNode(t, c.opts...)
 			ctx := tctx(t)
 			src := payload(6<<20+7, 31)
-			g, err := owner.RegisterRegionMemory(bounced(HostMemory(src)))
+			g, err := owner.WrapRegionMemory(bounced(HostMemory(src)))
 			require.NoError(t, err)
 			defer g.Free()
 			h, err := owner.StageRegion(ctx, g)

@@ -267,7 +267,7 @@ func TestSlowHandlerHoldsUpOnlyItsPeersQueue(t *testing.T) {
 	}
 	// The rendezvous protocol between the same two instances.
 	data := payload(3<<20, 9)
-	h, err := b.RegisterData(tctx(t), data)
+	h, err := b.StageData(tctx(t), data)
 	if err != nil {
 		t.Fatal(err)
 	}

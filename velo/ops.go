@@ -450,32 +450,3 @@ func (v *Velo) Probe(ctx context.Context, peer InstanceID) []ProbeResult {
 func onPing(context.Context, transport.InstanceID, []byte) ([][]byte, func(), error) {
 	return nil, nil, nil
 }
-
-// ownerGone says, for an error of a call about h that could not reach h's owner, that the owner is
-// known to be down and why (it left, was restarted, or its transport lost it): its handles went
-// with it. Other errors pass unchanged.
-func (v *Velo) ownerGone(h Handle, err error) error {
-	if err == nil || !(errors.Is(err, ErrUnknownPeer) || errors.Is(err, ErrPeerUnreachable) || errors.Is(err, ErrNoRoute)) {
-		return err
-	}
-	st, ok := v.peerStatus(h.Owner)
-	if !ok || st.State != StateDown {
-		return err
-	}
-	why := st.Err
-	if why == "" {
-		why = "its transport lost it"
-	}
-	return &ownerDownError{msg: fmt.Sprintf("velo: the owner %016x of %v is down (%s): its handles went with it; ask a live owner for the data again", uint64(h.Owner), h, why), cause: err}
-}
-
-// ownerDownError is ownerGone's error. Its text stops at what the caller can act on: the cause
-// (kept for errors.Is: ErrUnknownPeer, ErrPeerUnreachable) reads like advice to register the peer,
-// which is wrong for an owner that is gone.
-type ownerDownError struct {
-	msg   string
-	cause error
-}
-
-func (e *ownerDownError) Error() string { return e.msg }
-func (e *ownerDownError) Unwrap() error { return e.cause }

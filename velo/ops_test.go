@@ -307,7 +307,7 @@ func TestHealthAndDebugHandlers(t *testing.T) {
 		_, err := a.Request(tctx(t), b.ID(), "echo", []byte("hi"))
 		require.NoError(t, err)
 	}
-	h, err := b.RegisterData(tctx(t), make([]byte, 1000))
+	h, err := b.StageData(tctx(t), make([]byte, 1000))
 	require.NoError(t, err)
 	res := a.Probe(tctx(t), b.ID())
 	require.NotEmpty(t, res)

@@ -28,7 +28,7 @@ func authNode(t *testing.T, creds auth.Config, ucxFirst bool) *Velo {
 	ctl, err := tcp.New(tcp.Config{Auth: creds})
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry() // velo's series and the UCX transport's, to read both
-	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", EagerEndpoints: true, Logger: quietLogger(), Metrics: reg})
+	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", EagerEndpoints: true, RMAOverSoftwareLanes: true, Logger: quietLogger(), Metrics: reg})
 	require.NoError(t, err)
 	opts := []Option{WithLogger(quietLogger()), WithRegisterer(reg), WithTransport(ctl), WithUCXTransport(u)}
 	if ucxFirst {
@@ -60,7 +60,7 @@ func TestAuthenticatedPeersGetOverRDMA(t *testing.T) {
 		consumer := authNode(t, auth.Config{Secrets: s}, ucxFirst)
 		require.NoError(t, consumer.RegisterPeer(ctx, owner.PeerInfo()))
 		payload := bytes.Repeat([]byte("auth"), 1<<18)
-		h, err := owner.RegisterDataPinned(ctx, payload)
+		h, err := owner.StageDataPinned(ctx, payload)
 		require.NoError(t, err)
 		l, err := consumer.Get(ctx, h)
 		require.NoError(t, err)
@@ -96,7 +96,7 @@ func TestUnauthenticatedPeerGetsNothing(t *testing.T) {
 		called <- struct{}{}
 		return []byte("leak"), nil
 	}))
-	h, err := owner.RegisterDataPinned(ctx, bytes.Repeat([]byte("x"), 1<<20))
+	h, err := owner.StageDataPinned(ctx, bytes.Repeat([]byte("x"), 1<<20))
 	require.NoError(t, err)
 	before := owner.RDMAStats()
 
@@ -111,7 +111,7 @@ func TestUnauthenticatedPeerGetsNothing(t *testing.T) {
 	_, err = intruder.Get(short2, h)
 	require.Error(t, err)
 	// A batch asks for small payloads inside the acquire's answer: it gets none of them either.
-	small, err := owner.RegisterDataPinned(ctx, bytes.Repeat([]byte("y"), 1<<10))
+	small, err := owner.StageDataPinned(ctx, bytes.Repeat([]byte("y"), 1<<10))
 	require.NoError(t, err)
 	short3, cancel3 := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel3()

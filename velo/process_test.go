@@ -83,7 +83,7 @@ func TestHelperProcess(t *testing.T) {
 func TestTwoProcessTransfer(t *testing.T) {
 	owner := newInstance(t)
 	data := payload(8<<20, 21)
-	h, _ := owner.RegisterData(tctx(t), data)
+	h, _ := owner.StageData(tctx(t), data)
 	cmd, out := startHelper(t, "fetch", owner, h, sum(data))
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -109,7 +109,7 @@ func TestConsumerProcessStoppedMidPullIsReapedByTTL(t *testing.T) {
 	owner := newInstance(t, WithLeaseTTL(time.Second), WithChunkSize(4<<10))
 	const size = 64 << 20
 	data := payload(size, 33)
-	h, _ := owner.RegisterData(tctx(t), data)
+	h, _ := owner.StageData(tctx(t), data)
 	cmd, out := startHelper(t, "stall", owner, h, sum(data))
 
 	sent := func() float64 {
@@ -151,7 +151,7 @@ func TestConsumerProcessStoppedMidPullIsReapedByTTL(t *testing.T) {
 func TestConsumerProcessKilledMidPullIsReapedAsPeerDown(t *testing.T) {
 	owner := newInstance(t, WithChunkSize(4<<10)) // default 30 s TTL: only peer-down can be this quick
 	data := payload(64<<20, 34)
-	h, _ := owner.RegisterData(tctx(t), data)
+	h, _ := owner.StageData(tctx(t), data)
 	cmd, _ := startHelper(t, "stall", owner, h, sum(data))
 	eventually(t, "the consumer pulling", func() bool { _, l := owner.StagedCounts(); return l == 1 })
 	cmd.Process.Kill()
@@ -160,7 +160,7 @@ func TestConsumerProcessKilledMidPullIsReapedAsPeerDown(t *testing.T) {
 	if n := metric(t, owner, metrics.LeasesReapedTotal, map[string]string{"cause": "peer_down"}); n != 1 {
 		t.Fatalf("leases reaped as peer down: %v", n)
 	}
-	// RegisterData's reference is still the owner's: the payload stays until it releases it.
+	// StageData's reference is still the owner's: the payload stays until it releases it.
 	if md, err := owner.Metadata(tctx(t), h); err != nil || md.Refs != 1 {
 		t.Fatalf("metadata: %+v, %v", md, err)
 	}

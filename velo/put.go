@@ -152,7 +152,7 @@ type PutOptions struct {
 // unauthenticated); the grant is bound to the incarnation known now. Hand WriteGrant.Handle to the
 // writer; only that writer gets the key behind it, and with credentials configured only once its
 // control plane authenticated it. A pinned region
-// (NewRegion, RegisterRegion or RegisterRegionMemory with an RDMA registry) is written by RDMA where
+// (NewRegion, WrapRegion or WrapRegionMemory with an RDMA registry) is written by RDMA where
 // both sides can; any other by chunks over the control plane (into GPU memory through a host
 // buffer: docs/gpu.md). A region of a grant stays staged until Done, so Free does
 // not give its memory back while a write may land.
@@ -315,12 +315,12 @@ func (v *Velo) startPush() (*push.Service, error) {
 		w, wok := t.(transport.RMAWriter)
 		r, rok := t.(transport.RMA)
 		if wok && rok {
-			cfg.Writer, cfg.CanRMA, cfg.WriterVia = w, r.CanGet, i
+			cfg.Writer, cfg.CanRMA, cfg.WriterVia = w, canWrite(r), i
 			if v.shm != nil {
 				// The same-host path writes a grant through shared memory when the receiver
 				// registered it there (its keys say so, on both sides); the route reads the keys.
 				if rw, ok := shm.Route(r, v.shm).(rmaWriter); ok {
-					cfg.Writer, cfg.CanRMA = rw, rw.CanGet
+					cfg.Writer, cfg.CanRMA = rw, canWrite(rw)
 				}
 				cfg.SameHostKey = shm.IsKey
 			}
@@ -344,6 +344,16 @@ func (v *Velo) startPush() (*push.Service, error) {
 type rmaWriter interface {
 	transport.RMA
 	transport.RMAWriter
+}
+
+// canWrite is whether this side offers a receiver RDMA writes through r: r reaches it and gives
+// no reason against the pair (transport.PathRefuser: software_lanes, no_ucx_lane; none for a pair
+// the same-host path serves), which the receiver finds and answers with itself.
+func canWrite(r transport.RMA) func(transport.InstanceID) bool {
+	pr, _ := r.(transport.PathRefuser)
+	return func(peer transport.InstanceID) bool {
+		return r.CanGet(peer) && (pr == nil || pr.PathRefusal(peer) == "")
+	}
 }
 
 // peerIncarnation is a peer's incarnation and state as this instance knows them.

@@ -60,7 +60,7 @@ func TestStalledConsumerKeepsMemoryUntilItsReadEnds(t *testing.T) {
 	link(t, owner, second, true)
 
 	data := payload(8<<20, 7) // above the arena size: a dedicated arena, unmapped when freed
-	h, err := owner.RegisterDataPinned(tctx(t), data)
+	h, err := owner.StageDataPinned(tctx(t), data)
 	require.NoError(t, err)
 	start := owner.RDMAStats()
 	require.Equal(t, 1, start.Arenas)
@@ -124,7 +124,7 @@ func TestUnresponsiveConsumerIsForceClosed(t *testing.T) {
 	cons := rdmaNode(t, f, true)
 	link(t, owner, cons, true)
 	data := payload(3<<20, 9)
-	h, err := owner.RegisterDataPinned(tctx(t), data)
+	h, err := owner.StageDataPinned(tctx(t), data)
 	require.NoError(t, err)
 	arenaOnly := owner.RDMAStats().PinnedBytes
 
@@ -160,7 +160,7 @@ func TestCloseUnderStalledRead(t *testing.T) {
 	owner := rdmaNode(t, f, true, WithRDMA(RDMAConfig{ForceCloseAfter: time.Hour}))
 	cons := rdmaNode(t, f, true)
 	link(t, owner, cons, true)
-	h, err := owner.RegisterDataPinned(tctx(t), payload(2<<20, 3))
+	h, err := owner.StageDataPinned(tctx(t), payload(2<<20, 3))
 	require.NoError(t, err)
 	inFlight := stallFirstGet(owner, nil)
 	done := make(chan struct{})
@@ -190,7 +190,7 @@ func TestReleaseAfterTheLeaseExpired(t *testing.T) {
 	cons := rdmaNode(t, f, true)
 	link(t, owner, cons, true)
 	data := payload(1<<20, 5)
-	h, err := owner.RegisterDataPinned(tctx(t), data)
+	h, err := owner.StageDataPinned(tctx(t), data)
 	require.NoError(t, err)
 	// The GET stays in flight until the reaper has ended its lease, however late the reaper's
 	// turn comes on a loaded machine (a fixed sleep past the TTL lost that race under -race in CI).
@@ -234,7 +234,7 @@ func TestFailedSendFreesItsStagedPayload(t *testing.T) {
 	dead := rdmaNode(t, f, true)
 	link(t, owner, dead, true)
 	// Map the pooled arena, so the transparent stager stages in pinned memory.
-	h, err := owner.RegisterDataPinned(tctx(t), payload(4096, 1))
+	h, err := owner.StageDataPinned(tctx(t), payload(4096, 1))
 	require.NoError(t, err)
 	require.NoError(t, owner.Unref(tctx(t), h))
 	base := owner.RDMAStats()
@@ -279,7 +279,7 @@ func TestStalledReadOfARunHoldsTheRun(t *testing.T) {
 	var data [][]byte
 	for i := range blocks {
 		d := payload(size, uint64(20+i))
-		h, err := owner.RegisterDataPinned(tctx(t), d)
+		h, err := owner.StageDataPinned(tctx(t), d)
 		require.NoError(t, err)
 		reqs, data = append(reqs, GetRequest{Handle: h}), append(data, d)
 	}

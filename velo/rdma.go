@@ -17,7 +17,7 @@ import (
 type RDMAConfig struct {
 	// Disabled switches the RDMA path off on this instance, like RDMAKillSwitchEnv: it offers
 	// nothing as a consumer, answers every acquire chunked as an owner (reason kill_switch), and
-	// RegisterDataPinned stages in plain memory.
+	// StageDataPinned stages in plain memory.
 	Disabled bool
 	// Pool sizes the pinned memory.
 	Pool RDMAPoolConfig
@@ -121,17 +121,17 @@ func (v *Velo) newRegistry(o *options) (*rdma.Registry, error) {
 	return reg, nil
 }
 
-// RegisterDataPinned stages a copy of data in pinned memory and returns its handle, with one
+// StageDataPinned stages a copy of data in pinned memory and returns its handle, with one
 // reference. The first call maps the first arena (and so is the slow one: an mmap and mlock of
 // RDMAPoolConfig.ArenaSize); later payloads share it. Consumers that can (UCX registered for this
 // owner, RDMA on at both ends) then read the payload with one GET. When no pinned memory can be
 // had — no RDMA registry, the kill switch, the budget, the memlock limit — the copy goes to plain
 // memory and transfers of it take the chunked path under that reason; staging itself does not
-// fail for it. data may be reused as soon as RegisterDataPinned returns.
+// fail for it. data may be reused as soon as StageDataPinned returns.
 //
 // Call it once at startup in a process whose only staging is transparent (large messages): the
 // transparent stager uses pinned memory only once an arena is mapped.
-func (v *Velo) RegisterDataPinned(ctx context.Context, data []byte) (Handle, error) {
+func (v *Velo) StageDataPinned(ctx context.Context, data []byte) (Handle, error) {
 	if err := ctx.Err(); err != nil {
 		return Handle{}, err
 	}

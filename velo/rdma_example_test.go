@@ -16,7 +16,7 @@ import (
 
 // An owner stages a payload in pinned memory and a consumer reads it with one GET over UCX (here
 // over UCX_TLS=tcp; the environment wins, so the same code runs on InfiniBand).
-func ExampleVelo_RegisterDataPinned() {
+func ExampleVelo_StageDataPinned() {
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	start := func() *velo.Velo {
@@ -24,7 +24,7 @@ func ExampleVelo_RegisterDataPinned() {
 		if err != nil {
 			panic(err)
 		}
-		u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", EagerEndpoints: true, Logger: quiet})
+		u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", EagerEndpoints: true, RMAOverSoftwareLanes: true, Logger: quiet})
 		if err != nil {
 			panic(err)
 		}
@@ -41,7 +41,7 @@ func ExampleVelo_RegisterDataPinned() {
 		panic(err)
 	}
 
-	h, err := owner.RegisterDataPinned(ctx, bytes.Repeat([]byte("velo"), 1<<18)) // maps the first arena
+	h, err := owner.StageDataPinned(ctx, bytes.Repeat([]byte("velo"), 1<<18)) // maps the first arena
 	if err != nil {
 		panic(err)
 	}

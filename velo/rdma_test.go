@@ -93,7 +93,7 @@ func TestRDMAPathReasons(t *testing.T) {
 		before            func(o, c rnode)
 	}
 	pinned := func(t *testing.T, o rnode) Handle {
-		h, err := o.RegisterDataPinned(tctx(t), data)
+		h, err := o.StageDataPinned(tctx(t), data)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,7 +124,7 @@ func TestRDMAPathReasons(t *testing.T) {
 		{"draining", setup{ownerReg: true, consReg: true, consUCX: true, stage: pinned, before: func(o, _ rnode) { o.BeginDrain() }},
 			map[rdmatest.Pair]float64{ch(metrics.ReasonDraining): 1}, map[rdmatest.Pair]float64{ch(metrics.ReasonDraining): 1}, metrics.PathChunked},
 		{"not_pinned", setup{ownerReg: true, consReg: true, consUCX: true, stage: func(t *testing.T, o rnode) Handle {
-			h, err := o.RegisterData(tctx(t), data)
+			h, err := o.StageData(tctx(t), data)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -213,7 +213,7 @@ func TestRDMARevokedOnEveryLeaseEnding(t *testing.T) {
 			cons := rdmaNode(t, f, true)
 			link(t, owner, cons, true)
 			ctx := tctx(t)
-			h, err := owner.RegisterDataPinned(ctx, data)
+			h, err := owner.StageDataPinned(ctx, data)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -273,7 +273,7 @@ func TestRDMALeaseExpiresDuringGet(t *testing.T) {
 	link(t, owner, cons, true)
 	data := payload(2<<20, 3)
 	ctx := tctx(t)
-	h, _ := owner.RegisterDataPinned(ctx, data)
+	h, _ := owner.StageDataPinned(ctx, data)
 	cons.rt.BeforeGet = func(context.Context) {
 		eventually(t, "the lease to expire", func() bool { return owner.RDMAStats().LeaseRegistrations == 0 })
 		cons.rt.BeforeGet = nil
@@ -320,7 +320,7 @@ func TestRDMATransparentStaging(t *testing.T) {
 	if st := sender.RDMAStats(); st.Arenas != 0 {
 		t.Fatal("the transparent stager mapped an arena")
 	}
-	keep, err := sender.RegisterDataPinned(ctx, []byte("maps the first arena"))
+	keep, err := sender.StageDataPinned(ctx, []byte("maps the first arena"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +340,7 @@ func TestGetPinned(t *testing.T) {
 	link(t, owner, cons, true)
 	ctx := tctx(t)
 	data := payload(3<<20, 5)
-	for _, stage := range []func(context.Context, []byte) (Handle, error){owner.RegisterDataPinned, owner.RegisterData} {
+	for _, stage := range []func(context.Context, []byte) (Handle, error){owner.StageDataPinned, owner.StageData} {
 		h, err := stage(ctx, data)
 		if err != nil {
 			t.Fatal(err)
@@ -368,7 +368,7 @@ func TestGetPinned(t *testing.T) {
 		}
 	}
 	// Past the consumer's budget: a clear error, nothing fetched, nothing pinned.
-	h, _ := owner.RegisterDataPinned(ctx, payload(5<<20, 6))
+	h, _ := owner.StageDataPinned(ctx, payload(5<<20, 6))
 	if _, err := cons.GetPinned(ctx, h); !errors.Is(err, ErrNoPinnedMemory) || !errors.Is(err, rdma.ErrBudget) {
 		t.Fatalf("GetPinned over budget: %v", err)
 	}
@@ -388,7 +388,7 @@ func TestRDMAManyConsumersEachGetTheirOwnKey(t *testing.T) {
 	owner := rdmaNode(t, f, true)
 	ctx := tctx(t)
 	data := payload(512<<10, 7)
-	h, _ := owner.RegisterDataPinned(ctx, data)
+	h, _ := owner.StageDataPinned(ctx, data)
 	const n = 4
 	if err := owner.Ref(ctx, h); err != nil { // refs for the others; one came with the handle
 		t.Fatal(err)

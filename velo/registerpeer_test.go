@@ -34,7 +34,7 @@ func TestRDMAPeerWithARefusedAddressStaysReachable(t *testing.T) {
 		t.Fatalf("a request to the peer: %q %v", resp, err)
 	}
 	data := payload(2<<20, 9)
-	h, err := owner.RegisterDataPinned(ctx, data)
+	h, err := owner.StageDataPinned(ctx, data)
 	if err != nil {
 		t.Fatal(err)
 	}

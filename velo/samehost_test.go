@@ -44,7 +44,7 @@ func TestSameHostGetTakesThePathOnBothSides(t *testing.T) {
 	owner, consumer := sameHostPair(t)
 	ctx := tctx(t)
 	data := payload(3<<20+17, 1)
-	h, err := owner.RegisterDataPinned(ctx, data)
+	h, err := owner.StageDataPinned(ctx, data)
 	require.NoError(t, err)
 
 	l, err := consumer.Get(ctx, h)
@@ -76,7 +76,7 @@ func TestSameHostBatchAndRanges(t *testing.T) {
 	var want [][]byte
 	for i, n := range []int{4 << 10, 64 << 10, 1 << 20, 5000} {
 		d := payload(n, uint64(10+i))
-		h, err := owner.RegisterDataPinned(ctx, d)
+		h, err := owner.StageDataPinned(ctx, d)
 		require.NoError(t, err)
 		reqs = append(reqs, GetRequest{Handle: h})
 		want = append(want, d)
@@ -92,7 +92,7 @@ func TestSameHostBatchAndRanges(t *testing.T) {
 	}
 
 	big := payload(2<<20, 99)
-	h, err := owner.RegisterDataPinned(ctx, big)
+	h, err := owner.StageDataPinned(ctx, big)
 	require.NoError(t, err)
 	rl, err := consumer.Acquire(ctx, h)
 	require.NoError(t, err)
@@ -140,7 +140,7 @@ func TestSameHostOffOnOneSideKeepsTheRDMAPath(t *testing.T) {
 	link(t, owner, consumer, true)
 	ctx := tctx(t)
 	data := payload(1<<20, 3)
-	h, err := owner.RegisterDataPinned(ctx, data)
+	h, err := owner.StageDataPinned(ctx, data)
 	require.NoError(t, err)
 	l, err := consumer.Get(ctx, h)
 	require.NoError(t, err)

@@ -49,7 +49,7 @@ func ucxMember(t *testing.T, dir, name string, poll time.Duration, log *lockedLo
 	require.NoError(t, err)
 	ctl, err := tcp.New(tcp.Config{})
 	require.NoError(t, err)
-	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", EagerEndpoints: true, Logger: quietLogger()})
+	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", EagerEndpoints: true, RMAOverSoftwareLanes: true, Logger: quietLogger()})
 	require.NoError(t, err)
 	logger := quietLogger()
 	if log != nil {
@@ -187,7 +187,7 @@ func TestRDMAGetNotLockedBeforeUCXIsKnown(t *testing.T) {
 				data := payload(size, 7)
 				var hs []Handle
 				for range 4 {
-					h, err := owner.RegisterDataPinned(tctx(t), data)
+					h, err := owner.StageDataPinned(tctx(t), data)
 					require.NoError(t, err)
 					hs = append(hs, h)
 				}

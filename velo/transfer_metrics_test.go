@@ -113,15 +113,15 @@ func bytesTotal(t testing.TB, v *Velo, direction, path string) float64 {
 	return 0
 }
 
-// stage registers data on owner (pinned when asked) and returns its handle.
+// stage stages data on owner (pinned when asked) and returns its handle.
 func stage(t *testing.T, owner *Velo, data []byte, pinned bool) Handle {
 	t.Helper()
 	var h Handle
 	var err error
 	if pinned {
-		h, err = owner.RegisterDataPinned(tctx(t), data)
+		h, err = owner.StageDataPinned(tctx(t), data)
 	} else {
-		h, err = owner.RegisterData(tctx(t), data)
+		h, err = owner.StageData(tctx(t), data)
 	}
 	require.NoError(t, err)
 	return h

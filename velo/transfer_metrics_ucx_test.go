@@ -16,11 +16,21 @@ import (
 
 // ucxNode starts an instance with a TCP control plane and a real UCX transport (UCX_TLS=tcp unless
 // the environment says otherwise); the test links velo's static UCX (make test-rdma-registry).
+// ucxNode is an instance with a TCP control plane and the UCX transport over tcp, which keeps the
+// RDMA path over its software lanes (RMAOverSoftwareLanes): the suites exercise that path without
+// RDMA hardware.
 func ucxNode(t *testing.T) *Velo {
+	t.Helper()
+	return ucxNodeWith(t, ucxtransport.Config{RMAOverSoftwareLanes: true})
+}
+
+// ucxNodeWith is ucxNode with cfg (tcp, eager endpoints and a quiet logger added).
+func ucxNodeWith(t *testing.T, cfg ucxtransport.Config) *Velo {
 	t.Helper()
 	ctl, err := tcp.New(tcp.Config{})
 	require.NoError(t, err)
-	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", EagerEndpoints: true, Logger: quietLogger()})
+	cfg.TLS, cfg.EagerEndpoints, cfg.Logger = "tcp", true, quietLogger()
+	u, err := ucxtransport.New(cfg)
 	require.NoError(t, err)
 	v, err := New(context.Background(), WithLogger(quietLogger()), WithTransport(ctl), WithUCXTransport(u))
 	require.NoError(t, err)

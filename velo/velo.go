@@ -28,7 +28,7 @@ import (
 // InstanceID names one velo instance for its lifetime (random at New).
 type InstanceID = transport.InstanceID
 
-// Handle names a staged payload (RegisterData and its kin): small, safe to copy, and meaningless
+// Handle names a staged payload (StageData and its kin): small, safe to copy, and meaningless
 // without the owner, whose 64-bit nonce per slot makes it unguessable. It travels in a message
 // however the application likes: MarshalBinary and UnmarshalBinary, MarshalText and
 // UnmarshalText (as JSON too); String prints it, IsZero reports the zero handle.
@@ -630,10 +630,10 @@ func (v *Velo) Request(ctx context.Context, peer InstanceID, name string, payloa
 	return v.msgr.Request(ctx, peer, name, payload)
 }
 
-// RegisterData stages data and returns its handle, with one reference. The slot holds data itself,
+// StageData stages data and returns its handle, with one reference. The slot holds data itself,
 // not a copy: do not modify data until the payload is freed (its last reference released and its
 // last lease ended).
-func (v *Velo) RegisterData(ctx context.Context, data []byte) (Handle, error) {
+func (v *Velo) StageData(ctx context.Context, data []byte) (Handle, error) {
 	if err := ctx.Err(); err != nil {
 		return Handle{}, err
 	}
@@ -670,8 +670,37 @@ func (v *Velo) Unref(ctx context.Context, h Handle) error {
 	return v.ownerGone(h, v.rv.Unref(ctx, h))
 }
 
+// ownerGone says, for an error of a call about h that could not reach h's owner, that the owner is
+// known to be down and why (it left, was restarted, or its transport lost it): its handles went
+// with it. Other errors pass unchanged.
+func (v *Velo) ownerGone(h Handle, err error) error {
+	if err == nil || !(errors.Is(err, ErrUnknownPeer) || errors.Is(err, ErrPeerUnreachable) || errors.Is(err, ErrNoRoute)) {
+		return err
+	}
+	st, ok := v.peerStatus(h.Owner)
+	if !ok || st.State != StateDown {
+		return err
+	}
+	why := st.Err
+	if why == "" {
+		why = "its transport lost it"
+	}
+	return &ownerDownError{msg: fmt.Sprintf("velo: the owner %016x of %v is down (%s): its handles went with it; ask a live owner for the data again", uint64(h.Owner), h, why), cause: err}
+}
+
+// ownerDownError is ownerGone's error. Its text stops at what the caller can act on: the cause
+// (kept for errors.Is: ErrUnknownPeer, ErrPeerUnreachable) reads like advice to register the peer,
+// which is wrong for an owner that is gone.
+type ownerDownError struct {
+	msg   string
+	cause error
+}
+
+func (e *ownerDownError) Error() string { return e.msg }
+func (e *ownerDownError) Unwrap() error { return e.cause }
+
 // StagedCounts reports how many payloads this instance holds as owner and how many leases on them
-// are open. A region (NewRegion, RegisterRegion) is not a staged payload: it is the application's
+// are open. A region (NewRegion, WrapRegion) is not a staged payload: it is the application's
 // memory until Region.Free, and only its stagings count here, each while it is staged. Close
 // (and so Shutdown) logs the pinned regions still allocated, since their arenas stay mapped
 // until they are freed.

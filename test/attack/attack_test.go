@@ -26,9 +26,14 @@ package attack
 //	  data by rendezvous write nothing; a write-only key reads     past_the_registration,write_key_*,
 //	  nothing (guardput_test.go, against cmd/putvictim)            length_lies,by_rendezvous,
 //	                                                               get_through_the_write_key}
-//	a run (one registration for a batch's neighbouring leases):   TestBatchRunKeys/{past_the_run,
-//	  its token reads nothing outside the run, nor anything        across_the_run_end,before_the_run,
-//	  once its last lease ended (runs_test.go)                     middle_of_g,revoked_d,_e,_f}
+//	a run (one registration for a batch's neighbouring leases):   TestBatchRunKeys/{inside_the_run,
+//	  its token reads nothing from another process inside the      past_the_run,across_the_run_end,
+//	  run, nor anything outside it, nor anything once its last     before_the_run,middle_of_g,
+//	  lease ended (runs_test.go)                                   revoked_d,_e,_f}
+//	keys bound to their holder: reads taken off the wire of a     TestSniffedKeys/{without_the_secret,
+//	  live pair (leases and a run) read nothing from another       with_the_secret,
+//	  process's endpoint, with or without the secret, nor from     member_with_the_secret}
+//	  an authenticated member's own (holder_test.go)
 //	UCX frames: none forged in an authenticated peer's name is   TestForgedFrames/{every_epoch,
 //	  delivered, at any epoch it opened or any seq; a forged bye    while_streaming,bye}
 //	  does not end the peer; its own messages are all delivered
@@ -109,21 +114,34 @@ func TestOneSidedWrites(t *testing.T) {
 	}
 }
 
+// TestAtomics sends fetching atomics at each target. With velo's guard (patches 0003 and 0007)
+// every one is answered with a refusal, never left waiting, and counted as kind atomic; none
+// reaches UCX's stub for ids without a handler.
 func TestAtomics(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
+	ops := []string{"add", "swap", "cswap", "xor"}
 	for _, tg := range f.targets() {
 		t.Run(tg.name, func(t *testing.T) {
 			f.t = t
 			before, dropped := f.counters(), f.victimLog(noHandler(ucpAtomicReq))
-			r := f.atk.ok(map[string]any{"op": "atomic", "atomics": []string{"add", "swap", "cswap", "xor"}, "addr": tg.addr &^ 7,
+			atomicsBefore := sum(series(f.victim, "ucx_engine_rma_refused_total"), "kind=atomic")
+			r := f.atk.ok(map[string]any{"op": "atomic", "atomics": ops, "addr": tg.addr &^ 7,
 				"value": uint64(0x4141414141414141), "key": tg.key, "timeout": "1500ms"})
 			for op, x := range r["ops"].(map[string]any) {
 				m := x.(map[string]any)
 				t.Logf("atomic %s at %#x with key %s: %v", op, tg.addr&^7, short(tg.key), m["status"])
 				assert.NotEqual(t, "ok", m["status"], "atomic %s completed as if served (fetched %v)", op, m["fetched"])
+				if f.guardEnforced() {
+					assert.Contains(t, m["status"], "REJECTED", "atomic %s was not answered with the guard's refusal", op)
+				}
 			}
 			f.afterAttack("atomics at " + tg.name)
 			f.atomicsArrived(before, dropped)
+			if f.guardEnforced() {
+				atomics := sum(series(f.victim, "ucx_engine_rma_refused_total"), "kind=atomic") - atomicsBefore
+				assert.GreaterOrEqual(t, atomics, float64(len(ops)), "the owner counted %v atomics refused, %d were sent", atomics, len(ops))
+				assert.Equal(t, dropped, f.victimLog(noHandler(ucpAtomicReq)), "atomic requests reached UCX's stub for ids without a handler")
+			}
 		})
 	}
 }

@@ -15,8 +15,8 @@ import (
 
 // TestGuardedPutByHand writes velo's guarded PUT request (what a writer's engine sends where the
 // lanes have no hardware RMA) by hand, from a process with no key of the target's at all or with
-// the wrong one, at a target that holds a read-only registration, a write-only one and a revoked
-// one (cmd/putvictim, a bare ucx engine: the protocol is the engine's, below any velo
+// the wrong one, at a target that holds a read-only registration, a write-only one, a revoked
+// one and a write-only one bound to another writer (cmd/putvictim, a bare ucx engine: the protocol is the engine's, below any velo
 // credentials). Each attempt must be answered with a refusal, write nothing anywhere (the global,
 // the heap buffer, every registration and the guard area after each), be counted by the target
 // under its reason, and leave the target serving: at the end a write with the right key in range
@@ -30,6 +30,8 @@ import (
 //	guarded PUT: a write key writes only inside its registration     past_the_registration,
 //	                                                                 write_key_at_the_global,
 //	                                                                 write_key_at_another_registration
+//	guarded PUT: a live write key bound to another writer does not   write_key_of_another_writer,
+//	  write from the attacker's endpoint                             vector_write_key_of_another_writer
 //	guarded PUT: a request whose length lies, or whose data comes    length_lies, by_rendezvous
 //	  by rendezvous, writes nothing
 //	vectored guarded PUT: each write checked as a single one is      vector_no_key_guessed_slots,
@@ -48,7 +50,7 @@ func TestGuardedPutByHand(t *testing.T) {
 	key := func(name string) sealedKey {
 		return parseSealedKey(t, regs[name].(map[string]any)["key"].(string))
 	}
-	read, write, revoked := key("read"), key("write"), key("revoked")
+	read, write, revoked, bound := key("read"), key("write"), key("revoked"), key("bound")
 	global := regionOf(info["global"])
 	t.Logf("target: UCX %v, pid %v; read slot %d, write slot %d, revoked slot %d", info["ucx_version"], info["pid"], read.slot, write.slot, revoked.slot)
 	atk.ok(map[string]any{"op": "connect", "blob": info["blob"]})
@@ -74,6 +76,7 @@ func TestGuardedPutByHand(t *testing.T) {
 		{"write_key_at_the_global", []guardRead{{Slot: write.slot, Token: write.token, Addr: global.addr, Len: 64}}, data, false, "out_of_range"},
 		{"write_key_at_another_registration", []guardRead{{Slot: write.slot, Token: write.token, Addr: read.base, Len: 64}}, data, false, "out_of_range"},
 		{"length_lies", []guardRead{{Slot: write.slot, Token: write.token, Addr: write.base, Len: 16}}, data, false, "malformed"},
+		{"write_key_of_another_writer", []guardRead{{Slot: bound.slot, Token: bound.token, Addr: bound.base + 64, Len: 64}}, data, false, "holder"},
 		{"by_rendezvous", []guardRead{{Slot: write.slot, Token: write.token, Addr: write.base, Len: 64 << 10}}, hex.EncodeToString(make([]byte, 64<<10)), true, "malformed"},
 	}
 	for _, c := range cases {
@@ -110,6 +113,9 @@ func TestGuardedPutByHand(t *testing.T) {
 			{Slot: write.slot, Token: write.token, Addr: global.addr, Len: 64},
 			{Slot: write.slot, Token: write.token, Addr: write.base + write.size - 32, Len: 64},
 		}, two + two, map[string]float64{"read_only": 1, "revoked": 1, "out_of_range": 2}},
+		{"vector_write_key_of_another_writer", []guardRead{
+			{Slot: bound.slot, Token: bound.token, Addr: bound.base, Len: 64}, {Slot: bound.slot, Token: bound.token, Addr: bound.base + 64, Len: 64},
+		}, two, map[string]float64{"holder": 2}},
 		{"vector_length_lies", []guardRead{
 			{Slot: write.slot, Token: write.token, Addr: write.base, Len: 64}, {Slot: write.slot, Token: write.token, Addr: write.base + 64, Len: 65},
 		}, two, map[string]float64{"malformed": 2}},

@@ -1,25 +1,24 @@
 package attack
 
 import (
-	"bufio"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/velo-go/velo/test/internal/linecmd/driver"
 )
 
 // clusterSecret is what the victim and the legitimate consumer share; the attacker never has it.
@@ -70,37 +69,15 @@ func tcpInTransports() bool {
 
 func osUCXTLS() string { return os.Getenv("UCX_TLS") }
 
-// proc is one of the suite's processes, driven one command a line.
+// proc is one of the suite's processes, driven one command a line (driver.Proc), failing its
+// test where the test wants that.
 type proc struct {
-	t      testing.TB
-	name   string
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	lines  chan string
-	exited chan struct{}
-	stderr *buffer
-	mu     sync.Mutex
+	*driver.Proc
+	t testing.TB
 }
 
-type buffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *buffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-// env is this process's environment for a child: UCX_TLS=tcp unless set, without the cluster
-// secret and TLS credentials unless withSecret, then extra.
+// env is this process's environment for a child, without the cluster secret and TLS credentials
+// unless withSecret, then extra (driver.Start adds UCX_TLS=tcp unless it is set).
 func env(withSecret bool, extra ...string) []string {
 	var out []string
 	for _, kv := range os.Environ() {
@@ -109,9 +86,6 @@ func env(withSecret bool, extra ...string) []string {
 			continue
 		}
 		out = append(out, kv)
-	}
-	if os.Getenv("UCX_TLS") == "" {
-		out = append(out, "UCX_TLS=tcp")
 	}
 	if withSecret {
 		out = append(out, "VELO_CLUSTER_SECRET="+clusterSecret)
@@ -125,89 +99,11 @@ func start(t testing.TB, name, bin string, environ []string, args ...string) *pr
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = environ
-	p := &proc{t: t, name: name, cmd: cmd, lines: make(chan string, 64), exited: make(chan struct{}), stderr: &buffer{}}
-	cmd.Stderr = p.stderr
-	var err error
-	p.stdin, err = cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start(), "starting %s", name)
-	go func() {
-		s := bufio.NewScanner(stdout)
-		s.Buffer(make([]byte, 4<<20), 4<<20)
-		for s.Scan() {
-			p.lines <- s.Text()
-		}
-		close(p.lines)
-	}()
-	go func() {
-		_ = cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		p.stdin.Close()
-		select {
-		case <-p.exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-p.exited
-		}
-		if t.Failed() {
-			t.Logf("%s (pid %d, %v) standard error:\n%s", name, cmd.Process.Pid, cmd.ProcessState, headTail(p.stderr.String(), 4000, 1500))
-		}
-	})
-	r, err := p.read(60 * time.Second)
-	require.NoError(t, err, "%s did not start; its standard error:\n%s", name, tail(p.stderr.String(), 4000))
-	require.Equal(t, true, r["ready"], "%s: first line %v", name, r)
-	return p
-}
-
-// headTail keeps the start of a long text (where a crash says what it was) and its end.
-func headTail(s string, head, tail int) string {
-	if len(s) <= head+tail {
-		return s
-	}
-	return s[:head] + "\n…\n" + s[len(s)-tail:]
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "…" + s[len(s)-n:]
-	}
-	return s
-}
-
-// read returns the next JSON answer; lines that are not JSON objects (a library's output) are
-// kept with the standard error.
-func (p *proc) read(timeout time.Duration) (map[string]any, error) {
-	deadline := time.After(timeout)
-	for {
-		select {
-		case line, ok := <-p.lines:
-			if !ok {
-				<-p.exited
-				return nil, fmt.Errorf("%s exited (%v) without answering", p.name, p.cmd.ProcessState)
-			}
-			if !strings.HasPrefix(line, "{") {
-				fmt.Fprintf(p.stderr, "(stdout) %s\n", line)
-				continue
-			}
-			var m map[string]any
-			if err := json.Unmarshal([]byte(line), &m); err != nil {
-				return nil, fmt.Errorf("%s said %q: %w", p.name, line, err)
-			}
-			return m, nil
-		case <-deadline:
-			return nil, fmt.Errorf("%s did not answer within %v", p.name, timeout)
-		}
-	}
+	return &proc{Proc: driver.StartT(t, name, cmd), t: t}
 }
 
 // do sends one command (a string, or anything else as JSON) and returns the answer.
 func (p *proc) do(command any, timeout time.Duration) (map[string]any, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	line, ok := command.(string)
 	if !ok {
 		b, err := json.Marshal(command)
@@ -216,13 +112,7 @@ func (p *proc) do(command any, timeout time.Duration) (map[string]any, error) {
 		}
 		line = string(b)
 	}
-	if !p.alive() {
-		return nil, fmt.Errorf("%s has exited (%v)", p.name, p.cmd.ProcessState)
-	}
-	if _, err := fmt.Fprintln(p.stdin, line); err != nil {
-		return nil, fmt.Errorf("%s: %w", p.name, err)
-	}
-	return p.read(timeout)
+	return p.Do(line, timeout)
 }
 
 // ok is do, failing the test on an error or an error answer.
@@ -231,18 +121,9 @@ func (p *proc) ok(command any) map[string]any {
 	r, err := p.do(command, 2*time.Minute)
 	require.NoError(p.t, err)
 	if e, _ := r["error"].(string); e != "" {
-		require.Fail(p.t, fmt.Sprintf("%s: %v: %s", p.name, command, e))
+		require.Fail(p.t, fmt.Sprintf("%s: %v: %s", p.Name, command, e))
 	}
 	return r
-}
-
-func (p *proc) alive() bool {
-	select {
-	case <-p.exited:
-		return false
-	default:
-		return true
-	}
 }
 
 // instance is what a velo process says about itself.
@@ -291,6 +172,7 @@ type sealedKey struct {
 	token      uint64
 	base, size uint64
 	ucxKey     string // hex
+	raw        string // the whole envelope, hex
 }
 
 func parseSealedKey(t testing.TB, h string) sealedKey {
@@ -303,7 +185,7 @@ func parseSealedKey(t testing.TB, h string) sealedKey {
 	return sealedKey{
 		slot: binary.LittleEndian.Uint32(b[8:]), token: binary.LittleEndian.Uint64(b[16:]),
 		base: binary.LittleEndian.Uint64(b[24:]), size: binary.LittleEndian.Uint64(b[32:]),
-		ucxKey: hex.EncodeToString(b[40 : 40+n]),
+		ucxKey: hex.EncodeToString(b[40 : 40+n]), raw: h,
 	}
 }
 
@@ -445,7 +327,7 @@ func (f *fixture) guardState() string {
 }
 
 // victimLog counts the lines of the victim's standard error that contain s (UCX logs there).
-func (f *fixture) victimLog(s string) int { return strings.Count(f.victim.stderr.String(), s) }
+func (f *fixture) victimLog(s string) int { return strings.Count(f.victim.Stderr.String(), s) }
 
 func (f *fixture) guardEnforced() bool {
 	return sum(series(f.victim, "ucx_engine_rma_guard_enforced")) > 0
@@ -454,6 +336,7 @@ func (f *fixture) guardEnforced() bool {
 // counters are the victim's refusal counters, for before-and-after comparisons.
 type counters struct {
 	rmaRefused, guardRefused, framesDropped, amDropped float64
+	holderRefused                                      float64 // guarded requests not on the key's holder's endpoint
 	byKind                                             map[string]float64
 }
 
@@ -462,6 +345,7 @@ func (f *fixture) counters() counters {
 	drops := series(f.victim, "velo_ucx_transport_frames_dropped_total")
 	return counters{
 		rmaRefused:    sum(rma),
+		holderRefused: sum(rma, "kind=holder"),
 		guardRefused:  sum(series(f.victim, "ucx_engine_guarded_get_requests_total"), "outcome=refused"),
 		framesDropped: sum(drops),
 		amDropped:     sum(series(f.victim, "ucx_engine_am_dropped_total")),
@@ -509,10 +393,10 @@ func grew(before, after counters) string {
 func (f *fixture) afterAttack(what string) {
 	t := f.t
 	t.Helper()
-	if !assert.True(t, f.victim.alive(), "%s: the owner died", what) {
+	if !assert.True(t, f.victim.Alive(), "%s: the owner died", what) {
 		return
 	}
-	assert.True(t, f.legit.alive(), "%s: the legitimate consumer died", what)
+	assert.True(t, f.legit.Alive(), "%s: the legitimate consumer died", what)
 	r, err := f.victim.do("check", time.Minute)
 	if assert.NoError(t, err, "%s: check", what) {
 		assert.Empty(t, r["changed"], "%s: the owner's memory changed (something was written)", what)

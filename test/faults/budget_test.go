@@ -17,7 +17,17 @@ import (
 // fetches start. Every payload arrives whole on the RDMA path, no endpoint fails, every member
 // evicted endpoints, and once the traffic stops every member is back within its budget and has
 // nothing pinned beyond its arenas.
-func TestSixteenMembersWithinAnEndpointBudget(t *testing.T) {
+func TestSixteenMembersWithinAnEndpointBudget(t *testing.T) { sixteenWithinBudgets(t, false) }
+
+// TestSixteenMembersWithinBothBudgets is the same with the control plane held to four
+// connections as well (tcp.Config.MaxConnections): every fetch's acquire, and the peer-info and
+// lease traffic around it, runs on connections the budget closes and reopens under it. On top of
+// the above, every member closed control connections for the budget, none was lost (no
+// connection ended without the goodbye exchange), and once the traffic stops every member holds
+// at most four.
+func TestSixteenMembersWithinBothBudgets(t *testing.T) { sixteenWithinBudgets(t, true) }
+
+func sixteenWithinBudgets(t *testing.T, conns bool) {
 	const members, budget = 16, 4
 	dir := filepath.Join(t.TempDir(), "cluster")
 	nodes := make([]*node, members)
@@ -26,8 +36,12 @@ func TestSixteenMembersWithinAnEndpointBudget(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nodes[i] = startNode(t, fmt.Sprintf("m%d", i), "-discovery", dir, "-name", fmt.Sprintf("m%d", i),
-				"-max-endpoints", fmt.Sprint(budget), "-arena", fmt.Sprint(4<<20), "-log", "warn")
+			args := []string{"-discovery", dir, "-name", fmt.Sprintf("m%d", i),
+				"-max-endpoints", fmt.Sprint(budget), "-arena", fmt.Sprint(4 << 20), "-log", "warn"}
+			if conns {
+				args = append(args, "-max-conns", fmt.Sprint(budget))
+			}
+			nodes[i] = startNode(t, fmt.Sprintf("m%d", i), args...)
 		}()
 	}
 	wg.Wait()
@@ -78,6 +92,12 @@ func TestSixteenMembersWithinAnEndpointBudget(t *testing.T) {
 		assert.Zero(t, sumSeries(n, "velo_ucx_transport_endpoint_events_total", "event=failed"), "m%d: an endpoint failed", i)
 		assert.Eventually(t, func() bool { return sumSeries(n, "velo_ucx_transport_endpoints") <= budget }, 30*time.Second,
 			50*time.Millisecond, "m%d holds more endpoints than its budget", i)
+		if conns {
+			assert.Positive(t, sumSeries(n, "velo_tcp_closes_total", "reason=budget"), "m%d closed no control connection for its budget", i)
+			assert.Zero(t, sumSeries(n, "velo_tcp_closes_total", "reason=lost"), "m%d lost a control connection", i)
+			assert.Eventually(t, func() bool { return sumSeries(n, "velo_tcp_connections") <= budget }, 30*time.Second,
+				50*time.Millisecond, "m%d holds more control connections than its budget", i)
+		}
 	}
 	for _, n := range nodes {
 		n.quit(30 * time.Second)

@@ -69,12 +69,7 @@ func launch(t *testing.T, name string, cmd *exec.Cmd) *node {
 	t.Helper()
 	n, err := proc.Start(name, cmd)
 	require.NoError(t, err)
-	t.Cleanup(func() {
-		n.Close(20 * time.Second)
-		if t.Failed() {
-			t.Logf("%s stderr:\n%s", name, n.Stderr.String())
-		}
-	})
+	n.Cleanup(t, 20*time.Second)
 	return &node{Node: n, t: t}
 }
 

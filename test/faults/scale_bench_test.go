@@ -31,7 +31,8 @@ import (
 // CPU are read once before any traffic, when each member knows every other and talked to none. It prints, per N, the
 // median and the largest instance, and the slope per peer between consecutive N, once for each
 // endpoint budget: N = 16, 64, 128 (VELO_SCALE_INSTANCES) with budgets of 256 (the default)
-// and 8 (VELO_SCALE_BUDGETS). It asserts nothing about speed; a transfer that fails, takes
+// and 8 (VELO_SCALE_BUDGETS); VELO_SCALE_MAX_CONNS, when set, is every member's budget of
+// control-plane connections (faultnode -max-conns). It asserts nothing about speed; a transfer that fails, takes
 // another path than RDMA or delivers other bytes fails it.
 func BenchmarkInstanceScale(b *testing.B) {
 	sizes, err := procstat.Sizes("VELO_SCALE_INSTANCES", []int{16, 64, 128})
@@ -107,14 +108,22 @@ const (
 	scaleTTL = "60s"
 )
 
+// scaleConnFlags passes VELO_SCALE_MAX_CONNS on to a member.
+func scaleConnFlags() []string {
+	if v := os.Getenv("VELO_SCALE_MAX_CONNS"); v != "" {
+		return []string{"-max-conns", v}
+	}
+	return nil
+}
+
 func runInstanceScale(b *testing.B, bin string, n, budget int, phase, quiet time.Duration) scaleRow {
 	dir := filepath.Join(b.TempDir(), "cluster")
 	start := func(i int) (*scaleMember, error) {
 		name := fmt.Sprintf("m%d", i)
 		// The backend's default poll (1 s): the faultnode's 100 ms, meant for quick tests, would
 		// have every member read every other's file ten times a second.
-		cmd := exec.Command(bin, "-discovery", dir, "-name", name, "-discovery-poll", "1s", "-discovery-ttl", scaleTTL,
-			"-arena", fmt.Sprint(scaleArena), "-max-endpoints", fmt.Sprint(budget), "-log", "warn")
+		cmd := exec.Command(bin, append([]string{"-discovery", dir, "-name", name, "-discovery-poll", "1s", "-discovery-ttl", scaleTTL,
+			"-arena", fmt.Sprint(scaleArena), "-max-endpoints", fmt.Sprint(budget), "-log", "warn"}, scaleConnFlags()...)...)
 		nd, err := proc.Start(name, cmd)
 		if err != nil {
 			return nil, err
@@ -252,8 +261,9 @@ func runInstanceScale(b *testing.B, bin string, n, budget int, phase, quiet time
 		require.NoError(b, err)
 	}
 	// One more member joins, then leaves; every member must see both.
-	joiner, err := proc.Start(fmt.Sprintf("m%d", n), exec.Command(bin, "-discovery", dir, "-name", fmt.Sprintf("m%d", n),
-		"-discovery-poll", "1s", "-discovery-ttl", scaleTTL, "-arena", fmt.Sprint(scaleArena), "-max-endpoints", fmt.Sprint(budget), "-log", "warn"))
+	joiner, err := proc.Start(fmt.Sprintf("m%d", n), exec.Command(bin, append([]string{"-discovery", dir, "-name", fmt.Sprintf("m%d", n),
+		"-discovery-poll", "1s", "-discovery-ttl", scaleTTL, "-arena", fmt.Sprint(scaleArena), "-max-endpoints", fmt.Sprint(budget), "-log", "warn"},
+		scaleConnFlags()...)...))
 	require.NoError(b, err)
 	b.Cleanup(func() { joiner.Close(20 * time.Second) })
 	require.False(b, joiner.ReadyAt.IsZero(), "the joiner's ready line has no time")

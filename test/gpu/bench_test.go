@@ -205,7 +205,7 @@ func benchNode() (*velo.Velo, *ucxtransport.Transport, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	u, err := ucxtransport.New(ucxtransport.Config{TLS: suiteTLS(), EagerEndpoints: true, Logger: quiet()})
+	u, err := ucxtransport.New(ucxtransport.Config{TLS: suiteTLS(), EagerEndpoints: true, RMAOverSoftwareLanes: true, Logger: quiet()})
 	if err != nil {
 		ctl.Close()
 		return nil, nil, err
@@ -288,7 +288,7 @@ func runBenchOwner(hostOnly bool) error {
 					m.free()
 					return err
 				}
-				g, err := v.RegisterRegionMemory(m.memory())
+				g, err := v.WrapRegionMemory(m.memory())
 				if err != nil {
 					m.free()
 					return err

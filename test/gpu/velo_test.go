@@ -22,7 +22,7 @@ import (
 )
 
 // velo over GPU memory, two processes: an owner process stages a region of GPU memory zero-copy
-// (RegisterRegionMemory of CUDAMemory, StageRegion), and this process reads it into GPU memory
+// (WrapRegionMemory of CUDAMemory, StageRegion), and this process reads it into GPU memory
 // with GetIntoMemory and, as a batch of 64 KiB blocks, ReadRanges, each checked against the
 // SHA-256 of the host copy the owner uploaded. Once with velo's RDMA path (UCX reads the device
 // memory itself, path rdma/ok) and once with the owner's RDMA path switched off (the chunked path
@@ -37,7 +37,7 @@ func veloNode(opts ...velo.Option) (*velo.Velo, error) {
 	if err != nil {
 		return nil, err
 	}
-	u, err := ucxtransport.New(ucxtransport.Config{TLS: suiteTLS(), EagerEndpoints: true, Logger: quiet()})
+	u, err := ucxtransport.New(ucxtransport.Config{TLS: suiteTLS(), EagerEndpoints: true, RMAOverSoftwareLanes: true, Logger: quiet()})
 	if err != nil {
 		return nil, err
 	}
@@ -59,6 +59,9 @@ func runVeloOwner(size int, bounce bool) error {
 	if bounce {
 		opts = append(opts, velo.WithRDMA(velo.RDMAConfig{Disabled: true}))
 	}
+	if os.Getenv(sameHostEnv) == "true" {
+		opts = append(opts, velo.WithSameHost(velo.SameHostConfig{}))
+	}
 	v, err := veloNode(opts...)
 	if err != nil {
 		return err
@@ -75,7 +78,7 @@ func runVeloOwner(size int, bounce bool) error {
 	if err := buf.Upload(data); err != nil {
 		return err
 	}
-	g, err := v.RegisterRegionMemory(velo.CUDAMemory(buf.Ptr, size, 0))
+	g, err := v.WrapRegionMemory(velo.CUDAMemory(buf.Ptr, size, 0))
 	if err != nil {
 		return err
 	}
@@ -94,6 +97,9 @@ func runVeloOwner(size int, bounce bool) error {
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	lines, _ := metrics.Lines(v.Metrics(), metrics.RDMAPathTotal)
 	fmt.Printf("OWNER PATHS\n%s\n", strings.Join(lines, "\n"))
+	if s := shmSettings(v); s != nil {
+		fmt.Printf("OWNER SHM cuda_exports=%s cuda_fallbacks=%s not_taken=%q\n", s["cuda_exports"], s["cuda_fallbacks"], s["cuda_consumers_not_taken"])
+	}
 	g.Free()
 	v.Close()
 	select {
@@ -104,10 +110,10 @@ func runVeloOwner(size int, bounce bool) error {
 	return nil
 }
 
-func startVeloOwner(t *testing.T, size int, bounce bool) (veloHello, func() string) {
+func startVeloOwner(t *testing.T, size int, bounce bool, env ...string) (veloHello, func() string) {
 	t.Helper()
 	var hello veloHello
-	c := startRole(t, veloOwnerRole, &hello, fmt.Sprintf("VELO_GPU_SIZE=%d", size), fmt.Sprintf("VELO_GPU_BOUNCE=%t", bounce))
+	c := startRole(t, veloOwnerRole, &hello, append([]string{fmt.Sprintf("VELO_GPU_SIZE=%d", size), fmt.Sprintf("VELO_GPU_BOUNCE=%t", bounce)}, env...)...)
 	require.Empty(t, hello.Err)
 	finish := func() string {
 		_ = c.In.Close()
@@ -145,35 +151,9 @@ func TestVeloGPURegion(t *testing.T) {
 			dst, err := Alloc(0, size)
 			require.NoError(t, err)
 			defer dst.Free()
-			got := make([]byte, size)
 
-			// The whole region into GPU memory.
-			start := time.Now()
-			l, err := v.GetIntoMemory(ctx, h, velo.CUDAMemory(dst.Ptr, size, 0))
-			require.NoError(t, err)
-			el := time.Since(start)
-			require.NoError(t, dst.Download(got))
-			require.Equal(t, hello.SHA256, hexsum(got), "GetIntoMemory: SHA-256 differs from the owner's host copy")
-			require.NoError(t, l.Detach(ctx))
-			t.Logf("%s: 64 MiB GPU→GPU with GetIntoMemory in %v (%.0f MiB/s)", c.name, el, float64(size)/(1<<20)/el.Seconds())
-
-			// A batch of 64 KiB blocks into GPU memory, in reverse order.
-			const block = 64 << 10
-			n := 256
-			ranges := make([]velo.Range, n)
-			for i := range ranges {
-				j := n - 1 - i
-				ranges[i] = velo.RangeInto(uint64(i*block), block, velo.CUDAMemory(dst.Ptr+uintptr(j*block), block, 0))
-			}
-			start = time.Now()
-			require.NoError(t, v.ReadRanges(ctx, h, ranges))
-			t.Logf("%s: %d blocks of 64 KiB GPU→GPU with ReadRanges in %v", c.name, n, time.Since(start))
-			require.NoError(t, dst.Download(got[:n*block]))
-			want := pattern(size, 91)
-			for i := 0; i < n; i++ {
-				j := n - 1 - i
-				require.Equal(t, hexsum(want[i*block:(i+1)*block]), hexsum(got[j*block:(j+1)*block]), "block %d", i)
-			}
+			getRegionIntoGPU(t, ctx, v, h, dst, hello.SHA256, c.name)
+			readRangesIntoGPU(t, ctx, v, h, dst, c.name)
 
 			lines, err := metrics.Lines(v.Metrics(), metrics.RDMAPathTotal)
 			require.NoError(t, err)
@@ -183,5 +163,43 @@ func TestVeloGPURegion(t *testing.T) {
 			require.Contains(t, ownerOut, fmt.Sprintf(`path="%s",reason="%s"`, c.path, c.reason), "owner's path counts:\n%s", ownerOut)
 			t.Logf("consumer paths:\n%s\nowner:\n%s", joined, ownerOut)
 		})
+	}
+}
+
+// getRegionIntoGPU reads the owner's whole region (pattern seed 91, sum its SHA-256) into dst
+// with GetIntoMemory, checks it, and ends the lease.
+func getRegionIntoGPU(t *testing.T, ctx context.Context, v *velo.Velo, h velo.Handle, dst *Buffer, sum, name string) {
+	t.Helper()
+	start := time.Now()
+	l, err := v.GetIntoMemory(ctx, h, velo.CUDAMemory(dst.Ptr, int(h.Size), 0))
+	require.NoError(t, err)
+	el := time.Since(start)
+	got := make([]byte, h.Size)
+	require.NoError(t, dst.Download(got))
+	require.Equal(t, sum, hexsum(got), "GetIntoMemory: SHA-256 differs from the owner's host copy")
+	require.NoError(t, l.Detach(ctx))
+	t.Logf("%s: %d MiB GPU→GPU with GetIntoMemory in %v (%.0f MiB/s)", name, h.Size>>20, el, float64(h.Size)/(1<<20)/el.Seconds())
+}
+
+// readRangesIntoGPU reads the owner's first 256 blocks of 64 KiB into dst in reverse order with
+// ReadRanges, and checks each block.
+func readRangesIntoGPU(t *testing.T, ctx context.Context, v *velo.Velo, h velo.Handle, dst *Buffer, name string) {
+	t.Helper()
+	const block = 64 << 10
+	n := 256
+	ranges := make([]velo.Range, n)
+	for i := range ranges {
+		j := n - 1 - i
+		ranges[i] = velo.RangeInto(uint64(i*block), block, velo.CUDAMemory(dst.Ptr+uintptr(j*block), block, 0))
+	}
+	start := time.Now()
+	require.NoError(t, v.ReadRanges(ctx, h, ranges))
+	t.Logf("%s: %d blocks of 64 KiB GPU→GPU with ReadRanges in %v", name, n, time.Since(start))
+	got := make([]byte, n*block)
+	require.NoError(t, dst.Download(got))
+	want := pattern(int(h.Size), 91)
+	for i := 0; i < n; i++ {
+		j := n - 1 - i
+		require.Equal(t, hexsum(want[i*block:(i+1)*block]), hexsum(got[j*block:(j+1)*block]), "block %d", i)
 	}
 }

@@ -1,7 +1,6 @@
 package multirail
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -42,20 +41,20 @@ func TestBenchRails(t *testing.T) {
 
 		h, sum := stage(t, o, bigSize, 100)
 		before := txBytes(t, oh)
-		a := c.call(t, map[string]any{"op": "get", "handle": h})
+		a := c.call(t, "get", h)
 		require.Equal(t, sum, a.SHA256)
 		require.Equal(t, "rdma", a.Path, "reason %s", a.Reason)
 		r.big = time.Duration(a.Seconds * float64(time.Second))
 		r.bigShare = shares(delta(before, txBytes(t, oh)))
 
-		var handles []json.RawMessage
+		var handles []string
 		var sums []string
 		for i := range smallCount {
 			h, s := stage(t, o, smallSize, uint64(1000+i))
 			handles, sums = append(handles, h), append(sums, s)
 		}
 		before = txBytes(t, oh)
-		a = c.call(t, map[string]any{"op": "batch", "handles": handles})
+		a = c.call(t, "batch", handles...)
 		require.Equal(t, sums, a.SHA256s)
 		r.small = time.Duration(a.Seconds * float64(time.Second))
 		r.smallOnRails = shares(delta(before, txBytes(t, oh)))
@@ -67,27 +66,7 @@ func TestBenchRails(t *testing.T) {
 	oh, ch := newHosts(t, railRate, railRate)
 	o, c := pair(t, oh, ch, "-cooldown", "1m")
 	h, sum := stage(t, o, bigSize, 200)
-	before := txBytes(t, oh)
-	type result struct {
-		a   answer
-		err error
-	}
-	done := make(chan result, 1)
-	start := time.Now()
-	go func() {
-		a, err := c.try(map[string]any{"op": "get", "handle": h})
-		done <- result{a, err}
-	}()
-	var downAt time.Time
-	var atDown []float64
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if d := delta(before, txBytes(t, oh)); d[0]+d[1] > bigSize/4 {
-			setLink(t, oh, 1, "down")
-			downAt, atDown = time.Now(), d
-			break
-		}
-	}
-	require.False(t, downAt.IsZero())
+	start, done, downAt, atDown := getLosingRail(t, c, oh, h, 60*time.Second, func(d []float64) bool { return d[0]+d[1] > bigSize/4 })
 	res := <-done
 	require.NoError(t, res.err)
 	require.Equal(t, sum, res.a.SHA256)

@@ -1,15 +1,12 @@
 package multirail
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/velo-go/velo/test/internal/gobuild"
+	"github.com/velo-go/velo/test/internal/linecmd/driver"
 )
 
 // The hosts of the suite: two network namespaces joined by n veth pairs, one per rail, each on a
@@ -194,32 +192,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// node is one railnode process in a namespace.
+// node is one railnode process in a namespace (driver.Proc).
 type node struct {
-	name     string
-	cmd      *exec.Cmd
-	in       io.WriteCloser
-	lines    chan []byte
-	stderr   *syncBuffer
-	mu       sync.Mutex
-	stopOnce sync.Once
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	*driver.Proc
+	stderr *driver.Buffer
 }
 
 // startNode starts railnode in h's namespace over h's rails, with args, and waits until it is up.
@@ -240,62 +216,19 @@ func startNodeUnder(t *testing.T, name string, h host, wrap []string, args ...st
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	if os.Getenv("UCX_TLS") == "" {
-		cmd.Env = append(cmd.Env, "UCX_TLS=tcp")
-	}
-	n := &node{name: name, cmd: cmd, lines: make(chan []byte, 16), stderr: &syncBuffer{}}
-	cmd.Stderr = n.stderr
-	var err error
-	n.in, err = cmd.StdinPipe()
-	require.NoError(t, err)
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 1<<20), 16<<20)
-		for sc.Scan() {
-			n.lines <- append([]byte(nil), sc.Bytes()...)
-		}
-		close(n.lines)
-	}()
-	t.Cleanup(func() {
-		n.stop()
-		if t.Failed() || os.Getenv("VELO_TEST_LOG") != "" {
-			t.Logf("%s's log:\n%s", name, n.stderr.String())
-		}
-	})
-	select {
-	case l, ok := <-n.lines:
-		require.True(t, ok, "%s exited before it was up:\n%s", name, n.stderr.String())
-		require.JSONEq(t, `{"ready":true}`, string(l), "%s", name)
-	case <-time.After(60 * time.Second):
-		t.Fatalf("%s did not come up in 60 s:\n%s", name, n.stderr.String())
-	}
-	return n
+	p := driver.StartT(t, name, cmd)
+	return &node{Proc: p, stderr: p.Stderr}
 }
 
 // stop ends the node: its standard input closes, and it is killed if it has not exited 10 s
-// later. Only the first call waits; later ones return at once.
-func (n *node) stop() {
-	n.stopOnce.Do(func() {
-		n.in.Close()
-		done := make(chan struct{})
-		go func() { _ = n.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = n.cmd.Process.Kill()
-			<-done
-		}
-	})
-}
+// later.
+func (n *node) stop() { n.Close(10 * time.Second) }
 
 // answer is railnode's answer to a command.
 type answer struct {
 	Error   string          `json:"error"`
 	Peer    json.RawMessage `json:"peer"`
-	Handle  json.RawMessage `json:"handle"`
+	Handle  string          `json:"handle"`
 	SHA256  string          `json:"sha256"`
 	SHA256s []string        `json:"sha256s"`
 	Seconds float64         `json:"seconds"`
@@ -315,41 +248,20 @@ type railStatus struct {
 	Paused   bool    `json:"paused"`
 }
 
-// call sends one command and returns its answer (an error the command reports fails the test).
-func (n *node) call(t *testing.T, cmd map[string]any) answer {
+// call sends the command cmd with its arguments, one line, and returns its answer (an error the
+// command reports fails the test).
+func (n *node) call(t *testing.T, cmd string, args ...string) answer {
 	t.Helper()
-	a, err := n.try(cmd)
+	a, err := n.try(cmd, args...)
 	require.NoError(t, err)
 	return a
 }
 
 // try is call without the test: it returns the command's error.
-func (n *node) try(cmd map[string]any) (answer, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	b, err := json.Marshal(cmd)
-	if err != nil {
-		return answer{}, err
-	}
-	if _, err := n.in.Write(append(b, '\n')); err != nil {
-		return answer{}, fmt.Errorf("%s: %w\n%s", n.name, err, n.stderr.String())
-	}
-	select {
-	case l, ok := <-n.lines:
-		if !ok {
-			return answer{}, fmt.Errorf("%s exited during %s:\n%s", n.name, cmd["op"], n.stderr.String())
-		}
-		var a answer
-		if err := json.Unmarshal(l, &a); err != nil {
-			return answer{}, fmt.Errorf("%s: answer %q: %w", n.name, l, err)
-		}
-		if a.Error != "" {
-			return a, fmt.Errorf("%s: %s: %s", n.name, cmd["op"], a.Error)
-		}
-		return a, nil
-	case <-time.After(2 * time.Minute):
-		return answer{}, fmt.Errorf("%s: no answer to %s in 2 minutes:\n%s", n.name, cmd["op"], n.stderr.String())
-	}
+func (n *node) try(cmd string, args ...string) (answer, error) {
+	var a answer
+	err := n.Decode(strings.Join(append([]string{cmd}, args...), " "), 2*time.Minute, &a)
+	return a, err
 }
 
 // pair starts an owner and a consumer on the hosts and registers each with the other.
@@ -357,15 +269,50 @@ func pair(t *testing.T, owner, consumer host, args ...string) (o, c *node) {
 	t.Helper()
 	o = startNode(t, "owner", owner, args...)
 	c = startNode(t, "consumer", consumer, args...)
-	op, cp := o.call(t, map[string]any{"op": "info"}).Peer, c.call(t, map[string]any{"op": "info"}).Peer
-	c.call(t, map[string]any{"op": "register", "peer": op})
-	o.call(t, map[string]any{"op": "register", "peer": cp})
+	meet(t, o, c)
 	return o, c
 }
 
-// stage stages size bytes on the owner; it returns the handle and the SHA-256.
-func stage(t *testing.T, o *node, size int, seed uint64) (json.RawMessage, string) {
+// meet registers each of o and c with the other.
+func meet(t *testing.T, o, c *node) {
 	t.Helper()
-	a := o.call(t, map[string]any{"op": "stage", "size": size, "seed": seed})
+	op, cp := o.call(t, "info").Peer, c.call(t, "info").Peer
+	c.call(t, "peer", string(op))
+	o.call(t, "peer", string(cp))
+}
+
+// stage stages size bytes on the owner; it returns the handle and the SHA-256.
+func stage(t *testing.T, o *node, size int, seed uint64) (handle, sha256 string) {
+	t.Helper()
+	a := o.call(t, "stage", strconv.Itoa(size), strconv.FormatUint(seed, 10))
 	return a.Handle, a.SHA256
+}
+
+// getResult is the answer to a GET sent in the background, and its error.
+type getResult struct {
+	a   answer
+	err error
+}
+
+// getLosingRail sends a GET of h to c in the background and sets rail 1 of oh down once the bytes
+// the owner's rails sent since then satisfy past (checked every 10 ms, for up to within). It
+// returns when the GET began, where its result will come, when the rail went down and what each
+// rail had sent by then.
+func getLosingRail(t *testing.T, c *node, oh host, h string, within time.Duration, past func(sent []float64) bool) (start time.Time, done <-chan getResult, downAt time.Time, atDown []float64) {
+	t.Helper()
+	before := txBytes(t, oh)
+	res := make(chan getResult, 1)
+	start = time.Now()
+	go func() {
+		a, err := c.try("get", h)
+		res <- getResult{a, err}
+	}()
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if d := delta(before, txBytes(t, oh)); past(d) {
+			setLink(t, oh, 1, "down")
+			return start, res, time.Now(), d
+		}
+	}
+	t.Fatalf("the GET's bytes did not reach the point at which rail 1 goes down within %v", within)
+	return
 }

@@ -55,7 +55,7 @@ func TestOneGetOverSeveralRails(t *testing.T) {
 			const size = 48 << 20
 			h, sum := stage(t, o, size, uint64(n))
 			before := txBytes(t, oh)
-			a := c.call(t, map[string]any{"op": "get", "handle": h})
+			a := c.call(t, "get", h)
 			d := delta(before, txBytes(t, oh))
 			require.Equal(t, sum, a.SHA256, "the bytes differ")
 			assert.Equal(t, "rdma", a.Path, "reason %s", a.Reason)
@@ -66,7 +66,7 @@ func TestOneGetOverSeveralRails(t *testing.T) {
 				assert.InDelta(t, 1/float64(n), s, 0.3/float64(n), "rail %d carried %.0f%% of the bytes", i, 100*s)
 			}
 			// The rails' own series say the same as the kernel.
-			st := c.call(t, map[string]any{"op": "status"})
+			st := c.call(t, "status")
 			var got float64
 			for _, r := range st.Rails {
 				assert.False(t, r.Paused, "rail %d", r.Rail)
@@ -107,7 +107,7 @@ func TestSlowerRailCarriesLess(t *testing.T) {
 	const size = 48 << 20
 	h, sum := stage(t, o, size, 2)
 	before := txBytes(t, oh)
-	a := c.call(t, map[string]any{"op": "get", "handle": h})
+	a := c.call(t, "get", h)
 	d := delta(before, txBytes(t, oh))
 	require.Equal(t, sum, a.SHA256)
 	sh := shares(d)
@@ -135,29 +135,9 @@ func TestRailDownMidGet(t *testing.T) {
 	const size = 64 << 20
 	h, sum := stage(t, o, size, 3)
 
-	before := txBytes(t, oh)
-	type result struct {
-		a   answer
-		err error
-	}
-	done := make(chan result, 1)
-	start := time.Now()
-	go func() {
-		a, err := c.try(map[string]any{"op": "get", "handle": h})
-		done <- result{a, err}
-	}()
 	// Down once rail 1 has carried a few MiB of the GET: its reads are then in flight.
-	var downAt time.Time
-	var atDown []float64
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if d := delta(before, txBytes(t, oh)); d[1] > 8<<20 {
-			setLink(t, oh, 1, "down")
-			downAt, atDown = time.Now(), d
-			break
-		}
-	}
-	require.False(t, downAt.IsZero(), "rail 1 never carried 8 MiB of the GET")
-	var r result
+	start, done, downAt, atDown := getLosingRail(t, c, oh, h, 30*time.Second, func(d []float64) bool { return d[1] > 8<<20 })
+	var r getResult
 	select {
 	case r = <-done:
 	case <-time.After(60 * time.Second):
@@ -175,7 +155,7 @@ func TestRailDownMidGet(t *testing.T) {
 		total.Round(time.Millisecond), afterDown.Round(time.Millisecond), left/(1<<20), oneRail.Round(time.Millisecond))
 	assert.Less(t, total, oneRail*3/2, "the GET took more than 1.5× the time the remaining rail needs for its bytes")
 
-	st := c.call(t, map[string]any{"op": "status"})
+	st := c.call(t, "status")
 	require.Len(t, st.Rails, 2)
 	assert.False(t, st.Rails[0].Paused)
 	assert.True(t, st.Rails[1].Paused, "rail 1 reads %+v", st.Rails[1])
@@ -191,9 +171,9 @@ func TestRailDownMidGet(t *testing.T) {
 	var back bool
 	for try := 0; try < 5 && !back; try++ {
 		h2, sum2 := stage(t, o, 16<<20, uint64(10+try))
-		a := c.call(t, map[string]any{"op": "get", "handle": h2})
+		a := c.call(t, "get", h2)
 		require.Equal(t, sum2, a.SHA256)
-		st = c.call(t, map[string]any{"op": "status"})
+		st = c.call(t, "status")
 		back = !st.Rails[1].Paused && st.Rails[1].Bytes > railBytes
 		t.Logf("GET %d after the cool-down: rail 1 %+v", try, st.Rails[1])
 		if !back {
@@ -214,7 +194,7 @@ func TestEveryRailDownMidGet(t *testing.T) {
 	done := make(chan answer, 1)
 	errc := make(chan error, 1)
 	go func() {
-		a, err := c.try(map[string]any{"op": "get", "handle": h})
+		a, err := c.try("get", h)
 		done <- a
 		errc <- err
 	}()

@@ -45,9 +45,7 @@ func pairWitnessed(t *testing.T, owner, consumer host, args ...string) (o, c *no
 	w = &witness{report: filepath.Join(t.TempDir(), "lanes.json")}
 	o = startNodeUnder(t, "owner", owner, []string{ibcheck.Path(t), "lanes", "--json", "--report", w.report, "--"}, args...)
 	c = startNode(t, "consumer", consumer, args...)
-	op, cp := o.call(t, map[string]any{"op": "info"}).Peer, c.call(t, map[string]any{"op": "info"}).Peer
-	c.call(t, map[string]any{"op": "register", "peer": op})
-	o.call(t, map[string]any{"op": "register", "peer": cp})
+	meet(t, o, c)
 	w.node = o
 	return o, c, w
 }

@@ -1,17 +1,13 @@
 package pushfaults
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
 	"slices"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/velo-go/velo/test/internal/gobuild"
+	"github.com/velo-go/velo/test/internal/linecmd/driver"
 
 	"github.com/velo-go/velo/test/internal/netns"
 )
@@ -33,36 +30,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// peer is one pushpeer process.
+// peer is one pushpeer process (driver.Proc), failing its test on every error.
 type peer struct {
-	t      *testing.T
-	name   string
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	lines  chan string
-	exited chan struct{}
-	stderr *buffer
-	ident  string
+	*driver.Proc
+	t     *testing.T
+	name  string
+	ident string
 	// sameHost: started with -same-host; link waits until two such peers' channels are proven.
 	sameHost bool
-}
-
-// buffer collects a process's standard error.
-type buffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *buffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // startPeer starts a pushpeer with flags and waits until it is ready; the test's cleanup ends it
@@ -90,43 +65,7 @@ func launchPeer(t *testing.T, h *netns.Host, bin string, env []string, name stri
 		cmd = h.Command(context.Background(), bin, append(args, "-listen", net.JoinHostPort(h.IP.String(), "0"))...)
 		cmd.Env = append(append(os.Environ(), env...), "UCX_NET_DEVICES="+h.Dev)
 	}
-	if !slices.ContainsFunc(cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, "UCX_TLS=") && kv != "UCX_TLS=" }) {
-		cmd.Env = append(cmd.Env, "UCX_TLS=tcp")
-	}
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	p := &peer{t: t, name: name, cmd: cmd, stdin: stdin, lines: make(chan string, 16), exited: make(chan struct{}), stderr: &buffer{},
-		sameHost: slices.Contains(flags, "-same-host")}
-	cmd.Stderr = p.stderr
-	require.NoError(t, cmd.Start())
-	go func() {
-		s := bufio.NewScanner(stdout)
-		s.Buffer(make([]byte, 1<<20), 1<<20)
-		for s.Scan() {
-			p.lines <- s.Text()
-		}
-		close(p.lines)
-	}()
-	go func() {
-		_ = cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		p.signal(syscall.SIGCONT)
-		p.stdin.Close()
-		select {
-		case <-p.exited:
-		case <-time.After(15 * time.Second):
-			p.kill()
-		}
-		if t.Failed() {
-			t.Logf("%s stderr:\n%s", name, p.stderr.String())
-		}
-	})
-	r := p.read(time.Minute)
-	require.Equal(t, true, r["ready"], "%s: first line %v", name, r)
+	p := &peer{Proc: driver.StartT(t, name, cmd), t: t, name: name, sameHost: slices.Contains(flags, "-same-host")}
 	p.ident = p.ok("info")["id"].(string)
 	return p
 }
@@ -135,39 +74,23 @@ func launchPeer(t *testing.T, h *netns.Host, bin string, env []string, name stri
 // may print, goes to the peer's standard error record).
 func (p *peer) read(timeout time.Duration) map[string]any {
 	p.t.Helper()
-	deadline := time.After(timeout)
-	for {
-		select {
-		case line, ok := <-p.lines:
-			if !ok {
-				<-p.exited
-				p.t.Fatalf("%s exited (%v) without answering", p.name, p.cmd.ProcessState)
-			}
-			if !strings.HasPrefix(line, "{") {
-				fmt.Fprintf(p.stderr, "(stdout) %s\n", line)
-				continue
-			}
-			var m map[string]any
-			require.NoError(p.t, json.Unmarshal([]byte(line), &m), "%s said %q", p.name, line)
-			return m
-		case <-deadline:
-			p.t.Fatalf("%s did not answer within %v", p.name, timeout)
-		}
-	}
+	r, err := p.Read(timeout)
+	require.NoError(p.t, err)
+	return r
 }
 
 // send writes a command without waiting for its answer.
 func (p *peer) send(format string, args ...any) {
 	p.t.Helper()
-	_, err := fmt.Fprintf(p.stdin, format+"\n", args...)
-	require.NoError(p.t, err, "%s", p.name)
+	require.NoError(p.t, p.Send(fmt.Sprintf(format, args...)))
 }
 
 // do sends a command and returns its answer.
 func (p *peer) do(format string, args ...any) map[string]any {
 	p.t.Helper()
-	p.send(format, args...)
-	return p.read(2 * time.Minute)
+	r, err := p.Do(fmt.Sprintf(format, args...), 2*time.Minute)
+	require.NoError(p.t, err)
+	return r
 }
 
 // ok is do, failing the test on an error answer.
@@ -178,13 +101,10 @@ func (p *peer) ok(format string, args ...any) map[string]any {
 	return r
 }
 
-func (p *peer) signal(s syscall.Signal) { _ = p.cmd.Process.Signal(s) }
+func (p *peer) signal(s syscall.Signal) { p.Signal(s) }
 
 // kill kills the process and waits for it.
-func (p *peer) kill() {
-	p.signal(syscall.SIGKILL)
-	<-p.exited
-}
+func (p *peer) kill() { p.Kill() }
 
 // link registers a and b with each other (the receiver must know a writer to grant it; the
 // writer must know the receiver's UCX address to write into it).

@@ -82,10 +82,10 @@ func TestSameHostPutSizes(t *testing.T) {
 	recv.guards("after the revocation", guard, span)
 
 	// The writer goes: the receiver keeps no ring of it.
-	require.Greater(t, ringMaps(t, recv.cmd.Process.Pid), 0, "the receiver maps the channels' rings")
+	require.Greater(t, ringMaps(t, recv.Cmd.Process.Pid), 0, "the receiver maps the channels' rings")
 	writer.ok("quit")
-	<-writer.exited
-	require.Eventually(t, func() bool { return ringMaps(t, recv.cmd.Process.Pid) == 0 }, 10*time.Second, 50*time.Millisecond,
+	<-writer.Exited()
+	require.Eventually(t, func() bool { return ringMaps(t, recv.Cmd.Process.Pid) == 0 }, 10*time.Second, 50*time.Millisecond,
 		"the receiver still maps a ring of the writer that went")
 }
 
@@ -134,7 +134,7 @@ func TestPushUnderSharedMemoryUCXLanes(t *testing.T) {
 			wp, rp := writer.paths(), recv.paths()
 			assert.Equal(t, map[string]float64{c.path: 2}, wp, "the writer's paths")
 			assert.Equal(t, map[string]float64{c.grant: 1}, rp, "the receiver's paths")
-			assert.NotContains(t, writer.stderr.String()+recv.stderr.String(), "get_failed")
+			assert.NotContains(t, writer.Stderr.String()+recv.Stderr.String(), "get_failed")
 		})
 	}
 }

@@ -3,18 +3,20 @@ package pushfaults
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/velo-go/velo/test/internal/linecmd/driver"
 )
 
 // The push soak (make soak-push; not part of make test): a writer process puts rounds of small
@@ -172,28 +174,18 @@ func runSoak(t *testing.T, total uint64, chunked bool) {
 // awaitSoak waits for the writer's answer to soak, logging the receiver's count every 15 s.
 func awaitSoak(t *testing.T, writer, recv *peer, id uint64) map[string]any {
 	t.Helper()
-	tick := time.NewTicker(15 * time.Second)
-	defer tick.Stop()
 	start := time.Now()
 	for {
-		select {
-		case line, ok := <-writer.lines:
-			if !ok {
-				<-writer.exited
-				t.Fatalf("the writer exited (%v) during the soak", writer.cmd.ProcessState)
-			}
-			if !strings.HasPrefix(line, "{") {
-				fmt.Fprintf(writer.stderr, "(stdout) %s\n", line)
-				continue
-			}
-			var m map[string]any
-			require.NoError(t, json.Unmarshal([]byte(line), &m), "the writer said %q", line)
-			require.Empty(t, m["error"], "soak")
-			return m
-		case <-tick.C:
+		// The answer, or after 15 s of none (ErrNoAnswer) the receiver's count.
+		m, err := writer.Read(15 * time.Second)
+		if errors.Is(err, driver.ErrNoAnswer) {
 			c := recv.checks(id)
 			t.Logf("%3.0f s: %d notifications checked, %d before their data", time.Since(start).Seconds(), c.Notes, c.Mismatches)
+			continue
 		}
+		require.NoError(t, err, "the writer during the soak")
+		require.Empty(t, m["error"], "soak")
+		return m
 	}
 }
 

@@ -29,7 +29,7 @@ func TestGetBatchOverUCX(t *testing.T) {
 			size = 64 << 10
 		}
 		b := randomBytes(size, uint64(i))
-		h, err := owner.RegisterDataPinned(ctx, b)
+		h, err := owner.StageDataPinned(ctx, b)
 		require.NoError(t, err)
 		reqs = append(reqs, velo.GetRequest{Handle: h})
 		want = append(want, b)

@@ -14,6 +14,7 @@ import (
 	"github.com/velo-go/velo/test/internal/gobuild"
 	"github.com/velo-go/velo/test/internal/netns"
 	"github.com/velo-go/velo/velo/discovery/etcd/etcdtest"
+	"github.com/velo-go/velo/velo/transport/ucxtransport"
 )
 
 // example is the two-process example, built once per test binary and run as its users run it.
@@ -25,16 +26,18 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// exampleEnv is the environment of an example run: this one's, minus the variables a test sets.
+// exampleEnv is the environment of an example run: this one's, minus the variables a test sets,
+// with the opt-in that keeps the RDMA path over tcp's software lanes (the examples show that path).
 func exampleEnv(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "VELO_RDMA_RENDEZVOUS_DISABLE=") || strings.HasPrefix(kv, "UCX_TLS=") || strings.HasPrefix(kv, "UCX_NET_DEVICES=") {
+		if strings.HasPrefix(kv, "VELO_RDMA_RENDEZVOUS_DISABLE=") || strings.HasPrefix(kv, "UCX_TLS=") || strings.HasPrefix(kv, "UCX_NET_DEVICES=") ||
+			strings.HasPrefix(kv, ucxtransport.SoftwareRMAEnv+"=") {
 			continue
 		}
 		env = append(env, kv)
 	}
-	return append(env, extra...)
+	return append(append(env, ucxtransport.SoftwareRMAEnv+"=1"), extra...)
 }
 
 var pathLine = regexp.MustCompile(`^(owner|consumer): velo_rendezvous_rdma_path_total\{path="(\w+)",reason="(\w+)"\} (\d+)$`)

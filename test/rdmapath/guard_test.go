@@ -48,7 +48,7 @@ func TestDirectGetIsRefusedByTheGuard(t *testing.T) {
 	before := refusedGets()
 	for i, n := range []int{1, 4096 + 1, 1 << 20} {
 		data := randomBytes(n, uint64(60+i))
-		h, err := owner.RegisterDataPinned(ctx, data)
+		h, err := owner.StageDataPinned(ctx, data)
 		require.NoError(t, err)
 		dst := make([]byte, n)
 		l, err := cons.GetInto(ctx, h, dst)

@@ -198,7 +198,8 @@ func eventually(t testing.TB, what string, cond func() bool) {
 // UCX_TLS says otherwise.
 func newUCXWith(t testing.TB, cfg ucxtransport.Config) *ucxtransport.Transport {
 	t.Helper()
-	cfg.EagerEndpoints, cfg.TLS = true, "tcp"
+	// The suite exercises the RDMA path without RDMA hardware: over tcp it takes the opt-in.
+	cfg.EagerEndpoints, cfg.TLS, cfg.RMAOverSoftwareLanes = true, "tcp", true
 	u, err := ucxtransport.New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -29,7 +29,7 @@ func TestKeyRevokedOnEveryLeaseEnding(t *testing.T) {
 			}
 			owner := startNode(t, true, opts...)
 			ctx := tctx(t)
-			h, err := owner.RegisterDataPinned(ctx, data)
+			h, err := owner.StageDataPinned(ctx, data)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,7 +98,7 @@ func TestLeaseExpiresBeforeTheGet(t *testing.T) {
 	link(t, owner, cons, true)
 	ctx := tctx(t)
 	data := randomBytes(2<<20, 5)
-	h, _ := owner.RegisterDataPinned(ctx, data)
+	h, _ := owner.StageDataPinned(ctx, data)
 	cons.ucx.setBefore(func() {
 		eventually(t, "the lease to expire", func() bool { return owner.RDMAStats().LeaseRegistrations == 0 })
 	})

@@ -34,9 +34,9 @@ func TestArenaAboveMemlockFallsBackToChunked(t *testing.T) {
 	link(t, owner, cons, true)
 	ctx := tctx(t)
 	data := randomBytes(4<<20, 6)
-	h, err := owner.RegisterDataPinned(ctx, data)
+	h, err := owner.StageDataPinned(ctx, data)
 	if err != nil {
-		t.Fatalf("RegisterDataPinned must not fail for want of pinned memory: %v", err)
+		t.Fatalf("StageDataPinned must not fail for want of pinned memory: %v", err)
 	}
 	st := owner.RDMAStats()
 	if st.Arenas != 0 || st.PinnedBytes != 0 || !errors.Is(st.LastArenaError, rdma.ErrMemlock) {

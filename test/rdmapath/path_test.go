@@ -19,14 +19,14 @@ import (
 func TestPathReasonsOverUCX(t *testing.T) {
 	data := randomBytes(3<<20+77, 1)
 	pinned := func(t *testing.T, o node) velo.Handle {
-		h, err := o.RegisterDataPinned(tctx(t), data)
+		h, err := o.StageDataPinned(tctx(t), data)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return h
 	}
 	unpinned := func(t *testing.T, o node) velo.Handle {
-		h, err := o.RegisterData(tctx(t), data)
+		h, err := o.StageData(tctx(t), data)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,7 +137,7 @@ func TestTransparentStagingOverUCX(t *testing.T) {
 			t.Fatalf("%s chunked/pool_exhausted = %v before any arena", who, n)
 		}
 	}
-	keep, err := sender.RegisterDataPinned(ctx, []byte("maps the first arena"))
+	keep, err := sender.StageDataPinned(ctx, []byte("maps the first arena"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestGetPinnedOverUCX(t *testing.T) {
 	link(t, owner, cons, true)
 	ctx := tctx(t)
 	data := randomBytes(8<<20, 3)
-	h, err := owner.RegisterDataPinned(ctx, data)
+	h, err := owner.StageDataPinned(ctx, data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestDirectGetOverUCX(t *testing.T) {
 	ctx := tctx(t)
 	for i, n := range []int{1, 4096 + 1, 8 << 20} {
 		data := randomBytes(n, uint64(40+i))
-		h, err := owner.RegisterDataPinned(ctx, data)
+		h, err := owner.StageDataPinned(ctx, data)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -233,7 +233,7 @@ func TestDirectGetOverUCX(t *testing.T) {
 	plain := startNode(t, true)
 	link(t, owner, plain, true)
 	data := randomBytes(1<<20, 50)
-	h, err := owner.RegisterDataPinned(ctx, data)
+	h, err := owner.StageDataPinned(ctx, data)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func TestRollingUpgradeKeepsTheControlPlane(t *testing.T) {
 		t.Fatalf("old to new over TCP: %q %v", resp, err)
 	}
 	data := randomBytes(2<<20, 11)
-	h, err := owner.RegisterDataPinned(ctx, data)
+	h, err := owner.StageDataPinned(ctx, data)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -114,7 +114,9 @@ func startNode(ctx context.Context, m meeting, name string, memory int64, log *s
 	var u *ucxtransport.Transport
 	var ucxOpt velo.Option
 	if len(m.Rails) == 0 {
-		if u, err = ucxtransport.New(ucxtransport.Config{EagerEndpoints: true, Logger: log}); err != nil {
+		// velobench measures the RDMA path, over tcp's software lanes too (RMAOverSoftwareLanes: on
+		// hardware lanes it changes nothing).
+		if u, err = ucxtransport.New(ucxtransport.Config{EagerEndpoints: true, RMAOverSoftwareLanes: true, Logger: log}); err != nil {
 			ctl.Close()
 			d.Close()
 			return nil, unguarded(err)
@@ -125,7 +127,7 @@ func startNode(ctx context.Context, m meeting, name string, memory int64, log *s
 		// reads over them (one device: a plain transport restricted to it). The first is the one
 		// whose engine settings the report shows.
 		ucxOpt = velo.WithRails(velo.RailPolicy{Devices: m.Rails, Slice: true}, func(dev string) (transport.Transport, error) {
-			t, err := ucxtransport.New(ucxtransport.Config{EagerEndpoints: true, Logger: log, NetDevices: dev})
+			t, err := ucxtransport.New(ucxtransport.Config{EagerEndpoints: true, RMAOverSoftwareLanes: true, Logger: log, NetDevices: dev})
 			if err != nil {
 				return nil, unguarded(err)
 			}

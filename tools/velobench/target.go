@@ -198,17 +198,17 @@ func (t *target) stage(ctx context.Context, m *velo.Message) ([]byte, error) {
 		var h velo.Handle
 		var err error
 		if req.Plain {
-			// RegisterData keeps the slice itself: one buffer per payload.
+			// StageData keeps the slice itself: one buffer per payload.
 			b := make([]byte, req.Size)
 			fill(b, k, 0)
-			h, err = t.n.v.RegisterData(ctx, b)
+			h, err = t.n.v.StageData(ctx, b)
 		} else {
-			// RegisterDataPinned copies into pinned memory: one buffer serves every payload.
+			// StageDataPinned copies into pinned memory: one buffer serves every payload.
 			if buf == nil {
 				buf = make([]byte, req.Size)
 			}
 			fill(buf, k, 0)
-			h, err = t.n.v.RegisterDataPinned(ctx, buf)
+			h, err = t.n.v.StageDataPinned(ctx, buf)
 		}
 		if err != nil {
 			t.unref(resp.Handles)

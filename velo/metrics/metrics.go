@@ -65,6 +65,11 @@ const (
 	// handling, sm,self for one), so no UCX endpoint is opened to the peer; the side that found
 	// it logs UCX's words and the fix once per peer.
 	ReasonNoUCXLane Reason = "no_ucx_lane"
+	// ReasonSoftwareLanes: every lane UCX selected for the pair's endpoint is a software one (tcp;
+	// ud without rc), where the chunked path moves bulk bytes at least as fast as UCX's emulated
+	// RMA, and the side that counts it did not opt in to RDMA over such lanes
+	// (ucxtransport.Config.RMAOverSoftwareLanes). Said once per pair in the log, with the lanes.
+	ReasonSoftwareLanes Reason = "software_lanes"
 )
 
 // ChunkedReasons are the reasons that go with PathChunked; ReasonOK is the only one for PathRDMA,
@@ -72,7 +77,7 @@ const (
 var ChunkedReasons = []Reason{
 	ReasonNoOffer, ReasonKillSwitch, ReasonNotConfigured, ReasonDraining, ReasonPoolExhausted,
 	ReasonBudget, ReasonNotPinned, ReasonGetFailed, ReasonDecodeError, ReasonDeviceBounce,
-	ReasonReleaseMismatch, ReasonNoUCXLane,
+	ReasonReleaseMismatch, ReasonNoUCXLane, ReasonSoftwareLanes,
 }
 
 // Valid reports whether (p, r) is one of the pre-declared pairs.

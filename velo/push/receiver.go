@@ -479,13 +479,16 @@ func (gr *Grant) decide(offer bool) {
 	case s.cfg.Registry == nil:
 		gr.reason = metrics.ReasonNotConfigured
 		return
-	case !offer:
+	}
+	// The RMA transport may know why the pair has no RDMA path (release_mismatch; software_lanes,
+	// which this side refuses even when the writer offers): that reason, not no_offer, goes back
+	// to the writer and into both sides' counts.
+	if why := s.cfg.Registry.Owner().PathRefusal(gr.writer); why != "" {
+		gr.reason = why
+		return
+	}
+	if !offer {
 		gr.reason = metrics.ReasonNoOffer
-		// The RMA transport may know why the writer cannot offer (release_mismatch): that
-		// reason, not no_offer, goes back to the writer and into both sides' counts.
-		if why := s.cfg.Registry.Owner().PathRefusal(gr.writer); why != "" {
-			gr.reason = why
-		}
 		return
 	}
 	keys := make([][]byte, 0, len(gr.ranges))

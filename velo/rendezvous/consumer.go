@@ -209,14 +209,17 @@ func (r *Rendezvous) offer(owner transport.InstanceID) ([]byte, metrics.Reason, 
 		return nil, metrics.ReasonNotConfigured, nil
 	case c.KillSwitch():
 		return nil, metrics.ReasonKillSwitch, nil
-	case !c.CanGet(owner):
-		why := refusal(c, owner)
-		if why == metrics.ReasonNoOffer {
-			// Decided per transfer: the first transfer after the owner's UCX address is known offers.
-			r.slow.Once(r.log, "rendezvous: transfers from this owner go by chunks: this instance knows no UCX address of it yet (or it has none); the first transfer after one is known takes RDMA",
-				uint64(owner), string(metrics.ReasonNoOffer))
-		} // any other reason was said once, naming both sides, by the transport that refused the owner
+	}
+	// A reason the transport gives (release_mismatch, software_lanes) was said once, naming the
+	// pair, by the transport itself.
+	if why := refusedBy(c, owner); why != "" {
 		return nil, why, nil
+	}
+	if !c.CanGet(owner) {
+		// Decided per transfer: the first transfer after the owner's UCX address is known offers.
+		r.slow.Once(r.log, "rendezvous: transfers from this owner go by chunks: this instance knows no UCX address of it yet (or it has none); the first transfer after one is known takes RDMA",
+			uint64(owner), string(metrics.ReasonNoOffer))
+		return nil, metrics.ReasonNoOffer, nil
 	}
 	blob, err := c.Offer(owner)
 	if err != nil {
@@ -235,25 +238,21 @@ func (r *Rendezvous) offer(owner transport.InstanceID) ([]byte, metrics.Reason, 
 // found no lane to the owner, which the transport logs once per peer, so this line is debug), and
 // get_failed otherwise.
 func (r *Rendezvous) getFailed(side any, owner transport.InstanceID, err error) metrics.Reason {
-	if pr, ok := side.(PathRefuser); ok {
-		if why := pr.PathRefusal(owner); why != "" {
-			r.log.Debug("rendezvous: RDMA get failed; fetching by chunks", "owner", fmt.Sprintf("%016x", uint64(owner)), "reason", why, "err", err)
-			return why
-		}
+	if why := refusedBy(side, owner); why != "" {
+		r.log.Debug("rendezvous: RDMA get failed; fetching by chunks", "owner", fmt.Sprintf("%016x", uint64(owner)), "reason", why, "err", err)
+		return why
 	}
 	r.log.Warn("rendezvous: RDMA get failed; fetching by chunks", "owner", fmt.Sprintf("%016x", uint64(owner)), "err", err)
 	return metrics.ReasonGetFailed
 }
 
-// refusal is the reason the pair has no RDMA path as side (an RDMAClient or RDMAServer) gives it,
-// no_offer when it gives none.
-func refusal(side any, peer transport.InstanceID) metrics.Reason {
+// refusedBy is the reason the pair has no RDMA path as side (an RDMAClient or RDMAServer) gives
+// it, "" when it gives none.
+func refusedBy(side any, peer transport.InstanceID) metrics.Reason {
 	if pr, ok := side.(PathRefuser); ok {
-		if why := pr.PathRefusal(peer); why != "" {
-			return why
-		}
+		return pr.PathRefusal(peer)
 	}
-	return metrics.ReasonNoOffer
+	return ""
 }
 
 func (r *Rendezvous) acquire(ctx context.Context, h Handle, offer []byte) (*Lease, wire.AcquireResponse, error) {

@@ -7,7 +7,6 @@ import (
 
 	"github.com/velo-go/velo/velo/internal/errfam"
 
-	"github.com/velo-go/velo/velo/internal/wire"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport"
 )
@@ -121,26 +120,6 @@ func chunkedReason(m Memory, reason metrics.Reason) metrics.Reason {
 		return metrics.ReasonDeviceBounce
 	}
 	return reason
-}
-
-// wireReason is the reason an owner answers: device_bounce only to a consumer whose offer says
-// it knows that reason (version 3); any other gets the reason it would have had before memory
-// types (not_pinned when it offered RDMA: the payload is not in memory it can read).
-func wireReason(offer []byte, counted, before metrics.Reason) metrics.Reason {
-	if counted != metrics.ReasonDeviceBounce {
-		return counted
-	}
-	if len(offer) > 0 {
-		if o, err := wire.DecodeOffer(offer); err == nil {
-			if v, err := wire.RDMAOfferVersionOf(o.Blob); err == nil && v >= wire.RDMAOfferVersion {
-				return counted
-			}
-		}
-	}
-	if before == "" || before == metrics.ReasonDeviceBounce || before == metrics.ReasonOK {
-		return metrics.ReasonNotPinned
-	}
-	return before
 }
 
 // bounceChunk copies a device slot's chunk into a host buffer for a pull's answer. The owner

@@ -135,6 +135,26 @@ func wirePath(p metrics.Path) metrics.Path {
 	return p
 }
 
+// wireReason is the reason an owner answers: device_bounce only to a consumer whose offer says
+// it knows that reason (version 3); any other gets the reason it would have had before memory
+// types (not_pinned when it offered RDMA: the payload is not in memory it can read).
+func wireReason(offer []byte, counted, before metrics.Reason) metrics.Reason {
+	if counted != metrics.ReasonDeviceBounce {
+		return counted
+	}
+	if len(offer) > 0 {
+		if o, err := wire.DecodeOffer(offer); err == nil {
+			if v, err := wire.RDMAOfferVersionOf(o.Blob); err == nil && v >= wire.RDMAOfferVersion {
+				return counted
+			}
+		}
+	}
+	if before == "" || before == metrics.ReasonDeviceBounce || before == metrics.ReasonOK {
+		return metrics.ReasonNotPinned
+	}
+	return before
+}
+
 // registryPath is the label of a lease on the registry path whose descriptor is desc: the lane
 // its key takes (PathReporter), or rdma.
 func registryPath(side any, desc []byte) metrics.Path {
@@ -332,8 +352,14 @@ func (r *Rendezvous) precheck(sl Slot, offer []byte) (metrics.Path, metrics.Reas
 		return metrics.PathChunked, metrics.ReasonKillSwitch, nil, false
 	case r.draining.Load():
 		return metrics.PathChunked, metrics.ReasonDraining, nil, false
-	case len(offer) == 0:
-		return metrics.PathChunked, refusal(srv, sl.Lease.Consumer), nil, false
+	}
+	// Asked whether or not an offer came: this side may refuse a pair the consumer offered
+	// (software lanes, without this side's opt-in).
+	if why := refusedBy(srv, sl.Lease.Consumer); why != "" {
+		return metrics.PathChunked, why, nil, false
+	}
+	if len(offer) == 0 {
+		return metrics.PathChunked, metrics.ReasonNoOffer, nil, false
 	}
 	o, err := wire.DecodeOffer(offer)
 	if err != nil {

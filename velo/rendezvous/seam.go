@@ -46,8 +46,9 @@ type Served struct {
 }
 
 // PathRefuser is an RDMAClient or RDMAServer that can say why the pair has no RDMA path (the
-// RMA transport refused the peer's address: release_mismatch); "" when it has no reason to
-// give, and the side counts no_offer.
+// RMA transport refused the peer's address: release_mismatch; every lane of the pair's endpoint
+// is a software one: software_lanes); "" when it has no reason to give. Both sides ask it on
+// every transfer before they offer or serve RDMA.
 type PathRefuser interface {
 	PathRefusal(peer transport.InstanceID) metrics.Reason
 }
@@ -101,7 +102,7 @@ type PinnedMemory interface {
 }
 
 // PinnedPool hands out pinned memory to stage payloads in; the RDMA registry implements it. The
-// owner stages a copy there (RegisterDataPinned, and transparent staging of large messages) so
+// owner stages a copy there (StageDataPinned, and transparent staging of large messages) so
 // that RDMAServer.Serve can register exactly the slot for one lease.
 type PinnedPool interface {
 	// Pin returns memory for an n-byte payload and the options to stage it with (Pinned,

@@ -291,7 +291,7 @@ type Metadata struct {
 	Leases int
 	// Pinned reports registered memory (an RDMA-capable slot).
 	Pinned bool
-	// Staging is the reason recorded for unpinned memory (not_pinned for RegisterData).
+	// Staging is the reason recorded for unpinned memory (not_pinned for StageData).
 	Staging metrics.Reason
 }
 

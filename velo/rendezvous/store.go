@@ -12,7 +12,7 @@ import (
 )
 
 // StageOptions describe the memory a slot holds. The zero value is plain Go memory staged with
-// RegisterData: the chunked path serves it and an RDMA offer is answered not_pinned.
+// StageData: the chunked path serves it and an RDMA offer is answered not_pinned.
 type StageOptions struct {
 	// Pinned is set for memory a PinnedPool handed out, which the same pool's RDMAServer can
 	// register for a lease; nil for plain memory (the chunked path serves it).

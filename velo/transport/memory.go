@@ -65,3 +65,45 @@ type MemoryRMA interface {
 	// if not, reads into typed memory go one GetMemory each.
 	ReadsTypedMany() bool
 }
+
+// PeerMemoryRegisterer is a MemoryRMA whose registrations of typed memory depend on the peer that
+// will read them (the same-host path: device memory exported by CUDA IPC to a consumer of its
+// host, registered with the UCX transport for any other). The rendezvous registry calls it, when
+// the transport has it, with the consumer the lease was granted to.
+type PeerMemoryRegisterer interface {
+	RegisterMemoryOfFor(peer InstanceID, mem []byte, t MemoryType) (Registration, error)
+}
+
+// CUDAExport is device memory of one process made mappable by another process of the same host
+// (CUDA IPC): the handle names the whole allocation the memory lies in, never a part of it.
+// velo/internal/wire encodes it for the same-host path's channel.
+type CUDAExport struct {
+	Handle    [64]byte // the allocation's CUDA IPC memory handle
+	AllocID   uint64   // the allocation's process-wide buffer ID (unique for the owner's life)
+	AllocSize uint64   // the allocation's size
+	Offset    uint64   // of the exported memory from the allocation's base
+	Device    [16]byte // the UUID of the allocation's device
+}
+
+// CUDAMapping is another process's allocation mapped into this one.
+type CUDAMapping interface {
+	// CopyTo copies len(dst) bytes at off of the allocation into dst, memory of type dt, and
+	// returns once they are there.
+	CopyTo(dst []byte, dt MemoryType, off uint64) error
+	// Close unmaps the allocation (once the copies under way finished).
+	Close() error
+}
+
+// CUDAIPC is a MemoryRMA that hands device memory to another process of the same host by CUDA
+// IPC and maps what another process handed over (the UCX transport; the CUDA calls answer
+// errors.ErrUnsupported without -tags cuda,ucx_static). The same-host path uses it for leases of
+// device memory.
+type CUDAIPC interface {
+	// ExportCUDA exports the allocation device memory mem lies in.
+	ExportCUDA(mem []byte) (CUDAExport, error)
+	// OpenCUDA maps an export: on the export's device when this process sees it, else on the
+	// device of near when near is device memory (type nearType), else on device 0.
+	OpenCUDA(e CUDAExport, near []byte, nearType MemoryType) (CUDAMapping, error)
+	// CUDAReady says why this process cannot open exports (nil when the driver sees a device).
+	CUDAReady() error
+}

@@ -16,6 +16,15 @@ type Write struct {
 	Src    []byte
 }
 
+// PeerWriteRegisterer is an optional extension of RMAWriter whose write keys are bound to one
+// writer: RegisterMemoryWritableFor is RegisterMemoryWritable, and the key writes only through
+// that peer's own connections to this transport (the UCX transport's guarded PUT checks the
+// endpoint a write arrives on). The rendezvous registry calls it, when the transport has it, with
+// the writer a grant names.
+type PeerWriteRegisterer interface {
+	RegisterMemoryWritableFor(peer InstanceID, mem []byte) (Registration, error)
+}
+
 // RMAWriter is an RMA transport that also writes: the receiving side registers memory a peer may
 // write (a write grant, package velo/push) and the writing side writes into it through the key.
 // The UCX transport is one: ucp_put_nbx and a flush where the NIC checks keys, velo's guarded PUT

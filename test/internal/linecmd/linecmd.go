@@ -1,9 +1,11 @@
 // Package linecmd is the command loop of the programs a suite drives from its standard input:
 // one command a line ("name argument..."), each answered with one JSON line on standard output.
-// The suites' velo instances (test/attack/cmd/victim, test/faults/cmd/faultnode) read their
-// commands through Serve, answer through a Replier, and share the commands every such instance
-// has (Common: peer, peers, metric) and the parsing of the arguments they have in common; each
-// program keeps its own commands.
+// The suites' velo instances (test/attack/cmd/victim, test/faults/cmd/faultnode,
+// test/pushfaults/cmd/pushpeer, test/multirail/cmd/railnode) read their commands through Serve,
+// answer through a Replier, and share the commands every such instance has (Common: peer, peers,
+// metric) and the parsing of the arguments they have in common; each program keeps its own
+// commands. The suites' side of the protocol (start a program, write a command, read its answer)
+// is test/internal/linecmd/driver.
 package linecmd
 
 import (
@@ -55,8 +57,9 @@ type Replier struct {
 // NewReplier answers on w.
 func NewReplier(w io.Writer) *Replier { return &Replier{out: json.NewEncoder(w)} }
 
-// Reply writes m as one line. A program that cannot answer any more exits 3: its suite is gone.
-func (r *Replier) Reply(m map[string]any) {
+// Reply writes m (a map, or a struct with JSON tags) as one line. A program that cannot answer any
+// more exits 3: its suite is gone.
+func (r *Replier) Reply(m any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.out.Encode(m); err != nil {

@@ -13,8 +13,8 @@ var velo = Table{
 	Rows: []Row{
 		{8, Program, "programs and tests", []string{"test/...", "tools/ibcheck/internal/check", "velo/examples/internal/twoproc"},
 			"what the cross-module tests, ibcheck and the examples share; nothing imports them"},
-		{7, Kit, "test kits", []string{"test/internal/gobuild", "test/internal/linecmd", "ucx/benchkit", "velo/auth/authtest", "velo/discovery/etcd/etcdtest", "velo/rendezvous/rdma/rdmatest", "verbs/verbstest"},
-			"real components for tests and benchmarks (credentials, etcd servers, a TCP-backed RMA, sysfs trees, the suites' own programs built against either UCX, the command loop of the programs they drive); no library package imports them"},
+		{7, Kit, "test kits", []string{"test/internal/gobuild", "test/internal/linecmd", "test/internal/linecmd/driver", "ucx/benchkit", "velo/auth/authtest", "velo/discovery/etcd/etcdtest", "velo/rendezvous/rdma/rdmatest", "verbs/verbstest"},
+			"real components for tests and benchmarks (credentials, etcd servers, a TCP-backed RMA, sysfs trees, the suites' own programs built against either UCX, the command loop of the programs they drive and its client); no library package imports them"},
 		{6, Library, "API", []string{"velo"},
 			"the instance: options, peers, health, metrics wiring, the public errors"},
 		{5, Library, "writes", []string{"velo/push"},

@@ -665,7 +665,87 @@ static void guard_free(struct velo_ucx_guard *guard)
 	}
 	free(guard->slots);
 	free(guard->free_list);
+	free(guard->eps);
 	free(guard);
+}
+
+/* Keys bound to their holder. A guarded request carries slot, token, address and length in the
+ * clear, so whoever watches the wire learns a live key; what such an onlooker cannot choose is
+ * the endpoint a request arrives on. UCX hands the callback the reply endpoint, the owner's
+ * endpoint connected to the requester, and the bytes of a served GET leave on that endpoint
+ * alone. The owner binds each endpoint it opens to the peer it opened it for; a request for a
+ * slot given to a holder is served only when that endpoint is one of the holder's. A request
+ * from an outsider's own endpoint is refused; one whose reply endpoint id is forged to name the
+ * holder's endpoint makes the owner send the bytes to the holder, never to the outsider. */
+ucs_status_t velo_ucx_guard_holder_check(velo_ucx_ring_t *ring, const guard_slot_t *slot, ucp_ep_h ep)
+{
+	struct velo_ucx_guard *guard = ring->guard;
+	uint32_t i;
+
+	if (slot->holder == 0) {
+		return UCS_OK;
+	}
+	for (i = 0; guard != NULL && i < guard->neps; i++) {
+		if (guard->eps[i].ep == ep) {
+			if (guard->eps[i].holder == slot->holder) {
+				return UCS_OK;
+			}
+			ring->guard_refused_holder++;
+			return UCS_ERR_REJECTED;
+		}
+	}
+	ring->guard_refused_holder++;
+	return UCS_ERR_NOT_CONNECTED;
+}
+
+void velo_ucx_guard_set_holder(velo_ucx_ring_t *ring, uint32_t slot, uint64_t holder)
+{
+	if (ring->guard != NULL && slot < ring->guard->count) {
+		ring->guard->slots[slot].holder = holder;
+	}
+}
+
+int velo_ucx_guard_bind_ep(velo_ucx_ring_t *ring, ucp_ep_h ep, uint64_t holder)
+{
+	struct velo_ucx_guard *guard = ring->guard;
+	uint32_t i;
+	void *grown;
+
+	if (guard == NULL) {
+		return -1;
+	}
+	for (i = 0; i < guard->neps; i++) {
+		if (guard->eps[i].ep == ep) {
+			guard->eps[i].holder = holder;
+			return 0;
+		}
+	}
+	if (guard->neps == guard->epcap) {
+		uint32_t ncap = guard->epcap ? guard->epcap * 2 : 16;
+		grown = realloc(guard->eps, ncap * sizeof(*guard->eps));
+		if (grown == NULL) {
+			return -1;
+		}
+		guard->eps   = grown;
+		guard->epcap = ncap;
+	}
+	guard->eps[guard->neps].ep     = ep;
+	guard->eps[guard->neps].holder = holder;
+	guard->neps++;
+	return 0;
+}
+
+void velo_ucx_guard_unbind_ep(velo_ucx_ring_t *ring, ucp_ep_h ep)
+{
+	struct velo_ucx_guard *guard = ring->guard;
+	uint32_t i;
+
+	for (i = 0; guard != NULL && i < guard->neps; i++) {
+		if (guard->eps[i].ep == ep) {
+			guard->eps[i] = guard->eps[--guard->neps];
+			return;
+		}
+	}
 }
 
 /* A reply that read slot s has left (sent or failed): the slot's registration may now be
@@ -724,16 +804,18 @@ static ucs_status_t guard_req_cb(void *arg, const void *header, size_t header_le
 		slot = &guard->slots[req.slot];
 		if (slot->state == GUARD_LIVE && slot->token == req.token &&
 		    (slot->access & VELO_UCX_ACCESS_READ)) {
-			if (req.address >= slot->base && req.length <= slot->length &&
-			    req.address - slot->base <= slot->length - req.length) {
-				reply->hdr.status = UCS_OK;
-				reply->slot       = req.slot;
-				buffer            = (const void*)(uintptr_t)req.address;
-				count             = req.length;
-				memtype           = slot->memtype;
-				slot->inflight++;
-			} else {
+			reply->hdr.status = velo_ucx_guard_holder_check(ring, slot, param->reply_ep);
+			if (reply->hdr.status == UCS_OK &&
+			    !(req.address >= slot->base && req.length <= slot->length &&
+			      req.address - slot->base <= slot->length - req.length)) {
 				reply->hdr.status = UCS_ERR_INVALID_ADDR;
+			}
+			if (reply->hdr.status == UCS_OK) {
+				reply->slot = req.slot;
+				buffer      = (const void*)(uintptr_t)req.address;
+				count       = req.length;
+				memtype     = slot->memtype;
+				slot->inflight++;
 			}
 		}
 	}
@@ -842,10 +924,10 @@ static ucs_status_t guardv_req_cb(void *arg, const void *header, size_t header_l
 			slot = &guard->slots[e.slot];
 			if (slot->state == GUARD_LIVE && slot->token == e.token &&
 			    (slot->access & VELO_UCX_ACCESS_READ)) {
-				if (e.address >= slot->base && e.length <= slot->length &&
-				    e.address - slot->base <= slot->length - e.length) {
-					status = UCS_OK;
-				} else {
+				status = velo_ucx_guard_holder_check(ring, slot, param->reply_ep);
+				if (status == UCS_OK &&
+				    !(e.address >= slot->base && e.length <= slot->length &&
+				      e.address - slot->base <= slot->length - e.length)) {
 					status = UCS_ERR_INVALID_ADDR;
 				}
 				/* One message has one memory type: the reads it serves all come from
@@ -958,6 +1040,7 @@ int velo_ucx_guard_add_access(velo_ucx_ring_t *ring, uint64_t token, uint64_t ba
 	guard->slots[index].state    = GUARD_LIVE;
 	guard->slots[index].access   = access;
 	guard->slots[index].memtype  = VELO_UCX_MEMTYPE_UNSET;
+	guard->slots[index].holder   = 0;
 	*slot_p = index;
 	return 0;
 }

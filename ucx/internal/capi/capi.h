@@ -49,7 +49,8 @@ enum {
 	VELO_UCX_PUT_REFUSED_REVOKED   = 1, // unknown slot, wrong token, revoked registration
 	VELO_UCX_PUT_REFUSED_READONLY  = 2, // the registration grants no write access
 	VELO_UCX_PUT_REFUSED_RANGE     = 3, // the range is not inside the registration
-	VELO_UCX_PUT_REFUSED_KINDS     = 4,
+	VELO_UCX_PUT_REFUSED_HOLDER    = 4, // not on an endpoint of the peer the key was given to
+	VELO_UCX_PUT_REFUSED_KINDS     = 5,
 };
 
 // What the guarded PUT did as target: served, refused by reason, and the last refusal.
@@ -76,6 +77,8 @@ typedef struct velo_ucx_ring {
 	uint32_t                 guard_req_id, guard_rep_id;
 	uint32_t                 guardv_rep_id;
 	uint64_t                 guard_served, guard_refused;
+	// Guarded GETs and PUTs refused because they arrived on no endpoint of the key's holder.
+	uint64_t                 guard_refused_holder;
 	struct velo_ucx_gput    *gput;   // guarded-PUT state (guardput.c), or NULL
 	// The guarded PUT's counters live in the ring, beside the GET's, so that Go reads them as
 	// plain fields after every progress call instead of crossing into C for a copy.
@@ -184,6 +187,12 @@ void velo_ucx_guard_release(velo_ucx_ring_t *ring, uint32_t slot);
 // The memory type of a slot's memory (a guard_add leaves it VELO_UCX_MEMTYPE_UNSET): guarded
 // replies send from it with that type, and a vectored request is served from one type only.
 void velo_ucx_guard_set_memtype(velo_ucx_ring_t *ring, uint32_t slot, int memtype);
+// Keys bound to their holder: a slot with a nonzero holder serves only requests that arrive on
+// an endpoint bound to that holder. The owner binds each endpoint it opens to a peer, and unbinds
+// it before the endpoint is closed (a freed endpoint's address may come back for another peer).
+void velo_ucx_guard_set_holder(velo_ucx_ring_t *ring, uint32_t slot, uint64_t holder);
+int velo_ucx_guard_bind_ep(velo_ucx_ring_t *ring, ucp_ep_h ep, uint64_t holder);
+void velo_ucx_guard_unbind_ep(velo_ucx_ring_t *ring, ucp_ep_h ep);
 
 // CUDA (cuda.c in a build with the cuda tag, nocuda.c otherwise). Each returns a CUresult
 // (0 success); the build without CUDA returns VELO_CUDA_NOT_BUILT from all of them.
@@ -196,6 +205,17 @@ int velo_cuda_query(uint64_t addr, int *memtype, int *ordinal);
 // addressing), on the primary context of the device that owns one of them.
 int velo_cuda_copy(uint64_t dst, uint64_t src, size_t n);
 const char *velo_cuda_error_name(int res);
+// CUDA IPC (one host, two processes). export: the allocation addr lies in, as a 64-byte IPC
+// handle (cuIpcGetMemHandle of the allocation's base), its base, size and process-wide buffer ID,
+// its device's ordinal and 16-byte UUID. open: a handle of another process, mapped on the device
+// with that UUID when this process sees it, else on device near (0 when near is negative);
+// *ptr and *ordinal say where. close: cuIpcCloseMemHandle of an opened mapping. copy_on: as
+// velo_cuda_copy, on the primary context of device ordinal (the one a mapping was opened on).
+int velo_cuda_ipc_export(uint64_t addr, void *handle, uint64_t *base, uint64_t *size, uint64_t *buffer_id,
+                         int *ordinal, void *uuid);
+int velo_cuda_ipc_open(const void *handle, const void *uuid, int near, uint64_t *ptr, int *ordinal);
+int velo_cuda_ipc_close(int ordinal, uint64_t ptr);
+int velo_cuda_copy_on(int ordinal, uint64_t dst, uint64_t src, size_t n);
 
 // Access a registration grants a remote peer: the guarded GET needs READ, the guarded PUT
 // WRITE. velo_ucx_guard_add grants READ alone.

@@ -471,6 +471,25 @@ func GuardInflight(r Ring, slot uint32) uint32 {
 // GuardRelease wraps velo_ucx_guard_release: slot may be reused.
 func GuardRelease(r Ring, slot uint32) { C.velo_ucx_guard_release(r.p, C.uint32_t(slot)) }
 
+// GuardSetHolder wraps velo_ucx_guard_set_holder: slot serves only requests arriving on an
+// endpoint bound to holder (0: any endpoint).
+func GuardSetHolder(r Ring, slot uint32, holder uint64) {
+	C.velo_ucx_guard_set_holder(r.p, C.uint32_t(slot), C.uint64_t(holder))
+}
+
+// GuardBindEp wraps velo_ucx_guard_bind_ep: requests arriving on ep come from holder. It fails
+// only when memory runs out (or the guard is not enabled).
+func GuardBindEp(r Ring, ep Ep, holder uint64) bool {
+	return C.velo_ucx_guard_bind_ep(r.p, ep.p, C.uint64_t(holder)) == 0
+}
+
+// GuardUnbindEp wraps velo_ucx_guard_unbind_ep: ep speaks for no holder any more.
+func GuardUnbindEp(r Ring, ep Ep) { C.velo_ucx_guard_unbind_ep(r.p, ep.p) }
+
+// RingGuardRefusedHolder is how many guarded GETs and PUTs this worker refused because they
+// arrived on no endpoint of the key's holder.
+func RingGuardRefusedHolder(r Ring) uint64 { return uint64(r.p.guard_refused_holder) }
+
 // Capability bits of Resource.IfaceFlags (UCT_IFACE_FLAG_*) and Resource.MDFlags.
 const (
 	IfaceFlagAMShort           = uint64(C.UCT_IFACE_FLAG_AM_SHORT)

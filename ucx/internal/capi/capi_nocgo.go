@@ -306,6 +306,18 @@ func GuardInflight(r Ring, slot uint32) uint32 { return 0 }
 // GuardRelease does nothing.
 func GuardRelease(r Ring, slot uint32) {}
 
+// GuardSetHolder does nothing.
+func GuardSetHolder(r Ring, slot uint32, holder uint64) {}
+
+// GuardBindEp fails.
+func GuardBindEp(r Ring, ep Ep, holder uint64) bool { return false }
+
+// GuardUnbindEp does nothing.
+func GuardUnbindEp(r Ring, ep Ep) {}
+
+// RingGuardRefusedHolder is 0.
+func RingGuardRefusedHolder(r Ring) uint64 { return 0 }
+
 // Capability bits of Resource.IfaceFlags (UCT_IFACE_FLAG_*) and Resource.MDFlags.
 const (
 	IfaceFlagAMShort           = uint64(0x1)

@@ -64,11 +64,12 @@ static int32_t gput_refuse(velo_ucx_ring_t *ring, int reason, uint32_t slot, uin
 /* gput_write decides one write whose bytes arrived whole: UCS_OK with them copied in place, or the
  * refusal. The single and the vectored request both come here, so a write is checked the same way
  * whichever carried it. */
-static int32_t gput_write(velo_ucx_ring_t *ring, uint32_t slot_id, uint64_t token, uint64_t address,
-                          uint64_t length, const void *data)
+static int32_t gput_write(velo_ucx_ring_t *ring, ucp_ep_h ep, uint32_t slot_id, uint64_t token,
+                          uint64_t address, uint64_t length, const void *data)
 {
 	struct velo_ucx_guard *guard = ring->guard;
 	guard_slot_t *slot;
+	ucs_status_t status;
 
 	if (guard == NULL || slot_id >= guard->count) {
 		return gput_refuse(ring, VELO_UCX_PUT_REFUSED_REVOKED, slot_id, address, length, UCS_ERR_REJECTED);
@@ -79,6 +80,10 @@ static int32_t gput_write(velo_ucx_ring_t *ring, uint32_t slot_id, uint64_t toke
 	}
 	if (!(slot->access & VELO_UCX_ACCESS_WRITE)) {
 		return gput_refuse(ring, VELO_UCX_PUT_REFUSED_READONLY, slot_id, address, length, UCS_ERR_UNSUPPORTED);
+	}
+	status = velo_ucx_guard_holder_check(ring, slot, ep);
+	if (status != UCS_OK) {
+		return gput_refuse(ring, VELO_UCX_PUT_REFUSED_HOLDER, slot_id, address, length, status);
 	}
 	if (address < slot->base || length > slot->length || address - slot->base > slot->length - length) {
 		return gput_refuse(ring, VELO_UCX_PUT_REFUSED_RANGE, slot_id, address, length, UCS_ERR_INVALID_ADDR);
@@ -98,7 +103,7 @@ static int32_t gput_write(velo_ucx_ring_t *ring, uint32_t slot_id, uint64_t toke
 }
 
 /* gput_check decides one single request. */
-static int32_t gput_check(velo_ucx_ring_t *ring, const velo_ucx_put_req_hdr_t *req,
+static int32_t gput_check(velo_ucx_ring_t *ring, ucp_ep_h ep, const velo_ucx_put_req_hdr_t *req,
                           const void *data, size_t length, uint64_t recv_attr)
 {
 	if (req->magic != VELO_UCX_GUARDPUT_MAGIC || (recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ||
@@ -106,7 +111,7 @@ static int32_t gput_check(velo_ucx_ring_t *ring, const velo_ucx_put_req_hdr_t *r
 		return gput_refuse(ring, VELO_UCX_PUT_REFUSED_MALFORMED, req->slot, req->address,
 		                   req->length, UCS_ERR_MESSAGE_TRUNCATED);
 	}
-	return gput_write(ring, req->slot, req->token, req->address, req->length, data);
+	return gput_write(ring, ep, req->slot, req->token, req->address, req->length, data);
 }
 
 static ucs_status_t gput_req_cb(void *arg, const void *header, size_t header_length, void *data,
@@ -130,7 +135,7 @@ static ucs_status_t gput_req_cb(void *arg, const void *header, size_t header_len
 		return UCS_OK;
 	}
 	memcpy(&req, header, sizeof(req));
-	status = gput_check(ring, &req, data, length, param->recv_attr);
+	status = gput_check(ring, param->reply_ep, &req, data, length, param->recv_attr);
 
 	reply = calloc(1, sizeof(*reply));
 	if (reply == NULL) {
@@ -206,7 +211,7 @@ static ucs_status_t gputv_req_cb(void *arg, const void *header, size_t header_le
 	for (i = 0; i < req.count; i++) {
 		memcpy(&e, (const uint8_t*)header + sizeof(req) + i * sizeof(e), sizeof(e));
 		if (whole) {
-			status = gput_write(ring, e.slot, e.token, e.address, e.length, (const uint8_t*)data + off);
+			status = gput_write(ring, param->reply_ep, e.slot, e.token, e.address, e.length, (const uint8_t*)data + off);
 			off += e.length;
 		} else {
 			status = gput_refuse(ring, VELO_UCX_PUT_REFUSED_MALFORMED, e.slot, e.address,

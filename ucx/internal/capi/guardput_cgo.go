@@ -28,6 +28,7 @@ const (
 	PutRefusedRevoked   = int(C.VELO_UCX_PUT_REFUSED_REVOKED)
 	PutRefusedReadOnly  = int(C.VELO_UCX_PUT_REFUSED_READONLY)
 	PutRefusedRange     = int(C.VELO_UCX_PUT_REFUSED_RANGE)
+	PutRefusedHolder    = int(C.VELO_UCX_PUT_REFUSED_HOLDER)
 	PutRefusedKinds     = int(C.VELO_UCX_PUT_REFUSED_KINDS)
 )
 

@@ -20,7 +20,8 @@ const (
 	PutRefusedRevoked   = int(1)
 	PutRefusedReadOnly  = int(2)
 	PutRefusedRange     = int(3)
-	PutRefusedKinds     = int(4)
+	PutRefusedHolder    = int(4)
+	PutRefusedKinds     = int(5)
 )
 
 // GuardAddAccess fails.

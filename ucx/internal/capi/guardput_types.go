@@ -4,7 +4,7 @@ package capi
 type PutStats struct {
 	Served, ServedBytes uint64
 	// Refused counts refusals by reason, indexed by the PutRefused constants.
-	Refused [4]uint64
+	Refused [5]uint64
 	// The last refusal: its reason (-1 before the first), slot, address and length as the
 	// request named them (slot all ones when the header itself was unusable).
 	LastReason  int

@@ -39,3 +39,42 @@ const char *velo_cuda_error_name(int res)
 	(void)res;
 	return "CUDA not built in";
 }
+
+int velo_cuda_ipc_export(uint64_t addr, void *handle, uint64_t *base, uint64_t *size, uint64_t *buffer_id,
+                         int *ordinal, void *uuid)
+{
+	(void)addr;
+	(void)handle;
+	(void)uuid;
+	*base = 0;
+	*size = 0;
+	*buffer_id = 0;
+	*ordinal = -1;
+	return VELO_CUDA_NOT_BUILT;
+}
+
+int velo_cuda_ipc_open(const void *handle, const void *uuid, int near, uint64_t *ptr, int *ordinal)
+{
+	(void)handle;
+	(void)uuid;
+	(void)near;
+	*ptr = 0;
+	*ordinal = -1;
+	return VELO_CUDA_NOT_BUILT;
+}
+
+int velo_cuda_ipc_close(int ordinal, uint64_t ptr)
+{
+	(void)ordinal;
+	(void)ptr;
+	return VELO_CUDA_NOT_BUILT;
+}
+
+int velo_cuda_copy_on(int ordinal, uint64_t dst, uint64_t src, size_t n)
+{
+	(void)ordinal;
+	(void)dst;
+	(void)src;
+	(void)n;
+	return VELO_CUDA_NOT_BUILT;
+}

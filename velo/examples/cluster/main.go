@@ -151,7 +151,7 @@ func member(ctx context.Context, dir, etcdURLs, name string, n, size int) error 
 		return err
 	}
 	sum := sha256.Sum256(data)
-	h, err := v.RegisterDataPinned(ctx, data)
+	h, err := v.StageDataPinned(ctx, data)
 	if err != nil {
 		return err
 	}

@@ -109,11 +109,11 @@ func owner(ctx context.Context) error {
 		return err
 	}
 	// A handle carries one reference, and Get + Release spends it: stage one per get.
-	h1, err := v.RegisterDataPinned(ctx, data)
+	h1, err := v.StageDataPinned(ctx, data)
 	if err != nil {
 		return err
 	}
-	h2, err := v.RegisterDataPinned(ctx, data)
+	h2, err := v.StageDataPinned(ctx, data)
 	if err != nil {
 		return err
 	}

@@ -14,8 +14,9 @@
 //
 // Every byte is checked, and each side checks every series of velo_rendezvous_rdma_path_total and
 // velo_push_path_total it counted against what the transfers above should have counted: every
-// transfer on the path the pair has (rdma, and inline for the small blocks), nothing slower. It
-// exits non-zero if anything did not hold.
+// transfer on the path the pair has (rdma, and inline for the small blocks; over UCX lanes that are
+// all software ones, such as UCX_TLS=tcp, the chunked path with reason software_lanes, which the
+// UCX transport says of the pair), nothing slower. It exits non-zero if anything did not hold.
 //
 //	make ucx-static && UCX_TLS=tcp go run -tags ucx_static ./velo/examples/prefill_decode
 //
@@ -87,38 +88,67 @@ func main() {
 // VELO_CLUSTER_SECRET_FILE names, the UCX transport beside it, and filesystem discovery under
 // name. The handlers go in with WithHandler so that they are there before the other member can
 // find this one.
-func start(ctx context.Context, name string, handlers ...velo.Option) (*velo.Velo, error) {
+func start(ctx context.Context, name string, handlers ...velo.Option) (*velo.Velo, *ucxtransport.Transport, error) {
 	creds, err := auth.FromEnv()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if creds.Secrets == nil {
-		return nil, errors.New("no cluster secret: set VELO_CLUSTER_SECRET_FILE")
+		return nil, nil, errors.New("no cluster secret: set VELO_CLUSTER_SECRET_FILE")
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ctl, err := tcp.New(tcp.Config{Listener: ln, Auth: creds})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	u, err := ucxtransport.New(ucxtransport.Config{EagerEndpoints: true})
+	// UCX's tcp listens where the control plane does (here lo), not on every interface.
+	ifaces, err := ucxtransport.InterfacesOf(ln.Addr().(*net.TCPAddr).AddrPort().Addr())
 	if err != nil {
 		ctl.Close()
-		return nil, err
+		return nil, nil, err
+	}
+	u, err := ucxtransport.New(ucxtransport.Config{EagerEndpoints: true, TCPInterfaces: ifaces})
+	if err != nil {
+		ctl.Close()
+		return nil, nil, err
 	}
 	d, err := discovery.NewFilesystem(discovery.FilesystemConfig{Dir: os.Getenv(dirEnv), Cluster: cluster})
 	if err != nil {
 		ctl.Close()
 		u.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("member", name)
 	// The instance owns d from here on, a failed New included.
 	opts := append([]velo.Option{velo.WithLogger(log), velo.WithTransport(ctl), velo.WithUCXTransport(u),
 		velo.WithDiscovery(d, name)}, handlers...)
-	return velo.New(ctx, opts...)
+	v, err := velo.New(ctx, opts...)
+	return v, u, err
+}
+
+// bulk is the path and reason the pair's bulk transfers take, as the UCX transport says of the
+// pair: rdma/ok, or chunked with its reason (software_lanes: every UCX lane to the peer is a
+// software one, tcp, and this member did not opt in with VELO_UCX_SOFTWARE_RMA=1).
+func bulk(u *ucxtransport.Transport, peer velo.InstanceID) (path, reason string) {
+	if why := u.PathRefusal(peer); why != "" {
+		return "chunked", why
+	}
+	return "rdma", "ok"
+}
+
+// getSeries is the velo_rendezvous_rdma_path_total an instance counts for the blocks and the
+// region when its bulk transfers take path with reason (the small blocks go inline), in the
+// order metrics.Lines prints them.
+func getSeries(path, reason string) string {
+	lines := []string{
+		fmt.Sprintf(`{path="inline",reason="ok"} %d`, smallBlocks),
+		fmt.Sprintf(`{path="%s",reason="%s"} %d`, path, reason, bigBlocks+1),
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
 }
 
 // member waits until discovery brings the member called name and returns its instance: peers
@@ -171,14 +201,14 @@ func prefill(ctx context.Context) error {
 		<-started
 		var s staged
 		for i := range bigBlocks {
-			h, err := v.RegisterDataPinned(ctx, fill(make([]byte, bigBlock), 0, i))
+			h, err := v.StageDataPinned(ctx, fill(make([]byte, bigBlock), 0, i))
 			if err != nil {
 				return nil, err
 			}
 			s.Big = append(s.Big, h)
 		}
 		for i := range smallBlocks {
-			h, err := v.RegisterDataPinned(ctx, fill(make([]byte, smallBlock), 1, i))
+			h, err := v.StageDataPinned(ctx, fill(make([]byte, smallBlock), 1, i))
 			if err != nil {
 				return nil, err
 			}
@@ -209,24 +239,25 @@ func prefill(ctx context.Context) error {
 		go func() { putErr <- putAll(context.WithoutCancel(ctx), v, h) }()
 		return nil, nil
 	}
-	finish := func(ctx context.Context, _ *velo.Message) ([]byte, error) {
+	var u *ucxtransport.Transport
+	finish := func(ctx context.Context, m *velo.Message) ([]byte, error) {
 		<-started
 		defer close(done)
 		if err := <-putErr; err != nil {
 			return nil, err
 		}
+		path, reason := bulk(u, m.From)
 		return nil, checkPaths(v, prefillName, map[string]string{
-			// As owner it answered each big block's acquire and the region's on the RDMA path,
+			// As owner it answered each big block's acquire and the region's on the pair's path,
 			// and sent each small block in the answer.
-			metrics.RDMAPathTotal: fmt.Sprintf(`{path="inline",reason="ok"} %d
-{path="rdma",reason="ok"} %d`, smallBlocks, bigBlocks+1),
-			// As writer it put every piece on the RDMA path.
-			"velo_push_path_total": fmt.Sprintf(`{path="rdma",reason="ok",side="writer"} %d`, puts),
+			metrics.RDMAPathTotal: getSeries(path, reason),
+			// As writer it put every piece on the pair's path.
+			"velo_push_path_total": fmt.Sprintf(`{path="%s",reason="%s",side="writer"} %d`, path, reason, puts),
 		})
 	}
 
 	var err error
-	v, err = start(ctx, prefillName, velo.WithHandler("stage", stage), velo.WithHandler("write", write),
+	v, u, err = start(ctx, prefillName, velo.WithHandler("stage", stage), velo.WithHandler("write", write),
 		velo.WithHandler("done", finish))
 	if err != nil {
 		return err
@@ -281,7 +312,7 @@ func decode(ctx context.Context) error {
 		return err
 	}
 
-	v, err := start(ctx, decodeName)
+	v, u, err := start(ctx, decodeName)
 	if err != nil {
 		return err
 	}
@@ -294,6 +325,7 @@ func decode(ctx context.Context) error {
 		return err
 	}
 	departures := v.WatchPeers(ctx)
+	path, reason := bulk(u, peer) // asked while the peer is here: it leaves before the checks
 
 	// The batch: one GetBatch for every block.
 	answer, err := v.Request(ctx, peer, "stage", nil)
@@ -324,12 +356,11 @@ func decode(ctx context.Context) error {
 		return fmt.Errorf("prefill: %w", err)
 	}
 	if err := checkPaths(v, decodeName, map[string]string{
-		// As consumer: every big block and the region's lease on the RDMA path, every small block
-		// inline.
-		metrics.RDMAPathTotal: fmt.Sprintf(`{path="inline",reason="ok"} %d
-{path="rdma",reason="ok"} %d`, smallBlocks, bigBlocks+1),
-		// As receiver: the writer acquired the grant once, on the RDMA path.
-		"velo_push_path_total": `{path="rdma",reason="ok",side="receiver"} 1`,
+		// As consumer: every big block and the region's lease on the pair's path, every small
+		// block inline.
+		metrics.RDMAPathTotal: getSeries(path, reason),
+		// As receiver: the writer acquired the grant once, on the pair's path.
+		"velo_push_path_total": fmt.Sprintf(`{path="%s",reason="%s",side="receiver"} 1`, path, reason),
 	}); err != nil {
 		return err
 	}

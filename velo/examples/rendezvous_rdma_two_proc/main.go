@@ -3,7 +3,7 @@
 // lane it took.
 //
 // Owner and consumer find each other through velo's filesystem discovery backend in --dir (no
-// RegisterPeer anywhere). The owner stages random bytes with RegisterDataPinned; the consumer asks
+// RegisterPeer anywhere). The owner stages random bytes with StageDataPinned; the consumer asks
 // it for its offer (the handle and the payload's SHA-256) with a join request (a member file left
 // in --dir by an owner that was killed names one that no longer answers; the consumer then waits
 // for the new one). The consumer fetches the payload, checks the SHA-256 and reports back over the messenger;
@@ -246,7 +246,7 @@ func runOwner(ctx context.Context, n node, joins *twoproc.Joins, size int) error
 	}); err != nil {
 		return err
 	}
-	h, err := v.RegisterDataPinned(ctx, payload)
+	h, err := v.StageDataPinned(ctx, payload)
 	if err != nil {
 		return err
 	}

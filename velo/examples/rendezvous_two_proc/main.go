@@ -129,7 +129,7 @@ func runOwner(ctx context.Context, v *velo.Velo, joins *twoproc.Joins, size int)
 	}); err != nil {
 		return err
 	}
-	h, err := v.RegisterData(ctx, payload)
+	h, err := v.StageData(ctx, payload)
 	if err != nil {
 		return err
 	}

@@ -148,7 +148,7 @@ func runServer(ctx context.Context, log *slog.Logger, chunk int) {
 		for i := range data {
 			data[i] = byte(i * 7)
 		}
-		h, err := owner.RegisterData(ctx, data)
+		h, err := owner.StageData(ctx, data)
 		check(err)
 		info.Handles = append(info.Handles, h)
 		payloads = append(payloads, data)

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"reflect"
 	"testing"
@@ -65,6 +66,30 @@ func FuzzDecodeTCPAddr(f *testing.F) {
 		enc, err := EncodeTCPAddr(s)
 		if err != nil || !bytes.Equal(enc, b) {
 			t.Fatalf("round trip of %q: %x vs %x (%v)", s, enc, b, err)
+		}
+	})
+}
+
+// FuzzDecodeTCPControl: besides the common contract, an accepted body re-encodes, after its
+// length word, to exactly the bytes read, and that length word says a control frame of that size.
+func FuzzDecodeTCPControl(f *testing.F) {
+	for _, c := range []TCPControl{{Kind: TCPGoodbye, Frames: 41}, {Kind: TCPGoodbyeAck}, {Kind: TCPGoodbyeKeep}} {
+		f.Add(AppendTCPControl(nil, c)[4:])
+	}
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{TCPGoodbye, 1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := DecodeTCPControl(b)
+		checkErr(t, err)
+		if err != nil {
+			return
+		}
+		enc := AppendTCPControl(nil, c)
+		if word := binary.BigEndian.Uint32(enc); word&TCPControlBit == 0 || int(word&^TCPControlBit) != len(enc)-4 || len(enc)-4 > TCPControlMaxLen {
+			t.Fatalf("length word %08x for a body of %d bytes", word, len(enc)-4)
+		}
+		if !bytes.Equal(enc[4:], b) {
+			t.Fatalf("round trip of %+v: %x vs %x", c, enc[4:], b)
 		}
 	})
 }

@@ -12,8 +12,8 @@ var HelloMagic = [4]byte{'V', 'E', 'L', 'O'}
 
 // HelloVersion is the TCP transport's wire version. A peer that speaks another one is refused
 // during the hello with an error naming both versions. Version 2 added the authentication mode
-// and the nonce.
-const HelloVersion = 2
+// and the nonce, version 3 the control frames of the idle close (TCPControl).
+const HelloVersion = 3
 
 // HelloNonceLen is the length of the hello's nonce, fresh random bytes per connection: the
 // challenge the other side's proof must cover, so a recorded proof never answers a new hello.
@@ -147,4 +147,61 @@ func SplitTCPAddr(s string) (host string, port int, err error) {
 		return "", 0, fmt.Errorf("%w: tcp address %q: port must be 1..65535", ErrMalformed, s)
 	}
 	return host, n, nil
+}
+
+// Control frames of the TCP transport.
+//
+// A frame's 4-byte length word never has its top bit set (a frame is at most 1 GiB), so a word
+// with that bit set opens a control frame of the transport itself instead: the low bits are the
+// length of its body, which TCPControl encodes. The runtime never sees one.
+//
+// They carry the idle close. A side that wants to close a connection nothing uses sends
+// TCPGoodbye with the number of frames it has read from the other side on that connection, and
+// sends nothing more on it until it is answered. The other side answers TCPGoodbyeAck when it
+// sent exactly that many (nothing crossed the goodbye) and waits for nothing on the connection;
+// from then on neither sends on it, and the side that asked closes it. Otherwise it answers
+// TCPGoodbyeKeep, and both go on using the connection as before. A goodbye answered with an ack
+// is an idle close, never a lost peer: the next frame either way opens a new connection.
+
+// TCPControlBit marks a length word that opens a control frame.
+const TCPControlBit = 1 << 31
+
+// TCPControlMaxLen bounds a control frame's body; a reader refuses a longer one before reading it.
+const TCPControlMaxLen = 64
+
+// The kinds of control frame.
+const (
+	TCPGoodbye     = 1 // close this idle connection? Frames: the frames read from the other side
+	TCPGoodbyeAck  = 2 // yes: nothing crossed, and neither side sends on it again
+	TCPGoodbyeKeep = 3 // no: keep using it (a frame crossed the goodbye, or a call waits on it)
+)
+
+// TCPControl is a control frame's body.
+type TCPControl struct {
+	Kind uint8
+	// Frames is, in a goodbye, how many frames its sender has read from the other side on the
+	// connection; zero in the answers.
+	Frames uint64
+}
+
+// AppendTCPControl appends c as a whole control frame, length word included, to b.
+func AppendTCPControl(b []byte, c TCPControl) []byte {
+	w := writer{b: b}
+	w.u32(TCPControlBit | 9)
+	w.u8(c.Kind)
+	w.u64(c.Frames)
+	return w.b
+}
+
+// DecodeTCPControl decodes a control frame's body (the bytes after its length word).
+func DecodeTCPControl(b []byte) (TCPControl, error) {
+	r := newReader("tcp control frame", b)
+	c := TCPControl{Kind: r.u8("kind"), Frames: r.u64("frames")}
+	if err := r.done(); err != nil {
+		return TCPControl{}, err
+	}
+	if c.Kind < TCPGoodbye || c.Kind > TCPGoodbyeKeep {
+		return TCPControl{}, fmt.Errorf("%w: tcp control frame of unknown kind %d", ErrMalformed, c.Kind)
+	}
+	return c, nil
 }

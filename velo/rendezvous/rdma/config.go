@@ -42,7 +42,7 @@ type PoolConfig struct {
 type Config struct {
 	// Disabled switches the RDMA path off on this instance, like VELO_RDMA_RENDEZVOUS_DISABLE:
 	// it offers nothing as a consumer, answers every acquire chunked as an owner (reason
-	// kill_switch), and RegisterDataPinned stages in plain memory.
+	// kill_switch), and StageDataPinned stages in plain memory.
 	Disabled bool
 	// Pool sizes the pinned memory.
 	Pool PoolConfig

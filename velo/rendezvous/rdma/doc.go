@@ -15,7 +15,7 @@
 // is. Go heap memory moves nothing today but is owned by the garbage collector; an RDMA path
 // that hands its address to a peer needs memory whose lifetime velo controls. So the registry
 // maps arenas of its own (mmap, pre-faulted, mlocked; 64 MiB by default), carves slots out of
-// them page by page, and copies payloads in (RegisterDataPinned, and transparent staging of
+// them page by page, and copies payloads in (StageDataPinned, and transparent staging of
 // large messages once an arena exists). Every mapped byte counts against RegisteredBytesBudget;
 // over it, staging falls back to plain memory and the transfer to the chunked path, never to an
 // error.

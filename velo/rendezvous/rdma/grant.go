@@ -33,10 +33,13 @@ func (r *Registry) ServeWrite(g *Region, off, n int, writer transport.InstanceID
 		return nil, nil, nil, metrics.ReasonNotConfigured, fmt.Errorf("rdma: the %s transport cannot register memory for writing", r.backend)
 	}
 	register := wr.RegisterMemoryWritable
-	if pw, ok := r.rma.(peerWriteRegisterer); ok {
-		// The same-host path (shm.Route) registers a grant's host memory for its writer alone
-		// when the writer holds a proven channel to this instance.
-		register = func(mem []byte) (transport.Registration, error) { return pw.RegisterMemoryWritableFor(writer, mem) }
+	if pw, ok := r.rma.(transport.PeerWriteRegisterer); ok {
+		// The key writes only through the writer's own connections; the same-host path
+		// (shm.Route) registers a grant's host memory for its writer alone when the writer holds
+		// a proven channel to this instance.
+		register = func(mem []byte) (transport.Registration, error) {
+			return pw.RegisterMemoryWritableFor(writer, mem)
+		}
 	}
 	if g.memory.Typed() {
 		// Device memory is registered for writing with its type, where the transport can; any
@@ -76,10 +79,4 @@ func (r *Registry) ServeWrite(g *Region, off, n int, writer transport.InstanceID
 	r.g.leaseBytes.Add(float64(lr.bytes))
 	r.mu.Unlock()
 	return reg.Key(), func() { r.endLease(lr) }, reg.Dead(), metrics.ReasonOK, nil
-}
-
-// peerWriteRegisterer is an RMA writer that registers a write grant's range for its writer alone
-// (shm.Route: through shared memory when the writer is on this host's same-host path).
-type peerWriteRegisterer interface {
-	RegisterMemoryWritableFor(writer transport.InstanceID, mem []byte) (transport.Registration, error)
 }

@@ -13,7 +13,7 @@ import (
 )
 
 // Memory types in the registry (docs/gpu.md). A region of memory the caller describes
-// (RegisterRegionMemory) is registered for each lease with its memory type, through the
+// (WrapRegionMemory) is registered for each lease with its memory type, through the
 // transport's transport.MemoryRMA, and its descriptor says the type to a consumer whose offer
 // reads version 3. A consumer of an earlier release (offer version 2) reads host memory only:
 // an owner serves it typed memory by chunks, through its bounce buffers (device_bounce).
@@ -56,14 +56,14 @@ func (r *Registry) CopyMemory(dst []byte, dt transport.MemoryType, src []byte, s
 	return nil
 }
 
-// RegisterRegionMemory is RegisterRegion of memory the caller describes: mem views it (for
+// WrapRegionMemory is WrapRegion of memory the caller describes: mem views it (for
 // device memory a view nothing but the transport and CopyMemory touch), m says what it is and
 // device is its CUDA ordinal. The memory is checked first (CheckMemory): nothing is registered
 // when it fails. Each lease then registers the region with its type. With the kill switch on
 // the region is plain: consumers read it by chunks through the owner's bounce buffers.
-func (r *Registry) RegisterRegionMemory(mem []byte, m rendezvous.Memory, device int) (*Region, error) {
+func (r *Registry) WrapRegionMemory(mem []byte, m rendezvous.Memory, device int) (*Region, error) {
 	if len(mem) == 0 {
-		return nil, errors.New("rdma: RegisterRegionMemory: an empty region")
+		return nil, errors.New("rdma: WrapRegionMemory: an empty region")
 	}
 	if err := r.CheckMemory(mem, m, device); err != nil {
 		return nil, err
@@ -97,8 +97,13 @@ func (r *Registry) typedRefusal(m rendezvous.Memory, offerVersion uint8) string 
 	return ""
 }
 
-// registerTyped registers a typed region (one registration, its own key) with its memory type.
-func (r *Registry) registerTyped(region []byte, m rendezvous.Memory) (transport.Registration, error) {
+// registerTyped registers a typed region (one registration, its own key) with its memory type,
+// for the lease's consumer where the transport's keys depend on it (transport.PeerMemoryRegisterer:
+// the same-host path exports device memory by CUDA IPC to a consumer of its host).
+func (r *Registry) registerTyped(region []byte, consumer transport.InstanceID, m rendezvous.Memory) (transport.Registration, error) {
+	if pr, ok := r.rma.(transport.PeerMemoryRegisterer); ok {
+		return pr.RegisterMemoryOfFor(consumer, region, m.Type)
+	}
 	return r.rma.(transport.MemoryRMA).RegisterMemoryOf(region, m.Type)
 }
 

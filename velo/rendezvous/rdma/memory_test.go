@@ -44,7 +44,7 @@ func TestMemoryOfferAndDescriptorVersions(t *testing.T) {
 	assert.Equal(t, offer, other, "only the owner that refused gets version 2")
 
 	mem := make([]byte, 8192)
-	g, err := r.RegisterRegionMemory(mem, rendezvous.Memory{Type: transport.MemoryHost, Device: -1}, -1)
+	g, err := r.WrapRegionMemory(mem, rendezvous.Memory{Type: transport.MemoryHost, Device: -1}, -1)
 	require.NoError(t, err)
 	defer g.Free()
 	sl := regionSlot(t, g)
@@ -65,12 +65,12 @@ func TestMemoryOfferAndDescriptorVersions(t *testing.T) {
 
 // Memory taking the device path is not registered on a transport that registers host memory
 // only: the lease is refused with device_bounce and nothing stays registered; CUDA memory is
-// refused at RegisterRegionMemory with an error matching errors.ErrUnsupported; a typed read on
+// refused at WrapRegionMemory with an error matching errors.ErrUnsupported; a typed read on
 // such a transport fails alone.
 func TestMemoryTypedOnAHostOnlyTransport(t *testing.T) {
 	r, rt := newRegistry(t, rdma.Config{})
 	mem := make([]byte, 4096)
-	g, err := r.RegisterRegionMemory(mem, rendezvous.Memory{Type: transport.MemoryHost, Device: -1, Bounce: true}, -1)
+	g, err := r.WrapRegionMemory(mem, rendezvous.Memory{Type: transport.MemoryHost, Device: -1, Bounce: true}, -1)
 	require.NoError(t, err)
 	defer g.Free()
 	assert.True(t, g.Memory().Typed())
@@ -84,7 +84,7 @@ func TestMemoryTypedOnAHostOnlyTransport(t *testing.T) {
 	assert.Equal(t, transport.MemoryHost, sl.Opts.Memory.Type)
 	assert.True(t, sl.Opts.Memory.Bounce, "the staging carries the region's memory")
 
-	_, err = r.RegisterRegionMemory(mem, rendezvous.Memory{Type: transport.MemoryCUDA, Device: 0}, 0)
+	_, err = r.WrapRegionMemory(mem, rendezvous.Memory{Type: transport.MemoryCUDA, Device: 0}, 0)
 	require.ErrorIs(t, err, errors.ErrUnsupported)
 	require.ErrorIs(t, err, rdma.ErrUnsupportedMemory)
 	assert.Contains(t, err.Error(), "-tags cuda,ucx_static")

@@ -79,7 +79,7 @@ func newPool(cfg PoolConfig, log *slog.Logger, g *gauges) *pool {
 	return &pool{cfg: cfg, log: log, g: g}
 }
 
-// alloc returns a slot of n bytes. mayMap allows mapping a new arena (RegisterDataPinned and
+// alloc returns a slot of n bytes. mayMap allows mapping a new arena (StageDataPinned and
 // consumer buffers may; the transparent stager may not, so a message send never waits for a
 // 64 MiB pin). On refusal it returns the reason the transfer will report and an error that says
 // why (wrapping ErrPoolExhausted, ErrBudget, ErrArenaMap or ErrClosed).
@@ -101,7 +101,7 @@ func (p *pool) alloc(n int, mayMap bool) (*Slot, metrics.Reason, error) {
 		mapped := len(p.arenas)
 		p.mu.Unlock()
 		if mapped == 0 {
-			return nil, metrics.ReasonPoolExhausted, fmt.Errorf("rdma: %w: no arena is mapped yet and transparent staging never maps one: call RegisterDataPinned once at startup", ErrPoolExhausted)
+			return nil, metrics.ReasonPoolExhausted, fmt.Errorf("rdma: %w: no arena is mapped yet and transparent staging never maps one: call StageDataPinned once at startup", ErrPoolExhausted)
 		}
 		return nil, metrics.ReasonPoolExhausted, fmt.Errorf("rdma: %w: the %d mapped arenas have no room for %s", ErrPoolExhausted, mapped, verbs.FormatBytes(uint64(n)))
 	}

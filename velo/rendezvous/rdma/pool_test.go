@@ -99,7 +99,7 @@ func TestFreeRunsCoalesce(t *testing.T) {
 func TestTransparentStagingNeverMapsAnArena(t *testing.T) {
 	p := testPool(t, PoolConfig{ArenaSize: 4 * pageSize})
 	_, reason, err := p.alloc(100, false)
-	if reason != metrics.ReasonPoolExhausted || !errors.Is(err, ErrPoolExhausted) || !strings.Contains(err.Error(), "RegisterDataPinned") {
+	if reason != metrics.ReasonPoolExhausted || !errors.Is(err, ErrPoolExhausted) || !strings.Contains(err.Error(), "StageDataPinned") {
 		t.Fatalf("no arena mapped: reason %q, err %v", reason, err)
 	}
 	if st := p.stats(); st.arenas != 0 {

@@ -10,7 +10,7 @@ import (
 )
 
 // registrable is pinned memory Serve can register for a lease: a pool slot, or memory the owner
-// registered itself (RegisterRegion). holdReg counts one registration that may still be read, and
+// registered itself (WrapRegion). holdReg counts one registration that may still be read, and
 // fails once the memory is being given back; dropReg ends that count when the registration is
 // dead.
 type registrable interface {
@@ -19,7 +19,7 @@ type registrable interface {
 	holdReg() error
 	dropReg()
 	// memory is what the memory is: pool slots are host memory; a region the caller described
-	// (RegisterRegionMemory) is registered with its type.
+	// (WrapRegionMemory) is registered with its type.
 	memory() rendezvous.Memory
 }
 
@@ -33,7 +33,7 @@ func (s *Slot) memory() rendezvous.Memory { return rendezvous.Memory{} }
 // (consumers read all of it, or ranges of it); stagings share the memory and nothing is copied.
 //
 // A region is pinned memory from the registry's pool (NewRegion), memory the owner already has
-// (RegisterRegion), or, when neither can be had, plain memory that consumers read by chunks
+// (WrapRegion), or, when neither can be had, plain memory that consumers read by chunks
 // (Pinned false, and Reason says why). Free ends it: no new stagings, and the memory goes back
 // once the last staging of it was freed and no remote read of it can run any more; Done says
 // when.
@@ -67,7 +67,7 @@ func (g *Region) Pinned() bool { return g.pin != nil }
 func (g *Region) Reason() metrics.Reason { return g.reason }
 
 // Done is closed once the region is over: it was freed and every staging of it was freed. For
-// memory given to RegisterRegion it also waits until no remote read of it can run any more: the
+// memory given to WrapRegion it also waits until no remote read of it can run any more: the
 // caller may reuse or unmap the memory from then on. (Pool memory goes back to the pool at that
 // point, which keeps its pages out of use for as long as a key of them may still be read.)
 func (g *Region) Done() <-chan struct{} { return g.done }
@@ -151,15 +151,15 @@ func (r *Registry) NewRegion(n int) (*Region, error) {
 	return &Region{mem: mem, pin: s, back: o.OnFree, done: make(chan struct{})}, nil
 }
 
-// RegisterRegion makes memory the owner already has a region, without copying it. mem must stay
+// WrapRegion makes memory the owner already has a region, without copying it. mem must stay
 // valid, and not move, until Done: memory outside the Go heap (mmap'd, a device allocator's host
 // memory) is the intended kind; the transport pins Go memory for each registration's life. Each
 // lease on a staging registers the whole region with its own key, counted against the budget
 // while it lives; the memory itself is the caller's and is not. With the kill switch on it
 // returns a plain region (reason kill_switch).
-func (r *Registry) RegisterRegion(mem []byte) (*Region, error) {
+func (r *Registry) WrapRegion(mem []byte) (*Region, error) {
 	if len(mem) == 0 {
-		return nil, errors.New("rdma: RegisterRegion: an empty region")
+		return nil, errors.New("rdma: WrapRegion: an empty region")
 	}
 	if r.disabled {
 		return PlainRegion(mem, metrics.ReasonKillSwitch), nil

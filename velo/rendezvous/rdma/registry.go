@@ -81,7 +81,7 @@ var (
 )
 
 // New creates the registry over rma. It maps nothing yet: the first arena is mapped by the first
-// pinned staging (RegisterDataPinned) or pinned consumer buffer (GetPinned).
+// pinned staging (StageDataPinned) or pinned consumer buffer (GetPinned).
 func New(rma transport.RMA, cfg Config, o Options) (*Registry, error) {
 	if rma == nil {
 		return nil, errors.New("rdma: New: nil RMA")
@@ -438,7 +438,7 @@ func (r *Registry) register(regions [][]byte, consumers []transport.InstanceID, 
 	errs := make([]error, len(regions))
 	for k := range regions {
 		if m := mems[k].memory(); m.Typed() {
-			regs[k], errs[k] = r.registerTyped(regions[k], m)
+			regs[k], errs[k] = r.registerTyped(regions[k], consumers[k], m)
 			continue
 		}
 		plain, plainConsumers, at = append(plain, regions[k]), append(plainConsumers, consumers[k]), append(at, k)

@@ -109,7 +109,7 @@ func pathCount(t *testing.T, v *velo.Velo, path, reason string) float64 {
 // getOver stages payload on owner and gets it on consumer, checking the bytes.
 func getOver(t *testing.T, owner, consumer node, payload []byte) {
 	t.Helper()
-	h, err := owner.v.RegisterDataPinned(tctx(t), payload)
+	h, err := owner.v.StageDataPinned(tctx(t), payload)
 	require.NoError(t, err)
 	l, err := consumer.v.Get(tctx(t), h)
 	require.NoError(t, err)
@@ -175,7 +175,7 @@ func TestBatchAndRangesSpreadOverRails(t *testing.T) {
 	for i := range 12 {
 		p := randomBytes(1<<20+i*4096, uint64(10+i))
 		payloads = append(payloads, p)
-		h, err := owner.v.RegisterDataPinned(tctx(t), p)
+		h, err := owner.v.StageDataPinned(tctx(t), p)
 		require.NoError(t, err)
 		reqs = append(reqs, velo.GetRequest{Handle: h})
 	}
@@ -196,7 +196,7 @@ func TestBatchAndRangesSpreadOverRails(t *testing.T) {
 
 	// Ranged reads of one large payload: one lease, one rail-set key, many reads.
 	big := randomBytes(4<<20, 99)
-	h, err := owner.v.RegisterDataPinned(tctx(t), big)
+	h, err := owner.v.StageDataPinned(tctx(t), big)
 	require.NoError(t, err)
 	dst := make([]byte, 3<<20)
 	ranges := []velo.Range{{Offset: 0, Length: 1 << 20, Dst: dst[:1<<20]}, {Offset: 3 << 20, Length: 1 << 20, Dst: dst[1<<20 : 2<<20]}, {Offset: 1<<20 + 7, Length: 1 << 20, Dst: dst[2<<20:]}}
@@ -283,7 +283,7 @@ func TestRevokedKeyPausesNoRail(t *testing.T) {
 	fs := fabrics(2)
 	owner, consumer := newNode(t, fs, rails.Config{SliceSize: 64 << 10}), newNode(t, fs, rails.Config{SliceSize: 64 << 10})
 	link(t, owner, consumer)
-	h, err := owner.v.RegisterDataPinned(tctx(t), randomBytes(2<<20, 9))
+	h, err := owner.v.StageDataPinned(tctx(t), randomBytes(2<<20, 9))
 	require.NoError(t, err)
 	l, err := consumer.v.Get(tctx(t), h)
 	require.NoError(t, err)

@@ -22,13 +22,13 @@ func (t *Transport) RegisterMemory(mem []byte) (transport.Registration, error) {
 func (t *Transport) RegisterMemoryFor(peer transport.InstanceID, mems [][]byte) ([]transport.Registration, []error) {
 	mask := t.sharedMask(peer)
 	if mask&^1 == 0 {
-		return registerOn(t.rails[0], mems)
+		return registerOn(t.rails[0], peer, mems)
 	}
 	byRail := make([][]transport.Registration, len(t.rails))
 	errsBy := make([][]error, len(t.rails))
 	for i, r := range t.rails {
 		if mask&(1<<i) != 0 {
-			byRail[i], errsBy[i] = registerOn(r, mems)
+			byRail[i], errsBy[i] = registerOn(r, peer, mems)
 		}
 	}
 	out := make([]transport.Registration, len(mems))
@@ -61,7 +61,11 @@ func (t *Transport) RegisterMemoryFor(peer transport.InstanceID, mems [][]byte) 
 }
 
 // registerOn registers mems on one rail, in one call where the member can.
-func registerOn(r *rail, mems [][]byte) ([]transport.Registration, []error) {
+func registerOn(r *rail, peer transport.InstanceID, mems [][]byte) ([]transport.Registration, []error) {
+	if pr, ok := r.t.(transport.PeerRegisterer); ok {
+		// Keys bound to the peer the lease is for, where the rail's transport can bind them.
+		return pr.RegisterMemoryFor(peer, mems)
+	}
 	if mr, ok := r.t.(transport.ManyRegisterer); ok && len(mems) > 1 {
 		return mr.RegisterMemoryMany(mems)
 	}

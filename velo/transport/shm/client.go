@@ -69,7 +69,7 @@ func (t *Transport) take(ctx context.Context, p *peer) (*clientConn, error) {
 		if p.open < t.cfg.ConnsPerPeer {
 			p.open++
 			t.mu.Unlock()
-			c, err := t.dial(ctx, p)
+			c, err := t.dial(ctx, p, false)
 			if err != nil {
 				t.mu.Lock()
 				p.open--
@@ -198,7 +198,7 @@ func (t *Transport) signal(p *peer) {
 // dial opens and proves a channel to p: the control plane authenticates the owner first when
 // the instance has a secret, then the handshake checks the owner's credentials, identity, host
 // and proof, and maps the ring it hands over.
-func (t *Transport) dial(ctx context.Context, p *peer) (*clientConn, error) {
+func (t *Transport) dial(ctx context.Context, p *peer, cuda bool) (*clientConn, error) {
 	auth := t.gate != nil && t.gate.AuthRequired()
 	if auth {
 		if err := t.gate.Authenticate(ctx, p.id); err != nil {
@@ -211,7 +211,7 @@ func (t *Transport) dial(ctx context.Context, p *peer) (*clientConn, error) {
 		return nil, fmt.Errorf("shm: the owner's socket is not reachable from here: %w", err)
 	}
 	c := nc.(*net.UnixConn)
-	cc, err := t.handshakeConsumer(ctx, c, p, auth)
+	cc, err := t.handshakeConsumer(ctx, c, p, auth, cuda)
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("shm: handshake with %016x: %w", uint64(p.id), err)
@@ -219,7 +219,8 @@ func (t *Transport) dial(ctx context.Context, p *peer) (*clientConn, error) {
 	return cc, nil
 }
 
-func (t *Transport) handshakeConsumer(ctx context.Context, c *net.UnixConn, p *peer, auth bool) (*clientConn, error) {
+// With cuda the channel is a CUDA IPC channel (cudaipc.go): the owner hands over no ring.
+func (t *Transport) handshakeConsumer(ctx context.Context, c *net.UnixConn, p *peer, auth, cuda bool) (*clientConn, error) {
 	dl := time.Now().Add(handshakeTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
 		dl = d
@@ -260,7 +261,11 @@ func (t *Transport) handshakeConsumer(ctx context.Context, c *net.UnixConn, p *p
 	}
 	var nonceC [16]byte
 	rand.Read(nonceC[:])
-	h := append([]byte{}, helloMagic[:]...)
+	magic := helloMagic
+	if cuda {
+		magic = cudaHelloMagic
+	}
+	h := append([]byte{}, magic[:]...)
 	h = binary.LittleEndian.AppendUint64(h, uint64(t.host.LocalID()))
 	h = binary.LittleEndian.AppendUint64(h, t.host.Incarnation())
 	h = binary.LittleEndian.AppendUint64(h, uint64(oid))
@@ -310,6 +315,13 @@ func (t *Transport) handshakeConsumer(ctx context.Context, c *net.UnixConn, p *p
 		if _, ok := t.gate.HelloKey(oid, oinc, append(append([]byte{}, acceptDomain...), msgC...), a[12:]); !ok {
 			return nil, errors.New("the owner did not prove its answer with the control-plane session key: the socket is not the peer's")
 		}
+	}
+	if cuda {
+		if fd >= 0 {
+			return nil, fmt.Errorf("%w: a ring on a CUDA IPC channel", errProtocol)
+		}
+		c.SetDeadline(time.Time{})
+		return &clientConn{c: c, chunk: chunk}, nil
 	}
 	if fd < 0 {
 		return nil, fmt.Errorf("%w: the answer carried no ring", errProtocol)

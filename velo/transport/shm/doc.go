@@ -31,6 +31,13 @@
 // a read is, so a consumer that stalls after the last copy holds nothing). ForceClosePeer closes
 // the consumer's channels, which ends any read stuck on a stalled consumer at once.
 //
+// Device memory takes CUDA IPC instead of the ring (cudaipc.go): for a consumer that opened a
+// CUDA IPC channel (the same socket and handshake), a lease of device memory is exported (the
+// handle of its whole allocation, given only in answer to a live key of that consumer), the
+// consumer maps the allocation and copies on the GPU, and closes the mapping when its last key into
+// the allocation ended, before the owner's registration is dead. The CUDA calls are the inner
+// transport's (transport.CUDAIPC); this package builds and runs without CUDA.
+//
 // The Transport value is also a transport.Transport named "shm", so that its address travels in
 // PeerInfo and RegisterPeer hands it over; it never carries a message (Reaches is false).
 // Route puts it beside the UCX transport as the one RMA the rendezvous registry uses.

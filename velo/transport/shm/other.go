@@ -35,3 +35,6 @@ func Route(inner transport.RMA, _ *Transport) transport.RMA { return inner }
 
 // IsKey reports false: there are no same-host keys here.
 func IsKey([]byte) bool { return false }
+
+// IsDeviceKey reports false: there are no same-host keys here.
+func IsDeviceKey([]byte) bool { return false }

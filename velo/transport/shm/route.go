@@ -16,15 +16,23 @@ import (
 // channel to this instance (RegisterMemoryFor), and with inner (UCX) otherwise; it reads a key
 // here when it is a same-host key, and with inner otherwise, so each side follows what the owner
 // chose. It names inner's backend in offers, so instances with and without the path still agree.
-// A push grant's host memory is registered here for its writer when the writer holds a proven
+// Device memory of a consumer that holds a CUDA IPC channel to this instance is exported by CUDA
+// IPC when inner has it (transport.CUDAIPC; cudaipc.go), and registered with inner otherwise. A
+// push grant's host memory is registered here for its writer when the writer holds a proven
 // channel to this instance (RegisterMemoryWritableFor), and a write through a same-host key goes
-// here. Device memory and the registrations made without a peer stay with inner.
+// here; other writes, device memory for writes and the registrations made without a peer stay
+// with inner.
 //
 // The value returned implements what inner does of transport.MemoryRMA, transport.RMAWriter and
 // transport.MemoryRMAWriter when inner implements all three (the UCX transport), and none of them
 // otherwise; it always implements ManyReader, PeerRegisterer and RunRegisterer.
 func Route(inner transport.RMA, s *Transport) transport.RMA {
 	r := &route{inner: inner, s: s}
+	// A binary without CUDA has CUDA IPC calls that all answer errors.ErrUnsupported: the lane then
+	// has none, and says so (cuda_ipc off) instead of a reason per peer.
+	if c, ok := inner.(transport.CUDAIPC); ok && !errors.Is(c.CUDAReady(), errors.ErrUnsupported) {
+		s.setCUDA(c)
+	}
 	_, m := inner.(transport.MemoryRMA)
 	_, w := inner.(transport.MemoryRMAWriter)
 	if m && w {
@@ -59,7 +67,7 @@ var (
 func (r *route) RMABackend() string { return r.inner.RMABackend() }
 
 // SameHostKey reports whether key is one of the same-host path's (the registry's path label).
-func (r *route) SameHostKey(key []byte) bool { return IsKey(key) }
+func (r *route) SameHostKey(key []byte) bool { return IsKey(key) || IsDeviceKey(key) }
 
 func (r *route) RegisterMemory(mem []byte) (transport.Registration, error) {
 	return r.inner.RegisterMemory(mem)
@@ -85,6 +93,9 @@ func (r *route) Get(ctx context.Context, peer transport.InstanceID, key []byte, 
 	if IsKey(key) {
 		return r.s.Get(ctx, peer, key, offset, dst)
 	}
+	if IsDeviceKey(key) {
+		return r.s.getDevice(ctx, peer, key, offset, dst, transport.MemoryHost)
+	}
 	return r.inner.Get(ctx, peer, key, offset, dst)
 }
 
@@ -92,9 +103,12 @@ func (r *route) CanGet(peer transport.InstanceID) bool {
 	return r.s.CanGet(peer) || r.inner.CanGet(peer)
 }
 
-// PathRefusal implements transport.PathRefuser with inner's reason (release_mismatch): a pair
-// this side cannot reach through shared memory or inner is refused by inner.
+// PathRefusal implements transport.PathRefuser with inner's reason (release_mismatch,
+// software_lanes) for a pair the same-host path does not serve: one it serves has no reason.
 func (r *route) PathRefusal(peer transport.InstanceID) string {
+	if r.s.CanGet(peer) || r.s.Serves(peer) {
+		return ""
+	}
 	if pr, ok := r.inner.(transport.PathRefuser); ok {
 		return pr.PathRefusal(peer)
 	}
@@ -113,8 +127,30 @@ func (r *route) ForceClosePeer(peer transport.InstanceID) error {
 // ReadMany reads the same-host keys here (batched on channels) and hands the others to inner, both
 // at once.
 func (r *route) ReadMany(ctx context.Context, peer transport.InstanceID, reads []transport.Read, window int, done func(i int, err error)) {
-	here, there, report := byKey(len(reads), func(i int) []byte { return reads[i].Key }, done)
+	here, rest, report := byKey(len(reads), func(i int) []byte { return reads[i].Key }, done)
+	var there, dev []int
+	for _, i := range rest {
+		if IsDeviceKey(reads[i].Key) {
+			dev = append(dev, i)
+		} else {
+			there = append(there, i)
+		}
+	}
 	var wg sync.WaitGroup
+	if len(dev) > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fanout.Each(len(dev), max(window, 1), func(j int) {
+				rd := reads[dev[j]]
+				err := ctx.Err()
+				if err == nil {
+					err = r.s.getDevice(ctx, peer, rd.Key, rd.Offset, rd.Dst, rd.Memory)
+				}
+				report(dev[j], err)
+			})
+		}()
+	}
 	if len(there) > 0 {
 		wg.Add(1)
 		go func() {
@@ -145,8 +181,9 @@ type routeFull struct {
 }
 
 var (
-	_ transport.MemoryRMA       = (*routeFull)(nil)
-	_ transport.MemoryRMAWriter = (*routeFull)(nil)
+	_ transport.MemoryRMA            = (*routeFull)(nil)
+	_ transport.MemoryRMAWriter      = (*routeFull)(nil)
+	_ transport.PeerMemoryRegisterer = (*routeFull)(nil)
 )
 
 func (r *routeFull) CheckMemory(mem []byte, t transport.MemoryType, device int) error {
@@ -157,10 +194,25 @@ func (r *routeFull) RegisterMemoryOf(mem []byte, t transport.MemoryType) (transp
 	return r.inner.(transport.MemoryRMA).RegisterMemoryOf(mem, t)
 }
 
-// GetMemory reads a same-host key into host memory directly, and into device memory through a
-// host buffer of the read's size.
+// RegisterMemoryOfFor implements transport.PeerMemoryRegisterer: device memory leased to a
+// consumer of this host is exported by CUDA IPC when the pair can take it, and registered with
+// inner otherwise (the reason is logged and counted: cudaipc.go).
+func (r *routeFull) RegisterMemoryOfFor(peer transport.InstanceID, mem []byte, t transport.MemoryType) (transport.Registration, error) {
+	if t == transport.MemoryCUDA {
+		if reg := r.s.registerDevice(peer, mem); reg != nil {
+			return reg, nil
+		}
+	}
+	return r.RegisterMemoryOf(mem, t)
+}
+
+// GetMemory reads a device key by CUDA IPC (into memory of either type), a same-host key into
+// host memory directly and into device memory through a host buffer of the read's size.
 func (r *routeFull) GetMemory(ctx context.Context, peer transport.InstanceID, key []byte, offset uint64, dst []byte, t transport.MemoryType) error {
 	mr := r.inner.(transport.MemoryRMA)
+	if IsDeviceKey(key) {
+		return r.s.getDevice(ctx, peer, key, offset, dst, t)
+	}
 	if !IsKey(key) {
 		return mr.GetMemory(ctx, peer, key, offset, dst, t)
 	}
@@ -190,11 +242,15 @@ func (r *routeFull) RegisterMemoryWritableOf(mem []byte, t transport.MemoryType)
 	return r.inner.(transport.MemoryRMAWriter).RegisterMemoryWritableOf(mem, t)
 }
 
-// RegisterMemoryWritableFor registers a push grant's range of host memory here when writer holds
-// a proven channel to this instance, and with inner otherwise.
+// RegisterMemoryWritableFor registers a push grant's range of host memory here, bound to writer,
+// when writer holds a proven channel to this instance, and with inner otherwise, bound to writer
+// where the UCX transport can bind it (transport.PeerWriteRegisterer).
 func (r *routeFull) RegisterMemoryWritableFor(writer transport.InstanceID, mem []byte) (transport.Registration, error) {
 	if r.s.Serves(writer) {
 		return r.s.RegisterMemoryWritableFor(writer, mem)
+	}
+	if pw, ok := r.inner.(transport.PeerWriteRegisterer); ok {
+		return pw.RegisterMemoryWritableFor(writer, mem)
 	}
 	return r.inner.(transport.RMAWriter).RegisterMemoryWritable(mem)
 }

@@ -166,6 +166,7 @@ type serverConn struct {
 	ring  []byte
 	chunk int
 	slots int
+	cuda  bool // a CUDA IPC channel (cudaipc.go): no ring
 	once  sync.Once
 }
 
@@ -219,6 +220,10 @@ func (t *Transport) serve(c *net.UnixConn) {
 		sc.close()
 		unix.Munmap(sc.ring)
 	}()
+	if sc.cuda {
+		t.serveCUDA(sc)
+		return
+	}
 	if err := sc.run(); !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		t.log.Info("shm: closing a consumer's channel", "peer", sc.peer, "err", err)
 	}
@@ -254,7 +259,8 @@ func (t *Transport) handshakeOwner(c *net.UnixConn) (*serverConn, error) {
 		return nil, fmt.Errorf("reading the consumer's hello: %w", err)
 	}
 	const fixed = 4 + 8 + 8 + 8 + 8 + 16 + 16
-	if len(h) < fixed+2 || [4]byte(h[:4]) != helloMagic {
+	cudaChan := len(h) >= 4 && [4]byte(h[:4]) == cudaHelloMagic
+	if len(h) < fixed+2 || ([4]byte(h[:4]) != helloMagic && !cudaChan) {
 		return nil, fmt.Errorf("%w: a malformed hello", errProtocol)
 	}
 	cid := transport.InstanceID(binary.LittleEndian.Uint64(h[4:]))
@@ -279,6 +285,21 @@ func (t *Transport) handshakeOwner(c *net.UnixConn) (*serverConn, error) {
 			return nil, err
 		}
 	}
+	// The answer: accepted, the chunk size, the ring's slot count and the proof; with the ring's
+	// descriptor, except on a CUDA IPC channel, which carries fixed frames of its own (cudaipc.go).
+	a := append([]byte{}, acceptMagic[:]...)
+	a = append(a, 0)
+	a = binary.LittleEndian.AppendUint32(a, uint32(t.cfg.ChunkSize))
+	a = append(a, byte(t.cfg.Slots))
+	a = binary.LittleEndian.AppendUint16(a, uint16(len(proofO)))
+	a = append(a, proofO...)
+	if cudaChan {
+		if err := writeMsg(c, a, -1); err != nil {
+			return nil, err
+		}
+		c.SetDeadline(time.Time{})
+		return &serverConn{t: t, c: c, peer: cid, cuda: true}, nil
+	}
 	size := t.cfg.Slots * t.cfg.ChunkSize
 	mfd, err := unix.MemfdCreate("velo-shm-ring", unix.MFD_CLOEXEC)
 	if err != nil {
@@ -292,12 +313,6 @@ func (t *Transport) handshakeOwner(c *net.UnixConn) (*serverConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mapping the ring: %w", err)
 	}
-	a := append([]byte{}, acceptMagic[:]...)
-	a = append(a, 0)
-	a = binary.LittleEndian.AppendUint32(a, uint32(t.cfg.ChunkSize))
-	a = append(a, byte(t.cfg.Slots))
-	a = binary.LittleEndian.AppendUint16(a, uint16(len(proofO)))
-	a = append(a, proofO...)
 	if err := writeMsg(c, a, mfd); err != nil {
 		unix.Munmap(ring)
 		return nil, err

@@ -88,6 +88,7 @@ type Transport struct {
 	regs    map[uint32]*registration
 	nextReg uint32
 	inbound map[*serverConn]struct{}
+	cuda    cudaState // device memory by CUDA IPC (cudaipc.go)
 	stop    chan struct{}
 	wg      sync.WaitGroup
 }
@@ -350,6 +351,7 @@ func (t *Transport) AddPeer(ctx context.Context, pa transport.PeerAddress) error
 				return
 			}
 			t.put(p, c, true)
+			t.openCUDAChannel(ctx, p)
 		}()
 	}
 	return nil
@@ -376,6 +378,7 @@ func (t *Transport) dropPeer(p *peer) {
 	for _, c := range idle {
 		c.close()
 	}
+	t.dropCUDAClient(p)
 }
 
 // CanGet implements transport.RMA: a channel to the owner was opened and proven.
@@ -443,10 +446,12 @@ func (t *Transport) Describe() map[string]string {
 	}
 	sort.Strings(ready)
 	sort.Strings(same)
-	return map[string]string{
+	d := map[string]string{
 		"socket": t.sock, "host": t.hostID, "chunk": strconv.Itoa(t.cfg.ChunkSize), "slots": strconv.Itoa(t.cfg.Slots),
 		"peers": strings.Join(ready, ","), "not_taken": strings.Join(same, ","),
 	}
+	t.describeCUDA(d)
+	return d
 }
 
 // HealthReasons names the peers on this host that publish the path but could not be probed:
@@ -531,6 +536,7 @@ func (t *Transport) Close() error {
 	for _, c := range idle {
 		c.close()
 	}
+	t.closeCUDA()
 	t.wg.Wait()
 	for _, r := range regs {
 		r.revokeNow()

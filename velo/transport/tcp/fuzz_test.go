@@ -57,7 +57,7 @@ func FuzzReadFrames(f *testing.F) {
 		p1, p2 := net.Pipe()
 		defer p1.Close()
 		go func() { p2.Write(stream); p2.Close() }()
-		c := &conn{t: tr, nc: p1, peer: 1, br: bufio.NewReader(p1)}
+		c := &conn{t: tr, nc: p1, peer: 1, br: newFrameReader(p1)}
 		err := c.readFrames(nil)
 		if err == nil {
 			t.Fatal("readFrames returned nil at end of stream")

@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"bufio"
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/binary"
@@ -116,6 +115,7 @@ func classify(err error) string {
 type authMetrics struct {
 	failures *prometheus.CounterVec
 	conns    prometheus.Gauge
+	closes   *prometheus.CounterVec
 }
 
 func newAuthMetrics() *authMetrics {
@@ -126,6 +126,13 @@ func newAuthMetrics() *authMetrics {
 		Namespace: "velo", Subsystem: "tcp", Name: "connections",
 		Help: "TCP control-plane connections open now, dialed and accepted, past their hello.",
 	})}
+	m.closes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "velo", Subsystem: "tcp", Name: "closes_total",
+		Help: "TCP control-plane connections closed, by reason: idle (this side's IdleTimeout), budget (this side's MaxConnections), peer (the peer's idle close, agreed here), lost (failed or closed without agreement), removed (RemovePeer, Close).",
+	}, []string{"reason"})
+	for _, r := range closeReasons {
+		m.closes.WithLabelValues(r)
+	}
 	for _, r := range handshakeReasons {
 		m.failures.WithLabelValues(r) // every series exists from the start
 	}
@@ -134,7 +141,7 @@ func newAuthMetrics() *authMetrics {
 
 // TransportCollectors are the transport's metric families, for velo.WithRegisterer to register.
 func (t *Transport) TransportCollectors() []prometheus.Collector {
-	return []prometheus.Collector{t.am.failures, t.am.conns}
+	return []prometheus.Collector{t.am.failures, t.am.conns, t.am.closes}
 }
 
 // peerAuth is what the handshake learned of the peer.
@@ -181,7 +188,7 @@ func (t *Transport) checkMode(h wire.Hello) error {
 
 // handshakeDial runs the dialer's side on a fresh connection and returns the connection to use
 // (the TLS session in TLS mode), its buffered reader and what the peer said.
-func (t *Transport) handshakeDial(nc net.Conn) (net.Conn, *bufio.Reader, peerAuth, error) {
+func (t *Transport) handshakeDial(nc net.Conn) (net.Conn, *frameReader, peerAuth, error) {
 	var pa peerAuth
 	if t.mode == auth.ModeTLS {
 		tc := tls.Client(nc, t.cfg.Auth.TLS.ClientConfig())
@@ -195,7 +202,7 @@ func (t *Transport) handshakeDial(nc net.Conn) (net.Conn, *bufio.Reader, peerAut
 			return nc, nil, pa, err
 		}
 	}
-	br := bufio.NewReaderSize(nc, readBufferSize)
+	br := newFrameReader(nc)
 	_, mine, err := t.newHello()
 	if err != nil {
 		return nc, nil, pa, err
@@ -238,7 +245,7 @@ func (t *Transport) handshakeDial(nc net.Conn) (net.Conn, *bufio.Reader, peerAut
 
 // handshakeAccept runs the acceptor's side. accepted is called once the peer is authenticated and
 // before the acceptance goes out, so that the peer can use the connection as soon as it hears it.
-func (t *Transport) handshakeAccept(nc net.Conn, accepted func(net.Conn, *bufio.Reader, peerAuth) error) (net.Conn, error) {
+func (t *Transport) handshakeAccept(nc net.Conn, accepted func(net.Conn, *frameReader, peerAuth) error) (net.Conn, error) {
 	var pa peerAuth
 	if t.mode == auth.ModeTLS {
 		tc := tls.Server(nc, t.cfg.Auth.TLS.ServerConfig())
@@ -252,7 +259,7 @@ func (t *Transport) handshakeAccept(nc net.Conn, accepted func(net.Conn, *bufio.
 			return nc, err
 		}
 	}
-	br := bufio.NewReaderSize(nc, readBufferSize)
+	br := newFrameReader(nc)
 	theirs, raw, err := readHello(br)
 	if err != nil {
 		return nc, tlsFailure(err)
@@ -329,7 +336,7 @@ func tlsFailure(err error) error {
 
 // readHello reads exactly one hello: the fixed part, then the address it announces. It returns the
 // raw bytes too (the proofs cover them).
-func readHello(br *bufio.Reader) (wire.Hello, []byte, error) {
+func readHello(br io.Reader) (wire.Hello, []byte, error) {
 	fixed := make([]byte, wire.HelloFixedLen, wire.HelloMaxSize)
 	if _, err := io.ReadFull(br, fixed[:5]); err != nil {
 		return wire.Hello{}, nil, fmt.Errorf("reading hello: %w", err)

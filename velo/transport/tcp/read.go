@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/velo-go/velo/velo/internal/wire"
 	"github.com/velo-go/velo/velo/transport"
 )
 
@@ -96,9 +97,12 @@ func (c *conn) finish(err error) {
 	if gone {
 		return
 	}
+	c.endGoodbye()
 
+	quiet := c.retired.Load() // closed by agreement: the peer is not lost
 	t.mu.Lock()
 	closing := t.closed
+	t.open--
 	p := t.peers[c.peer]
 	last := false
 	if p != nil {
@@ -107,15 +111,29 @@ func (c *conn) finish(err error) {
 			if p.send == c {
 				p.send = nil
 				for other := range p.conns { // another live connection takes over sending
-					p.send = other
-					break
+					if !other.retired.Load() {
+						p.send = other
+						break
+					}
 				}
 			}
 			last = len(p.conns) == 0
 		}
 	}
 	t.mu.Unlock()
-	if last && !closing {
+	reason := closeLost
+	switch {
+	case quiet:
+		reason = c.reason
+	case closing || p == nil:
+		reason = closeRemoved
+	}
+	t.am.closes.WithLabelValues(reason).Inc()
+	c.br.release() // this goroutine read c: nobody reads it after finish
+	if quiet {
+		t.log.Debug("tcp: idle connection closed", "peer", c.peer, "reason", reason)
+	}
+	if last && !closing && !quiet {
 		if !errors.Is(err, io.EOF) {
 			t.log.Info("tcp: connection lost", "peer", fmt.Sprintf("%016x", uint64(c.peer)), "err", err)
 		}
@@ -262,7 +280,14 @@ func (c *conn) readFrames(a *await) error {
 		if _, err := io.ReadFull(c.br, lenBuf[:]); err != nil {
 			return c.readErr(err)
 		}
-		size := int(binary.BigEndian.Uint32(lenBuf[:]))
+		word := binary.BigEndian.Uint32(lenBuf[:])
+		if word&wire.TCPControlBit != 0 {
+			if err := c.readControl(int(word &^ wire.TCPControlBit)); err != nil {
+				return err
+			}
+			continue
+		}
+		size := int(word)
 		if size > c.t.cfg.MaxFrameSize {
 			err := fmt.Errorf("%w: peer announced a %d-byte frame, this side reads at most %d (Config.MaxFrameSize)",
 				transport.ErrFrameTooLarge, size, c.t.cfg.MaxFrameSize)
@@ -296,13 +321,33 @@ func (c *conn) readFrames(a *await) error {
 			case a != nil || c.t.inline == nil:
 				c.t.host.Deliver(c.peer, frame)
 			case !c.t.inline.DeliverInline(c.peer, frame, c.handOff):
+				c.delivered()
 				return errHandedOff
 			}
 		}
+		c.delivered()
 		if a == nil && answer && c.mayLeave() {
 			return errLeft
 		}
 	}
+}
+
+// delivered counts a frame read and handed to the runtime (the goodbye compares the count).
+func (c *conn) delivered() {
+	c.lastUse.Store(time.Now().UnixNano())
+	c.read.Add(1)
+}
+
+// readControl reads the body of a control frame of n bytes and acts on it.
+func (c *conn) readControl(n int) error {
+	if n > wire.TCPControlMaxLen {
+		return fmt.Errorf("%w: a control frame of %d bytes (at most %d)", wire.ErrMalformed, n, wire.TCPControlMaxLen)
+	}
+	var b [wire.TCPControlMaxLen]byte
+	if _, err := io.ReadFull(c.br, b[:n]); err != nil {
+		return c.readErr(fmt.Errorf("truncated control frame: %w", err))
+	}
+	return c.control(b[:n])
 }
 
 // waitFrame waits until the next frame's first byte is here. A caller that reads returns early,

@@ -25,10 +25,14 @@
 //     is delivered, so the next reader never inherits one.
 //   - A lost connection is reported once through Host.PeerDown; the next Send to a peer whose
 //     address is known dials again.
+//   - Connections are opened on first use and closed when idle: after Config.IdleTimeout without a
+//     frame, and least recently used first while more than Config.MaxConnections are open. The
+//     two sides agree on the close first (a goodbye and its answer, transport control frames the
+//     runtime never sees), so that it cuts nothing in flight and neither side takes it for a lost
+//     peer; the next Send either way opens a new connection.
 package tcp
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -56,9 +60,14 @@ const (
 	DefaultIOTimeout    = 60 * time.Second
 	// MinMaxFrameSize is the smallest MaxFrameSize accepted: room for any control message.
 	MinMaxFrameSize = 4 << 10
+	// DefaultMaxConnections is Config.MaxConnections' default. A worker talks to a few peers at a
+	// time, so 256 connections cover it with room, and eight workers of a node stay well inside
+	// a default descriptor limit whatever the cluster's size (the UCX transport's endpoint
+	// budget has the same default).
+	DefaultMaxConnections = 256
+	// DefaultIdleTimeout is Config.IdleTimeout's default.
+	DefaultIdleTimeout = 2 * time.Minute
 )
-
-const readBufferSize = 64 << 10
 
 // Config configures a TCP transport. Its zero value listens on 127.0.0.1 on a free port.
 type Config struct {
@@ -78,6 +87,16 @@ type Config struct {
 	// IOTimeout bounds one frame write, and reading the rest of a frame once its length arrived
 	// (default 60 s). A peer that stalls longer loses its connection.
 	IOTimeout time.Duration
+	// MaxConnections bounds the connections this transport keeps open, dialed and accepted
+	// (default DefaultMaxConnections). When more are open, those idle longest are closed, least
+	// recently used first, by the goodbye exchange: nothing in flight is cut (no frame half
+	// written or half read, no call of this side waiting for its answer on it), the peer is not
+	// reported down, and the next frame either way opens a new connection. A connection in use is
+	// never chosen, so a burst to more peers than the budget exceeds it until the traffic pauses.
+	MaxConnections int
+	// IdleTimeout closes a connection that carried no frame in either direction for that long,
+	// the same way (default DefaultIdleTimeout; negative keeps idle connections open).
+	IdleTimeout time.Duration
 	// Auth selects how peers are authenticated: a cluster secret or mutual TLS (package auth).
 	// Left empty, the transport takes the credentials of the environment (VELO_CLUSTER_SECRET,
 	// VELO_CLUSTER_SECRET_FILE, VELO_TLS_*: auth.FromEnv), so a program that builds its own
@@ -102,11 +121,13 @@ type Transport struct {
 	mu      sync.Mutex
 	peers   map[transport.InstanceID]*peer
 	pending map[net.Conn]struct{} // inbound connections still in their hello
+	open    int                   // connections adopted and not finished
 	closed  bool
 	wg      sync.WaitGroup // the accept loop, hellos in progress, and one count per open connection
 
 	closing atomic.Bool // set by Close before it closes connections: none may be left unread
 	vacant  vacancyWatch
+	idle    idleWatch // closes idle connections and keeps the budget (idle.go)
 
 	mode     auth.Mode
 	am       *authMetrics
@@ -130,7 +151,7 @@ type conn struct {
 	nc       net.Conn
 	peer     transport.InstanceID
 	peerMax  int
-	br       *bufio.Reader
+	br       *frameReader
 	handOff  func()     // continueReading, bound once: the runtime calls it to move reading to a new goroutine
 	wmu      sync.Mutex // serialises frame writes
 	dlMu     sync.Mutex // guards the write deadline against a cancel callback racing the next write
@@ -152,6 +173,16 @@ type conn struct {
 	listed     bool   // the vacancy watch looks at this connection
 
 	lastUnsolicited atomic.Int64 // unix nanoseconds of the last frame the peer sent of its own accord
+
+	// The idle close (idle.go).
+	lastUse atomic.Int64  // unix nanoseconds of the last frame written or read
+	sent    atomic.Uint64 // frames written whole (under wmu)
+	read    atomic.Uint64 // frames read and delivered
+	gb      goodbyeState  // guarded by wmu
+	gbDone  chan struct{} // closed when the goodbye this side asked is answered (guarded by wmu)
+	gbSince time.Time     // when gb last changed (guarded by wmu)
+	retired atomic.Bool   // the two sides agreed to close: nothing is sent on it, and its end is quiet
+	reason  string        // why it closes, for the closes metric (set before retired)
 }
 
 // New creates a TCP transport: it listens (or takes Config.Listener) at once, so Address is valid
@@ -168,6 +199,15 @@ func New(cfg Config) (*Transport, error) {
 	}
 	if cfg.IOTimeout <= 0 {
 		cfg.IOTimeout = DefaultIOTimeout
+	}
+	if cfg.MaxConnections < 0 {
+		return nil, fmt.Errorf("tcp: Config.MaxConnections %d must not be negative (0 takes DefaultMaxConnections)", cfg.MaxConnections)
+	}
+	if cfg.MaxConnections == 0 {
+		cfg.MaxConnections = DefaultMaxConnections
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
 	}
 	creds, err := cfg.Auth.Resolve()
 	if err != nil {
@@ -187,6 +227,7 @@ func New(cfg Config) (*Transport, error) {
 	t := &Transport{cfg: cfg, ln: ln, peers: map[transport.InstanceID]*peer{}, pending: map[net.Conn]struct{}{}, log: slog.Default(),
 		mode: cfg.Auth.Mode(), am: newAuthMetrics(), logLimit: auth.LogLimiter{Interval: failureLogInterval}}
 	t.vacant.look = vacancyLook
+	t.idle.init()
 	adv, warn, err := advertiseAddr(cfg.Advertise, ln.Addr())
 	if err == nil {
 		t.blob, err = wire.EncodeTCPAddr(adv)
@@ -259,8 +300,9 @@ func (t *Transport) Start(h transport.Host) error {
 	} else {
 		t.log.Info("tcp: peers are authenticated", "with", t.cfg.Auth.String())
 	}
-	t.wg.Add(1)
+	t.wg.Add(2)
 	go t.acceptLoop()
+	go t.idle.run(t)
 	return nil
 }
 
@@ -333,12 +375,18 @@ func (t *Transport) Send(ctx context.Context, id transport.InstanceID, parts ...
 		if err != nil {
 			return err
 		}
+		if c.retired.Load() && attempt < maxRetiredRetries {
+			continue // an idle close took it after connFor: the next one is another or a new one
+		}
 		if size > c.peerMax {
 			return fmt.Errorf("tcp: %w: frame of %d bytes, peer %016x reads at most %d", transport.ErrFrameTooLarge, size, uint64(id), c.peerMax)
 		}
 		n, err := c.writeFrame(ctx, size, parts)
 		if err == nil {
 			return nil
+		}
+		if err == errRetired && attempt < maxRetiredRetries {
+			continue
 		}
 		if n == 0 && attempt == 0 && ctx.Err() == nil {
 			continue // the connection was already dead; one fresh dial
@@ -391,6 +439,12 @@ func (t *Transport) connFor(ctx context.Context, id transport.InstanceID) (*conn
 		t.mu.Lock()
 		p.dialing = nil
 		close(done)
+		if err == nil && p.send != nil && p.send != c {
+			// The peer's own dial was adopted first and became the connection to send on: keep
+			// to it, so that this peer's frames do not take two connections (two readers, no
+			// order between them).
+			c = p.send
+		}
 		t.mu.Unlock()
 		if err != nil {
 			return nil, err
@@ -448,9 +502,10 @@ func (t *Transport) authenticated(pa peerAuth) {
 }
 
 // adopt registers a connection whose hello succeeded and starts its reader.
-func (t *Transport) adopt(nc net.Conn, br *bufio.Reader, h wire.Hello) (*conn, error) {
+func (t *Transport) adopt(nc net.Conn, br *frameReader, h wire.Hello) (*conn, error) {
 	id := transport.InstanceID(h.ID)
 	c := &conn{t: t, nc: nc, peer: id, br: br, peerMax: int(h.MaxFrame)}
+	c.lastUse.Store(time.Now().UnixNano())
 	c.handOff = c.continueReading
 	if c.peerMax <= 0 || c.peerMax > t.cfg.MaxFrameSize {
 		c.peerMax = t.cfg.MaxFrameSize
@@ -475,14 +530,19 @@ func (t *Transport) adopt(nc net.Conn, br *bufio.Reader, h wire.Hello) (*conn, e
 		p.incarnation = h.Incarnation
 	}
 	p.conns[c] = struct{}{}
-	if p.send == nil {
+	if p.send == nil || p.send.retired.Load() {
 		p.send = c
 	}
 	t.wg.Add(1)      // given back by finish, whoever reads the connection when it fails
 	t.am.conns.Inc() // and this too, even after RemovePeer forgot the peer
+	t.open++
+	over := t.open > t.cfg.MaxConnections
 	c.reader = readerLoop
 	t.mu.Unlock()
 	go c.readLoop()
+	if over {
+		t.idle.kick()
+	}
 	return c, nil
 }
 
@@ -530,7 +590,7 @@ func (t *Transport) handshakeInbound(nc net.Conn) {
 		t.mu.Unlock()
 	}()
 	nc.SetDeadline(time.Now().Add(t.cfg.DialTimeout))
-	conn, err := t.handshakeAccept(nc, func(sc net.Conn, br *bufio.Reader, pa peerAuth) error {
+	conn, err := t.handshakeAccept(nc, func(sc net.Conn, br *frameReader, pa peerAuth) error {
 		sc.SetDeadline(time.Time{})
 		t.authenticated(pa)
 		_, err := t.adopt(sc, br, pa.hello)
@@ -562,6 +622,20 @@ func (c *conn) writeFrame(ctx context.Context, size int, parts [][]byte) (int64,
 
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	for c.gb == goodbyeAsked { // the answer decides which connection the frame takes
+		done := c.gbDone
+		c.wmu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			c.wmu.Lock()
+			return 0, ctx.Err()
+		}
+		c.wmu.Lock()
+	}
+	if c.gb == goodbyeRetired {
+		return 0, errRetired
+	}
 	if c.closed.Load() {
 		return 0, c.err()
 	}
@@ -599,8 +673,11 @@ func (c *conn) writeFrame(ctx context.Context, size int, parts [][]byte) (int64,
 	c.dlMu.Unlock()
 	if err != nil {
 		c.close(fmt.Errorf("write failed after %d of %d bytes: %w", n, size+4, err))
+		return n, err
 	}
-	return n, err
+	c.sent.Add(1)
+	c.lastUse.Store(time.Now().UnixNano())
+	return n, nil
 }
 
 func (c *conn) close(err error) {
@@ -629,6 +706,7 @@ func (t *Transport) Close() error {
 	}
 	t.closed = true
 	t.closing.Store(true)
+	t.idle.stop()
 	var conns []*conn
 	for _, p := range t.peers {
 		for c := range p.conns {
@@ -672,6 +750,8 @@ func (t *Transport) Describe() map[string]string {
 		"max_frame": strconv.Itoa(t.MaxFrameSize()),
 		"auth":      t.cfg.Auth.String(),
 		"peers":     strconv.Itoa(n),
+		"max_conns": strconv.Itoa(t.cfg.MaxConnections),
+		"idle":      t.cfg.IdleTimeout.String(),
 	}
 }
 

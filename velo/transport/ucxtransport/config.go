@@ -88,6 +88,13 @@ type Config struct {
 	TLS string
 	// NetDevices is UCX_NET_DEVICES ("mlx5_2:1" …), with the same rule as TLS.
 	NetDevices string
+	// TCPInterfaces names the network interfaces UCX's tcp transport may use ("lo", "eth0"): its
+	// worker listens on their addresses only, instead of on every active interface of the host.
+	// It sets UCX_NET_DEVICES to these interfaces and every InfiniBand port of the node, with the
+	// same rule as TLS (the environment wins); it cannot be combined with NetDevices. A UCX_TLS
+	// without tcp opens no tcp listener at all. New logs where the worker listens, and the
+	// introspection page shows it (tcp_listen).
+	TCPInterfaces []string
 	// KeepaliveInterval is UCX_KEEPALIVE_INTERVAL (UCX's default is 20 s), with the same rule.
 	// Keepalive is how an endpoint to a peer that vanished without closing its connections
 	// fails, and so how Host.PeerDown learns of it.
@@ -134,6 +141,14 @@ type Config struct {
 	// Without it, and without the variable, New fails with ErrUnguardedUCX. The enforcing UCX
 	// (make ucx-static, -tags ucx_static) needs neither. See docs/security.md.
 	TrustNetwork bool
+	// RMAOverSoftwareLanes keeps the RDMA path for payloads with a peer whose endpoint UCX built
+	// on software lanes only (tcp; ud without rc), like VELO_UCX_SOFTWARE_RMA=1. Without it such
+	// a pair moves payload bytes on the chunked path (reason software_lanes), which is as fast
+	// there and authenticated end to end; messages keep UCX either way, and a pair with a
+	// hardware lane (rc, dc, shared memory) keeps the RDMA path regardless. Set it to exercise the
+	// RDMA path without RDMA hardware (tests, benchmarks); once it applies to a peer the
+	// instance's health says so. See docs/velo.md.
+	RMAOverSoftwareLanes bool
 }
 
 func (c Config) withDefaults() (Config, error) {

@@ -46,6 +46,8 @@ type outConn struct {
 	// seal seals the data frames and the fin sent on the endpoint when the runtime requires
 	// authenticated peers (nil otherwise): its key comes from the hello's proof (openLocked).
 	seal *wire.UCXFrameKey
+	// lanes are the transports UCX selected for the endpoint's lanes (lanes.go).
+	lanes []string
 
 	// Guarded by p.sendMu.
 	seq       uint64 // data frames submitted
@@ -165,7 +167,10 @@ func (t *Transport) openLocked(ctx context.Context, p *peer, slot uint32) (*outC
 		body = insertHelloProof(body, proof)
 	}
 	c, err := t.eng.Connect(ctx, worker, ucx.ConnectOptions{
-		ErrorMode:   ucx.ErrorModePeer,
+		ErrorMode: ucx.ErrorModePeer,
+		// Keys this transport gives to the peer (RegisterMemoryFor) are served on this
+		// endpoint and the others to the same peer, and on no other.
+		Holder:      uint64(p.id),
 		OnError:     func(err error) { t.connFailed(oc, err) },
 		VectoredGet: getv,
 		VectoredPut: putv,
@@ -178,6 +183,9 @@ func (t *Transport) openLocked(ctx context.Context, p *peer, slot uint32) (*outC
 		return nil, fmt.Errorf("ucx: connect to %016x: %w: %w", uint64(p.id), transport.ErrPeerUnreachable, err)
 	}
 	oc.c = c
+	if oc.lanes, err = c.Lanes(ctx); err != nil {
+		t.log.Debug("ucx: could not read the endpoint's lanes", "peer", fmt.Sprintf("%016x", uint64(p.id)), "err", err)
+	}
 	t.m.endpoints.WithLabelValues("opened").Inc()
 	t.m.open.Inc()
 	if t.openEPs.Add(1) > int64(t.cfg.MaxEndpoints) {

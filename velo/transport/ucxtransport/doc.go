@@ -96,4 +96,9 @@
 // build: make ucx-static, -tags ucx_static) unless VELO_UCX_TRUST_NETWORK=1 or
 // Config.TrustNetwork trusts the network; otherwise it fails with ErrUnguardedUCX. docs/security.md
 // gives the policy and the threat.
+//
+// Software lanes. A pair whose endpoint UCX built on software lanes only (tcp; ud without rc) gets
+// no one-sided reads or writes by default: PathRefusal says software_lanes and the runtime moves
+// the pair's payloads by chunks, which is as fast there. Config.RMAOverSoftwareLanes or
+// VELO_UCX_SOFTWARE_RMA=1 keeps them.
 package ucxtransport

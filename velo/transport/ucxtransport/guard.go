@@ -126,13 +126,19 @@ func (g guardState) describe() string {
 	return "unknown"
 }
 
-// HealthReasons implements velo.HealthReporter: with an unguarded UCX run by opt-in, the one
-// reason that says so (the instance reads degraded and stays ready); nothing otherwise.
+// HealthReasons implements velo.HealthReporter: with an unguarded UCX run by opt-in, the reason
+// that says so, and with the RDMA path kept over software lanes by opt-in (Config.RMAOverSoftwareLanes), once it
+// applies to a peer, the reason that says so (the instance reads degraded and stays ready);
+// nothing otherwise.
 func (t *Transport) HealthReasons() []string {
+	var out []string
 	if r := t.guard.reason(); r != "" {
-		return []string{r}
+		out = append(out, r)
 	}
-	return nil
+	if r := t.softwareRMAReason(); r != "" {
+		out = append(out, r)
+	}
+	return out
 }
 
 // SoftwareRMAGuard is the linked UCX's guard, as New found it, and the opt-in that let an

@@ -2,6 +2,7 @@ package ucxtransport
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -39,9 +40,10 @@ func TestNoUCXLaneUnderSharedMemoryTransports(t *testing.T) {
 // TestNoUCXLaneToOnePeer: where UCX refuses an endpoint to one peer with UNREACHABLE (no lane to
 // its worker), that peer alone is marked: it is no longer reached nor offered RDMA, PathRefusal
 // says no_ucx_lane, the warning is logged once however often it happens, and the peer's next
-// incarnation starts with no verdict. Another peer is untouched.
+// incarnation starts with no verdict. Another peer is untouched. The opt-in keeps the pairs over
+// tcp off software_lanes, so that a pair with a lane has no reason at all.
 func TestNoUCXLaneToOnePeer(t *testing.T) {
-	a, b, c := newNode(t, nil), newNode(t, nil), newNode(t, nil)
+	a, b, c := newNode(t, func(c *Config) { c.RMAOverSoftwareLanes = true }), newNode(t, nil), newNode(t, nil)
 	require.NoError(t, a.AddPeer(testCtx(t), b.addr()))
 	require.NoError(t, a.AddPeer(testCtx(t), c.addr()))
 	a.mu.Lock()
@@ -79,4 +81,21 @@ func TestNoUCXLaneToOnePeer(t *testing.T) {
 	require.NoError(t, a.AddPeer(testCtx(t), addr))
 	assert.Empty(t, a.PathRefusal(b.h.id), "a new incarnation starts with no verdict")
 	assert.True(t, a.CanGet(b.h.id))
+}
+
+// TestNoUCXLaneBeforeSoftwareLanes: without the opt-in, a peer UCX has no lane to says
+// no_ucx_lane (it has no lanes to judge), and a peer reached over tcp alone says software_lanes.
+func TestNoUCXLaneBeforeSoftwareLanes(t *testing.T) {
+	a, b, c := newNode(t, nil), newNode(t, nil), newNode(t, nil)
+	require.NoError(t, a.AddPeer(testCtx(t), b.addr()))
+	require.NoError(t, a.AddPeer(testCtx(t), c.addr()))
+	a.mu.Lock()
+	p := a.peers[b.h.id]
+	a.mu.Unlock()
+	a.noteConnectFailed(p, fmt.Errorf("ucx: ucp_ep_create: %w", ucx.StatusUnreachable))
+	assert.Equal(t, ReasonNoUCXLane, a.PathRefusal(b.h.id))
+	if tls := os.Getenv("UCX_TLS"); tls == "" || tls == testTLS { // testTLS is tcp
+
+		assert.Equal(t, ReasonSoftwareLanes, a.PathRefusal(c.h.id))
+	}
 }

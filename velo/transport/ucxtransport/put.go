@@ -9,13 +9,24 @@ import (
 	"github.com/velo-go/velo/velo/transport"
 )
 
-var _ transport.RMAWriter = (*Transport)(nil)
+var (
+	_ transport.RMAWriter           = (*Transport)(nil)
+	_ transport.PeerRegisterer      = (*Transport)(nil)
+	_ transport.PeerWriteRegisterer = (*Transport)(nil)
+)
 
 // RegisterMemoryWritable implements transport.RMAWriter: an engine registration with write access
 // only. Its sealed key says so, and the engine refuses a guarded GET through it and a guarded PUT
 // outside it (package ucx).
 func (t *Transport) RegisterMemoryWritable(mem []byte) (transport.Registration, error) {
 	return t.register("RegisterMemoryWritable", mem, ucx.RegisterOptions{Access: ucx.AccessWrite}, " for writing")
+}
+
+// RegisterMemoryWritableFor implements transport.PeerWriteRegisterer: RegisterMemoryWritable
+// with the key bound to peer (ucx.RegisterOptions.Holder). The engine's guarded PUT writes
+// through it only when the request arrives on one of this transport's endpoints to peer.
+func (t *Transport) RegisterMemoryWritableFor(peer transport.InstanceID, mem []byte) (transport.Registration, error) {
+	return t.register("RegisterMemoryWritable", mem, ucx.RegisterOptions{Access: ucx.AccessWrite, Holder: uint64(peer)}, " for writing")
 }
 
 // WriteMany implements transport.RMAWriter through the engine's PutMany on the peer's endpoint:
@@ -56,15 +67,7 @@ func (t *Transport) WriteMany(ctx context.Context, id transport.InstanceID, writ
 		kw = append(kw, ucx.KeyWrite{Key: k, Offset: w.Offset, Src: w.Src})
 		index = append(index, i)
 	}
-	if len(kw) == 0 {
-		return
-	}
-	err = t.withConn(ctx, p, func(c *ucx.Conn) {
-		c.PutMany(ctx, kw, window, func(j int, err error) { report(index[j], err) })
-	})
-	if err != nil {
-		for _, i := range index {
-			report(i, err)
-		}
-	}
+	t.untilBound(ctx, p, index, func(c *ucx.Conn, sel []int, done func(j int, err error)) {
+		c.PutMany(ctx, pick(kw, sel), window, done)
+	}, report)
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/velo-go/velo/ucx"
 	"github.com/velo-go/velo/velo/transport"
@@ -54,6 +56,20 @@ func (t *Transport) register(call string, mem []byte, opts ucx.RegisterOptions, 
 // RegisterMemoryMany implements transport.ManyRegisterer: the engine registers every region
 // under one hold of its lock.
 func (t *Transport) RegisterMemoryMany(mems [][]byte) ([]transport.Registration, []error) {
+	return t.registerMany(mems, ucx.RegisterOptions{})
+}
+
+// RegisterMemoryFor implements transport.PeerRegisterer: each region is registered with its own
+// key, bound to peer. The owner's guard serves a guarded GET through such a key only when it
+// arrives on one of this transport's endpoints to peer (ucx.RegisterOptions.Holder), so a key
+// read off the wire is worth nothing to any other process. Over InfiniBand RC and DC the HCA
+// serves the read, checking key and range but not who asks.
+func (t *Transport) RegisterMemoryFor(peer transport.InstanceID, mems [][]byte) ([]transport.Registration, []error) {
+	return t.registerMany(mems, ucx.RegisterOptions{Holder: uint64(peer)})
+}
+
+// registerMany registers every region under one hold of the engine's lock, with opts.
+func (t *Transport) registerMany(mems [][]byte, opts ucx.RegisterOptions) ([]transport.Registration, []error) {
 	out := make([]transport.Registration, len(mems))
 	errs := make([]error, len(mems))
 	if t.isClosed() {
@@ -62,7 +78,7 @@ func (t *Transport) RegisterMemoryMany(mems [][]byte) ([]transport.Registration,
 		}
 		return out, errs
 	}
-	regs, rerrs := t.eng.RegisterMany(context.Background(), mems)
+	regs, rerrs := t.eng.RegisterManyWith(context.Background(), mems, opts)
 	for i, r := range regs {
 		if rerrs[i] != nil {
 			errs[i] = fmt.Errorf("ucx: registering %d bytes: %w", len(mems[i]), rerrs[i])
@@ -174,8 +190,13 @@ func (t *Transport) get(ctx context.Context, id transport.InstanceID, key []byte
 	if err != nil {
 		return err
 	}
-	if cerr := t.withConn(ctx, p, func(c *ucx.Conn) { err = c.GetKeyWith(ctx, dst, k, offset, opts) }); cerr != nil {
-		return cerr
+	for w := (holderWait{}); ; {
+		if cerr := t.withConn(ctx, p, func(c *ucx.Conn) { err = c.GetKeyWith(ctx, dst, k, offset, opts) }); cerr != nil {
+			return cerr
+		}
+		if !w.again(ctx, err) {
+			break
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("ucx: GET of %d bytes from %016x: %w", len(dst), uint64(id), err)
@@ -222,17 +243,100 @@ func (t *Transport) ReadMany(ctx context.Context, id transport.InstanceID, reads
 		kr = append(kr, ucx.KeyRead{Key: k, Offset: r.Offset, Dst: r.Dst, DstMemory: mt})
 		index = append(index, i)
 	}
-	if len(kr) == 0 {
-		return
+	t.untilBound(ctx, p, index, func(c *ucx.Conn, sel []int, done func(j int, err error)) {
+		c.GetMany(ctx, pick(kr, sel), window, done)
+	}, report)
+}
+
+// pick is the entries of all at the positions sel, in that order (all itself when sel is every
+// position, as on the first try).
+func pick[T any](all []T, sel []int) []T {
+	if len(sel) == len(all) {
+		return all
 	}
-	err = t.withConn(ctx, p, func(c *ucx.Conn) {
-		c.GetMany(ctx, kr, window, func(j int, err error) { report(index[j], err) })
-	})
-	if err != nil {
-		for _, i := range index {
-			report(i, err)
+	out := make([]T, len(sel))
+	for j, s := range sel {
+		out[j] = all[s]
+	}
+	return out
+}
+
+// untilBound runs op on an endpoint to p for the operations index names (op's sel are positions
+// in index; its done(j) reports sel[j]), reports each outcome with report(index[...]), and runs
+// op again, after a pause, on those the peer answered "not yet connected back" (holderWait).
+func (t *Transport) untilBound(ctx context.Context, p *peer, index []int, op func(c *ucx.Conn, sel []int, done func(j int, err error)), report func(i int, err error)) {
+	sel := make([]int, len(index))
+	for j := range sel {
+		sel[j] = j
+	}
+	for w := (holderWait{}); len(sel) > 0; {
+		var again []int
+		err := t.withConn(ctx, p, func(c *ucx.Conn) {
+			op(c, sel, func(j int, err error) {
+				if notYetBound(err) && w.waiting() {
+					again = append(again, sel[j])
+					return
+				}
+				report(index[sel[j]], err)
+			})
+		})
+		if err != nil {
+			for _, s := range sel {
+				report(index[s], err)
+			}
+			return
 		}
+		if len(again) > 0 && !w.pause(ctx) {
+			for _, s := range again {
+				report(index[s], fmt.Errorf("ucx: %w", ctx.Err()))
+			}
+			return
+		}
+		slices.Sort(again) // pick's order: a retry of every operation is the whole list again
+		sel = again
 	}
+}
+
+// The owner serves a key given to this instance only to requests on its own endpoints to this
+// instance (ucx.RegisterOptions.Holder), and a first read can reach the owner on an endpoint
+// the owner has not yet connected back to (it does so when this side's hello arrives). The owner
+// then answers StatusNotConnected, and the read goes again after a pause that grows, for up to
+// holderWaitFor in all.
+const holderWaitFor = 2 * time.Second
+
+// notYetBound reports whether err is the owner's "not on an endpoint I connected" answer.
+func notYetBound(err error) bool { return errors.Is(err, ucx.StatusNotConnected) }
+
+// holderWait paces the reads that go again.
+type holderWait struct {
+	start time.Time
+	next  time.Duration
+}
+
+// waiting reports whether there is time left to try again.
+func (w *holderWait) waiting() bool {
+	if w.start.IsZero() {
+		w.start = time.Now()
+	}
+	return time.Since(w.start) < holderWaitFor
+}
+
+// pause sleeps before the next try; false when ctx ended first.
+func (w *holderWait) pause(ctx context.Context) bool {
+	w.next = min(max(2*w.next, time.Millisecond), 50*time.Millisecond)
+	tm := time.NewTimer(w.next)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// again reports whether a read that ended with err should go again, after pausing for it.
+func (w *holderWait) again(ctx context.Context, err error) bool {
+	return notYetBound(err) && w.waiting() && w.pause(ctx)
 }
 
 // oneSidedPeer is peer id, which must be registered for one-sided operations; what ("GET from",

@@ -75,7 +75,7 @@ func TestRuntimeOverUCX(t *testing.T) {
 	}
 
 	payload := bytes.Repeat([]byte("0123456789abcdef"), (4<<20)/16)
-	h, err := server.RegisterData(ctx, payload)
+	h, err := server.StageData(ctx, payload)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +60,17 @@ type Transport struct {
 	orphans    map[*peer]struct{} // forgotten peers whose retired endpoints still wait to close
 	started    bool
 	closed     bool
+
+	// softRMABy names the opt-in that keeps the RDMA path over software lanes ("" for none);
+	// laneSaid are the pairs whose software lanes were logged, softRMAPeers the peers the opt-in
+	// applies to, with their lanes (lanes.go).
+	softRMABy    string
+	laneSaid     map[slotKey]bool
+	softRMAPeers map[transport.InstanceID]string
+	// tcpListen are the addresses the worker's tcp transport listens on, as New found them, and
+	// netField the Config field UCX_NET_DEVICES came from where the program set it (listen.go).
+	tcpListen []string
+	netField  string
 
 	recvMu  sync.Mutex // guards inbound and serialises Host.Deliver
 	inbound map[transport.InstanceID]*inboundState
@@ -153,12 +165,24 @@ func New(cfg Config) (*Transport, error) {
 	if cfg.KeepaliveInterval > 0 {
 		settings["KEEPALIVE_INTERVAL"] = fmt.Sprintf("%dus", cfg.KeepaliveInterval.Microseconds())
 	}
+	netField := "NetDevices"
+	if len(cfg.TCPInterfaces) > 0 {
+		if cfg.NetDevices != "" {
+			return nil, fmt.Errorf("ucx: Config.NetDevices %q and Config.TCPInterfaces %q both name devices: set one (TCPInterfaces keeps every InfiniBand port)",
+				cfg.NetDevices, cfg.TCPInterfaces)
+		}
+		if cfg.NetDevices, err = tcpNetDevices(cfg.TCPInterfaces, sysInfiniband); err != nil {
+			return nil, err
+		}
+		netField = "TCPInterfaces"
+	}
 	m, err := newMetrics(cfg.Metrics)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
+	before := TCPListeners()
 	eng, err := ucx.NewEngine(ctx, ucx.EngineConfig{
 		Context:      ucx.ContextConfig{TLS: cfg.TLS, NetDevices: cfg.NetDevices, Settings: settings, Logger: cfg.Logger},
 		MaxEagerSize: cfg.EagerMax + sealedHeaderLen,
@@ -172,23 +196,28 @@ func New(cfg Config) (*Transport, error) {
 		return nil, fmt.Errorf("ucx transport: %w", err)
 	}
 	t := &Transport{
-		cfg:        cfg,
-		log:        cfg.Logger,
-		follow:     follow,
-		eng:        eng,
-		m:          m,
-		worker:     eng.Address(),
-		guard:      guard,
-		timings:    timings{finWait: defaultFinWait, holdTimeout: defaultHoldTimeout},
-		peers:      map[transport.InstanceID]*peer{},
-		slots:      map[slotKey]uint32{},
-		mismatched: map[transport.InstanceID]wire.UCXBuild{},
-		remoteLogs: auth.LogLimiter{Interval: remoteLogInterval},
-		orphans:    map[*peer]struct{}{},
-		inbound:    map[transport.InstanceID]*inboundState{},
-		stop:       make(chan struct{}),
-		evict:      make(chan struct{}, 1),
+		cfg:          cfg,
+		log:          cfg.Logger,
+		follow:       follow,
+		eng:          eng,
+		m:            m,
+		worker:       eng.Address(),
+		guard:        guard,
+		timings:      timings{finWait: defaultFinWait, holdTimeout: defaultHoldTimeout},
+		peers:        map[transport.InstanceID]*peer{},
+		slots:        map[slotKey]uint32{},
+		mismatched:   map[transport.InstanceID]wire.UCXBuild{},
+		softRMABy:    softwareRMAOptIn(cfg, os.Getenv(SoftwareRMAEnv)),
+		laneSaid:     map[slotKey]bool{},
+		softRMAPeers: map[transport.InstanceID]string{},
+		netField:     netField,
+		remoteLogs:   auth.LogLimiter{Interval: remoteLogInterval},
+		orphans:      map[*peer]struct{}{},
+		inbound:      map[transport.InstanceID]*inboundState{},
+		stop:         make(chan struct{}),
+		evict:        make(chan struct{}, 1),
 	}
+	t.tcpListen = newListeners(before, TCPListeners())
 	if eng.MaxAMHeader() < sealedHeaderLen {
 		_ = eng.Close(context.Background())
 		m.unregister()
@@ -231,7 +260,7 @@ func tcpSegSizeNames(v ucx.VersionInfo) (tx, rx string) {
 func (t *Transport) logSettings() {
 	for _, want := range []struct{ name, field, value string }{
 		{"TLS", "TLS", t.cfg.TLS},
-		{"NET_DEVICES", "NetDevices", t.cfg.NetDevices},
+		{"NET_DEVICES", t.netField, t.cfg.NetDevices},
 	} {
 		s, ok := t.setting(want.name)
 		if !ok {
@@ -247,6 +276,11 @@ func (t *Transport) logSettings() {
 		default:
 			t.log.Info("ucx: UCX_"+want.name+" is UCX's default", "value", s.Value)
 		}
+	}
+	if len(t.tcpListen) == 0 {
+		t.log.Info("ucx: the worker opened no tcp listener")
+	} else {
+		t.log.Info("ucx: the worker's tcp transport listens", "on", strings.Join(t.tcpListen, ","))
 	}
 }
 
@@ -354,7 +388,7 @@ func (t *Transport) AddPeer(ctx context.Context, pa transport.PeerAddress) error
 		if ctx.Err() != nil {
 			return fmt.Errorf("ucx: eager wireup to %016x: %w", uint64(pa.ID), ctx.Err())
 		}
-		if t.PathRefusal(pa.ID) == ReasonNoUCXLane {
+		if t.noUCXLane(pa.ID) {
 			return nil // New or noteConnectFailed said why, and nothing tries again
 		}
 		t.log.Warn("ucx: eager endpoint wireup failed; the next send to the peer tries again", "peer", fmt.Sprintf("%016x", uint64(pa.ID)), "err", err)
@@ -413,6 +447,7 @@ func (t *Transport) RemovePeer(id transport.InstanceID) {
 	t.mu.Lock()
 	p := t.peers[id]
 	delete(t.peers, id)
+	delete(t.softRMAPeers, id)
 	if p != nil {
 		// In the same critical section as the delete, so a hello handled meanwhile finds the
 		// peer among the forgotten ones rather than nowhere (and would learn it again).
@@ -601,6 +636,8 @@ func (t *Transport) Describe() map[string]string {
 		"max_endpoints":   strconv.Itoa(t.cfg.MaxEndpoints),
 		"ucx_build":       t.build.String(),
 		"rma_guard":       t.guard.describe(),
+		"software_lanes":  t.describeSoftwareRMA(),
+		"tcp_listen":      describeListen(t.tcpListen),
 	}
 	for _, s := range t.eng.Settings() {
 		d["UCX_"+s.Name] = s.Value + " (" + s.Source.String() + ")"

@@ -4,10 +4,11 @@
 // command a line, it answers each with one JSON line on standard output.
 //
 // What it holds: a global variable and a heap buffer full of the run's marker (no registration
-// at all), and three registered areas, each followed by a guard area that belongs to no
+// at all), and four registered areas, each followed by a guard area that belongs to no
 // registration: "read" (registered for reading only), "write" (for writing only: the key a
-// write grant hands out) and "revoked" (registered for writing, then unregistered; its memory
-// stays mapped and known, as a writer whose grant ended would remember it).
+// write grant hands out), "revoked" (registered for writing, then unregistered; its memory
+// stays mapped and known, as a writer whose grant ended would remember it) and "bound" (for
+// writing, its key bound to a writer that is not the attacker: a live key taken off the wire).
 //
 //	info      the worker address (as a velo-style address blob the attacker parses), the pid,
 //	          the UCX version, where the global and the heap buffer are, and each area's
@@ -55,8 +56,13 @@ type area struct {
 	reg    *ucx.Registration
 	key    []byte
 	access ucx.Access
+	holder uint64 // the writer the key is bound to (ucx.RegisterOptions.Holder), 0 for none
 	seen   []byte // the area and its guard as of the last check
 }
+
+// boundHolder is the writer the "bound" area's key was given to: a peer that never connects, so
+// whoever uses that live key writes from an endpoint that is not the writer's.
+const boundHolder = 0x5eed
 
 func main() {
 	marker := flag.String("marker", "", "the run's marker (hex): the global and the heap buffer are filled from it")
@@ -77,7 +83,8 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
-	areas := []*area{{name: "read", access: ucx.AccessRead}, {name: "write", access: ucx.AccessWrite}, {name: "revoked", access: ucx.AccessWrite}}
+	areas := []*area{{name: "read", access: ucx.AccessRead}, {name: "write", access: ucx.AccessWrite}, {name: "revoked", access: ucx.AccessWrite},
+		{name: "bound", access: ucx.AccessWrite, holder: boundHolder}}
 	for i, a := range areas {
 		if a.mem, err = ucx.AllocMemory(areaLen+guardLen, ucx.MemoryOptions{}); err != nil {
 			fatal(err)
@@ -86,7 +93,7 @@ func main() {
 		for j := range b {
 			b[j] = byte(0x30 + i + j%7)
 		}
-		if a.reg, err = e.RegisterWith(ctx, b[:areaLen], ucx.RegisterOptions{Access: a.access}); err != nil {
+		if a.reg, err = e.RegisterWith(ctx, b[:areaLen], ucx.RegisterOptions{Access: a.access, Holder: a.holder}); err != nil {
 			fatal(err)
 		}
 		a.key = a.reg.RemoteKey()

@@ -27,7 +27,10 @@ type observer struct {
 	marker []byte // the secret bytes to watch for
 	// epochs are the watched peer's frames by the TCP port that sent them: the attacker's own
 	// forgeries cross the same wire, and observed leaves out the ports that are its own.
-	epochs  map[uint16]map[uint32]*epochSeen
+	epochs map[uint16]map[uint32]*epochSeen
+	// sniffed are the guarded GET reads (slot, token, address, length: a live key and its
+	// range) seen in requests on the wire, by the TCP port that sent them.
+	sniffed map[uint16]map[guardRead]bool
 	leaks   int
 	sample  string
 	packets int
@@ -70,7 +73,7 @@ func (a *attacker) observeStart(c cmd) (map[string]any, error) {
 	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 16<<20)
 	tv := unix.NsecToTimeval(int64(100 * time.Millisecond))
 	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
-	o := &observer{marker: []byte(hex.EncodeToString(marker)), epochs: map[uint16]map[uint32]*epochSeen{},
+	o := &observer{marker: []byte(hex.EncodeToString(marker)), epochs: map[uint16]map[uint32]*epochSeen{}, sniffed: map[uint16]map[guardRead]bool{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	o.fd = fd
 	go o.run(fd)
@@ -226,6 +229,7 @@ func (o *observer) look(p []byte, src uint16) {
 			o.sample = fmt.Sprintf("%q", p[max(0, i-16):min(len(p), i+len(o.marker)+16)])
 		}
 	}
+	o.sniff(p, src)
 	for rest := p; o.needle != nil; {
 		i := bytes.Index(rest, o.needle)
 		if i < 0 {
@@ -263,6 +267,51 @@ func (o *observer) look(p []byte, src uint16) {
 	}
 }
 
+// sniff takes the reads of every guarded GET request in p, single or vectored: what the request
+// carries in the clear, a live key's slot and token and the range it reads.
+func (o *observer) sniff(p []byte, src uint16) {
+	add := func(r guardRead) {
+		if r.Len == 0 || r.Len > 1<<30 {
+			return // the magic's bytes elsewhere
+		}
+		m := o.sniffed[src]
+		if m == nil {
+			m = map[guardRead]bool{}
+			o.sniffed[src] = m
+		}
+		m[r] = true
+	}
+	single := binary.LittleEndian.AppendUint32(nil, guardMagic)
+	for rest := p; ; {
+		i := bytes.Index(rest, single)
+		if i < 0 || len(rest[i:]) < guardReqLen {
+			break
+		}
+		h := rest[i:]
+		add(guardRead{Slot: binary.LittleEndian.Uint32(h[4:]), Token: binary.LittleEndian.Uint64(h[8:]),
+			Addr: binary.LittleEndian.Uint64(h[16:]), Len: binary.LittleEndian.Uint64(h[24:])})
+		rest = rest[i+1:]
+	}
+	vec := binary.LittleEndian.AppendUint32(nil, guardVMagic)
+	for rest := p; ; {
+		i := bytes.Index(rest, vec)
+		if i < 0 || len(rest[i:]) < guardVHdrLen {
+			break
+		}
+		h := rest[i:]
+		rest = rest[i+1:]
+		n := int(binary.LittleEndian.Uint32(h[4:]))
+		if n == 0 || n > 1024 || len(h) < guardVHdrLen+n*guardVEntLen {
+			continue
+		}
+		for j := range n {
+			e := h[guardVHdrLen+j*guardVEntLen:]
+			add(guardRead{Slot: binary.LittleEndian.Uint32(e), Token: binary.LittleEndian.Uint64(e[8:]),
+				Addr: binary.LittleEndian.Uint64(e[16:]), Len: binary.LittleEndian.Uint64(e[24:])})
+		}
+	}
+}
+
 // observed reports what the observer has seen so far.
 func (a *attacker) observed(cmd) (map[string]any, error) {
 	o := a.obs
@@ -288,8 +337,22 @@ func (a *attacker) observed(cmd) (map[string]any, error) {
 			epochs[k] = m
 		}
 	}
+	// Tokens go out as decimal strings: JSON numbers lose a uint64's low bits in most readers.
+	var sniffed []map[string]any
+	seen := map[guardRead]bool{}
+	for src, reads := range o.sniffed {
+		if own[src] {
+			continue // the attacker's own requests
+		}
+		for r := range reads {
+			if !seen[r] {
+				seen[r] = true
+				sniffed = append(sniffed, map[string]any{"slot": r.Slot, "token": strconv.FormatUint(r.Token, 10), "addr": r.Addr, "len": r.Len})
+			}
+		}
+	}
 	m := map[string]any{"observing": o.err == nil, "epochs": epochs, "leaks": o.leaks, "leak_sample": o.sample,
-		"packets": o.packets, "drops": o.drops}
+		"packets": o.packets, "drops": o.drops, "sniffed_reads": sniffed}
 	if o.err != nil {
 		m["why"] = o.err.Error()
 	}

@@ -27,7 +27,7 @@
 //
 // Owner:
 //
-//	stage <bytes> <seed>  RegisterDataPinned of a deterministic payload, with 8 more references so
+//	stage <bytes> <seed>  StageDataPinned of a deterministic payload, with 8 more references so
 //	                      that releases never free it during a case; answers the handle
 //	regs                  the lease registrations made so far: address, length, sealed key, state
 //	check                 whether the global, the heap buffer, every registered range and the 64
@@ -50,6 +50,11 @@
 //	sent                  how many messages of the stream went, and its error if it stopped
 //	pause / resume        hold the stream / go on; pause answers once no send is in flight
 //	stop                  end the stream; answers how many went and the first error
+//	steal <owner> <key> <offset> <length>
+//	                      a GET through this instance's own UCX transport (its authenticated
+//	                      endpoints to the owner) with a sealed key in hex that was given to
+//	                      another consumer: what a member holding the cluster secret can do with
+//	                      a key it took off the wire; answers whether bytes came back and the error
 //	quit                  Close; the process exits 0
 package main
 
@@ -118,11 +123,11 @@ func main() {
 	if err != nil {
 		linecmd.Fatal("victim", err)
 	}
-	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", Logger: log, EPIdleTimeout: *epIdle})
+	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", RMAOverSoftwareLanes: true, Logger: log, EPIdleTimeout: *epIdle})
 	if err != nil {
 		linecmd.Fatal("victim", err)
 	}
-	n := &node{role: *role, Replier: linecmd.NewReplier(os.Stdout), ctlPort: ln.Addr().(*net.TCPAddr).Port}
+	n := &node{role: *role, Replier: linecmd.NewReplier(os.Stdout), ctlPort: ln.Addr().(*net.TCPAddr).Port, ucx: u}
 	var opts []velo.Option
 	switch *role {
 	case "owner":
@@ -174,6 +179,7 @@ type node struct {
 	v       *velo.Velo
 	ctlPort int
 	rec     *recorder
+	ucx     *ucxtransport.Transport
 
 	// The owner's sink.
 	sinkMu  sync.Mutex
@@ -261,6 +267,8 @@ func (n *node) run(ctx context.Context, cmd, arg string) {
 		}
 		sent := s.hold(cmd == "pause")
 		n.Reply(map[string]any{"sent": sent})
+	case "steal":
+		n.steal(ctx, arg)
 	case "stop":
 		sent, err := n.stopStream()
 		n.Reply(map[string]any{"sent": sent, "error": linecmd.ErrString(err)})
@@ -291,7 +299,7 @@ func (n *node) stage(ctx context.Context, arg string) {
 		return
 	}
 	data := payload(size, seed)
-	h, err := n.v.RegisterDataPinned(ctx, data)
+	h, err := n.v.StageDataPinned(ctx, data)
 	if err != nil {
 		n.Fail(err)
 		return
@@ -422,6 +430,32 @@ func (n *node) batch(ctx context.Context, arg string) {
 		leases, paths, sums = append(leases, len(n.batched)-1), append(paths, string(r.Lease.Path)), append(sums, hex.EncodeToString(sum[:]))
 	}
 	n.Reply(map[string]any{"leases": leases, "paths": paths, "sha256": sums})
+}
+
+// steal reads with another consumer's key through this instance's UCX transport.
+func (n *node) steal(ctx context.Context, arg string) {
+	f := strings.Fields(arg)
+	if len(f) != 4 {
+		n.Fail(errors.New("steal: want <owner id hex> <sealed key hex> <offset> <length>"))
+		return
+	}
+	owner, err1 := strconv.ParseUint(f[0], 16, 64)
+	key, err2 := hex.DecodeString(f[1])
+	off, err3 := strconv.ParseUint(f[2], 10, 64)
+	size, err4 := strconv.ParseUint(f[3], 10, 64)
+	if err := errors.Join(err1, err2, err3, err4); err != nil || size == 0 || size > 1<<20 {
+		n.Fail(fmt.Errorf("steal: %q: want <owner id hex> <sealed key hex> <offset> <length of 1 B to 1 MiB>: %v", arg, err))
+		return
+	}
+	dst := make([]byte, size)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := n.ucx.Get(ctx, transport.InstanceID(owner), key, off, dst)
+	m := map[string]any{"read": err == nil, "err": linecmd.ErrString(err)}
+	if err == nil {
+		m["data"] = hex.EncodeToString(dst)
+	}
+	n.Reply(m)
 }
 
 // streamer sends numbered messages to the owner until stopped.
@@ -617,6 +651,18 @@ func (t *recordingRMA) RegisterMemory(mem []byte) (transport.Registration, error
 
 func (t *recordingRMA) RegisterMemoryMany(mems [][]byte) ([]transport.Registration, []error) {
 	regs, errs := t.Transport.RegisterMemoryMany(mems)
+	return t.record(mems, regs, errs)
+}
+
+// RegisterMemoryFor records the registrations of keys bound to their consumer (what velo's
+// registry asks for, since the transport has it).
+func (t *recordingRMA) RegisterMemoryFor(peer transport.InstanceID, mems [][]byte) ([]transport.Registration, []error) {
+	regs, errs := t.Transport.RegisterMemoryFor(peer, mems)
+	return t.record(mems, regs, errs)
+}
+
+// record records every registration that succeeded, each with its region.
+func (t *recordingRMA) record(mems [][]byte, regs []transport.Registration, errs []error) ([]transport.Registration, []error) {
 	for i, reg := range regs {
 		if errs[i] == nil && reg != nil {
 			regs[i] = t.rec.add(reg, mems[i])

@@ -8,8 +8,8 @@
 //	info                        this instance's PeerInfo
 //	info-skewed                 the same with the UCX address of another wire version (byte 0)
 //	peer <PeerInfo JSON>        RegisterPeer
-//	stage <bytes> <seed>        RegisterDataPinned of a deterministic payload; answers the handle
-//	stage-plain <bytes> <seed>  RegisterData (unpinned)
+//	stage <bytes> <seed>        StageDataPinned of a deterministic payload; answers the handle
+//	stage-plain <bytes> <seed>  StageData (unpinned)
 //	ref <handle>                one more reference
 //	release <handle>            drop one reference (Velo.Unref)
 //	get <handle>                Get, SHA-256 of the bytes, the path it took, then Release
@@ -76,6 +76,8 @@ func main() {
 	arena := flag.Int("arena", 0, "RDMAPoolConfig.ArenaSize (0: the default)")
 	epIdle := flag.Duration("ep-idle", 0, "ucxtransport.Config.EPIdleTimeout (0: the default)")
 	maxEPs := flag.Int("max-endpoints", 0, "ucxtransport.Config.MaxEndpoints (0: the default)")
+	maxConns := flag.Int("max-conns", 0, "tcp.Config.MaxConnections, the control plane's connection budget (0: the default)")
+	tcpIdle := flag.Duration("tcp-idle", 0, "tcp.Config.IdleTimeout (0: the default; negative: never)")
 	discDir := flag.String("discovery", "", "find peers through the filesystem backend in this directory")
 	name := flag.String("name", "", "the member name under -discovery")
 	etcdEndpoints := flag.String("etcd", "", "find peers through etcd at these comma-separated client URLs")
@@ -101,11 +103,11 @@ func main() {
 	if err != nil {
 		linecmd.Fatal("faultnode", err)
 	}
-	ctl, err := tcp.New(tcp.Config{Listener: ln, Auth: creds})
+	ctl, err := tcp.New(tcp.Config{Listener: ln, Auth: creds, MaxConnections: *maxConns, IdleTimeout: *tcpIdle})
 	if err != nil {
 		linecmd.Fatal("faultnode", err)
 	}
-	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", Logger: log, EPIdleTimeout: *epIdle, MaxEndpoints: *maxEPs})
+	u, err := ucxtransport.New(ucxtransport.Config{TLS: "tcp", RMAOverSoftwareLanes: true, Logger: log, EPIdleTimeout: *epIdle, MaxEndpoints: *maxEPs})
 	if err != nil {
 		linecmd.Fatal("faultnode", err)
 	}
@@ -198,9 +200,9 @@ func (n *node) run(ctx context.Context, cmd, arg string) {
 		data := Payload(size, seed)
 		var h velo.Handle
 		if cmd == "stage" {
-			h, err = n.v.RegisterDataPinned(ctx, data)
+			h, err = n.v.StageDataPinned(ctx, data)
 		} else {
-			h, err = n.v.RegisterData(ctx, data)
+			h, err = n.v.StageData(ctx, data)
 		}
 		if err != nil {
 			n.Fail(err)

@@ -1,25 +1,20 @@
 // Package proc drives faultnode processes (test/faults/cmd/faultnode) for the fault suite and the
-// soak: it starts them, sends them commands one line at a time, reads their JSON answers, and
-// stops, resumes and kills them. It returns errors rather than failing a test, so the soak command
-// uses it as the tests do.
+// soak: it builds and starts them and speaks their commands (info, peer, stats, stage, quit) over
+// the suites' line protocol client (test/internal/linecmd/driver). It returns errors rather than
+// failing a test, so the soak command uses it as the tests do.
 package proc
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
-	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/velo-go/velo/test/internal/gobuild"
+	"github.com/velo-go/velo/test/internal/linecmd/driver"
 )
 
 // Build compiles faultnode into a new temporary folder and returns the binary's path; remove its
@@ -53,180 +48,27 @@ func build(env []string) (string, error) {
 	return bin, nil
 }
 
-// Node is one faultnode process.
+// Node is one faultnode process: the protocol's client (driver.Proc: Do, OK, Send, Read, Stop,
+// Resume, Kill, Close...) with the faultnode's own commands.
 type Node struct {
-	Name   string
-	Cmd    *exec.Cmd
-	Stderr *Buffer
+	*driver.Proc
 	// ReadyAt is when the instance was up, as its ready line says (zero when it does not): a
 	// member found through discovery has published its record by then.
 	ReadyAt time.Time
-
-	stdin  io.WriteCloser
-	lines  chan string
-	exited chan struct{}
-	mu     sync.Mutex // one command at a time
-	owed   int        // answers of commands that gave up waiting (under mu)
 }
 
-// Buffer collects a process's standard error; safe for concurrent use.
-type Buffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *Buffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *Buffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// Start starts cmd (a faultnode) and waits until it says it is ready. The environment defaults to
-// this process's, with UCX_TLS=tcp unless it (cmd.Env) names transports already.
+// Start starts cmd (a faultnode) and waits until it says it is ready (driver.Start: UCX_TLS=tcp
+// unless this process or cmd.Env names transports).
 func Start(name string, cmd *exec.Cmd) (*Node, error) {
-	if cmd.Env == nil {
-		cmd.Env = os.Environ()
-	}
-	if !slices.ContainsFunc(cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, "UCX_TLS=") && kv != "UCX_TLS=" }) {
-		cmd.Env = append(cmd.Env, "UCX_TLS=tcp")
-	}
-	stdin, err := cmd.StdinPipe()
+	p, err := driver.Start(name, cmd, 60*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	n := &Node{Name: name, Cmd: cmd, Stderr: &Buffer{}, stdin: stdin, lines: make(chan string, 16), exited: make(chan struct{})}
-	cmd.Stderr = n.Stderr
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	go func() {
-		s := bufio.NewScanner(stdout)
-		s.Buffer(make([]byte, 1<<20), 1<<20)
-		for s.Scan() {
-			n.lines <- s.Text()
-		}
-		close(n.lines)
-	}()
-	go func() {
-		_ = cmd.Wait()
-		close(n.exited)
-	}()
-	r, err := n.Read(60 * time.Second)
-	if err != nil {
-		n.Kill()
-		// What it printed before it went is why: the caller has no node to read it from.
-		return nil, fmt.Errorf("%w; its last words: %s", err, lastLines(n.Stderr.String(), 5))
-	}
-	if r["ready"] != true {
-		n.Kill()
-		return nil, fmt.Errorf("%s: first line %v, want ready", name, r)
-	}
-	if at, ok := r["at"].(float64); ok {
+	n := &Node{Proc: p}
+	if at, ok := p.Ready["at"].(float64); ok {
 		n.ReadyAt = time.Unix(0, int64(at))
 	}
 	return n, nil
-}
-
-// lastLines is the last n lines of s.
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-// Read returns the next answer. A line on the node's standard output that is not a JSON object
-// is not an answer (a library the node links may print there): it goes to Stderr, marked, and
-// Read waits on. Taking it for the answer would leave the real answer queued, and every later
-// command would read the answer of the one before it.
-func (n *Node) Read(timeout time.Duration) (map[string]any, error) {
-	deadline := time.After(timeout)
-	for {
-		select {
-		case line, ok := <-n.lines:
-			if !ok {
-				<-n.exited
-				return nil, fmt.Errorf("%s exited (%v) without answering", n.Name, n.Cmd.ProcessState)
-			}
-			var m map[string]any
-			if !strings.HasPrefix(line, "{") {
-				fmt.Fprintf(n.Stderr, "(stdout, not an answer) %s\n", line)
-				continue
-			}
-			if err := json.Unmarshal([]byte(line), &m); err != nil {
-				return nil, fmt.Errorf("%s said %q: %w", n.Name, line, err)
-			}
-			return m, nil
-		case <-deadline:
-			return nil, noAnswer{n.Name, timeout}
-		}
-	}
-}
-
-// Send writes one command line without waiting for its answer.
-func (n *Node) Send(cmd string) error {
-	_, err := fmt.Fprintln(n.stdin, cmd)
-	if err != nil {
-		return fmt.Errorf("%s: %s: %w", n.Name, cmd, err)
-	}
-	return nil
-}
-
-// Do sends cmd and returns its answer. Commands from several goroutines take turns. The answer
-// of a command whose Do gave up waiting is still owed: the next Do reads and drops it first, so
-// no command takes the answer of an earlier one.
-func (n *Node) Do(cmd string, timeout time.Duration) (map[string]any, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for n.owed > 0 {
-		if _, err := n.Read(timeout); err != nil {
-			return nil, fmt.Errorf("%s: %s: an earlier command's answer never came: %w", n.Name, firstWord(cmd), err)
-		}
-		n.owed--
-	}
-	if err := n.Send(cmd); err != nil {
-		return nil, err
-	}
-	m, err := n.Read(timeout)
-	if errors.As(err, new(noAnswer)) {
-		n.owed++
-	}
-	return m, err
-}
-
-// noAnswer is Read's error when the answer did not come in time; it may still come.
-type noAnswer struct {
-	name    string
-	timeout time.Duration
-}
-
-func (e noAnswer) Error() string {
-	return fmt.Sprintf("%s did not answer within %v", e.name, e.timeout)
-}
-
-// OK is Do, with an error answer turned into an error.
-func (n *Node) OK(cmd string, timeout time.Duration) (map[string]any, error) {
-	r, err := n.Do(cmd, timeout)
-	if err != nil {
-		return nil, err
-	}
-	if e, _ := r["error"].(string); e != "" {
-		return r, fmt.Errorf("%s: %s: %s", n.Name, firstWord(cmd), e)
-	}
-	return r, nil
-}
-
-func firstWord(s string) string {
-	w, _, _ := strings.Cut(s, " ")
-	return w
 }
 
 // Info is the node's PeerInfo as JSON.
@@ -321,39 +163,9 @@ func (n *Node) Stage(size int, seed uint64, pinned bool) (Staged, error) {
 	return Staged{Handle: h, SHA256: sum}, nil
 }
 
-func (n *Node) signal(s syscall.Signal) { _ = n.Cmd.Process.Signal(s) }
-
-// Stop stops the process (SIGSTOP); Resume lets it go on (SIGCONT).
-func (n *Node) Stop()   { n.signal(syscall.SIGSTOP) }
-func (n *Node) Resume() { n.signal(syscall.SIGCONT) }
-
-// Kill kills the process and waits for it.
-func (n *Node) Kill() {
-	n.signal(syscall.SIGKILL)
-	<-n.exited
-}
-
-// Exited is closed when the process has exited.
-func (n *Node) Exited() <-chan struct{} { return n.exited }
-
-// Alive reports that the process has not exited.
-func (n *Node) Alive() bool {
-	select {
-	case <-n.exited:
-		return false
-	default:
-		return true
-	}
-}
-
 // Quit closes the instance and returns its final stats; the process must exit 0 within.
 func (n *Node) Quit(within time.Duration) (Stats, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if err := n.Send("quit"); err != nil {
-		return Stats{}, err
-	}
-	r, err := n.Read(within)
+	r, err := n.Do("quit", within)
 	if err != nil {
 		return Stats{}, err
 	}
@@ -364,7 +176,7 @@ func (n *Node) Quit(within time.Duration) (Stats, error) {
 		return Stats{}, fmt.Errorf("%s: Close: %s", n.Name, e)
 	}
 	select {
-	case <-n.exited:
+	case <-n.Exited():
 	case <-time.After(within):
 		return Stats{}, fmt.Errorf("%s did not exit within %v of quit", n.Name, within)
 	}
@@ -372,17 +184,6 @@ func (n *Node) Quit(within time.Duration) (Stats, error) {
 		return Stats{}, fmt.Errorf("%s exited with status %d", n.Name, code)
 	}
 	return statsOf(r["stats"])
-}
-
-// Close ends the process however it is: resumed, its standard input closed, killed after grace.
-func (n *Node) Close(grace time.Duration) {
-	n.Resume()
-	n.stdin.Close()
-	select {
-	case <-n.exited:
-	case <-time.After(grace):
-		n.Kill()
-	}
 }
 
 // ErrLoss marks a payload reported delivered with other bytes than were staged.

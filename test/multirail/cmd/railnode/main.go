@@ -2,16 +2,17 @@
 // instance whose UCX transport is a rail set (velo.WithRails with Slice), one UCX transport per
 // named network interface, driven one command at a time.
 //
-// It reads one JSON command per line on standard input and answers each with one JSON line on
-// standard output; its log goes to standard error. Commands:
+// It reads one command a line on standard input through test/internal/linecmd (which also answers
+// its common peers and metric) and answers each with one JSON line on standard output; its log goes
+// to standard error. Commands (a handle in its text form):
 //
-//	{"op":"info"}                       -> {"peer": <velo.PeerInfo>}
-//	{"op":"register","peer":<PeerInfo>} -> {}
-//	{"op":"stage","size":N,"seed":S}    -> {"handle": <velo.Handle>, "sha256": "..."}   (owner)
-//	{"op":"get","handle":<Handle>}      -> {"sha256","seconds","path","reason"}         (consumer)
-//	{"op":"batch","handles":[...]}      -> {"seconds","bytes","sha256s":[...]}          (consumer)
-//	{"op":"status"}                     -> {"rails":[...],"health":[...]}
-//	{"op":"quit"}                       -> {} and exits
+//	info                      -> {"peer": <velo.PeerInfo>}
+//	peer <PeerInfo JSON>      -> {"ok": true}
+//	stage <bytes> <seed>      -> {"handle": "<handle>", "sha256": "..."}   (owner)
+//	get <handle>              -> {"sha256","seconds","path","reason"}     (consumer)
+//	batch <handle>...         -> {"seconds","bytes","sha256s":[...]}      (consumer)
+//	status                    -> {"rails":[...],"health":[...]}
+//	quit                      -> {} and exits
 //
 // An answer with "error" set is a failed command. The first line it writes, before any command, is
 // {"ready":true} once the instance is up.
@@ -21,11 +22,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -37,6 +36,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/velo-go/velo/test/internal/linecmd"
 	"github.com/velo-go/velo/velo"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport"
@@ -44,15 +44,6 @@ import (
 	"github.com/velo-go/velo/velo/transport/tcp"
 	"github.com/velo-go/velo/velo/transport/ucxtransport"
 )
-
-type command struct {
-	Op      string        `json:"op"`
-	Peer    velo.PeerInfo `json:"peer"`
-	Size    int           `json:"size"`
-	Seed    uint64        `json:"seed"`
-	Handle  velo.Handle   `json:"handle"`
-	Handles []velo.Handle `json:"handles"`
-}
 
 // RailStatus is one rail as the status command reports it, from the instance's metrics.
 type RailStatus struct {
@@ -67,7 +58,7 @@ type RailStatus struct {
 type answer struct {
 	Error   string         `json:"error,omitempty"`
 	Peer    *velo.PeerInfo `json:"peer,omitempty"`
-	Handle  *velo.Handle   `json:"handle,omitempty"`
+	Handle  string         `json:"handle,omitempty"`
 	SHA256  string         `json:"sha256,omitempty"`
 	SHA256s []string       `json:"sha256s,omitempty"`
 	Seconds float64        `json:"seconds,omitempty"`
@@ -97,7 +88,7 @@ func run(log *slog.Logger, ctl string, devices []string, cfg rails.Config) error
 	}
 	ctx := context.Background()
 	newUCX := func(dev string) (transport.Transport, error) {
-		return ucxtransport.New(ucxtransport.Config{TLS: "tcp", NetDevices: dev, EagerEndpoints: true})
+		return ucxtransport.New(ucxtransport.Config{TLS: "tcp", NetDevices: dev, EagerEndpoints: true, RMAOverSoftwareLanes: true})
 	}
 	policy := velo.RailPolicy{Devices: devices, Slice: true, Slicing: cfg}
 	opts := []velo.Option{velo.WithLogger(log), velo.WithRails(policy, newUCX), velo.WithRDMA(velo.RDMAConfig{})}
@@ -120,68 +111,69 @@ func run(log *slog.Logger, ctl string, devices []string, cfg rails.Config) error
 		return err
 	}
 	defer v.Close()
-	n := &node{v: v, devices: devices, staged: map[string][]byte{}}
-	out := json.NewEncoder(os.Stdout)
-	if err := out.Encode(map[string]bool{"ready": true}); err != nil {
-		return err
+	n := &node{Replier: linecmd.NewReplier(os.Stdout), v: v, devices: devices, staged: map[string][]byte{}}
+	n.Reply(map[string]bool{"ready": true})
+	if linecmd.Serve(os.Stdin, 2*time.Minute, n.run) {
+		n.Reply(answer{})
 	}
-	in := bufio.NewScanner(os.Stdin)
-	in.Buffer(make([]byte, 1<<20), 16<<20)
-	for in.Scan() {
-		var c command
-		var a answer
-		if err := json.Unmarshal(in.Bytes(), &c); err != nil {
-			a.Error = fmt.Sprintf("command %q: %v", in.Text(), err)
-		} else if c.Op == "quit" {
-			return out.Encode(answer{})
-		} else if a, err = n.do(ctx, c); err != nil {
-			a.Error = err.Error()
-		}
-		if err := out.Encode(a); err != nil {
-			return err
-		}
-	}
-	return in.Err()
+	return nil
 }
 
 type node struct {
+	*linecmd.Replier
 	v       *velo.Velo
 	devices []string
 	staged  map[string][]byte // by handle, so the payload stays alive
 }
 
-func (n *node) do(ctx context.Context, c command) (answer, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	switch c.Op {
+// run answers one command: linecmd.Common's, or one of do's.
+func (n *node) run(ctx context.Context, cmd, arg string) {
+	if linecmd.Common(ctx, n.Replier, n.v, cmd, arg) {
+		return
+	}
+	a, err := n.do(ctx, cmd, arg)
+	if err != nil {
+		a.Error = err.Error()
+	}
+	n.Reply(a)
+}
+
+func (n *node) do(ctx context.Context, cmd, arg string) (answer, error) {
+	switch cmd {
 	case "info":
 		p := n.v.PeerInfo()
 		return answer{Peer: &p}, nil
-	case "register":
-		return answer{}, n.v.RegisterPeer(ctx, c.Peer)
 	case "stage":
-		if c.Size <= 0 {
-			return answer{}, fmt.Errorf("stage: size %d", c.Size)
+		size, seed, err := linecmd.SizeSeed(arg)
+		if err != nil {
+			return answer{}, err
 		}
-		payload := make([]byte, c.Size)
-		r := rand.New(rand.NewPCG(c.Seed, c.Seed^0x9e3779b97f4a7c15))
+		payload := make([]byte, size)
+		r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 		for i := 0; i < len(payload); i += 8 {
 			x := r.Uint64()
 			for k := 0; k < 8 && i+k < len(payload); k++ {
 				payload[i+k] = byte(x >> (8 * k))
 			}
 		}
-		h, err := n.v.RegisterDataPinned(ctx, payload)
+		h, err := n.v.StageDataPinned(ctx, payload)
 		if err != nil {
 			return answer{}, err
 		}
 		sum := sha256.Sum256(payload)
-		b, _ := json.Marshal(h)
-		n.staged[string(b)] = payload
-		return answer{Handle: &h, SHA256: hex.EncodeToString(sum[:])}, nil
+		text, err := h.MarshalText()
+		if err != nil {
+			return answer{}, err
+		}
+		n.staged[string(text)] = payload
+		return answer{Handle: string(text), SHA256: hex.EncodeToString(sum[:])}, nil
 	case "get":
+		h, err := linecmd.ParseHandle(arg)
+		if err != nil {
+			return answer{}, err
+		}
 		start := time.Now()
-		l, err := n.v.Get(ctx, c.Handle)
+		l, err := n.v.Get(ctx, h)
 		if err != nil {
 			return answer{}, err
 		}
@@ -190,9 +182,13 @@ func (n *node) do(ctx context.Context, c command) (answer, error) {
 		a := answer{SHA256: hex.EncodeToString(sum[:]), Seconds: took.Seconds(), Bytes: len(l.Bytes()), Path: string(l.Path), Reason: string(l.Reason)}
 		return a, l.Release(ctx)
 	case "batch":
-		reqs := make([]velo.GetRequest, len(c.Handles))
-		for i, h := range c.Handles {
-			reqs[i] = velo.GetRequest{Handle: h}
+		var reqs []velo.GetRequest
+		for _, text := range strings.Fields(arg) {
+			h, err := linecmd.ParseHandle(text)
+			if err != nil {
+				return answer{}, err
+			}
+			reqs = append(reqs, velo.GetRequest{Handle: h})
 		}
 		start := time.Now()
 		res := n.v.GetBatch(ctx, reqs, nil)
@@ -215,7 +211,7 @@ func (n *node) do(ctx context.Context, c command) (answer, error) {
 	case "status":
 		return n.status()
 	}
-	return answer{}, fmt.Errorf("unknown op %q", c.Op)
+	return answer{}, fmt.Errorf("unknown command %q", cmd)
 }
 
 // status reads each rail's series from the instance's metrics, as an operator's scrape would.

@@ -4,7 +4,7 @@
 // the writer (puts through a grant handle); the suite kills and stops writers in the middle of
 // their puts and reads the receiver's region and registry afterwards.
 //
-// Commands:
+// Commands (read through test/internal/linecmd, which also answers its common peers and metric):
 //
 //	info                              this instance's PeerInfo and ID
 //	peer <PeerInfo JSON>              RegisterPeer
@@ -59,12 +59,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -76,6 +74,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/velo-go/velo/test/internal/linecmd"
 	"github.com/velo-go/velo/velo"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/transport/tcp"
@@ -95,7 +94,7 @@ func main() {
 
 	if *cpu >= 0 {
 		if err := pinTo(*cpu); err != nil {
-			fatal(err)
+			linecmd.Fatal("pushpeer", err)
 		}
 	}
 	if *burners > 0 {
@@ -104,24 +103,24 @@ func main() {
 
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
-		fatal(err)
+		linecmd.Fatal("pushpeer", err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
-		fatal(err)
+		linecmd.Fatal("pushpeer", err)
 	}
 	ctl, err := tcp.New(tcp.Config{Listener: ln, IOTimeout: *ioTimeout})
 	if err != nil {
-		fatal(err)
+		linecmd.Fatal("pushpeer", err)
 	}
 	tls := os.Getenv("UCX_TLS")
 	if tls == "" {
 		tls = "tcp"
 	}
-	u, err := ucxtransport.New(ucxtransport.Config{TLS: tls, Logger: log})
+	u, err := ucxtransport.New(ucxtransport.Config{TLS: tls, RMAOverSoftwareLanes: true, Logger: log})
 	if err != nil {
-		fatal(err)
+		linecmd.Fatal("pushpeer", err)
 	}
 	opts := []velo.Option{velo.WithLogger(log), velo.WithTransport(ctl), velo.WithUCXTransport(u),
 		velo.WithRDMA(velo.RDMAConfig{ForceCloseAfter: *forceAfter})}
@@ -130,27 +129,21 @@ func main() {
 	}
 	v, err := velo.New(context.Background(), opts...)
 	if err != nil {
-		fatal(err)
+		linecmd.Fatal("pushpeer", err)
 	}
-	n := &node{v: v, out: json.NewEncoder(os.Stdout), grants: map[uint64]*grant{}, checkers: map[uint64]*checker{}}
-	n.reply(map[string]any{"ready": true})
-	in := bufio.NewScanner(os.Stdin)
-	in.Buffer(make([]byte, 1<<20), 1<<20)
-	for in.Scan() {
-		cmd, arg, _ := strings.Cut(strings.TrimSpace(in.Text()), " ")
-		if cmd == "quit" {
-			err := v.Close()
-			n.reply(map[string]any{"closed": true, "err": errString(err)})
-			return
-		}
-		n.run(cmd, strings.Fields(arg))
+	n := &node{v: v, Replier: linecmd.NewReplier(os.Stdout), grants: map[uint64]*grant{}, checkers: map[uint64]*checker{}}
+	n.Reply(map[string]any{"ready": true})
+	if linecmd.Serve(os.Stdin, 5*time.Minute, n.run) {
+		err := v.Close()
+		n.Reply(map[string]any{"closed": true, "err": linecmd.ErrString(err)})
+		return
 	}
 	v.Close()
 }
 
 type node struct {
+	*linecmd.Replier
 	v      *velo.Velo
-	out    *json.Encoder
 	region *velo.Region
 	seed   uint64
 
@@ -173,17 +166,11 @@ type note struct {
 	SHA256  string `json:"sha256"`
 }
 
-func (n *node) reply(m map[string]any) {
-	if err := n.out.Encode(m); err != nil {
-		os.Exit(3)
+func (n *node) run(ctx context.Context, cmd, arg string) {
+	if linecmd.Common(ctx, n.Replier, n.v, cmd, arg) {
+		return
 	}
-}
-
-func (n *node) fail(err error) { n.reply(map[string]any{"error": err.Error()}) }
-
-func (n *node) run(cmd string, args []string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	args := strings.Fields(arg)
 	var err error
 	num := func(i int) uint64 {
 		if err != nil {
@@ -199,22 +186,11 @@ func (n *node) run(cmd string, args []string) {
 	}
 	switch cmd {
 	case "info":
-		n.reply(map[string]any{"info": n.v.PeerInfo(), "id": fmt.Sprintf("%016x", uint64(n.v.ID()))})
-	case "peer":
-		var p velo.PeerInfo
-		if err := json.Unmarshal([]byte(strings.Join(args, " ")), &p); err != nil {
-			n.fail(err)
-			return
-		}
-		if err := n.v.RegisterPeer(ctx, p); err != nil {
-			n.fail(err)
-			return
-		}
-		n.reply(map[string]any{"ok": true})
+		n.Reply(map[string]any{"info": n.v.PeerInfo(), "id": fmt.Sprintf("%016x", uint64(n.v.ID()))})
 	case "region":
 		size, seed := num(0), num(1)
 		if err != nil {
-			n.fail(err)
+			n.Fail(err)
 			return
 		}
 		if n.region != nil {
@@ -222,50 +198,26 @@ func (n *node) run(cmd string, args []string) {
 		}
 		g, err := n.v.NewRegion(int(size))
 		if err != nil {
-			n.fail(err)
+			n.Fail(err)
 			return
 		}
 		Fill(g.Bytes(), 0, seed)
 		n.region, n.seed = g, seed
-		n.reply(map[string]any{"pinned": g.Pinned(), "reason": string(g.Reason())})
+		n.Reply(map[string]any{"pinned": g.Pinned(), "reason": string(g.Reason())})
 	case "grant":
-		var writer uint64
-		writer, err = strconv.ParseUint(argOr(args, 0), 16, 64)
-		off, length := num(1), num(2)
-		var ttl time.Duration
-		if err == nil {
-			ttl, err = time.ParseDuration(argOr(args, 3))
-		}
-		if err != nil {
-			n.fail(err)
-			return
-		}
 		gr := &grant{}
-		wg, err := n.v.GrantWrite(ctx, velo.InstanceID(writer), n.region, velo.GrantOptions{
-			Ranges: []velo.GrantRange{{Offset: off, Length: length}}, TTL: ttl,
-			OnNotify: func(nt velo.Notification) {
-				// Read the notified range the moment the notification arrives: its bytes must
-				// be there already.
-				r := nt.Ranges[0]
-				sum := sha256.Sum256(n.region.Bytes()[r.Offset:r.End()])
-				gr.mu.Lock()
-				gr.notes = append(gr.notes, note{Payload: string(nt.Payload), Offset: r.Offset, Length: r.Length, SHA256: hex.EncodeToString(sum[:])})
-				gr.mu.Unlock()
-			}})
-		if err != nil {
-			n.fail(err)
-			return
-		}
-		gr.g = wg
-		n.mu.Lock()
-		n.grants[wg.ID()] = gr
-		n.mu.Unlock()
-		text, err := wg.Handle().MarshalText()
-		if err != nil {
-			n.fail(err)
-			return
-		}
-		n.reply(map[string]any{"grant": wg.ID(), "handle": string(text)})
+		n.grantWrite(ctx, args, n.region, func(nt velo.Notification) {
+			// Read the notified range the moment the notification arrives: its bytes must be
+			// there already.
+			r := nt.Ranges[0]
+			sum := sha256.Sum256(n.region.Bytes()[r.Offset:r.End()])
+			gr.mu.Lock()
+			gr.notes = append(gr.notes, note{Payload: string(nt.Payload), Offset: r.Offset, Length: r.Length, SHA256: hex.EncodeToString(sum[:])})
+			gr.mu.Unlock()
+		}, func(wg *velo.WriteGrant) {
+			gr.g = wg
+			n.grants[wg.ID()] = gr
+		})
 	case "revoke", "done", "notes":
 		id := num(0)
 		gr := n.grant(id)
@@ -273,16 +225,16 @@ func (n *node) run(cmd string, args []string) {
 			err = fmt.Errorf("%s: no grant %d", cmd, id)
 		}
 		if err != nil {
-			n.fail(err)
+			n.Fail(err)
 			return
 		}
 		switch cmd {
 		case "revoke":
-			n.reply(map[string]any{"ok": true, "err": errString(gr.g.Revoke(ctx))})
+			n.Reply(map[string]any{"ok": true, "err": linecmd.ErrString(gr.g.Revoke(ctx))})
 		case "done":
 			timeout, err := time.ParseDuration(argOr(args, 1))
 			if err != nil {
-				n.fail(err)
+				n.Fail(err)
 				return
 			}
 			start := time.Now()
@@ -292,12 +244,12 @@ func (n *node) run(cmd string, args []string) {
 			case <-time.After(timeout):
 				closed = false
 			}
-			n.reply(map[string]any{"done": closed, "seconds": time.Since(start).Seconds(), "err": errString(gr.g.Err())})
+			n.Reply(map[string]any{"done": closed, "seconds": time.Since(start).Seconds(), "err": linecmd.ErrString(gr.g.Err())})
 		case "notes":
 			gr.mu.Lock()
 			notes := append([]note{}, gr.notes...)
 			gr.mu.Unlock()
-			n.reply(map[string]any{"notes": notes})
+			n.Reply(map[string]any{"notes": notes})
 		}
 	case "sum":
 		off, length := num(0), num(1)
@@ -305,49 +257,49 @@ func (n *node) run(cmd string, args []string) {
 			err = errors.New("sum: no region, or the range is outside it")
 		}
 		if err != nil {
-			n.fail(err)
+			n.Fail(err)
 			return
 		}
-		n.reply(map[string]any{"sha256": sum(n.region.Bytes()[off : off+length])})
+		n.Reply(map[string]any{"sha256": sum(n.region.Bytes()[off : off+length])})
 	case "guards":
 		off, length := num(0), num(1)
 		if err == nil && n.region == nil {
 			err = errors.New("guards: no region")
 		}
 		if err != nil {
-			n.fail(err)
+			n.Fail(err)
 			return
 		}
 		mem := n.region.Bytes()
 		for _, r := range [][2]uint64{{0, off}, {off + length, uint64(len(mem))}} {
 			if i := differs(mem, r[0], r[1], n.seed); i >= 0 {
-				n.reply(map[string]any{"ok": false, "first": i, "range": r})
+				n.Reply(map[string]any{"ok": false, "first": i, "range": r})
 				return
 			}
 		}
-		n.reply(map[string]any{"ok": true})
+		n.Reply(map[string]any{"ok": true})
 	case "drain":
 		n.v.BeginDrain()
-		n.reply(map[string]any{"ok": true})
+		n.Reply(map[string]any{"ok": true})
 	case "paths":
 		lines, err := metrics.Lines(n.v.Metrics(), "velo_push_path_total")
 		if err != nil {
-			n.fail(err)
+			n.Fail(err)
 			return
 		}
-		n.reply(map[string]any{"paths": pushPaths(lines)})
+		n.Reply(map[string]any{"paths": pushPaths(lines)})
 	case "samehost":
 		var peer uint64
 		peer, err = strconv.ParseUint(argOr(args, 0), 16, 64)
 		if err != nil {
-			n.fail(err)
+			n.Fail(err)
 			return
 		}
 		ok, why := n.v.SameHost(velo.InstanceID(peer))
-		n.reply(map[string]any{"same_host": ok, "why": why})
+		n.Reply(map[string]any{"same_host": ok, "why": why})
 	case "stats":
 		st := n.v.RDMAStats()
-		n.reply(map[string]any{"lease_registrations": st.LeaseRegistrations, "quarantined": st.QuarantinedRegistrations,
+		n.Reply(map[string]any{"lease_registrations": st.LeaseRegistrations, "quarantined": st.QuarantinedRegistrations,
 			"held_slots": st.HeldSlots, "pinned_bytes": st.PinnedBytes, "arena_bytes": st.ArenaBytes, "grants": n.v.PushGrants()})
 	case "put", "putloop":
 		var h velo.GrantHandle
@@ -362,7 +314,7 @@ func (n *node) run(cmd string, args []string) {
 			max = num(4)
 		}
 		if err != nil {
-			n.fail(err)
+			n.Fail(err)
 			return
 		}
 		src := make([]byte, size)
@@ -374,14 +326,14 @@ func (n *node) run(cmd string, args []string) {
 				break
 			}
 		}
-		n.reply(map[string]any{"puts": done, "error": errString(err), "sha256": sum(src), "seconds": time.Since(start).Seconds(),
+		n.Reply(map[string]any{"puts": done, "error": linecmd.ErrString(err), "sha256": sum(src), "seconds": time.Since(start).Seconds(),
 			"ended": errors.Is(err, velo.ErrGrantEnded), "draining": errors.Is(err, velo.ErrDraining)})
 	case "batch":
 		var h velo.GrantHandle
 		err = h.UnmarshalText([]byte(argOr(args, 0)))
 		off, size, count, seed, window, rounds := num(1), num(2), num(3), num(4), num(5), num(6)
 		if err != nil {
-			n.fail(err)
+			n.Fail(err)
 			return
 		}
 		reqs := make([]velo.PutRequest, count)
@@ -414,12 +366,49 @@ func (n *node) run(cmd string, args []string) {
 			}
 			texts = append(texts, e.Error())
 		}
-		n.reply(map[string]any{"rounds": round, "sums": sums, "errors": texts, "unclear": unclear, "seconds": time.Since(start).Seconds()})
+		n.Reply(map[string]any{"rounds": round, "sums": sums, "errors": texts, "unclear": unclear, "seconds": time.Since(start).Seconds()})
 	case "checkgrant", "checks", "soak":
 		n.soakCommand(ctx, cmd, args)
 	default:
-		n.fail(fmt.Errorf("unknown command %q", cmd))
+		n.Fail(fmt.Errorf("unknown command %q", cmd))
 	}
+}
+
+// grantWrite runs the GrantWrite of grant and checkgrant ("<writer> <off> <len> <ttl>", the writer
+// in hex): [off, off+len) of region for ttl, with onNotify. file records the grant (under n.mu);
+// the answer is the grant's ID and its handle as text.
+func (n *node) grantWrite(ctx context.Context, args []string, region *velo.Region, onNotify func(velo.Notification), file func(*velo.WriteGrant)) {
+	writer, err := strconv.ParseUint(argOr(args, 0), 16, 64)
+	var off, length uint64
+	if err == nil {
+		off, err = strconv.ParseUint(argOr(args, 1), 0, 64)
+	}
+	if err == nil {
+		length, err = strconv.ParseUint(argOr(args, 2), 0, 64)
+	}
+	var ttl time.Duration
+	if err == nil {
+		ttl, err = time.ParseDuration(argOr(args, 3))
+	}
+	if err != nil {
+		n.Fail(err)
+		return
+	}
+	wg, err := n.v.GrantWrite(ctx, velo.InstanceID(writer), region, velo.GrantOptions{
+		Ranges: []velo.GrantRange{{Offset: off, Length: length}}, TTL: ttl, OnNotify: onNotify})
+	if err != nil {
+		n.Fail(err)
+		return
+	}
+	n.mu.Lock()
+	file(wg)
+	n.mu.Unlock()
+	text, err := wg.Handle().MarshalText()
+	if err != nil {
+		n.Fail(err)
+		return
+	}
+	n.Reply(map[string]any{"grant": wg.ID(), "handle": string(text)})
 }
 
 func (n *node) grant(id uint64) *grant {
@@ -479,18 +468,6 @@ func differs(mem []byte, lo, hi, seed uint64) int64 {
 		}
 	}
 	return -1
-}
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
-
-func fatal(err error) {
-	fmt.Fprintln(os.Stderr, "pushpeer:", err)
-	os.Exit(1)
 }
 
 // pushPaths reads velo_push_path_total's lines ("velo_push_path_total{path=\"rdma\",reason=\"ok\",side=\"writer\"} 3")

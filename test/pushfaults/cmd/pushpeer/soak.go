@@ -24,6 +24,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/velo-go/velo/test/internal/linecmd"
 	"github.com/velo-go/velo/velo"
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/push"
@@ -256,7 +257,7 @@ func (n *node) soak(a soakArgs) map[string]any {
 		seq++
 		Fill(src, 0, 7)
 		payload := fmt.Sprintf("canary %d %d %d %d %s", seq, 7, a.off, a.minSz, sum(src[1:]))
-		canary = errString(n.v.Put(ctx, a.h, a.off, src, &velo.PutOptions{Notify: true, Payload: []byte(payload)}))
+		canary = linecmd.ErrString(n.v.Put(ctx, a.h, a.off, src, &velo.PutOptions{Notify: true, Payload: []byte(payload)}))
 	}
 	return map[string]any{"puts": done, "rounds": rounds, "bytes": bytes, "seconds": elapsed.Seconds(),
 		"batch_seconds": inBatch.Seconds(), "failures": failures, "canary_error": canary,
@@ -282,39 +283,16 @@ func (n *node) soakCommand(ctx context.Context, cmd string, args []string) {
 	}
 	switch cmd {
 	case "checkgrant":
-		var writer uint64
-		writer, err = strconv.ParseUint(argOr(args, 0), 16, 64)
-		off, length := num(1), num(2)
-		var ttl time.Duration
-		if err == nil {
-			ttl, err = time.ParseDuration(argOr(args, 3))
-		}
-		if err == nil && n.region == nil {
-			err = errors.New("checkgrant: no region")
-		}
-		if err != nil {
-			n.fail(err)
+		if n.region == nil {
+			n.Fail(errors.New("checkgrant: no region"))
 			return
 		}
 		c := &checker{}
 		region := n.region
-		wg, err := n.v.GrantWrite(ctx, velo.InstanceID(writer), region, velo.GrantOptions{
-			Ranges: []velo.GrantRange{{Offset: off, Length: length}}, TTL: ttl,
-			OnNotify: func(nt velo.Notification) { c.check(region, nt) }})
-		if err != nil {
-			n.fail(err)
-			return
-		}
-		n.mu.Lock()
-		n.grants[wg.ID()] = &grant{g: wg}
-		n.checkers[wg.ID()] = c
-		n.mu.Unlock()
-		text, err := wg.Handle().MarshalText()
-		if err != nil {
-			n.fail(err)
-			return
-		}
-		n.reply(map[string]any{"grant": wg.ID(), "handle": string(text)})
+		n.grantWrite(ctx, args, region, func(nt velo.Notification) { c.check(region, nt) }, func(wg *velo.WriteGrant) {
+			n.grants[wg.ID()] = &grant{g: wg}
+			n.checkers[wg.ID()] = c
+		})
 	case "checks":
 		id := num(0)
 		n.mu.Lock()
@@ -324,10 +302,10 @@ func (n *node) soakCommand(ctx context.Context, cmd string, args []string) {
 			err = fmt.Errorf("checks: no soak grant %d", id)
 		}
 		if err != nil {
-			n.fail(err)
+			n.Fail(err)
 			return
 		}
-		n.reply(c.report())
+		n.Reply(c.report())
 	case "soak":
 		var a soakArgs
 		err = a.h.UnmarshalText([]byte(argOr(args, 0)))
@@ -338,9 +316,9 @@ func (n *node) soakCommand(ctx context.Context, cmd string, args []string) {
 			err = fmt.Errorf("soak: sizes [%d, %d] do not fit twice in a span of %d", a.minSz, a.maxSz, a.span)
 		}
 		if err != nil {
-			n.fail(err)
+			n.Fail(err)
 			return
 		}
-		n.reply(n.soak(a))
+		n.Reply(n.soak(a))
 	}
 }

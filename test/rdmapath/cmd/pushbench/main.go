@@ -123,7 +123,7 @@ func startRDMA(ctx context.Context, mode ucx.RMAMode, extra ...velo.Option) (*ve
 	if err != nil {
 		return nil, nil, err
 	}
-	u, err := ucxtransport.New(ucxtransport.Config{EagerEndpoints: true, Logger: quiet, RMA: mode})
+	u, err := ucxtransport.New(ucxtransport.Config{EagerEndpoints: true, Logger: quiet, RMA: mode, RMAOverSoftwareLanes: true})
 	if err != nil {
 		ctl.Close()
 		return nil, nil, err

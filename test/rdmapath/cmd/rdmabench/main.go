@@ -2,11 +2,14 @@
 // measured in the same run on the same machine (`make bench-rendezvous-rdma`):
 //
 //   - RDMA-path GetInto of 1, 8 and 64 MiB beside `ucx_perftest -t ucp_get` of the same size, and
-//     beside the chunked path (the same bytes staged with RegisterData);
+//     beside the chunked path (the same bytes staged with StageData);
 //   - RDMA-path gets of 8 and 64 MiB between instances with a cluster secret, whose UCX frames
 //     are sealed, beside the same gets between instances without one (-only seal; seal.go);
 //   - the peak RSS of a process that Gets a 1 GiB payload, against the payload's size: a get never
 //     holds two full copies;
+//   - Gets of 8 and 64 MiB over software lanes (tcp) without the opt-in, which take the chunked
+//     path, beside the chunked path, and with VELO_UCX_SOFTWARE_RMA=1 beside it (-only lanes;
+//     lanes.go);
 //   - with -velobench, velobench's get point of the same sizes in the same rounds, beside this
 //     bench's RDMA get: velobench's own overhead (make bench-velobench-overhead; velobench.go).
 //
@@ -72,7 +75,7 @@ func main() {
 	role := flag.String("role", "", "internal: owner, rss, region, sealowner or shmowner")
 	quick := flag.Bool("quick", false, "fewer rounds and gets (a smoke run)")
 	rssMiB := flag.Int("rss", 1024, "payload of the peak-RSS measurement in MiB (0 skips it)")
-	only := flag.String("only", "", `run one table: "get" (beside perftest and the chunked path), "seal" (sealed beside plain), "rss" or "samehost" (the same-host path beside memcpy and the RDMA path)`)
+	only := flag.String("only", "", `run one table: "get" (beside perftest and the chunked path), "seal" (sealed beside plain), "rss", "samehost" (the same-host path beside memcpy and the RDMA path) or "lanes" (software lanes: the default beside the chunked path, and the opt-in)`)
 	shmRounds := flag.Int("rounds", 5, "alternating rounds of the samehost table")
 	sealRounds := flag.Int("seal-rounds", 5, "alternating rounds of the seal table")
 	flag.StringVar(&velobenchBin, "velobench", "", "a velobench binary: its get point joins the get table's rounds, beside this bench's RDMA get (velobench's overhead)")
@@ -80,6 +83,11 @@ func main() {
 	log.SetFlags(0)
 	if os.Getenv("UCX_TLS") == "" {
 		os.Setenv("UCX_TLS", "tcp") // the same for velo and ucx_perftest
+	}
+	if os.Getenv(ucxtransport.SoftwareRMAEnv) == "" && *role == "" && *only != "lanes" {
+		// The tables measure the RDMA path, over tcp's software lanes too (the owner child
+		// inherits it). The lanes table sets it per pair.
+		os.Setenv(ucxtransport.SoftwareRMAEnv, "1")
 	}
 	var err error
 	switch *role {
@@ -105,6 +113,8 @@ func main() {
 			err = runBench(*quick, *rssMiB, false, true)
 		case "seal":
 			err = runSeal(*quick, *sealRounds)
+		case "lanes":
+			err = runLanes(*quick)
 		case "samehost":
 			rounds := *shmRounds
 			if *quick {
@@ -112,7 +122,7 @@ func main() {
 			}
 			err = runSameHost(*quick, rounds)
 		default:
-			err = fmt.Errorf("-only %q: want get, seal, rss or samehost", *only)
+			err = fmt.Errorf("-only %q: want get, seal, rss, samehost or lanes", *only)
 		}
 	default:
 		err = fmt.Errorf("-role %q", *role)
@@ -164,14 +174,14 @@ func runOwner(rssMiB int) error {
 	for i, n := range sizes {
 		b := make([]byte, n)
 		fill(b, byte(i))
-		hp, err := v.RegisterDataPinned(ctx, b)
+		hp, err := v.StageDataPinned(ctx, b)
 		if err != nil {
 			return err
 		}
 		if md, _ := v.Metadata(ctx, hp); !md.Pinned {
 			return fmt.Errorf("the %d-byte payload is not in pinned memory (reason %s)", n, md.Staging)
 		}
-		hu, err := v.RegisterData(ctx, b)
+		hu, err := v.StageData(ctx, b)
 		if err != nil {
 			return err
 		}
@@ -189,7 +199,7 @@ func runOwner(rssMiB int) error {
 		info.Baseline = peakRSS()
 		b := make([]byte, rssMiB<<20)
 		fill(b, 9)
-		h, err := v.RegisterDataPinned(ctx, b)
+		h, err := v.StageDataPinned(ctx, b)
 		if err != nil {
 			return err
 		}
@@ -445,7 +455,7 @@ func runBench(quick bool, rssMiB int, table, rss bool) error {
 	fmt.Printf("peak RSS of a %d MiB Get (path %s), in a fresh consumer process:\n", rssMiB, res.Path)
 	fmt.Printf("  consumer: peak %d MiB before the get, %d MiB after: the get added %.2f× the payload (two full copies would add ≥ 2×)\n",
 		res.Before>>20, res.After>>20, float64(res.After-res.Before)/float64(size))
-	fmt.Printf("  owner:    peak %d MiB before staging it, %d MiB after RegisterDataPinned: staging added %.2f× the payload (the caller's buffer and its pinned copy)\n",
+	fmt.Printf("  owner:    peak %d MiB before staging it, %d MiB after StageDataPinned: staging added %.2f× the payload (the caller's buffer and its pinned copy)\n",
 		info.Baseline>>20, info.Peak>>20, float64(info.Peak-info.Baseline)/float64(size))
 	ri, err := regionRSS(ctx, v, rssMiB)
 	if err != nil {

@@ -68,7 +68,7 @@ func runSameHostOwner() error {
 		for i := range b {
 			b[i] = byte(i*7) + seed
 		}
-		return v.RegisterDataPinned(ctx, b)
+		return v.StageDataPinned(ctx, b)
 	}
 	for i, n := range shmSizes {
 		h, err := stage(n, byte(i))

@@ -77,7 +77,7 @@ func startVariant(ctx context.Context, sv sealVariant, secret []byte, reg promet
 	if err != nil {
 		return nil, err
 	}
-	u, err := ucxtransport.New(ucxtransport.Config{EagerEndpoints: true, Logger: quiet})
+	u, err := ucxtransport.New(ucxtransport.Config{EagerEndpoints: true, Logger: quiet, RMAOverSoftwareLanes: true})
 	if err != nil {
 		ctl.Close()
 		return nil, err
@@ -111,7 +111,7 @@ func runSealOwner() error {
 		for j, n := range sealSizes {
 			b := make([]byte, n)
 			fill(b, byte(i*len(sealSizes)+j))
-			h, err := v.RegisterDataPinned(ctx, b)
+			h, err := v.StageDataPinned(ctx, b)
 			if err != nil {
 				return err
 			}

@@ -42,6 +42,7 @@ var Checks = []Meta{
 	{"ucx_version", GroupUCX, "Which UCX is linked into this binary (not the system's ucx_info), and is it new enough?"},
 	{"ucx_build", GroupUCX, "Does the linked UCX have verbs, mlx5, DEVX and rdmacm compiled in?"},
 	{"ucx_rma_guard", GroupUCX, "Does the linked UCX refuse software-emulated RMA and tcp PUT requests (velo's guard patch set), so that velo's UCX transport starts without trusting the network?"},
+	{"ucx_tcp_listen", GroupUCX, "Where does a UCX worker of this binary listen over tcp with this environment (UCX_TLS, UCX_NET_DEVICES): nowhere, loopback only, or interfaces beyond the node?"},
 	{"ucx_cuda", GroupUCX, "Does the linked UCX have its CUDA transports and take CUDA memory (a binary built with -tags cuda,ucx_static), and does the CUDA driver see the GPUs?"},
 }
 

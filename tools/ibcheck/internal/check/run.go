@@ -99,7 +99,7 @@ func Run(ctx context.Context, cfg Config, sys System) *Report {
 		r.checkDEVX, r.checkIP,
 		r.checkGPU, r.checkGPUDirect, r.checkGPUNICPath, r.checkGPUACS, r.checkGPUIOMMU,
 		r.checkNetDevices, r.checkNetDevicesGPU, r.checkTLS, r.checkProtoEnable, r.checkRMARails, r.checkRCache, r.checkKillSwitch,
-		r.checkUCXVersion, r.checkUCXBuild, r.checkRMAGuard, r.checkUCXCUDA,
+		r.checkUCXVersion, r.checkUCXBuild, r.checkRMAGuard, r.checkTCPListen, r.checkUCXCUDA,
 	} {
 		rep.Results = append(rep.Results, c(ctx))
 	}

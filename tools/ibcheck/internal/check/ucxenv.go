@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strconv"
 	"strings"
 
@@ -600,6 +601,50 @@ func (r *run) checkRMAGuard(context.Context) Result {
 		res.Status, res.Probe = Fail, NotAvailable
 		res.Finding = fmt.Sprintf("the linked UCX %s does not enforce remote keys on software RMA (no velo guard patch set): velo's UCX transport refuses to start on it (ErrUnguardedUCX), since any process that reaches the node's UCX over tcp or ud could read and write a velo process's memory", g.UCX)
 		res.Fix = guardFix + "; or, only on a network trusted with that, set " + veloTrustNetworkEnv + "=1"
+	}
+	return res
+}
+
+// checkTCPListen reports where a UCX worker of this binary listens over tcp under the caller's
+// environment: UCX's tcp transport listens on every active interface unless UCX_NET_DEVICES (or
+// velo's ucxtransport.Config.TCPInterfaces) names some, and not at all when UCX_TLS leaves tcp out.
+// It reports, and passes: which is right depends on the network.
+func (r *run) checkTCPListen(context.Context) Result {
+	res := Result{ID: "ucx_tcp_listen"}
+	l := r.ucx.Listen
+	if l == nil {
+		if r.ucx.Err != nil {
+			return r.ucxUnknown(res)
+		}
+		res.Status, res.Probe = Skip, Inconclusive
+		res.Finding = "not asked: no UCX worker was made (a fixture tree)"
+		return res
+	}
+	if l.Err != "" {
+		res.Status, res.Probe = Warn, Inconclusive
+		res.Finding = "could not tell: " + l.Err
+		return res
+	}
+	res.fact("UCX_TLS", l.TLS)
+	res.fact("UCX_NET_DEVICES", l.NetDevices)
+	res.fact("listen", strings.Join(l.Addrs, ","))
+	res.Status, res.Probe = Pass, Available
+	external := false
+	for _, a := range l.Addrs {
+		if ap, err := netip.ParseAddrPort(a); err == nil && !ap.Addr().IsLoopback() {
+			external = true
+		}
+	}
+	switch {
+	case len(l.Addrs) == 0:
+		res.Finding = "a worker opens no tcp listener (UCX_TLS=" + l.TLS + " leaves tcp out, or no interface is active)"
+	case !external:
+		res.Finding = "a worker listens on loopback only: " + strings.Join(l.Addrs, ", ")
+	case l.NetDevices == "all" || l.NetDevices == "":
+		res.Finding = "a worker listens on every active interface: " + strings.Join(l.Addrs, ", ") +
+			"; to keep it to the control plane's, set UCX_NET_DEVICES or ucxtransport.Config.TCPInterfaces"
+	default:
+		res.Finding = "a worker listens on the interfaces UCX_NET_DEVICES names: " + strings.Join(l.Addrs, ", ")
 	}
 	return res
 }

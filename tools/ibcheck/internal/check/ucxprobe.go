@@ -10,10 +10,12 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/velo-go/velo/ucx"
+	"github.com/velo-go/velo/velo/transport/ucxtransport"
 )
 
 // The linked UCX is asked in child processes of ibcheck itself (the program re-executed with
@@ -66,6 +68,19 @@ type UCXInfo struct {
 	// CUDA is what the linked UCX says about CUDA memory (its CUDA transports, and whether this
 	// binary was built with CUDA); nil when the probe child gave no answer about it.
 	CUDA *UCXCUDA
+	// Listen is where a UCX worker of this binary listens over tcp under the caller's UCX_*
+	// environment; nil when it was not asked (a fixture tree).
+	Listen *UCXListen
+}
+
+// UCXListen is the answer of the "listen" probe child: a worker made as velo's UCX transport
+// makes it (the caller's UCX_* variables, UCX's defaults elsewhere) and the addresses its tcp
+// transport listens on.
+type UCXListen struct {
+	Addrs      []string
+	TLS        string // UCX_TLS as the worker's context took it
+	NetDevices string // UCX_NET_DEVICES as the worker's context took it
+	Err        string `json:",omitempty"` // the worker could not be made: why
 }
 
 // RMATrial is the outcome of one real GET (ucp_get_nbx over the self transport, between two
@@ -122,6 +137,11 @@ func ProbeUCX(ctx context.Context, protoValues []string, withResources bool) UCX
 	if out.SupportErr != "" {
 		info.SupportErr = errors.New(out.SupportErr)
 	}
+	var l UCXListen
+	if err := runProbeChildEnv(ctx, []string{"listen"}, &l, os.Environ()); err != nil {
+		l = UCXListen{Err: err.Error()}
+	}
+	info.Listen = &l
 	for _, v := range protoValues {
 		if _, done := info.RMA[v]; done {
 			continue
@@ -146,7 +166,13 @@ type probeInfo struct {
 }
 
 // runProbeChild runs this executable as a probe child with args and decodes its answer into out.
+// The child sees no UCX_* variable.
 func runProbeChild(ctx context.Context, args []string, out any) error {
+	return runProbeChildEnv(ctx, args, out, probeEnv(os.Environ()))
+}
+
+// runProbeChildEnv is runProbeChild with the child's environment env.
+func runProbeChildEnv(ctx context.Context, args []string, out any, env []string) error {
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("locating ibcheck's own executable to run the UCX probe: %w", err)
@@ -154,7 +180,7 @@ func runProbeChild(ctx context.Context, args []string, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, ucxProbeTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, self, append([]string{UCXProbeArg}, args...)...)
-	cmd.Env = probeEnv(os.Environ())
+	cmd.Env = env
 	cmd.WaitDelay = 5 * time.Second
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -222,13 +248,18 @@ func UCXProbeMain(args []string, stdout io.Writer) int {
 			return 1
 		}
 		return 0
+	case len(args) == 1 && args[0] == "listen":
+		if err := enc.Encode(childListen()); err != nil {
+			return 1
+		}
+		return 0
 	case len(args) == 2 && args[0] == "get":
 		if err := enc.Encode(childGet(args[1])); err != nil {
 			return 1
 		}
 		return 0
 	}
-	fmt.Fprintf(os.Stderr, "ibcheck %s: want \"info [resources]\" or \"get VALUE\", got %q\n", UCXProbeArg, args)
+	fmt.Fprintf(os.Stderr, "ibcheck %s: want \"info [resources]\", \"listen\" or \"get VALUE\", got %q\n", UCXProbeArg, args)
 	return 2
 }
 
@@ -256,6 +287,36 @@ func childInfo(withResources bool) (probeInfo, error) {
 		}
 	}
 	return out, nil
+}
+
+// childListen makes a worker under the environment's UCX_* variables, as velo's UCX transport
+// would, and reads the addresses its tcp transport listens on: this child opens no other socket.
+func childListen() UCXListen {
+	ctx, cancel := context.WithTimeout(context.Background(), ucxProbeTimeout)
+	defer cancel()
+	e, err := ucx.NewEngine(ctx, ucx.EngineConfig{Name: "ibcheck-listen", Logger: quietLogger(), Context: ucx.ContextConfig{Logger: quietLogger()}})
+	if err != nil {
+		return UCXListen{Err: fmt.Sprintf("UCX refused a worker with this environment: %v", err)}
+	}
+	defer func() {
+		closeCtx, cancelClose := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancelClose()
+		_ = e.Close(closeCtx)
+	}()
+	var out UCXListen
+	for _, a := range ucxtransport.TCPListeners() {
+		out.Addrs = append(out.Addrs, a)
+	}
+	sort.Strings(out.Addrs)
+	for _, st := range e.Settings() {
+		switch st.Name {
+		case "TLS":
+			out.TLS = st.Value
+		case "NET_DEVICES":
+			out.NetDevices = st.Value
+		}
+	}
+	return out
 }
 
 // childGet runs one GET with UCX_PROTO_ENABLE=value: an engine connects to its own worker over
