@@ -103,7 +103,7 @@ func (r *route) CanGet(peer transport.InstanceID) bool {
 	return r.s.CanGet(peer) || r.inner.CanGet(peer)
 }
 
-// PathRefusal implements transport.PathRefuser with inner's reason (release_mismatch,
+// PathRefusal implements transport.PathRefuser with inner's reason (release_mismatch, no_ucx_lane,
 // software_lanes) for a pair the same-host path does not serve: one it serves has no reason.
 func (r *route) PathRefusal(peer transport.InstanceID) string {
 	if r.s.CanGet(peer) || r.s.Serves(peer) {
