@@ -18,7 +18,8 @@
 #                         (about 1 minute)
 #   bench-samehost        the same-host path (WithSameHost) between two processes of this host:
 #                         Get of 8 and 64 MiB beside one core's memcpy of the same size and beside
-#                         the UCX RDMA path, and GetBatch of 256 blocks of 4 KiB and 64 KiB beside
+#                         the UCX RDMA path, GetBatch of 256 blocks of 4 KiB and 64 KiB beside
+#                         the RDMA path, and Put of 8 and 64 MiB into a grant beside memcpy and
 #                         the RDMA path (rdmabench -only samehost; prints ratios, asserts nothing;
 #                         BENCH_ARGS=-quick, -rounds N)
 #   bench-small-static    bench-small linked with velo's static UCX, beside that build's own
@@ -35,9 +36,10 @@
 #                         health and drain; fails unless each side's path metrics count every
 #                         transfer on the path the pair has (over tcp, without the opt-in below:
 #                         chunked, reason software_lanes; about 10 s)
-#   demo                  the two-process example over UCX_TLS=tcp, with VELO_UCX_SOFTWARE_RMA=1
-#                         (the RDMA path over tcp's software lanes); exits non-zero unless the
-#                         transfer took the RDMA path
+#   demo                  the two-process example over UCX_TLS (tcp when unset), with
+#                         VELO_UCX_SOFTWARE_RMA=1 (the RDMA path over tcp's software lanes); exits
+#                         non-zero unless the transfer took the RDMA path, or, under a UCX_TLS of
+#                         shared-memory transports only (sm,self), the same-host path it turns on
 #
 # The tests, demo and demo-cluster link velo's static UCX (VELO_UCX_GO, in the Makefile): velo's
 # UCX transport refuses a UCX without its software RMA guard.

@@ -13,6 +13,7 @@ import (
 	"github.com/velo-go/velo/velo/metrics"
 	"github.com/velo-go/velo/velo/push"
 	"github.com/velo-go/velo/velo/transport"
+	"github.com/velo-go/velo/velo/transport/shm"
 )
 
 // Push: a writer puts bytes into ranges of a region a receiver granted it, and the receiver is told,
@@ -315,6 +316,14 @@ func (v *Velo) startPush() (*push.Service, error) {
 		r, rok := t.(transport.RMA)
 		if wok && rok {
 			cfg.Writer, cfg.CanRMA, cfg.WriterVia = w, canWrite(r), i
+			if v.shm != nil {
+				// The same-host path writes a grant through shared memory when the receiver
+				// registered it there (its keys say so, on both sides); the route reads the keys.
+				if rw, ok := shm.Route(r, v.shm).(rmaWriter); ok {
+					cfg.Writer, cfg.CanRMA = rw, canWrite(rw)
+				}
+				cfg.SameHostKey = shm.IsKey
+			}
 			break
 		}
 	}
@@ -331,9 +340,15 @@ func (v *Velo) startPush() (*push.Service, error) {
 	return s, nil
 }
 
+// rmaWriter is an RMA transport that also writes (what a push writer needs of it).
+type rmaWriter interface {
+	transport.RMA
+	transport.RMAWriter
+}
+
 // canWrite is whether this side offers a receiver RDMA writes through r: r reaches it and gives
-// no reason against the pair (transport.PathRefuser: software_lanes), which the receiver finds
-// and answers with itself.
+// no reason against the pair (transport.PathRefuser: software_lanes, no_ucx_lane; none for a pair
+// the same-host path serves), which the receiver finds and answers with itself.
 func canWrite(r transport.RMA) func(transport.InstanceID) bool {
 	pr, _ := r.(transport.PathRefuser)
 	return func(peer transport.InstanceID) bool {

@@ -11,21 +11,24 @@ import (
 // directory of the instance's socket (mode 0700; default $VELO_SHM_DIR, $XDG_RUNTIME_DIR/velo or
 // a velo-<uid> folder of the temporary directory); HostID, the host identity only instances that
 // share it take the path with (default $VELO_SHM_HOST_ID or the kernel's boot_id); AllowUIDs,
-// user IDs allowed besides the process's own; ChunkSize, each of the two ring buffers of a
-// channel (default 2 MiB); ConnsPerPeer, the channels opened to one owner (default 4). The zero
-// value gives the defaults.
+// user IDs allowed besides the process's own; ChunkSize, each ring buffer of a channel (default
+// 1 MiB); Slots, the ring buffers of a channel (default 4: one side fills a buffer while the other
+// copies the ones before it out); ConnsPerPeer, the channels opened to one owner (default 4). The
+// zero value gives the defaults.
 type SameHostConfig = shm.Config
 
 // WithSameHost turns on the same-host path beside the UCX transport: a rendezvous between two
 // instances of one host that both have it moves its bytes through shared memory, and counts path
-// shm. It needs WithUCXTransport (the same-host path is a lane of the RDMA registry; pairs on two
-// hosts stay with UCX). Device memory of a same-host pair moves by CUDA IPC where both sides
-// can (a binary built with -tags cuda,ucx_static and a consumer whose driver sees a device), and
-// stays with UCX otherwise; see docs/gpu.md, "Same host: CUDA IPC". The instance publishes a "shm" address in its
-// PeerInfo (its host identity and its socket) and, for each peer of its host that publishes one,
-// opens a channel to that peer's socket when it registers the peer; a pair takes the path only
-// once that channel was opened and proven (both sides' uids, and the cluster secret when there
-// is one). See docs/architecture.md, "Same-host path".
+// shm, and so does a push grant (GrantWrite) between them: the writer's puts go through shared
+// memory into the granted ranges, and both sides count path shm in velo_push_path_total. It needs
+// WithUCXTransport (the same-host path is a lane of the RDMA registry; pairs on two hosts stay
+// with UCX). Device memory of a same-host pair moves by CUDA IPC where both sides can (a binary
+// built with -tags cuda,ucx_static and a consumer whose driver sees a device), and stays with UCX
+// otherwise (push grants of device memory always do); see docs/gpu.md, "Same host: CUDA IPC".
+// The instance publishes a "shm" address in its PeerInfo (its host identity and its socket) and,
+// for each peer of its host that publishes one, opens a channel to that peer's socket when it
+// registers the peer; a pair takes the path only once that channel was opened and proven (both
+// sides' uids, and the cluster secret when there is one). See docs/architecture.md, "Same-host path".
 func WithSameHost(cfg SameHostConfig) Option {
 	return func(o *options) error {
 		if o.sameHost != nil {

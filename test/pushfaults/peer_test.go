@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -35,6 +36,8 @@ type peer struct {
 	t     *testing.T
 	name  string
 	ident string
+	// sameHost: started with -same-host; link waits until two such peers' channels are proven.
+	sameHost bool
 }
 
 // startPeer starts a pushpeer with flags and waits until it is ready; the test's cleanup ends it
@@ -62,7 +65,7 @@ func launchPeer(t *testing.T, h *netns.Host, bin string, env []string, name stri
 		cmd = h.Command(context.Background(), bin, append(args, "-listen", net.JoinHostPort(h.IP.String(), "0"))...)
 		cmd.Env = append(append(os.Environ(), env...), "UCX_NET_DEVICES="+h.Dev)
 	}
-	p := &peer{Proc: driver.StartT(t, name, cmd), t: t, name: name}
+	p := &peer{Proc: driver.StartT(t, name, cmd), t: t, name: name, sameHost: slices.Contains(flags, "-same-host")}
 	p.ident = p.ok("info")["id"].(string)
 	return p
 }
@@ -109,6 +112,18 @@ func link(t *testing.T, a, b *peer) {
 	t.Helper()
 	for _, x := range [][2]*peer{{a, b}, {b, a}} {
 		x[0].ok("peer %s", x[1].info())
+	}
+	if !a.sameHost || !b.sameHost {
+		return
+	}
+	// Each side opens its channel to the other when it registers it: a put takes the same-host
+	// path once the writer's channel to the receiver is proven.
+	for _, x := range [][2]*peer{{a, b}, {b, a}} {
+		var last map[string]any
+		require.Eventually(t, func() bool {
+			last = x[0].ok("samehost %s", x[1].ident)
+			return last["same_host"] == true
+		}, 30*time.Second, 20*time.Millisecond, "%s never took the same-host path to %s: %v", x[0].name, x[1].name, last)
 	}
 }
 

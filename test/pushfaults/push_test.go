@@ -71,12 +71,30 @@ func putSizes(t *testing.T, at placement, span uint64, sizes []uint64) {
 	link(t, recv, writer)
 	id, h := recv.grant(writer, guard, span, time.Minute)
 
+	putEach(t, recv, writer, id, h, span, sizes)
+	assert.Equal(t, 1, recv.stats().LeaseRegistrations, "the grant's one range is registered once: the RDMA path")
+
+	recv.ok("revoke %d", id)
+	_, why := recv.done(id, 10*time.Second)
+	assert.Contains(t, why, "revoked")
+	r := writer.do("put %s %d %d %d", h, guard, 4096, 7)
+	assert.Equal(t, true, r["ended"], "a put on a revoked grant: %v", r["error"])
+	recv.clean()
+	recv.guards("after the revocation", guard, span)
+}
+
+// putEach puts each size in turn through grant id (handle h) at odd offsets of [guard,
+// guard+span), each notified: the receiver reads each put's range the moment its notification
+// arrives and finds the writer's bytes (SHA-256), notifications come in order, and the bytes
+// around the grant are untouched.
+func putEach(t *testing.T, recv, writer *peer, id uint64, h string, span uint64, sizes []uint64) {
+	t.Helper()
 	for i, n := range sizes {
 		off := guard + uint64(i)*4099%(span-n+1)
 		note := fmt.Sprintf("put-%d", i)
 		r := writer.ok("put %s %d %d %d %s", h, off, n, 100+i, note)
 		require.EqualValues(t, 1, r["puts"])
-		t.Logf("%d bytes at %d: %.3f s", n, off, r["seconds"])
+		t.Logf("%d bytes at %d: %.4f s", n, off, r["seconds"])
 
 		notes := recv.ok("notes %d", id)["notes"].([]any)
 		require.Len(t, notes, i+1, "one notification per put, delivered by the time Put returned")
@@ -88,15 +106,6 @@ func putSizes(t *testing.T, at placement, span uint64, sizes []uint64) {
 		require.Equal(t, r["sha256"], recv.sum(off, n), "%d bytes: the range is not what the writer put", n)
 		recv.guards(fmt.Sprintf("after the put of %d bytes", n), guard, span)
 	}
-	assert.Equal(t, 1, recv.stats().LeaseRegistrations, "the grant's one range is registered once: the RDMA path")
-
-	recv.ok("revoke %d", id)
-	_, why := recv.done(id, 10*time.Second)
-	assert.Contains(t, why, "revoked")
-	r := writer.do("put %s %d %d %d", h, guard, 4096, 7)
-	assert.Equal(t, true, r["ended"], "a put on a revoked grant: %v", r["error"])
-	recv.clean()
-	recv.guards("after the revocation", guard, span)
 }
 
 // TestWriterKilledMidPut: the writer is SIGKILLed while puts of 64 MiB follow each other. The

@@ -60,6 +60,11 @@ const (
 	// release, or one with velo's guard and one without), so no UCX endpoint is opened between
 	// them; the log line of the side that found it names both builds.
 	ReasonReleaseMismatch Reason = "release_mismatch"
+	// ReasonNoUCXLane: the two sides' UCX found no lane between them (ucp_ep_create answered
+	// UCS_ERR_UNREACHABLE: UCX_TLS names no transport that gives velo's endpoints peer failure
+	// handling, sm,self for one), so no UCX endpoint is opened to the peer; the side that found
+	// it logs UCX's words and the fix once per peer.
+	ReasonNoUCXLane Reason = "no_ucx_lane"
 	// ReasonSoftwareLanes: every lane UCX selected for the pair's endpoint is a software one (tcp;
 	// ud without rc), where the chunked path moves bulk bytes at least as fast as UCX's emulated
 	// RMA, and the side that counts it did not opt in to RDMA over such lanes
@@ -72,7 +77,7 @@ const (
 var ChunkedReasons = []Reason{
 	ReasonNoOffer, ReasonKillSwitch, ReasonNotConfigured, ReasonDraining, ReasonPoolExhausted,
 	ReasonBudget, ReasonNotPinned, ReasonGetFailed, ReasonDecodeError, ReasonDeviceBounce,
-	ReasonReleaseMismatch, ReasonSoftwareLanes,
+	ReasonReleaseMismatch, ReasonNoUCXLane, ReasonSoftwareLanes,
 }
 
 // Valid reports whether (p, r) is one of the pre-declared pairs.

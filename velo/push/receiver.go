@@ -64,6 +64,7 @@ type Grant struct {
 	why      error
 	decided  bool
 	rdmaPath bool
+	onePath  metrics.Path // the lane of the grant's keys on the RDMA path: rdma, or shm (the same-host path)
 	reason   metrics.Reason
 	keys     [][]byte
 	regEnds  []func()
@@ -460,7 +461,7 @@ func (gr *Grant) acquire(offer bool) (wire.PushAcquireResponse, error) {
 	}
 	path := metrics.PathChunked
 	if gr.rdmaPath {
-		path = metrics.PathRDMA
+		path = gr.onePath
 	} else if offer && slowpath.Worth(string(reason)) {
 		// The writer offered RDMA and this side decided chunks.
 		s.slow.Once(s.log, "push: a writer offered RDMA and this receiver answers its grant on the chunked path",
@@ -507,6 +508,7 @@ func (gr *Grant) decide(offer bool) {
 		keys, ends, deads = append(keys, key), append(ends, end), append(deads, dead)
 	}
 	gr.rdmaPath, gr.reason, gr.keys, gr.regEnds = true, metrics.ReasonOK, keys, ends
+	gr.onePath = s.keysPath(keys)
 	gr.deads = append(gr.deads, deads...)
 }
 
@@ -545,7 +547,7 @@ func (s *Service) writeAt(gr *Grant, off uint64, data []byte) (metrics.Path, err
 	}
 	path := metrics.PathChunked
 	if gr.rdmaPath {
-		path = metrics.PathRDMA
+		path = gr.onePath
 	}
 	if m := gr.region.Memory(); m.Typed() {
 		// Device memory: the bytes arrived in a host buffer and are copied in with the transport.

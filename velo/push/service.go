@@ -87,6 +87,9 @@ type Config struct {
 	Writer transport.RMAWriter
 	// CanRMA reports whether the writer's RMA transport reaches peer.
 	CanRMA func(peer transport.InstanceID) bool
+	// SameHostKey reports whether a grant's key is the same-host lane's (shm.IsKey), so that
+	// both sides count such a grant on path shm; nil without the same-host path.
+	SameHostKey func(key []byte) bool
 	// WriterVia is the messenger's index of Writer's transport (AddTransport), or -1. The
 	// notifications of a grant written by RDMA travel on it, beside the writes, when it reaches
 	// the receiver and carries the message: a round trip on the data path's own transport, not
@@ -283,6 +286,7 @@ func NewMetrics() *Metrics {
 	for _, side := range Sides {
 		m.inlineWrites.WithLabelValues(side)
 		m.path.WithLabelValues(side, string(metrics.PathRDMA), string(metrics.ReasonOK))
+		m.path.WithLabelValues(side, string(metrics.PathSameHost), string(metrics.ReasonOK))
 		for _, r := range metrics.ChunkedReasons {
 			m.path.WithLabelValues(side, string(metrics.PathChunked), string(r))
 		}
@@ -290,6 +294,7 @@ func NewMetrics() *Metrics {
 	for _, d := range []string{"sent", "received"} {
 		m.bytes.WithLabelValues(d, string(metrics.PathRDMA))
 		m.bytes.WithLabelValues(d, string(metrics.PathChunked))
+		m.bytes.WithLabelValues(d, string(metrics.PathSameHost))
 	}
 	return m
 }

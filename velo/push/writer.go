@@ -47,6 +47,7 @@ type held struct {
 	// again once this side can offer (acquire).
 	offered bool
 	rdma    bool
+	path    metrics.Path // on the RDMA path: rdma, or shm when every key is a same-host one
 	reason  metrics.Reason
 	keys    [][]byte
 	chunk   int
@@ -242,7 +243,7 @@ func (s *Service) putDirect(ctx context.Context, h GrantHandle, hd *held, ref wi
 func (s *Service) inlineNote(ctx context.Context, nt *notifier, ref wire.GrantRef, hd *held, r PutRequest, done func(error)) pendingNote {
 	path, reason := metrics.PathChunked, hd.reason
 	if hd.rdma {
-		path, reason = metrics.PathRDMA, metrics.ReasonOK
+		path, reason = hd.path, metrics.ReasonOK
 	}
 	w := &wire.NoteWrite{Offset: r.Offset, Payload: r.Payload, Data: r.Src}
 	return pendingNote{ref: ref, rdma: hd.rdma, write: w, ctx: ctx, done: func(err error) {
@@ -314,7 +315,10 @@ func (s *Service) canOffer(receiver transport.InstanceID) bool {
 // ask asks the receiver for the grant's path and fills hd (hd.mu held).
 func (s *Service) ask(ctx context.Context, h GrantHandle, k heldKey, hd *held) error {
 	offer := s.canOffer(h.Receiver)
-	if !offer && s.cfg.Writer != nil {
+	// A transport that refuses the pair (release_mismatch, no_ucx_lane) said why, once.
+	pr, refuses := s.cfg.Writer.(transport.PathRefuser)
+	refused := !offer && refuses && pr.PathRefusal(h.Receiver) != ""
+	if !offer && s.cfg.Writer != nil && !refused {
 		// This side writes by RDMA but knows no UCX address of the receiver: not yet (discovery has
 		// not reported it), or it has none. Later puts ask again once one is known.
 		s.slow.Once(s.log, "push: puts to this receiver go by chunks: this instance knows no UCX address of it yet (or it has none); the first put after one is known takes RDMA",
@@ -336,6 +340,7 @@ func (s *Service) ask(ctx context.Context, h GrantHandle, k heldKey, hd *held) e
 		return opErr("acquire", fmt.Errorf("%w: %d keys for %d ranges", messenger.ErrProtocol, len(resp.Keys), len(h.Ranges)))
 	}
 	hd.acquired, hd.offered, hd.rdma, hd.keys = true, offer, resp.RDMA, resp.Keys
+	hd.path = s.keysPath(resp.Keys)
 	hd.reason = metrics.Reason(resp.Reason)
 	// A chunk travels inside its request, behind its header, in one frame (RequestParts, never
 	// staged); the receiver reads it straight into the region.
@@ -345,6 +350,20 @@ func (s *Service) ask(ctx context.Context, h GrantHandle, k heldKey, hd *held) e
 		s.log.Debug("push: the receiver answered a grant on the chunked path", "receiver", fmt.Sprintf("%016x", uint64(h.Receiver)), "grant", h.ID, "reason", resp.Reason)
 	}
 	return nil
+}
+
+// keysPath is the lane of a grant's keys on the RDMA path: shm when every one is a same-host
+// key (Config.SameHostKey), rdma otherwise (a range on UCX counts the grant there).
+func (s *Service) keysPath(keys [][]byte) metrics.Path {
+	if s.cfg.SameHostKey == nil || len(keys) == 0 {
+		return metrics.PathRDMA
+	}
+	for _, k := range keys {
+		if !s.cfg.SameHostKey(k) {
+			return metrics.PathRDMA
+		}
+	}
+	return metrics.PathSameHost
 }
 
 // forget drops an acquired grant (it ended, or its acquire failed).
@@ -362,7 +381,7 @@ func (s *Service) putRDMA(ctx context.Context, h GrantHandle, hd *held, reqs []P
 		k := h.rangeOf(r.Offset, uint64(len(r.Src)))
 		ws[j] = transport.Write{Key: hd.keys[k], Offset: r.Offset - h.Ranges[k].Offset, Src: r.Src}
 	}
-	s.m.countPath("writer", metrics.PathRDMA, metrics.ReasonOK, len(valid))
+	s.m.countPath("writer", hd.path, metrics.ReasonOK, len(valid))
 	s.cfg.Writer.WriteMany(ctx, h.Receiver, ws, window, func(j int, err error) {
 		i := valid[j]
 		if err != nil {
@@ -374,7 +393,7 @@ func (s *Service) putRDMA(ctx context.Context, h GrantHandle, hd *held, reqs []P
 			written(i, opErr("put", err))
 			return
 		}
-		s.m.addBytes("sent", metrics.PathRDMA, len(reqs[i].Src))
+		s.m.addBytes("sent", hd.path, len(reqs[i].Src))
 		written(i, nil)
 	})
 }

@@ -507,7 +507,7 @@ func (b *batch) move(owner transport.InstanceID, grants []grant, client RDMAClie
 			if err == nil {
 				continue
 			}
-			if g, ok := b.fallback(owner, rdma[k], err); ok {
+			if g, ok := b.fallback(owner, client, rdma[k], err); ok {
 				chunked = append(chunked, g)
 			}
 		}
@@ -519,14 +519,14 @@ func (b *batch) move(owner transport.InstanceID, grants []grant, client RDMAClie
 
 // fallback handles an entry whose GET failed: like Get, it gives the lease up and acquires again
 // without an offer, for the chunked path. It reports the entry itself when that fails.
-func (b *batch) fallback(owner transport.InstanceID, g grant, getErr error) (grant, bool) {
+func (b *batch) fallback(owner transport.InstanceID, client RDMAClient, g grant, getErr error) (grant, bool) {
 	r := b.r
 	if err := b.ctx.Err(); err != nil {
 		b.fail(owner, g, fmt.Errorf("rendezvous: get: %w", err))
 		return grant{}, false
 	}
-	r.log.Warn("rendezvous: RDMA get failed; fetching by chunks", "owner", fmt.Sprintf("%016x", uint64(owner)), "err", getErr)
-	r.m.CountPath(metrics.PathChunked, metrics.ReasonGetFailed)
+	why := r.getFailed(client, owner, getErr)
+	r.m.CountPath(metrics.PathChunked, why)
 	r.abandon(owner, g.l.id)
 	l, resp, err := r.acquire(b.ctx, b.reqs[g.i].Handle, nil)
 	if err != nil {
@@ -534,13 +534,13 @@ func (b *batch) fallback(owner transport.InstanceID, g grant, getErr error) (gra
 		return grant{}, false
 	}
 	l.data = g.l.data
-	ng := grant{i: g.i, l: l, resp: resp, reason: metrics.ReasonGetFailed, start: g.start}
+	ng := grant{i: g.i, l: l, resp: resp, reason: why, start: g.start}
 	if resp.Path != string(metrics.PathChunked) {
 		b.fail(owner, ng, fmt.Errorf("rendezvous: get: %w: owner %016x answered the fallback acquire (no offer) with path %q",
 			ErrProtocol, uint64(owner), resp.Path))
 		return grant{}, false
 	}
-	l.Path, l.Reason = metrics.PathChunked, metrics.ReasonGetFailed
+	l.Path, l.Reason = metrics.PathChunked, why
 	return ng, true
 }
 

@@ -152,6 +152,7 @@ func (r *Rendezvous) get(ctx context.Context, h Handle, alloc func(n int) ([]byt
 	}
 	l.data = dst
 	if resp.Path == string(metrics.PathRDMA) {
+		var why metrics.Reason
 		if err := rdmaGet(ctx, client, h.Owner, resp.Descriptor, dst, m); err == nil {
 			path := registryPath(client, resp.Descriptor)
 			r.m.ObserveTransfer(path, uint64(len(dst)), time.Since(start))
@@ -160,9 +161,9 @@ func (r *Rendezvous) get(ctx context.Context, h Handle, alloc func(n int) ([]byt
 			l.Path, l.Reason = path, metrics.ReasonOK
 			return l, nil
 		} else {
-			r.log.Warn("rendezvous: RDMA get failed; fetching by chunks", "owner", fmt.Sprintf("%016x", uint64(h.Owner)), "err", err)
+			why = r.getFailed(client, h.Owner, err)
 		}
-		r.m.CountPath(metrics.PathChunked, metrics.ReasonGetFailed)
+		r.m.CountPath(metrics.PathChunked, why)
 		r.abandon(h.Owner, l.id)
 		if l, resp, err = r.acquire(ctx, h, nil); err != nil {
 			return nil, err
@@ -173,7 +174,7 @@ func (r *Rendezvous) get(ctx context.Context, h Handle, alloc func(n int) ([]byt
 			return nil, fmt.Errorf("rendezvous: get: %w: owner %016x answered the fallback acquire (no offer) with path %q",
 				ErrProtocol, uint64(h.Owner), resp.Path)
 		}
-		l.Path, l.Reason = metrics.PathChunked, metrics.ReasonGetFailed
+		l.Path, l.Reason = metrics.PathChunked, why
 	} else {
 		if offer != nil {
 			reason = metrics.Reason(resp.Reason) // we offered; the owner says why not
@@ -230,6 +231,19 @@ func (r *Rendezvous) offer(owner transport.InstanceID) ([]byte, metrics.Reason, 
 		return nil, metrics.ReasonDecodeError, nil
 	}
 	return b, "", c
+}
+
+// getFailed logs a failed one-sided read from owner and says why the transfer falls back to
+// chunks: the transport's refusal of the pair when the failure taught it one (no_ucx_lane: UCX
+// found no lane to the owner, which the transport logs once per peer, so this line is debug), and
+// get_failed otherwise.
+func (r *Rendezvous) getFailed(side any, owner transport.InstanceID, err error) metrics.Reason {
+	if why := refusedBy(side, owner); why != "" {
+		r.log.Debug("rendezvous: RDMA get failed; fetching by chunks", "owner", fmt.Sprintf("%016x", uint64(owner)), "reason", why, "err", err)
+		return why
+	}
+	r.log.Warn("rendezvous: RDMA get failed; fetching by chunks", "owner", fmt.Sprintf("%016x", uint64(owner)), "err", err)
+	return metrics.ReasonGetFailed
 }
 
 // refusedBy is the reason the pair has no RDMA path as side (an RDMAClient or RDMAServer) gives

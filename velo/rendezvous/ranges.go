@@ -228,8 +228,8 @@ func (l *RangeLease) readRDMA(ctx context.Context, ranges []Range, valid []int) 
 		}
 		return
 	}
-	r.log.Warn("rendezvous: RDMA read of a range failed; the lease falls back to chunks", "owner", fmt.Sprintf("%016x", uint64(l.h.Owner)), "ranges", len(failed), "err", firstErr)
-	r.m.CountPath(metrics.PathChunked, metrics.ReasonGetFailed)
+	why := r.getFailed(l.client, l.h.Owner, fmt.Errorf("%d ranges: %w", len(failed), firstErr))
+	r.m.CountPath(metrics.PathChunked, why)
 	r.abandon(l.h.Owner, l.id)
 	nl, resp, err := r.acquire(ctx, l.h, nil)
 	if err == nil && resp.Path != string(metrics.PathChunked) {
@@ -242,8 +242,8 @@ func (l *RangeLease) readRDMA(ctx context.Context, ranges []Range, valid []int) 
 		}
 		return // the lease keeps its first id: Release still drops the handle's reference
 	}
-	l.id, l.desc, l.client, l.chunk, l.reason = nl.id, nil, nil, int(resp.ChunkSize), metrics.ReasonGetFailed
-	l.Path, l.Reason = metrics.PathChunked, metrics.ReasonGetFailed
+	l.id, l.desc, l.client, l.chunk, l.reason = nl.id, nil, nil, int(resp.ChunkSize), why
+	l.Path, l.Reason = metrics.PathChunked, why
 	l.pullRanges(ctx, ranges, failed)
 }
 

@@ -30,7 +30,7 @@ var velo = Table{
 		{2, Library, "messaging", []string{"velo/messenger"},
 			"active messages: one-way, request and response, handlers"},
 		{2, Library, "transports", []string{"velo/transport/rails", "velo/transport/shm", "velo/transport/tcp"},
-			"TCP frames with the handshake; rails over several transports; the same-host lane of one-sided reads"},
+			"TCP frames with the handshake; rails over several transports; the same-host lane of one-sided reads and writes"},
 		{2, Library, "discovery backend", []string{"velo/discovery/etcd"},
 			"membership in etcd"},
 		{2, Library, "binding", []string{"ucx"},

@@ -34,7 +34,9 @@ func (r *Registry) ServeWrite(g *Region, off, n int, writer transport.InstanceID
 	}
 	register := wr.RegisterMemoryWritable
 	if pw, ok := r.rma.(transport.PeerWriteRegisterer); ok {
-		// The key writes only through the writer's own connections.
+		// The key writes only through the writer's own connections; the same-host path
+		// (shm.Route) registers a grant's host memory for its writer alone when the writer holds
+		// a proven channel to this instance.
 		register = func(mem []byte) (transport.Registration, error) {
 			return pw.RegisterMemoryWritableFor(writer, mem)
 		}

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+
+	"github.com/velo-go/velo/velo/transport"
 )
 
 // BenchmarkGet is the channel alone (both ends in this process): one Get of each size through
-// rings of each buffer size, beside a plain copy of the same size.
+// rings of each shape (buffers x size), beside a plain copy of the same size.
 func BenchmarkGet(b *testing.B) {
 	for _, n := range []int{8 << 20, 64 << 20} {
 		b.Run(fmt.Sprintf("copy/%dMiB", n>>20), func(b *testing.B) {
@@ -20,9 +22,10 @@ func BenchmarkGet(b *testing.B) {
 				copy(dst, src)
 			}
 		})
-		for _, chunk := range []int{1 << 20, 2 << 20} {
-			b.Run(fmt.Sprintf("get/%dMiB/chunk%dK", n>>20, chunk>>10), func(b *testing.B) {
-				owner, consumer := newPair(b, Config{ChunkSize: chunk}, nil, nil)
+		for _, ring := range [][2]int{{2 << 20, 2}, {1 << 20, 4}, {512 << 10, 8}} {
+			chunk, slots := ring[0], ring[1]
+			b.Run(fmt.Sprintf("get/%dMiB/%dx%dK", n>>20, slots, chunk>>10), func(b *testing.B) {
+				owner, consumer := newPair(b, Config{ChunkSize: chunk, Slots: slots}, nil, nil)
 				for !consumer.CanGet(1) {
 					runtime.Gosched()
 				}
@@ -41,5 +44,34 @@ func BenchmarkGet(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkWrite is a push's write through the channel alone (both ends in this process), beside
+// BenchmarkGet's copy.
+func BenchmarkWrite(b *testing.B) {
+	for _, n := range []int{8 << 20, 64 << 20} {
+		b.Run(fmt.Sprintf("write/%dMiB", n>>20), func(b *testing.B) {
+			owner, writer := newPair(b, Config{}, nil, nil)
+			for !writer.CanGet(1) {
+				runtime.Gosched()
+			}
+			mem := anon(b, n)
+			reg, err := owner.RegisterMemoryWritableFor(2, mem)
+			if err != nil {
+				b.Fatal(err)
+			}
+			src := make([]byte, n)
+			ws := []transport.Write{{Key: reg.Key(), Src: src}}
+			b.SetBytes(int64(n))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				writer.WriteMany(context.Background(), 1, ws, 1, func(_ int, err error) {
+					if err != nil {
+						b.Fatal(err)
+					}
+				})
+			}
+		})
 	}
 }

@@ -25,6 +25,7 @@ type clientConn struct {
 	c     *net.UnixConn
 	ring  []byte
 	chunk int
+	slots int
 	once  sync.Once
 
 	// While the channel is idle a watcher reads it: the owner never sends on an idle channel, so
@@ -302,16 +303,16 @@ func (t *Transport) handshakeConsumer(ctx context.Context, c *net.UnixConn, p *p
 	if a[4] != 0 {
 		return nil, errors.New("the owner refused this instance (no valid proof of the cluster secret)")
 	}
-	if len(a) < 11 {
+	if len(a) < 12 {
 		return nil, fmt.Errorf("%w: a malformed answer", errProtocol)
 	}
-	chunk := int(binary.LittleEndian.Uint32(a[5:]))
-	pl := int(binary.LittleEndian.Uint16(a[9:]))
-	if len(a) != 11+pl || chunk < 4096 || chunk > 256<<20 {
+	chunk, slots := int(binary.LittleEndian.Uint32(a[5:])), int(a[9])
+	pl := int(binary.LittleEndian.Uint16(a[10:]))
+	if len(a) != 12+pl || chunk < 4096 || chunk > 256<<20 || slots < 2 || slots > maxSlots {
 		return nil, fmt.Errorf("%w: a malformed answer", errProtocol)
 	}
 	if auth {
-		if _, ok := t.gate.HelloKey(oid, oinc, append(append([]byte{}, acceptDomain...), msgC...), a[11:]); !ok {
+		if _, ok := t.gate.HelloKey(oid, oinc, append(append([]byte{}, acceptDomain...), msgC...), a[12:]); !ok {
 			return nil, errors.New("the owner did not prove its answer with the control-plane session key: the socket is not the peer's")
 		}
 	}
@@ -325,12 +326,14 @@ func (t *Transport) handshakeConsumer(ctx context.Context, c *net.UnixConn, p *p
 	if fd < 0 {
 		return nil, fmt.Errorf("%w: the answer carried no ring", errProtocol)
 	}
-	ring, err := mapRing(fd, 2*chunk, unix.PROT_READ)
+	// Writable: a write (push) hands its bytes over in the ring. The ring is this channel's alone,
+	// so what the consumer writes there reaches the owner's memory only through a checked write.
+	ring, err := mapRing(fd, slots*chunk, unix.PROT_READ|unix.PROT_WRITE)
 	if err != nil {
 		return nil, fmt.Errorf("mapping the ring: %w", err)
 	}
 	c.SetDeadline(time.Time{})
-	return &clientConn{c: c, ring: ring, chunk: chunk}, nil
+	return &clientConn{c: c, ring: ring, chunk: chunk, slots: slots}, nil
 }
 
 // Get implements transport.RMA: len(dst) bytes at offset of the region key names, copied out of
@@ -378,6 +381,15 @@ func (t *Transport) ReadMany(ctx context.Context, id transport.InstanceID, reads
 	if len(idx) == 0 {
 		return
 	}
+	t.onChannels(ctx, id, idx, window, report, func(c *clientConn, batch []int) ([]error, bool) { return c.readMany(ctx, reads, batch) })
+}
+
+// onChannels runs the operations idx (indexes into the caller's list) in batches of up to
+// maxBatch, each on a channel to id, up to window channels at a time (at most ConnsPerPeer); op
+// runs one batch on its channel and says whether the channel broke. report hears of each
+// operation once.
+func (t *Transport) onChannels(ctx context.Context, id transport.InstanceID, idx []int, window int, report func(int, error),
+	op func(c *clientConn, batch []int) ([]error, bool)) {
 	t.mu.Lock()
 	p := t.peers[id]
 	t.mu.Unlock()
@@ -401,7 +413,7 @@ func (t *Transport) ReadMany(ctx context.Context, id transport.InstanceID, reads
 			}
 			return
 		}
-		errs, broken := c.readMany(ctx, reads, batch)
+		errs, broken := op(c, batch)
 		t.put(p, c, !broken)
 		for k, i := range batch {
 			report(i, errs[k])
@@ -409,89 +421,197 @@ func (t *Transport) ReadMany(ctx context.Context, id transport.InstanceID, reads
 	})
 }
 
+// exchange runs one batch's exchange on the channel: ctx's end interrupts it (the channel is of
+// no more use then), and a failure of the channel fails every operation of the batch not yet
+// failed alone, with ctx's error or one that says the owner went. what names the operation.
+func (c *clientConn) exchange(ctx context.Context, n int, what string, run func(errs []error) error) (errs []error, broken bool) {
+	errs = make([]error, n)
+	stop := context.AfterFunc(ctx, func() { c.c.SetDeadline(time.Unix(1, 0)) })
+	err := run(errs)
+	if !stop() && ctx.Err() != nil {
+		broken = true // the deadline was set
+	}
+	if err == nil {
+		return errs, broken
+	}
+	if ctx.Err() != nil {
+		err = ctx.Err()
+	} else if errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+		err = fmt.Errorf("%w: the owner closed the channel mid-%s", transport.ErrPeerUnreachable, what)
+	}
+	for k := range errs {
+		if errs[k] == nil {
+			errs[k] = err
+		}
+	}
+	return errs, true
+}
+
 // readMany sends the requests of batch (indexes into reads) at once and copies each piece out of
 // the ring as the owner announces it. broken says the channel is out of step (it is closed then);
 // a refused key leaves it in step.
-func (c *clientConn) readMany(ctx context.Context, reads []transport.Read, batch []int) (errs []error, broken bool) {
-	errs = make([]error, len(batch))
-	stop := context.AfterFunc(ctx, func() { c.c.SetDeadline(time.Unix(1, 0)) })
-	defer func() {
-		if !stop() && ctx.Err() != nil {
-			broken = true // the deadline was set: the channel is of no more use
+func (c *clientConn) readMany(ctx context.Context, reads []transport.Read, batch []int) ([]error, bool) {
+	return c.exchange(ctx, len(batch), "read", func(errs []error) error {
+		req := make([]byte, frameLen*len(batch))
+		for k, i := range batch {
+			f := req[k*frameLen : (k+1)*frameLen]
+			f[0] = frameRead
+			if k == len(batch)-1 {
+				f[2] = flagLast
+			}
+			copy(f[4:], reads[i].Key)
+			binary.LittleEndian.PutUint64(f[36:], reads[i].Offset)
+			binary.LittleEndian.PutUint64(f[44:], uint64(len(reads[i].Dst)))
+			binary.LittleEndian.PutUint32(f[52:], uint32(k))
 		}
-	}()
-	failAll := func(err error) ([]error, bool) {
-		if ctx.Err() != nil {
-			err = ctx.Err()
-		} else if errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
-			err = fmt.Errorf("%w: the owner closed the channel mid-read", transport.ErrPeerUnreachable)
+		if _, err := c.c.Write(req); err != nil {
+			return err
 		}
-		for k := range errs {
-			if errs[k] == nil {
-				errs[k] = err
+		pos := make([]int, len(batch))
+		left := len(batch) // requests not yet complete or refused
+		pending := false   // pieces in a buffer the owner has not handed over yet
+		var f [frameLen]byte
+		for left > 0 || pending {
+			if _, err := io.ReadFull(c.c, f[:]); err != nil {
+				return err
+			}
+			k := int(binary.LittleEndian.Uint32(f[12:]))
+			if k >= len(batch) {
+				return (fmt.Errorf("%w: an answer for request %d of %d", errProtocol, k, len(batch)))
+			}
+			switch f[0] {
+			case frameError:
+				if errs[k] == nil && pos[k] < len(reads[batch[k]].Dst) {
+					errs[k] = codeErr(f[1])
+					left--
+				}
+				continue
+			case frameChunk:
+			default:
+				return (fmt.Errorf("%w: frame %q during a read", errProtocol, f[0]))
+			}
+			b, n, at := int(f[1]), int(binary.LittleEndian.Uint32(f[4:])), int(binary.LittleEndian.Uint32(f[8:]))
+			dst := reads[batch[k]].Dst
+			if b >= c.slots || at > c.chunk || n > c.chunk-at || n > len(dst)-pos[k] || (n > 0 && errs[k] != nil) {
+				return (fmt.Errorf("%w: a piece of %d bytes at %d of buffer %d", errProtocol, n, at, b))
+			}
+			if n > 0 {
+				copy(dst[pos[k]:pos[k]+n], c.ring[b*c.chunk+at:b*c.chunk+at+n])
+				pos[k] += n
+				pending = true
+				if pos[k] == len(dst) {
+					left--
+				}
+			}
+			if f[2]&flagHandOver != 0 {
+				pending = false
+				var fr [frameLen]byte
+				fr[0], fr[1] = frameFree, byte(b)
+				if _, err := c.c.Write(fr[:]); err != nil {
+					return err
+				}
 			}
 		}
-		return errs, true
-	}
-	req := make([]byte, frameLen*len(batch))
-	for k, i := range batch {
-		f := req[k*frameLen : (k+1)*frameLen]
-		f[0] = frameRead
-		if k == len(batch)-1 {
-			f[2] = flagLast
+		return nil
+	})
+}
+
+// WriteMany implements transport.RMAWriter: each write goes in pieces of at most one ring buffer
+// on a channel to peer, the writes split into batches of up to maxBatch over up to window channels
+// (at most ConnsPerPeer). A write is done once the owner acknowledged its last piece, so its bytes
+// are in the owner's memory; done runs once per write, one call at a time.
+func (t *Transport) WriteMany(ctx context.Context, id transport.InstanceID, writes []transport.Write, window int, done func(i int, err error)) {
+	var mu sync.Mutex
+	report := func(i int, err error) {
+		if err != nil {
+			err = fmt.Errorf("shm: PUT of %d bytes to %016x: %w", len(writes[i].Src), uint64(id), err)
 		}
-		copy(f[4:], reads[i].Key)
-		binary.LittleEndian.PutUint64(f[36:], reads[i].Offset)
-		binary.LittleEndian.PutUint64(f[44:], uint64(len(reads[i].Dst)))
-		binary.LittleEndian.PutUint32(f[52:], uint32(k))
-	}
-	if _, err := c.c.Write(req); err != nil {
-		return failAll(err)
-	}
-	pos := make([]int, len(batch))
-	left := len(batch) // requests not yet complete or refused
-	pending := false   // pieces in a buffer the owner has not handed over yet
-	var f [frameLen]byte
-	for left > 0 || pending {
-		if _, err := io.ReadFull(c.c, f[:]); err != nil {
-			return failAll(err)
+		mu.Lock()
+		defer mu.Unlock()
+		if done != nil {
+			done(i, err)
 		}
-		k := int(binary.LittleEndian.Uint32(f[12:]))
-		if k >= len(batch) {
-			return failAll(fmt.Errorf("%w: an answer for request %d of %d", errProtocol, k, len(batch)))
-		}
-		switch f[0] {
-		case frameError:
-			if errs[k] == nil && pos[k] < len(reads[batch[k]].Dst) {
-				errs[k] = codeErr(f[1])
-				left--
-			}
-			continue
-		case frameChunk:
+	}
+	var idx []int
+	for i, w := range writes {
+		switch _, err := parseKey(w.Key); {
+		case err != nil:
+			report(i, err)
+		case len(w.Src) == 0:
+			report(i, nil)
 		default:
-			return failAll(fmt.Errorf("%w: frame %q during a read", errProtocol, f[0]))
-		}
-		b, n, at := int(f[1]), int(binary.LittleEndian.Uint32(f[4:])), int(binary.LittleEndian.Uint32(f[8:]))
-		dst := reads[batch[k]].Dst
-		if b > 1 || at > c.chunk || n > c.chunk-at || n > len(dst)-pos[k] || (n > 0 && errs[k] != nil) {
-			return failAll(fmt.Errorf("%w: a piece of %d bytes at %d of buffer %d", errProtocol, n, at, b))
-		}
-		if n > 0 {
-			copy(dst[pos[k]:pos[k]+n], c.ring[b*c.chunk+at:b*c.chunk+at+n])
-			pos[k] += n
-			pending = true
-			if pos[k] == len(dst) {
-				left--
-			}
-		}
-		if f[2]&flagHandOver != 0 {
-			pending = false
-			var fr [frameLen]byte
-			fr[0], fr[1] = frameFree, byte(b)
-			if _, err := c.c.Write(fr[:]); err != nil {
-				return failAll(err)
-			}
+			idx = append(idx, i)
 		}
 	}
-	return errs, false
+	if len(idx) == 0 {
+		return
+	}
+	t.onChannels(ctx, id, idx, window, report, func(c *clientConn, batch []int) ([]error, bool) { return c.writeMany(ctx, writes, batch) })
+}
+
+// writeMany writes the entries of batch (indexes into writes) piece by piece through the two ring
+// buffers: it fills a free buffer, names it in a write frame, and fills the other while the owner
+// copies the first out. A refused piece fails its write (its later pieces are not sent) and
+// leaves the channel in step; broken says it is out of step (it is closed then).
+func (c *clientConn) writeMany(ctx context.Context, writes []transport.Write, batch []int) ([]error, bool) {
+	return c.exchange(ctx, len(batch), "write", func(errs []error) error {
+		// The owner acknowledges pieces in the order they were sent, so the buffers are used in
+		// turn: next is the one the next piece goes in, once the owner gave it back.
+		free := make([]bool, c.slots)
+		for b := range free {
+			free[b] = true
+		}
+		next, inFlight := 0, 0
+		// ack waits for one ack frame: its buffer is free again, and a refusal fails its write.
+		ack := func() error {
+			var f [frameLen]byte
+			if _, err := io.ReadFull(c.c, f[:]); err != nil {
+				return err
+			}
+			k, b := int(binary.LittleEndian.Uint32(f[12:])), int(f[1])
+			if f[0] != frameAck || b >= c.slots || free[b] || k >= len(batch) {
+				return fmt.Errorf("%w: frame %q for buffer %d during a write", errProtocol, f[0], b)
+			}
+			free[b] = true
+			inFlight--
+			if f[2] != 0 && errs[k] == nil {
+				errs[k] = codeErr(f[2])
+			}
+			return nil
+		}
+		for k, i := range batch {
+			w := writes[i]
+			for pos := 0; pos < len(w.Src) && errs[k] == nil; {
+				for !free[next] {
+					if err := ack(); err != nil {
+						return err
+					}
+				}
+				if errs[k] != nil {
+					break // the owner refused an earlier piece of this write
+				}
+				b := next
+				next = (next + 1) % c.slots
+				n := copy(c.ring[b*c.chunk:(b+1)*c.chunk], w.Src[pos:])
+				var f [frameLen]byte
+				f[0], f[1] = frameWrite, byte(b)
+				copy(f[4:], w.Key)
+				binary.LittleEndian.PutUint64(f[36:], w.Offset+uint64(pos))
+				binary.LittleEndian.PutUint64(f[44:], uint64(n))
+				binary.LittleEndian.PutUint32(f[52:], uint32(k))
+				if _, err := c.c.Write(f[:]); err != nil {
+					return err
+				}
+				free[b] = false
+				inFlight++
+				pos += n
+			}
+		}
+		for inFlight > 0 {
+			if err := ack(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }

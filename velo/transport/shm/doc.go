@@ -8,11 +8,18 @@
 // check the other's credentials (SO_PEERCRED: the same uid, or one the owner allows), and, when
 // the instance has a cluster secret, each proves the handshake with the key of its authenticated
 // control-plane session with the other (transport.AuthGate), over a fresh nonce of each side.
-// The owner then hands the consumer a memfd ring of two buffers (SCM_RIGHTS). A read names a key
-// (registration slot, token, range), an offset and a length; the owner checks them against a
-// live registration made for that consumer, copies exactly those bytes into the ring, a buffer at
-// a time, and the consumer copies each buffer out while the owner fills the other. The consumer
-// never sees a byte its request did not name, and the ring holds at most two buffers of it.
+// The owner then hands the consumer a memfd ring of Config.Slots buffers (SCM_RIGHTS). A read
+// names a key (registration slot, token, range), an offset and a length; the owner checks them
+// against a live registration made for that consumer, copies exactly those bytes into the ring, a
+// buffer at a time, and the consumer copies each buffer out while the owner fills the next. The
+// consumer never sees a byte its request did not name, and the ring holds at most Slots buffers
+// of it.
+//
+// A push grant's range is registered for its writer alone and for writing only
+// (RegisterMemoryWritableFor): the writer copies a piece into a ring buffer and names the key,
+// offset and length; the owner checks that a live write registration made for that writer covers
+// them and copies the piece in. A read through a write key, or a write through a lease's key, is
+// refused, and Revoke stops writes as it stops reads.
 //
 // Same host is decided from facts, never from an address: the owner's address carries its host
 // identity (the kernel's boot_id, or Config.HostID), and the consumer only takes the path once it

@@ -18,6 +18,7 @@ type Config struct {
 	HostID       string
 	AllowUIDs    []int
 	ChunkSize    int
+	Slots        int
 	ConnsPerPeer int
 }
 

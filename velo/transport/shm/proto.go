@@ -17,28 +17,42 @@ import (
 // The channel speaks two phases on one Unix stream socket. The handshake exchanges frames of a
 // 2-byte length and a body: the owner's greeting (its identity, incarnation, host identity and a
 // nonce), the consumer's hello (its identity, both incarnations, both nonces and its proof), and
-// the owner's answer (its proof, the ring's buffer size, and the ring's memfd as SCM_RIGHTS).
+// the owner's answer (the size and number of the ring's buffers, its proof, and the ring's memfd
+// as SCM_RIGHTS).
 // Reads then exchange fixed frames of frameLen bytes, little-endian:
 //
 //	read   'R' _ flags _ | key [4:36] | offset [36:44] | length [44:52] | request [52:56]
 //	chunk  'C' buffer flags _ | length [4:8] | offset in the buffer [8:12] | request [12:16]
 //	error  'E' code _ _ | request [12:16]
 //	free   'F' buffer
+//	write  'W' buffer _ _ | key [4:36] | offset [36:44] | length [44:52] | request [52:56]
+//	ack    'A' buffer code _ | request [12:16]
 //
 // A consumer sends a batch of read frames at once, the last flagged flagLast. The owner answers
 // each request in order with its pieces (chunk frames) or one error frame, packing pieces of
 // several requests into the buffer it fills; it hands a buffer over (flagHandOver on a chunk
-// frame) when the buffer is full or the batch ends, and fills the other one next, once the
-// consumer gave it back with a free frame.
+// frame) when the buffer is full or the batch ends, and fills the next one (the buffers are used
+// in turn) once the consumer gave it back with a free frame. With four buffers the owner runs up
+// to three ahead of the consumer's copies.
+//
+// A write (push) goes the other way on a channel with no read under way: the writer copies a
+// piece of at most one buffer into the start of a buffer and sends a write frame naming it; the
+// owner checks the key (a live write registration made for this writer) and the range, copies
+// the piece into the registration, and answers with an ack frame (code 0, or why it refused),
+// which gives the buffer back. The writer fills the next buffers meanwhile, so the two copies
+// overlap.
 
 const (
 	frameLen = 64
 	keyLen   = 32
+	maxSlots = 64 // ring buffers of a channel, at most
 
 	frameRead  = 'R'
 	frameChunk = 'C'
 	frameFree  = 'F'
 	frameError = 'E'
+	frameWrite = 'W'
+	frameAck   = 'A'
 
 	// Flags (byte 2). flagLast marks a batch's last request: the owner hands the ring buffer
 	// over after serving it. flagHandOver marks a chunk frame whose buffer the consumer gives
@@ -65,6 +79,7 @@ const (
 	codeRange    = 2 // the read is outside the key's range
 	codeNotYours = 3 // the registration was made for another consumer
 	codeClosing  = 4 // the owner is closing
+	codeAccess   = 5 // a read through a write key, or a write through a read key
 )
 
 func codeErr(code byte) error {
@@ -77,6 +92,8 @@ func codeErr(code byte) error {
 		return fmt.Errorf("%w: the key was issued to another consumer", errKeyRefused)
 	case codeClosing:
 		return fmt.Errorf("shm: %w: the owner is closing", transport.ErrPeerUnreachable)
+	case codeAccess:
+		return fmt.Errorf("%w: the key does not allow this access (a read through a write grant's key, or a write through a lease's)", errKeyRefused)
 	}
 	return fmt.Errorf("%w: error code %d", errProtocol, code)
 }

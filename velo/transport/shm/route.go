@@ -17,8 +17,11 @@ import (
 // here when it is a same-host key, and with inner otherwise, so each side follows what the owner
 // chose. It names inner's backend in offers, so instances with and without the path still agree.
 // Device memory of a consumer that holds a CUDA IPC channel to this instance is exported by CUDA
-// IPC when inner has it (transport.CUDAIPC; cudaipc.go), and registered with inner otherwise;
-// writes (push) and the registrations made without a consumer stay with inner.
+// IPC when inner has it (transport.CUDAIPC; cudaipc.go), and registered with inner otherwise. A
+// push grant's host memory is registered here for its writer when the writer holds a proven
+// channel to this instance (RegisterMemoryWritableFor), and a write through a same-host key goes
+// here; other writes, device memory for writes and the registrations made without a peer stay
+// with inner.
 //
 // The value returned implements what inner does of transport.MemoryRMA, transport.RMAWriter and
 // transport.MemoryRMAWriter when inner implements all three (the UCX transport), and none of them
@@ -100,7 +103,7 @@ func (r *route) CanGet(peer transport.InstanceID) bool {
 	return r.s.CanGet(peer) || r.inner.CanGet(peer)
 }
 
-// PathRefusal implements transport.PathRefuser with inner's reason (release_mismatch,
+// PathRefusal implements transport.PathRefuser with inner's reason (release_mismatch, no_ucx_lane,
 // software_lanes) for a pair the same-host path does not serve: one it serves has no reason.
 func (r *route) PathRefusal(peer transport.InstanceID) string {
 	if r.s.CanGet(peer) || r.s.Serves(peer) {
@@ -124,22 +127,12 @@ func (r *route) ForceClosePeer(peer transport.InstanceID) error {
 // ReadMany reads the same-host keys here (batched on channels) and hands the others to inner, both
 // at once.
 func (r *route) ReadMany(ctx context.Context, peer transport.InstanceID, reads []transport.Read, window int, done func(i int, err error)) {
-	var mu sync.Mutex
-	report := func(i int, err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if done != nil {
-			done(i, err)
-		}
-	}
-	var here, there, dev []int
-	for i, rd := range reads {
-		switch {
-		case IsKey(rd.Key):
-			here = append(here, i)
-		case IsDeviceKey(rd.Key):
+	here, rest, report := byKey(len(reads), func(i int) []byte { return reads[i].Key }, done)
+	var there, dev []int
+	for _, i := range rest {
+		if IsDeviceKey(reads[i].Key) {
 			dev = append(dev, i)
-		default:
+		} else {
 			there = append(there, i)
 		}
 	}
@@ -162,10 +155,7 @@ func (r *route) ReadMany(ctx context.Context, peer transport.InstanceID, reads [
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tr := make([]transport.Read, len(there))
-			for j, i := range there {
-				tr[j] = reads[i]
-			}
+			tr := pick(reads, there)
 			if mr, ok := r.inner.(transport.ManyReader); ok {
 				mr.ReadMany(ctx, peer, tr, window, func(j int, err error) { report(there[j], err) })
 				return
@@ -180,11 +170,7 @@ func (r *route) ReadMany(ctx context.Context, peer transport.InstanceID, reads [
 		}()
 	}
 	if len(here) > 0 {
-		hr := make([]transport.Read, len(here))
-		for j, i := range here {
-			hr[j] = reads[i]
-		}
-		r.s.ReadMany(ctx, peer, hr, window, func(j int, err error) { report(here[j], err) })
+		r.s.ReadMany(ctx, peer, pick(reads, here), window, func(j int, err error) { report(here[j], err) })
 	}
 	wg.Wait()
 }
@@ -252,19 +238,67 @@ func (r *routeFull) RegisterMemoryWritable(mem []byte) (transport.Registration, 
 	return r.inner.(transport.RMAWriter).RegisterMemoryWritable(mem)
 }
 
-// RegisterMemoryWritableFor binds the write key to peer where the UCX transport can; write
-// grants always go through it (the same-host path serves reads only).
-func (r *routeFull) RegisterMemoryWritableFor(peer transport.InstanceID, mem []byte) (transport.Registration, error) {
-	if pw, ok := r.inner.(transport.PeerWriteRegisterer); ok {
-		return pw.RegisterMemoryWritableFor(peer, mem)
-	}
-	return r.inner.(transport.RMAWriter).RegisterMemoryWritable(mem)
-}
-
 func (r *routeFull) RegisterMemoryWritableOf(mem []byte, t transport.MemoryType) (transport.Registration, error) {
 	return r.inner.(transport.MemoryRMAWriter).RegisterMemoryWritableOf(mem, t)
 }
 
+// RegisterMemoryWritableFor registers a push grant's range of host memory here, bound to writer,
+// when writer holds a proven channel to this instance, and with inner otherwise, bound to writer
+// where the UCX transport can bind it (transport.PeerWriteRegisterer).
+func (r *routeFull) RegisterMemoryWritableFor(writer transport.InstanceID, mem []byte) (transport.Registration, error) {
+	if r.s.Serves(writer) {
+		return r.s.RegisterMemoryWritableFor(writer, mem)
+	}
+	if pw, ok := r.inner.(transport.PeerWriteRegisterer); ok {
+		return pw.RegisterMemoryWritableFor(writer, mem)
+	}
+	return r.inner.(transport.RMAWriter).RegisterMemoryWritable(mem)
+}
+
+// WriteMany writes through same-host keys here and hands the others to inner, both at once.
 func (r *routeFull) WriteMany(ctx context.Context, peer transport.InstanceID, writes []transport.Write, window int, done func(i int, err error)) {
-	r.inner.(transport.RMAWriter).WriteMany(ctx, peer, writes, window, done)
+	here, there, report := byKey(len(writes), func(i int) []byte { return writes[i].Key }, done)
+	if len(here) == 0 {
+		r.inner.(transport.RMAWriter).WriteMany(ctx, peer, writes, window, done)
+		return
+	}
+	var wg sync.WaitGroup
+	if len(there) > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.inner.(transport.RMAWriter).WriteMany(ctx, peer, pick(writes, there), window, func(j int, err error) { report(there[j], err) })
+		}()
+	}
+	r.s.WriteMany(ctx, peer, pick(writes, here), window, func(j int, err error) { report(here[j], err) })
+	wg.Wait()
+}
+
+// byKey parts n operations into those whose key is a same-host one (here) and the others, and
+// gives done back as report, called one call at a time (the two lanes report at once).
+func byKey(n int, key func(i int) []byte, done func(i int, err error)) (here, there []int, report func(i int, err error)) {
+	for i := range n {
+		if IsKey(key(i)) {
+			here = append(here, i)
+		} else {
+			there = append(there, i)
+		}
+	}
+	var mu sync.Mutex
+	return here, there, func(i int, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if done != nil {
+			done(i, err)
+		}
+	}
+}
+
+// pick is the entries idx names, in that order.
+func pick[T any](xs []T, idx []int) []T {
+	out := make([]T, len(idx))
+	for j, i := range idx {
+		out[j] = xs[i]
+	}
+	return out
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,6 +30,7 @@ type registration struct {
 	token uint64
 	mem   []byte
 	peer  transport.InstanceID // the consumer it was registered for; 0: any proven consumer
+	write bool                 // a write grant's range: peers may write it and not read it
 
 	mu      sync.Mutex
 	revoked bool
@@ -39,6 +41,7 @@ type registration struct {
 var (
 	_ transport.Registration = (*registration)(nil)
 	_ transport.RangeKeyer   = (*registration)(nil)
+	_ transport.RMAWriter    = (*Transport)(nil)
 )
 
 func (r *registration) Len() int              { return len(r.mem) }
@@ -107,7 +110,19 @@ func (r *registration) end() {
 // consumer that opened a proven channel to this instance. The registry registers through
 // RegisterMemoryFor, which binds each region to its lease's consumer.
 func (t *Transport) RegisterMemory(mem []byte) (transport.Registration, error) {
-	return t.register(mem, 0)
+	return t.register(mem, 0, false)
+}
+
+// RegisterMemoryWritable implements transport.RMAWriter: mem becomes writable, and not readable,
+// through its key by any consumer that opened a proven channel to this instance. A write grant
+// registers through RegisterMemoryWritableFor, which binds the range to the grant's writer.
+func (t *Transport) RegisterMemoryWritable(mem []byte) (transport.Registration, error) {
+	return t.register(mem, 0, true)
+}
+
+// RegisterMemoryWritableFor registers mem for writes by peer alone (a push grant's range).
+func (t *Transport) RegisterMemoryWritableFor(peer transport.InstanceID, mem []byte) (transport.Registration, error) {
+	return t.register(mem, peer, true)
 }
 
 // RegisterMemoryFor implements transport.PeerRegisterer: each region is readable by peer alone.
@@ -115,18 +130,18 @@ func (t *Transport) RegisterMemoryFor(peer transport.InstanceID, mems [][]byte) 
 	regs := make([]transport.Registration, len(mems))
 	errs := make([]error, len(mems))
 	for i, m := range mems {
-		regs[i], errs[i] = t.register(m, peer)
+		regs[i], errs[i] = t.register(m, peer, false)
 	}
 	return regs, errs
 }
 
-func (t *Transport) register(mem []byte, peer transport.InstanceID) (transport.Registration, error) {
+func (t *Transport) register(mem []byte, peer transport.InstanceID, write bool) (transport.Registration, error) {
 	if len(mem) == 0 {
 		return nil, errors.New("shm: RegisterMemory: empty region")
 	}
 	var tok [8]byte
 	rand.Read(tok[:])
-	r := &registration{t: t, token: binary.LittleEndian.Uint64(tok[:]), mem: mem, peer: peer, dead: make(chan struct{})}
+	r := &registration{t: t, token: binary.LittleEndian.Uint64(tok[:]), mem: mem, peer: peer, write: write, dead: make(chan struct{})}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -150,6 +165,7 @@ type serverConn struct {
 	peer  transport.InstanceID
 	ring  []byte
 	chunk int
+	slots int
 	cuda  bool // a CUDA IPC channel (cudaipc.go): no ring
 	once  sync.Once
 }
@@ -269,18 +285,22 @@ func (t *Transport) handshakeOwner(c *net.UnixConn) (*serverConn, error) {
 			return nil, err
 		}
 	}
+	// The answer: accepted, the chunk size, the ring's slot count and the proof; with the ring's
+	// descriptor, except on a CUDA IPC channel, which carries fixed frames of its own (cudaipc.go).
+	a := append([]byte{}, acceptMagic[:]...)
+	a = append(a, 0)
+	a = binary.LittleEndian.AppendUint32(a, uint32(t.cfg.ChunkSize))
+	a = append(a, byte(t.cfg.Slots))
+	a = binary.LittleEndian.AppendUint16(a, uint16(len(proofO)))
+	a = append(a, proofO...)
 	if cudaChan {
-		// A CUDA IPC channel carries fixed frames of its own and no ring (cudaipc.go).
-		a := append(append([]byte{}, acceptMagic[:]...), 0)
-		a = binary.LittleEndian.AppendUint32(a, uint32(t.cfg.ChunkSize))
-		a = binary.LittleEndian.AppendUint16(a, uint16(len(proofO)))
-		if err := writeMsg(c, append(a, proofO...), -1); err != nil {
+		if err := writeMsg(c, a, -1); err != nil {
 			return nil, err
 		}
 		c.SetDeadline(time.Time{})
 		return &serverConn{t: t, c: c, peer: cid, cuda: true}, nil
 	}
-	size := 2 * t.cfg.ChunkSize
+	size := t.cfg.Slots * t.cfg.ChunkSize
 	mfd, err := unix.MemfdCreate("velo-shm-ring", unix.MFD_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("memfd_create: %w", err)
@@ -293,17 +313,12 @@ func (t *Transport) handshakeOwner(c *net.UnixConn) (*serverConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mapping the ring: %w", err)
 	}
-	a := append([]byte{}, acceptMagic[:]...)
-	a = append(a, 0)
-	a = binary.LittleEndian.AppendUint32(a, uint32(t.cfg.ChunkSize))
-	a = binary.LittleEndian.AppendUint16(a, uint16(len(proofO)))
-	a = append(a, proofO...)
 	if err := writeMsg(c, a, mfd); err != nil {
 		unix.Munmap(ring)
 		return nil, err
 	}
 	c.SetDeadline(time.Time{})
-	return &serverConn{t: t, c: c, peer: cid, ring: ring, chunk: t.cfg.ChunkSize}, nil
+	return &serverConn{t: t, c: c, peer: cid, ring: ring, chunk: t.cfg.ChunkSize, slots: t.cfg.Slots}, nil
 }
 
 func keys(m map[int]bool) []int {
@@ -336,10 +351,24 @@ func parseRequest(f []byte) request {
 func (c *serverConn) run() error {
 	var queue []request
 	var f [frameLen]byte
-	free := [2]bool{true, true}
+	free := make([]bool, c.slots)
+	for b := range free {
+		free[b] = true
+	}
 	cur, fill := 0, 0
+	send := func(kind byte, b, flags byte, off, n int, idx uint32) error {
+		var o [frameLen]byte
+		o[0], o[1], o[2] = kind, b, flags
+		binary.LittleEndian.PutUint32(o[4:], uint32(n))
+		binary.LittleEndian.PutUint32(o[8:], uint32(off))
+		binary.LittleEndian.PutUint32(o[12:], idx)
+		_, err := c.c.Write(o[:])
+		return err
+	}
 	// next reads one frame from the consumer: a request joins the queue, a returned buffer is
-	// freed.
+	// freed, and a write is served at once when no read is under way (idle: the loop waits for
+	// requests, and every buffer is back).
+	idle := false
 	next := func() error {
 		if _, err := io.ReadFull(c.c, f[:]); err != nil {
 			return err
@@ -351,37 +380,32 @@ func (c *serverConn) run() error {
 			return fmt.Errorf("%w: more than %d requests waiting", errProtocol, maxBatch)
 		case f[0] == frameRead:
 			queue = append(queue, parseRequest(f[:]))
-		case f[0] == frameFree && f[1] <= 1 && !free[f[1]]:
+		case f[0] == frameFree && int(f[1]) < c.slots && !free[f[1]]:
 			free[f[1]] = true
+		case f[0] == frameWrite && idle && len(queue) == 0 && fill == 0 && !slices.Contains(free, false):
+			return c.write(f[:], send)
 		default:
 			return fmt.Errorf("%w: frame %q", errProtocol, f[0])
 		}
 		return nil
 	}
-	send := func(kind byte, b, flags byte, off, n int, idx uint32) error {
-		var o [frameLen]byte
-		o[0], o[1], o[2] = kind, b, flags
-		binary.LittleEndian.PutUint32(o[4:], uint32(n))
-		binary.LittleEndian.PutUint32(o[8:], uint32(off))
-		binary.LittleEndian.PutUint32(o[12:], idx)
-		_, err := c.c.Write(o[:])
-		return err
-	}
 	// handOver gives the buffer being filled to the consumer (with the frame of its last piece, or
 	// alone) and moves to the other one.
 	handOver := func() {
 		free[cur] = false
-		cur, fill = cur^1, 0
+		cur, fill = (cur+1)%c.slots, 0
 	}
 	for {
+		idle = true
 		for len(queue) == 0 {
 			if err := next(); err != nil {
 				return err
 			}
 		}
+		idle = false
 		req := queue[0]
 		queue = queue[1:]
-		r, at, code := c.check(req)
+		r, at, code := c.check(req, false)
 		if code != 0 {
 			if err := send(frameError, code, 0, 0, 0, req.idx); err != nil {
 				return err
@@ -394,15 +418,16 @@ func (c *serverConn) run() error {
 			}
 			continue
 		}
-		if err := c.copyOut(r, r.mem[at:at+req.n], req, &free, &cur, &fill, next, send, handOver); err != nil {
+		if err := c.copyOut(r, r.mem[at:at+req.n], req, free, &cur, &fill, next, send, handOver); err != nil {
 			return err
 		}
 	}
 }
 
-// check finds the live registration a request names and checks it was made for this consumer
-// and covers the range; code is the error frame's code when not.
-func (c *serverConn) check(req request) (*registration, uint64, byte) {
+// check finds the live registration a request names and checks it was made for this consumer,
+// for this access (write: a write grant's range; else a lease's), and covers the range; code is
+// the error frame's code when not.
+func (c *serverConn) check(req request, write bool) (*registration, uint64, byte) {
 	k, err := parseKey(req.key)
 	if err != nil {
 		return nil, 0, codeRevoked
@@ -418,6 +443,8 @@ func (c *serverConn) check(req request) (*registration, uint64, byte) {
 		return nil, 0, codeRevoked
 	case r.peer != 0 && r.peer != c.peer:
 		return nil, 0, codeNotYours
+	case r.write != write:
+		return nil, 0, codeAccess
 	case k.base+k.length > uint64(len(r.mem)) || req.off > k.length || req.n > k.length-req.off || req.n == 0:
 		return nil, 0, codeRange
 	}
@@ -429,7 +456,7 @@ func (c *serverConn) check(req request) (*registration, uint64, byte) {
 
 // copyOut copies one request's bytes into the ring, piece by piece. The registration counts the
 // read as in flight until its last byte left it, whatever the consumer does with the ring then.
-func (c *serverConn) copyOut(r *registration, src []byte, req request, free *[2]bool, cur, fill *int, next func() error,
+func (c *serverConn) copyOut(r *registration, src []byte, req request, free []bool, cur, fill *int, next func() error,
 	send func(kind byte, b, flags byte, off, n int, idx uint32) error, handOver func()) error {
 	reading := true
 	defer func() {
@@ -465,4 +492,22 @@ func (c *serverConn) copyOut(r *registration, src []byte, req request, free *[2]
 		}
 	}
 	return nil
+}
+
+// write serves one write frame: the piece at the start of the buffer it names goes into the
+// registration when check allows it, and the ack gives the buffer back with the outcome. The
+// registration counts the write as in flight until the copy is done, so its Dead (the grant's end)
+// waits for a copy under way and no copy starts after it.
+func (c *serverConn) write(f []byte, send func(kind byte, b, flags byte, off, n int, idx uint32) error) error {
+	req := parseRequest(f)
+	b := int(f[1])
+	if b >= c.slots || req.n > uint64(c.chunk) {
+		return fmt.Errorf("%w: a write of %d bytes in buffer %d", errProtocol, req.n, b)
+	}
+	r, at, code := c.check(req, true)
+	if code == 0 {
+		copy(r.mem[at:at+req.n], c.ring[b*c.chunk:b*c.chunk+int(req.n)])
+		r.end()
+	}
+	return send(frameAck, byte(b), code, 0, 0, req.idx)
 }

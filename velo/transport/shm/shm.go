@@ -34,7 +34,8 @@ const HostIDEnv = "VELO_SHM_HOST_ID"
 
 // Defaults.
 const (
-	DefaultChunkSize    = 2 << 20
+	DefaultChunkSize    = 1 << 20
+	DefaultSlots        = 4
 	DefaultConnsPerPeer = 4
 	probeTimeout        = 5 * time.Second
 )
@@ -53,9 +54,13 @@ type Config struct {
 	// instance's socket (and serve this instance's reads). Leave it empty to allow only the
 	// process's own uid.
 	AllowUIDs []int
-	// ChunkSize is the size of each of the two ring buffers of a channel (default 2 MiB): a
-	// channel maps twice this much in both processes.
+	// ChunkSize is the size of each ring buffer of a channel (default 1 MiB).
 	ChunkSize int
+	// Slots is the number of ring buffers of a channel (default 4, at least 2, at most 64): one
+	// side fills a buffer while the other copies the ones before it out, so a large read or
+	// write copies twice at once, not one after the other. A channel maps Slots*ChunkSize bytes
+	// in both processes.
+	Slots int
 	// ConnsPerPeer bounds the channels this instance opens to one owner, so reads in flight to it
 	// (default 4).
 	ConnsPerPeer int
@@ -116,6 +121,12 @@ func New(cfg Config) (*Transport, error) {
 	}
 	if cfg.ChunkSize < 4096 || cfg.ChunkSize > 256<<20 || cfg.ChunkSize%4096 != 0 {
 		return nil, fmt.Errorf("shm: ChunkSize %d: want a multiple of 4096 between 4 KiB and 256 MiB", cfg.ChunkSize)
+	}
+	if cfg.Slots == 0 {
+		cfg.Slots = DefaultSlots
+	}
+	if cfg.Slots < 2 || cfg.Slots > maxSlots {
+		return nil, fmt.Errorf("shm: Slots %d: want between 2 and %d", cfg.Slots, maxSlots)
 	}
 	if cfg.ConnsPerPeer == 0 {
 		cfg.ConnsPerPeer = DefaultConnsPerPeer
@@ -436,7 +447,7 @@ func (t *Transport) Describe() map[string]string {
 	sort.Strings(ready)
 	sort.Strings(same)
 	d := map[string]string{
-		"socket": t.sock, "host": t.hostID, "chunk": strconv.Itoa(t.cfg.ChunkSize),
+		"socket": t.sock, "host": t.hostID, "chunk": strconv.Itoa(t.cfg.ChunkSize), "slots": strconv.Itoa(t.cfg.Slots),
 		"peers": strings.Join(ready, ","), "not_taken": strings.Join(same, ","),
 	}
 	t.describeCUDA(d)

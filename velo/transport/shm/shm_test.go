@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/binary"
 	"io"
 	"log/slog"
 	"os"
@@ -343,4 +344,121 @@ func FuzzParse(f *testing.F) {
 			require.NotEmpty(t, sock)
 		}
 	})
+}
+
+func TestWriteManyWritesOnlyThroughALiveWriteKey(t *testing.T) {
+	owner, writer := newPair(t, Config{ChunkSize: 64 << 10}, nil, nil)
+	waitReady(t, writer, 1)
+	mem := anon(t, 1<<20)
+	for i := range mem {
+		mem[i] = 0
+	}
+	reg, err := owner.RegisterMemoryWritableFor(2, mem[4096:4096+512<<10])
+	require.NoError(t, err)
+	key := reg.Key()
+	lease, errs := owner.RegisterMemoryFor(2, [][]byte{mem})
+	require.NoError(t, errs[0])
+	other, err := owner.RegisterMemoryWritableFor(99, mem)
+	require.NoError(t, err)
+
+	// A write of many ring buffers, one inside a single buffer, and the refusals: a range past
+	// the key, a lease's key (read-only), another writer's key.
+	src := make([]byte, 300<<10+17)
+	for i := range src {
+		src[i] = byte(i*13 + 1)
+	}
+	ws := []transport.Write{
+		{Key: key, Offset: 1000, Src: src},
+		{Key: key, Offset: 400 << 10, Src: []byte("hello")},
+		{Key: key, Offset: 512<<10 - 4, Src: []byte("past the end")},
+		{Key: lease[0].Key(), Offset: 0, Src: []byte("not through a lease")},
+		{Key: other.Key(), Offset: 0, Src: []byte("not another writer's")},
+	}
+	got := make([]error, len(ws))
+	calls := 0
+	writer.WriteMany(context.Background(), 1, ws, 2, func(i int, err error) { got[i] = err; calls++ })
+	require.Equal(t, len(ws), calls, "done runs once per write")
+	require.NoError(t, got[0])
+	require.NoError(t, got[1])
+	assert.Contains(t, got[2].Error(), "outside the key's range")
+	assert.Contains(t, got[3].Error(), "does not allow this access")
+	assert.Contains(t, got[4].Error(), "another consumer")
+	assert.True(t, bytes.Equal(src, mem[4096+1000:4096+1000+len(src)]), "the bytes must land intact")
+	assert.Equal(t, "hello", string(mem[4096+400<<10:4096+400<<10+5]))
+	untouched := make([]byte, 4096)
+	assert.Equal(t, untouched, mem[:4096], "nothing lands before the key's range")
+	assert.Equal(t, make([]byte, len(mem)-4096-512<<10), mem[4096+512<<10:], "nothing lands past the key's range")
+
+	// A write key is not a read key.
+	err = writer.Get(context.Background(), 1, key, 0, make([]byte, 16))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "does not allow this access")
+
+	// After the grant's end nothing lands, and the channel stays in step for the next write.
+	require.NoError(t, reg.Revoke(context.Background()))
+	<-reg.Dead()
+	before := append([]byte(nil), mem...)
+	var werr error
+	writer.WriteMany(context.Background(), 1, []transport.Write{{Key: key, Offset: 0, Src: src}}, 1, func(_ int, err error) { werr = err })
+	require.ErrorIs(t, werr, transport.ErrKeyRevoked)
+	assert.True(t, bytes.Equal(before, mem), "a revoked key must write nothing")
+	reg2, err := owner.RegisterMemoryWritableFor(2, mem)
+	require.NoError(t, err)
+	writer.WriteMany(context.Background(), 1, []transport.Write{{Key: reg2.Key(), Offset: 7, Src: src}}, 1, func(_ int, err error) { werr = err })
+	require.NoError(t, werr)
+	assert.True(t, bytes.Equal(src, mem[7:7+len(src)]))
+}
+
+// TestMalformedWritesCloseTheChannel: a writer that names a buffer outside the ring, a piece
+// larger than a buffer, or writes while a read of its own is under way is out of step: the owner
+// closes the channel and copies nothing, and goes on serving other channels.
+func TestMalformedWritesCloseTheChannel(t *testing.T) {
+	owner, writer := newPair(t, Config{ChunkSize: 64 << 10}, nil, nil)
+	waitReady(t, writer, 1)
+	mem := anon(t, 1<<20)
+	for i := range mem {
+		mem[i] = 0
+	}
+	reg, err := owner.RegisterMemoryWritableFor(2, mem)
+	require.NoError(t, err)
+	lease, errs := owner.RegisterMemoryFor(2, [][]byte{anon(t, 4<<20)})
+	require.NoError(t, errs[0])
+	writer.mu.Lock()
+	p := writer.peers[1]
+	writer.mu.Unlock()
+
+	frame := func(kind byte, b byte, key []byte, n uint64) []byte {
+		f := make([]byte, frameLen)
+		f[0], f[1] = kind, b
+		copy(f[4:], key)
+		binary.LittleEndian.PutUint64(f[44:], n)
+		return f
+	}
+	read := frame(frameRead, 0, lease[0].Key(), 4<<20)
+	read[2] = flagLast
+	for name, frames := range map[string][][]byte{
+		"a buffer outside the ring":   {frame(frameWrite, byte(DefaultSlots), reg.Key(), 16)},
+		"a piece above a buffer":      {frame(frameWrite, 0, reg.Key(), 64<<10+1)},
+		"a write during its own read": {read, frame(frameWrite, 0, reg.Key(), 16)},
+	} {
+		c, err := writer.take(context.Background(), p)
+		require.NoError(t, err, name)
+		for i := range c.ring {
+			c.ring[i] = 0xee
+		}
+		for _, f := range frames {
+			_, err := c.c.Write(f)
+			require.NoError(t, err, name)
+		}
+		c.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = io.Copy(io.Discard, c.c) // the owner's answers, up to its close
+		require.NoError(t, err, "%s: the owner must close the channel", name)
+		writer.put(p, c, false)
+		assert.Equal(t, make([]byte, len(mem)), mem, "%s: nothing may land", name)
+	}
+	// The owner still serves a proper write.
+	var werr error
+	writer.WriteMany(context.Background(), 1, []transport.Write{{Key: reg.Key(), Offset: 5, Src: []byte("ok")}}, 1, func(_ int, err error) { werr = err })
+	require.NoError(t, werr)
+	assert.Equal(t, "ok", string(mem[5:7]))
 }

@@ -75,8 +75,9 @@ func (t *Transport) meets(id transport.InstanceID) {
 }
 
 // PathRefusal implements transport.PathRefuser: release_mismatch for a peer whose UCX build does
-// not meet this one, software_lanes for one whose endpoint runs on software lanes only without the
-// opt-in (Config.RMAOverSoftwareLanes), else "".
+// not meet this one, no_ucx_lane for one UCX has no lane to (ReasonNoUCXLane), software_lanes for
+// one whose endpoint runs on software lanes only without the opt-in (Config.RMAOverSoftwareLanes),
+// else "". A pair with no UCX lane at all says no_ucx_lane: it has no lanes to judge.
 func (t *Transport) PathRefusal(id transport.InstanceID) string {
 	t.mu.Lock()
 	_, mismatched := t.mismatched[id]
@@ -84,5 +85,22 @@ func (t *Transport) PathRefusal(id transport.InstanceID) string {
 	if mismatched {
 		return ReasonReleaseMismatch
 	}
-	return t.laneRefusal(id)
+	if t.noUCXLane(id) {
+		return ReasonNoUCXLane
+	}
+	if r := t.laneRefusal(id); r != "" {
+		return r
+	}
+	if t.noUCXLane(id) {
+		return ReasonNoUCXLane // laneRefusal's endpoint, opened to read its lanes, found none
+	}
+	return ""
+}
+
+// noUCXLane reports whether UCX has no lane to id, to any peer or to this one.
+func (t *Transport) noUCXLane(id transport.InstanceID) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.peers[id]
+	return t.noLanes != "" || (p != nil && p.noLane != "")
 }

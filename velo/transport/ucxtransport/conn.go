@@ -106,6 +106,12 @@ func (t *Transport) connLocked(ctx context.Context, p *peer) (*outConn, error) {
 	if p.gone {
 		return nil, fmt.Errorf("ucx: %w", transport.ErrClosed)
 	}
+	t.mu.Lock()
+	why := t.laneless(p)
+	t.mu.Unlock()
+	if why != "" {
+		return nil, noLaneErr(p, why) // ucp_ep_create would fail the same way again
+	}
 	// Before a slot number is taken: a number taken and never used would leave a gap the peer
 	// has to burn.
 	if err := t.authenticate(ctx, p); err != nil {
@@ -173,6 +179,7 @@ func (t *Transport) openLocked(ctx context.Context, p *peer, slot uint32) (*outC
 		if errors.Is(err, ucx.ErrClosed) {
 			return nil, fmt.Errorf("ucx: connect to %016x: %w", uint64(p.id), transport.ErrClosed)
 		}
+		t.noteConnectFailed(p, err)
 		return nil, fmt.Errorf("ucx: connect to %016x: %w: %w", uint64(p.id), transport.ErrPeerUnreachable, err)
 	}
 	oc.c = c

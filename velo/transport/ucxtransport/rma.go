@@ -18,13 +18,13 @@ func (t *Transport) RMABackend() string { return Name }
 func (t *Transport) RegistersRuns() bool { return true }
 
 // CanGet implements transport.RMA: the peer was registered with AddPeer (a peer we only know
-// from its hello does not count: the runtime offers RDMA to owners it registered) and its
-// address says it serves one-sided reads.
+// from its hello does not count: the runtime offers RDMA to owners it registered), its address
+// says it serves one-sided reads, and UCX has a lane to it (see ReasonNoUCXLane).
 func (t *Transport) CanGet(id transport.InstanceID) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := t.peers[id]
-	return !t.closed && t.started && p != nil && p.added && p.addr.rma
+	return !t.closed && t.started && p != nil && p.added && p.addr.rma && t.laneless(p) == ""
 }
 
 // RegisterMemory implements transport.RMA: it maps mem with ucp_mem_map and packs its remote

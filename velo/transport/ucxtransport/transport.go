@@ -32,6 +32,7 @@ type Transport struct {
 	eng     *ucx.Engine
 	m       *metrics
 	worker  []byte
+	noLanes string // UCX can create no endpoint velo can use, to any peer (lane.go); set by New
 	timings timings
 	guard   guardState // the linked UCX's software RMA guard, as New found it (guard.go)
 
@@ -104,6 +105,9 @@ type peer struct {
 	// that slot or an older one is the peer joining a slot we already retired, not new contact.
 	removedThrough uint32
 	learned        bool // a hello introduced it, and its endpoint to us has not failed since
+	// noLane: ucp_ep_create found no UCX lane to this incarnation's worker (lane.go); UCX's
+	// words. The peer is not reached for messages nor offered RDMA.
+	noLane string
 
 	lastUse atomic.Int64 // unix nanoseconds of the last frame or GET either way
 
@@ -219,6 +223,7 @@ func New(cfg Config) (*Transport, error) {
 		m.unregister()
 		return nil, fmt.Errorf("ucx transport: the UCX worker carries active-message headers of at most %d bytes; frames need %d", eng.MaxAMHeader(), sealedHeaderLen)
 	}
+	t.probeLanes()
 	return t, nil
 }
 
@@ -328,6 +333,7 @@ func (t *Transport) Start(h transport.Host) error {
 	go t.maintain()
 	t.logSettings()
 	t.logGuard()
+	t.logNoLanes()
 	return nil
 }
 
@@ -381,6 +387,9 @@ func (t *Transport) AddPeer(ctx context.Context, pa transport.PeerAddress) error
 	if err := t.wireUp(ctx, p); err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("ucx: eager wireup to %016x: %w", uint64(pa.ID), ctx.Err())
+		}
+		if t.noUCXLane(pa.ID) {
+			return nil // New or noteConnectFailed said why, and nothing tries again
 		}
 		t.log.Warn("ucx: eager endpoint wireup failed; the next send to the peer tries again", "peer", fmt.Sprintf("%016x", uint64(pa.ID)), "err", err)
 	}
@@ -459,7 +468,7 @@ func (t *Transport) Reaches(id transport.InstanceID) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := t.peers[id]
-	return !t.closed && p != nil && (p.added || p.learned)
+	return !t.closed && p != nil && (p.added || p.learned) && t.laneless(p) == ""
 }
 
 // lookup finds a peer that Send can reach, with its current address.

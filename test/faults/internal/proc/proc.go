@@ -57,7 +57,8 @@ type Node struct {
 	ReadyAt time.Time
 }
 
-// Start starts cmd (a faultnode) and waits until it says it is ready (driver.Start).
+// Start starts cmd (a faultnode) and waits until it says it is ready (driver.Start: UCX_TLS=tcp
+// unless this process or cmd.Env names transports).
 func Start(name string, cmd *exec.Cmd) (*Node, error) {
 	p, err := driver.Start(name, cmd, 60*time.Second)
 	if err != nil {

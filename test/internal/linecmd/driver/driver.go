@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,13 +70,15 @@ func (b *Buffer) String() string {
 
 // Start starts cmd as the program name and waits up to within for its first line, which must
 // have "ready": true. The environment defaults to this process's; the driven programs are velo
-// instances, so UCX_TLS=tcp is added unless this process names transports (an InfiniBand run).
-// cmd's standard input, output and error must be unset. On an error the process is gone.
+// instances, so UCX_TLS=tcp is added unless this process names transports (an InfiniBand run) or
+// cmd.Env does (a test of UCX's shared-memory transports, UCX_TLS=sm,self). cmd's standard input,
+// output and error must be unset. On an error the process is gone.
 func Start(name string, cmd *exec.Cmd, within time.Duration) (*Proc, error) {
 	if cmd.Env == nil {
 		cmd.Env = os.Environ()
 	}
-	if os.Getenv("UCX_TLS") == "" {
+	named := slices.ContainsFunc(cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, "UCX_TLS=") && kv != "UCX_TLS=" })
+	if !named && os.Getenv("UCX_TLS") == "" {
 		cmd.Env = append(cmd.Env, "UCX_TLS=tcp")
 	}
 	stdin, err := cmd.StdinPipe()

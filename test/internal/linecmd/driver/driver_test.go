@@ -49,6 +49,8 @@ func child(mode string) {
 		switch cmd {
 		case "echo":
 			_ = out.Encode(map[string]any{"echo": arg})
+		case "tls":
+			_ = out.Encode(map[string]any{"tls": os.Getenv("UCX_TLS")})
 		case "noise":
 			fmt.Println("[1.2] [vm:1:0] sock.c:355 UCX ERROR connect failed")
 			_ = out.Encode(map[string]any{"echo": arg})
@@ -109,6 +111,27 @@ func TestCommandsGetTheirAnswers(t *testing.T) {
 	var e struct{ Echo string }
 	require.NoError(t, p.Decode("echo four", 10*time.Second, &e))
 	assert.Equal(t, "four", e.Echo)
+}
+
+// TestUCXTLS: a driven program gets UCX_TLS=tcp unless its command's environment names
+// transports (UCX_TLS=sm,self stays sm,self) or this process does (inherited as it is).
+func TestUCXTLS(t *testing.T) {
+	tlsOf := func(cmd *exec.Cmd) string {
+		p, err := Start("child", cmd, 30*time.Second)
+		require.NoError(t, err)
+		defer p.Close(5 * time.Second)
+		r, err := p.Do("tls", 10*time.Second)
+		require.NoError(t, err)
+		return r["tls"].(string)
+	}
+	t.Setenv("UCX_TLS", "")
+	require.NoError(t, os.Unsetenv("UCX_TLS"))
+	assert.Equal(t, "tcp", tlsOf(command("serve")), "no UCX_TLS anywhere")
+	own := command("serve")
+	own.Env = append(own.Env, "UCX_TLS=sm,self")
+	assert.Equal(t, "sm,self", tlsOf(own), "the command's own UCX_TLS")
+	t.Setenv("UCX_TLS", "rc,self")
+	assert.Equal(t, "rc,self", tlsOf(command("serve")), "this process's UCX_TLS")
 }
 
 // TestLateAnswerIsNotTakenByTheNextCommand: a command that gave up waiting still owes its

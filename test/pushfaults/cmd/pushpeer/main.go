@@ -23,6 +23,8 @@
 //	drain                             BeginDrain
 //	stats                             RDMA registry counts and PushGrants
 //	paths                             velo_push_path_total, as "side/path/reason" → count
+//	samehost <peer>                   whether this instance's traffic with peer (hex ID) takes the
+//	                                  same-host path (-same-host), and why not
 //	put <handle> <off> <bytes> <seed> [note]
 //	                                  Put of Fill(seed) at off (the region's offsets), with a
 //	                                  notification carrying note when given; answers its SHA-256
@@ -52,7 +54,8 @@
 //
 // The instance runs a TCP control plane on 127.0.0.1 (or -listen) and the UCX transport (UCX_TLS=tcp unless the
 // environment names transports), with the RDMA registry, so a region is pinned and a put takes
-// the RDMA path (velo's guarded PUT over tcp).
+// the RDMA path (velo's guarded PUT over tcp); -same-host adds the same-host path, so a put to a
+// receiver of this host goes through shared memory.
 package main
 
 import (
@@ -85,6 +88,8 @@ func main() {
 	logLevel := flag.String("log", "warn", "log level on standard error")
 	cpu := flag.Int("cpu", -1, "bind every thread of the process to this CPU (-1: no binding)")
 	burners := flag.Int("burn", 0, "be N busy threads, not a velo instance, until standard input closes")
+	sameHost := flag.Bool("same-host", false, "turn on the same-host path (WithSameHost)")
+	shmDir := flag.String("shm-dir", "", "SameHostConfig.Dir (empty: the default)")
 	flag.Parse()
 
 	if *cpu >= 0 {
@@ -117,8 +122,12 @@ func main() {
 	if err != nil {
 		linecmd.Fatal("pushpeer", err)
 	}
-	v, err := velo.New(context.Background(), velo.WithLogger(log), velo.WithTransport(ctl), velo.WithUCXTransport(u),
-		velo.WithRDMA(velo.RDMAConfig{ForceCloseAfter: *forceAfter}))
+	opts := []velo.Option{velo.WithLogger(log), velo.WithTransport(ctl), velo.WithUCXTransport(u),
+		velo.WithRDMA(velo.RDMAConfig{ForceCloseAfter: *forceAfter})}
+	if *sameHost {
+		opts = append(opts, velo.WithSameHost(velo.SameHostConfig{Dir: *shmDir}))
+	}
+	v, err := velo.New(context.Background(), opts...)
 	if err != nil {
 		linecmd.Fatal("pushpeer", err)
 	}
@@ -279,6 +288,15 @@ func (n *node) run(ctx context.Context, cmd, arg string) {
 			return
 		}
 		n.Reply(map[string]any{"paths": pushPaths(lines)})
+	case "samehost":
+		var peer uint64
+		peer, err = strconv.ParseUint(argOr(args, 0), 16, 64)
+		if err != nil {
+			n.Fail(err)
+			return
+		}
+		ok, why := n.v.SameHost(velo.InstanceID(peer))
+		n.Reply(map[string]any{"same_host": ok, "why": why})
 	case "stats":
 		st := n.v.RDMAStats()
 		n.Reply(map[string]any{"lease_registrations": st.LeaseRegistrations, "quarantined": st.QuarantinedRegistrations,

@@ -11,10 +11,18 @@ package main
 // so machine noise falls on all three. A get is timed as in the get table (GetInto, the detach
 // not timed); GetBatch entries never come inline (WithBatchInlineMax(0) on every side), so the
 // batch rows measure the lanes.
+//
+// The push rows are the other direction: the owner process is the receiver of a pinned region
+// of twice the largest size, half of it granted to each of the parent's two instances (grants
+// may not overlap), and each puts payloads of each size into it: the same-host instance through
+// shared memory (path shm), the other over UCX (path rdma). A put is timed from the call until it
+// returns, which is once the bytes are in the receiver's memory; no notification is asked for.
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -24,6 +32,7 @@ import (
 	"github.com/velo-go/velo/ucx/benchkit"
 	"github.com/velo-go/velo/velo"
 	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/push"
 )
 
 var (
@@ -37,6 +46,13 @@ type shmOwnerInfo struct {
 	Peer    velo.PeerInfo
 	Payload []velo.Handle   // one per size
 	Blocks  [][]velo.Handle // one batch per block size
+}
+
+// shmGrants is the owner's answer to the writers' PeerInfos: a grant handle for each.
+type shmGrants struct {
+	Handles []velo.GrantHandle
+	Offsets []uint64 // where each grant's range begins (grants may not overlap)
+	Err     string
 }
 
 func runSameHostOwner() error {
@@ -75,7 +91,38 @@ func runSameHostOwner() error {
 	if err := json.NewEncoder(os.Stdout).Encode(info); err != nil {
 		return err
 	}
-	io.Copy(io.Discard, os.Stdin) // serve until the parent closes stdin
+	// The parent's writers: one PeerInfo JSON line, then a grant over the region for each.
+	in := bufio.NewReader(os.Stdin)
+	if line, err := in.ReadBytes('\n'); err == nil {
+		var writers []velo.PeerInfo
+		var ans shmGrants
+		err = json.Unmarshal(line, &writers)
+		size := uint64(shmSizes[len(shmSizes)-1])
+		region, rerr := v.NewRegion(int(size) * len(writers))
+		if err == nil {
+			err = rerr
+		}
+		for i, w := range writers {
+			if err == nil {
+				err = v.RegisterPeer(ctx, w)
+			}
+			var g *velo.WriteGrant
+			off := uint64(i) * size
+			if err == nil {
+				g, err = v.GrantWrite(ctx, w.ID, region, velo.GrantOptions{TTL: time.Hour, Ranges: []velo.GrantRange{{Offset: off, Length: size}}})
+			}
+			if err == nil {
+				ans.Handles, ans.Offsets = append(ans.Handles, g.Handle()), append(ans.Offsets, off)
+			}
+		}
+		if err != nil {
+			ans.Err = err.Error()
+		}
+		if err := json.NewEncoder(os.Stdout).Encode(ans); err != nil {
+			return err
+		}
+	}
+	io.Copy(io.Discard, in) // serve until the parent closes stdin
 	return nil
 }
 
@@ -172,7 +219,90 @@ func runSameHost(quick bool, rounds int) error {
 		}
 		fmt.Printf("%-8s %5d %22s %22s %8.2fx\n", fmt.Sprintf("%d KiB", n>>10), calls, spread(sh), spread(rd), median(sh)/median(rd))
 	}
+	return pushRows(ctx, owner, shm, rdma, quick, rounds)
+}
+
+// pushRows is the push table: puts into the owner's region through a grant to each writer.
+func pushRows(ctx context.Context, owner *benchkit.Child, shm, rdma *velo.Velo, quick bool, rounds int) error {
+	b, err := json.Marshal([]velo.PeerInfo{shm.PeerInfo(), rdma.PeerInfo()})
+	if err != nil {
+		return err
+	}
+	if _, err := owner.In.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	var g shmGrants
+	line, err := owner.Out.ReadBytes('\n')
+	if err == nil {
+		err = json.Unmarshal(line, &g)
+	}
+	if err == nil && g.Err != "" {
+		err = errors.New(g.Err)
+	}
+	if err != nil {
+		return fmt.Errorf("the owner's grants: %w", err)
+	}
+	// A first put each starts the push service (its metrics), acquires the grant and opens the
+	// lane; the rounds' puts are timed after it.
+	warm := make([]byte, 4096)
+	for i, v := range []*velo.Velo{shm, rdma} {
+		if err := v.Put(ctx, g.Handles[i], g.Offsets[i], warm, nil); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("\nPut into a pinned region of the owner (no notification): MiB/s, median of the rounds [min–max]\n")
+	fmt.Printf("%-8s %5s %22s %22s %22s %11s %9s\n", "size", "puts", "memcpy", "velo shm", "velo rdma", "shm/memcpy", "shm/rdma")
+	for _, n := range shmSizes {
+		iters := max(4, min(200, (256<<20)/n))
+		if quick {
+			iters = max(2, iters/8)
+		}
+		src, dst := make([]byte, n), make([]byte, n)
+		fill(src, 3)
+		var mc, sh, rd []float64
+		for r := 0; r < rounds+1; r++ { // round 0 warms up: channels, endpoints, page faults
+			m := memcpyRate(dst, src, iters)
+			x, err := putRate(ctx, shm, g.Handles[0], g.Offsets[0], src, iters, metrics.PathSameHost)
+			if err != nil {
+				return err
+			}
+			y, err := putRate(ctx, rdma, g.Handles[1], g.Offsets[1], src, iters, metrics.PathRDMA)
+			if err != nil {
+				return err
+			}
+			if r > 0 {
+				mc, sh, rd = append(mc, m), append(sh, x), append(rd, y)
+			}
+		}
+		fmt.Printf("%-8s %5d %22s %22s %22s %10.2fx %8.2fx\n", fmt.Sprintf("%d MiB", n>>20), iters, spread(mc), spread(sh), spread(rd),
+			median(sh)/median(mc), median(sh)/median(rd))
+	}
 	return nil
+}
+
+// putRate is the rate of n puts of src at off through h in MiB/s; it fails unless every one
+// counted on path want at the writer.
+func putRate(ctx context.Context, v *velo.Velo, h velo.GrantHandle, off uint64, src []byte, n int, want metrics.Path) (float64, error) {
+	labels := metrics.Labels{"side": "writer", "path": string(want), "reason": string(metrics.ReasonOK)}
+	before, err := metrics.Value(v.Metrics(), push.PathTotal, labels)
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		if err := v.Put(ctx, h, off, src, nil); err != nil {
+			return 0, err
+		}
+	}
+	took := time.Since(start)
+	after, err := metrics.Value(v.Metrics(), push.PathTotal, labels)
+	if err != nil {
+		return 0, err
+	}
+	if int(after-before) != n {
+		return 0, fmt.Errorf("%d of %d puts measured as %s took that path", int(after-before), n, want)
+	}
+	return float64(len(src)) * float64(n) / (1 << 20) / took.Seconds(), nil
 }
 
 // startSameHost is start with the same-host path on (sameHost) or off, and no inline batch entries.
