@@ -71,7 +71,7 @@ func TestControlConnectionBudgetUnderRequestsAndGets(t *testing.T) {
 				defer wg.Done()
 				for k := range 2 {
 					data := payload(96<<10+k, uint64(round*100+i*10+k))
-					h, err := o.RegisterData(tctx(t), data)
+					h, err := o.StageData(tctx(t), data)
 					if err != nil {
 						t.Errorf("round %d: owner %d stages: %v", round, i, err)
 						return

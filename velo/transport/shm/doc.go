@@ -31,7 +31,7 @@
 // a read is, so a consumer that stalls after the last copy holds nothing). ForceClosePeer closes
 // the consumer's channels, which ends any read stuck on a stalled consumer at once.
 //
-// Device memory takes CUDA IPC instead of the ring (cudaipc.go): for a consumer that opened a
+// Device memory takes CUDA IPC instead of the ring: for a consumer that opened a
 // CUDA IPC channel (the same socket and handshake), a lease of device memory is exported (the
 // handle of its whole allocation, given only in answer to a live key of that consumer), the
 // consumer maps the allocation and copies on the GPU, and closes the mapping when its last key into

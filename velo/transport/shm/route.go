@@ -17,7 +17,7 @@ import (
 // here when it is a same-host key, and with inner otherwise, so each side follows what the owner
 // chose. It names inner's backend in offers, so instances with and without the path still agree.
 // Device memory of a consumer that holds a CUDA IPC channel to this instance is exported by CUDA
-// IPC when inner has it (transport.CUDAIPC; cudaipc.go), and registered with inner otherwise. A
+// IPC when inner has it (transport.CUDAIPC), and registered with inner otherwise. A
 // push grant's host memory is registered here for its writer when the writer holds a proven
 // channel to this instance (RegisterMemoryWritableFor), and a write through a same-host key goes
 // here; other writes, device memory for writes and the registrations made without a peer stay
@@ -196,7 +196,7 @@ func (r *routeFull) RegisterMemoryOf(mem []byte, t transport.MemoryType) (transp
 
 // RegisterMemoryOfFor implements transport.PeerMemoryRegisterer: device memory leased to a
 // consumer of this host is exported by CUDA IPC when the pair can take it, and registered with
-// inner otherwise (the reason is logged and counted: cudaipc.go).
+// inner otherwise (the reason is logged and counted).
 func (r *routeFull) RegisterMemoryOfFor(peer transport.InstanceID, mem []byte, t transport.MemoryType) (transport.Registration, error) {
 	if t == transport.MemoryCUDA {
 		if reg := r.s.registerDevice(peer, mem); reg != nil {
