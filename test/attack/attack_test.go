@@ -42,6 +42,9 @@ package attack
 //	  guessed endpoint ids touch nothing
 //	ucp over a raw socket: forged direct (pointer) endpoint ids    TestRawUCPForgedWireIDs
 //	  are refused, not followed
+//	flooding: a flood to the owner's descriptor limit stops its    TestUCXListenerSurvivesFdFlood
+//	  UCX listener only while it lasts; its log grows by a few
+//	  lines (flood_test.go)
 //
 // Over tcp here; on InfiniBand (UCX_TLS and UCX_NET_DEVICES set without tcp) the raw-socket
 // tests and the packet observer are skipped, each saying so.

@@ -221,13 +221,15 @@ type staged struct{ handle, sha string }
 type fixtureOptions struct {
 	// legitEPIdle gives the consumer an idle reaper, so its pauses open new epochs.
 	legitEPIdle time.Duration
+	// victimArgs are more flags for the victim (an owner), e.g. -max-fds.
+	victimArgs []string
 }
 
 func newFixture(t *testing.T, o fixtureOptions) *fixture {
 	t.Helper()
 	f := &fixture{t: t, marker: make([]byte, 16)}
 	_, _ = rand.Read(f.marker)
-	f.victim = start(t, "victim", bins.victim, env(true), "-role", "owner", "-marker", hex.EncodeToString(f.marker))
+	f.victim = start(t, "victim", bins.victim, env(true), append([]string{"-role", "owner", "-marker", hex.EncodeToString(f.marker)}, o.victimArgs...)...)
 	f.v = infoOf(t, f.victim)
 	f.atk = start(t, "attacker", bins.attacker, env(false))
 

@@ -24,6 +24,7 @@ var thePatchSet = []string{
 	"0005-ucp-bound-wire-offsets.patch",
 	"0006-tcp-one-event-per-wait.patch",
 	"0007-ucp-answer-atomics-without-amo.patch",
+	"0008-tcp-accept-backs-off.patch",
 }
 
 // patchSources are the releases whose source is at hand here, as the recipe's environment that
