@@ -223,6 +223,9 @@ type fixtureOptions struct {
 	legitEPIdle time.Duration
 	// victimArgs are more flags for the victim (an owner), e.g. -max-fds.
 	victimArgs []string
+	// beforePeering runs once the victim, the consumer and the attacker are up, before the
+	// victim and the consumer learn of each other (no UCX endpoint between them yet).
+	beforePeering func(f *fixture)
 }
 
 func newFixture(t *testing.T, o fixtureOptions) *fixture {
@@ -253,6 +256,9 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 		f.atk.ok(map[string]any{"op": "watch", "sender": f.l.id, "inc": f.l.inc, "pids": []int{f.v.pid, f.l.pid}})
 	}
 
+	if o.beforePeering != nil {
+		o.beforePeering(f)
+	}
 	f.legit.ok("peer " + f.v.info)
 	f.victim.ok("peer " + f.l.info)
 	for i := range 3 {

@@ -25,6 +25,7 @@ var thePatchSet = []string{
 	"0006-tcp-one-event-per-wait.patch",
 	"0007-ucp-answer-atomics-without-amo.patch",
 	"0008-tcp-accept-backs-off.patch",
+	"0009-tcp-incoming-never-takes-over.patch",
 }
 
 // patchSources are the releases whose source is at hand here, as the recipe's environment that

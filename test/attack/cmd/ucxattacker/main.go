@@ -12,7 +12,8 @@
 //   - through a plain TCP socket to the victim's UCX tcp listening port, speaking UCX's tcp
 //     transport wire protocol itself (rawtcp.go): the tcp transport's PUT request and ucp's
 //     software RMA messages with raw addresses and guessed or forged endpoint ids; a flood of
-//     plain connections to that port (flood.go);
+//     plain connections to that port (flood.go); connection requests planted there in another
+//     peer's name (plant.go);
 //   - with a packet socket on the loopback interface (observe.go): the velo frames an
 //     authenticated peer sends (its epochs and sequence numbers), and whether any secret
 //     byte of the victim ever crosses the wire.
@@ -67,7 +68,8 @@ type cmd struct {
 	EPIDs   []uint64 `json:"ep_ids,omitempty"`
 	UCP     string   `json:"ucp,omitempty"`     // put, get or atomic
 	Version string   `json:"version,omitempty"` // the victim's UCX release
-	Count   int      `json:"count,omitempty"`   // flood: connections to open
+	Count   int      `json:"count,omitempty"`   // flood: connections to open; plant: sequence numbers
+	Claims  []string `json:"claims,omitempty"`  // plant: the impersonated peer's UCX addresses (ip:port)
 
 	Timeout string `json:"timeout,omitempty"`
 }
@@ -157,6 +159,12 @@ func main() {
 			m = a.floodRelease()
 		case "accept_probe":
 			m, err = acceptProbe(c, timeout)
+		case "plant":
+			m, err = a.plant(c)
+		case "plant_status":
+			m = a.plantStatus()
+		case "plant_release":
+			m = a.plantRelease()
 		case "quit":
 			reply(map[string]any{"ok": true})
 			return

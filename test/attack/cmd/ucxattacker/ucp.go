@@ -35,6 +35,7 @@ type attacker struct {
 	amo *amoSide // the atomics' own context and endpoint, opened at the first atomic
 
 	flooded []net.Conn // the connection flood's connections, held until flood_release
+	planted []*planted // planted connection requests, held until plant_release
 
 	nextReq   uint64
 	replies   map[uint64]*guardReply
