@@ -49,6 +49,8 @@ package attack
 //	flooding: a flood to the owner's descriptor limit stops its    TestUCXListenerSurvivesFdFlood
 //	  UCX listener only while it lasts; its log grows by a few
 //	  lines (flood_test.go)
+//	flooding: one source keeps at most 256 connections to the     TestUCXConnectionCapPerSource
+//	  UCX port; others and the pair are served meanwhile
 //
 // Over tcp here; on InfiniBand (UCX_TLS and UCX_NET_DEVICES set without tcp) the raw-socket
 // tests and the packet observer are skipped, each saying so.

@@ -15,7 +15,8 @@ import (
 
 // flood opens up to c.Count connections to the victim's first UCX port and holds them. It stops
 // early at the first connection that is not established within 500 ms: the victim no longer
-// accepts and its backlog is full.
+// accepts and its backlog is full. With c.From (a loopback address such as 127.0.0.2) the
+// connections come from that address, to the victim's loopback port.
 func (a *attacker) flood(c cmd) (map[string]any, error) {
 	targets, skip, err := rawTargets(c)
 	if err != nil || skip != "" {
@@ -25,10 +26,28 @@ func (a *attacker) flood(c cmd) (map[string]any, error) {
 		return nil, errors.New("flood: count: want the number of connections to open")
 	}
 	t := targets[0]
+	d := net.Dialer{Timeout: 500 * time.Millisecond}
+	if c.From != "" {
+		from := net.ParseIP(c.From)
+		if from == nil || !from.IsLoopback() {
+			return nil, fmt.Errorf("flood: from %q: want a loopback address", c.From)
+		}
+		d.LocalAddr = &net.TCPAddr{IP: from}
+		found := false
+		for _, x := range targets {
+			if h, _, err := net.SplitHostPort(x.Addr); err == nil && net.ParseIP(h).IsLoopback() && x.Family == 4 {
+				t, found = x, true
+				break
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("flood: from %s: the victim has no IPv4 loopback UCX port (%v)", c.From, targets)
+		}
+	}
 	start := time.Now()
 	var stopped string
 	for len(a.flooded) < c.Count {
-		conn, err := net.DialTimeout("tcp", t.Addr, 500*time.Millisecond)
+		conn, err := d.Dial("tcp", t.Addr)
 		if err != nil {
 			stopped = err.Error()
 			break

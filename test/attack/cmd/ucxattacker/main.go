@@ -70,6 +70,7 @@ type cmd struct {
 	Version string   `json:"version,omitempty"` // the victim's UCX release
 	Count   int      `json:"count,omitempty"`   // flood: connections to open; plant: sequence numbers
 	Claims  []string `json:"claims,omitempty"`  // plant: the impersonated peer's UCX addresses (ip:port)
+	From    string   `json:"from,omitempty"`    // flood: the local (loopback) address to connect from
 
 	Timeout string `json:"timeout,omitempty"`
 }
