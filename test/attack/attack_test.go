@@ -42,6 +42,15 @@ package attack
 //	  guessed endpoint ids touch nothing
 //	ucp over a raw socket: forged direct (pointer) endpoint ids    TestRawUCPForgedWireIDs
 //	  are refused, not followed
+//	UCX connections: requests planted in the consumer's name      TestPlantedConnectionRequests/
+//	  (its addresses, sequence numbers 0..15) before the pair's     {before_peering,while_streaming}
+//	  endpoints exist or while it streams take nothing over
+//	  (plant_test.go)
+//	flooding: a flood to the owner's descriptor limit stops its    TestUCXListenerSurvivesFdFlood
+//	  UCX listener only while it lasts; its log grows by a few
+//	  lines (flood_test.go)
+//	flooding: one source keeps at most 256 connections to the     TestUCXConnectionCapPerSource
+//	  UCX port; others and the pair are served meanwhile
 //
 // Over tcp here; on InfiniBand (UCX_TLS and UCX_NET_DEVICES set without tcp) the raw-socket
 // tests and the packet observer are skipped, each saying so.

@@ -221,13 +221,18 @@ type staged struct{ handle, sha string }
 type fixtureOptions struct {
 	// legitEPIdle gives the consumer an idle reaper, so its pauses open new epochs.
 	legitEPIdle time.Duration
+	// victimArgs are more flags for the victim (an owner), e.g. -max-fds.
+	victimArgs []string
+	// beforePeering runs once the victim, the consumer and the attacker are up, before the
+	// victim and the consumer learn of each other (no UCX endpoint between them yet).
+	beforePeering func(f *fixture)
 }
 
 func newFixture(t *testing.T, o fixtureOptions) *fixture {
 	t.Helper()
 	f := &fixture{t: t, marker: make([]byte, 16)}
 	_, _ = rand.Read(f.marker)
-	f.victim = start(t, "victim", bins.victim, env(true), "-role", "owner", "-marker", hex.EncodeToString(f.marker))
+	f.victim = start(t, "victim", bins.victim, env(true), append([]string{"-role", "owner", "-marker", hex.EncodeToString(f.marker)}, o.victimArgs...)...)
 	f.v = infoOf(t, f.victim)
 	f.atk = start(t, "attacker", bins.attacker, env(false))
 
@@ -251,6 +256,9 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 		f.atk.ok(map[string]any{"op": "watch", "sender": f.l.id, "inc": f.l.inc, "pids": []int{f.v.pid, f.l.pid}})
 	}
 
+	if o.beforePeering != nil {
+		o.beforePeering(f)
+	}
 	f.legit.ok("peer " + f.v.info)
 	f.victim.ok("peer " + f.l.info)
 	for i := range 3 {

@@ -24,6 +24,9 @@ var thePatchSet = []string{
 	"0005-ucp-bound-wire-offsets.patch",
 	"0006-tcp-one-event-per-wait.patch",
 	"0007-ucp-answer-atomics-without-amo.patch",
+	"0008-tcp-accept-backs-off.patch",
+	"0009-tcp-incoming-never-takes-over.patch",
+	"0010-tcp-cap-connections-per-source.patch",
 }
 
 // patchSources are the releases whose source is at hand here, as the recipe's environment that

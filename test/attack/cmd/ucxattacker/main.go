@@ -11,7 +11,9 @@
 //     written by hand, in another peer's name;
 //   - through a plain TCP socket to the victim's UCX tcp listening port, speaking UCX's tcp
 //     transport wire protocol itself (rawtcp.go): the tcp transport's PUT request and ucp's
-//     software RMA messages with raw addresses and guessed or forged endpoint ids;
+//     software RMA messages with raw addresses and guessed or forged endpoint ids; a flood of
+//     plain connections to that port (flood.go); connection requests planted there in another
+//     peer's name (plant.go);
 //   - with a packet socket on the loopback interface (observe.go): the velo frames an
 //     authenticated peer sends (its epochs and sequence numbers), and whether any secret
 //     byte of the victim ever crosses the wire.
@@ -66,6 +68,9 @@ type cmd struct {
 	EPIDs   []uint64 `json:"ep_ids,omitempty"`
 	UCP     string   `json:"ucp,omitempty"`     // put, get or atomic
 	Version string   `json:"version,omitempty"` // the victim's UCX release
+	Count   int      `json:"count,omitempty"`   // flood: connections to open; plant: sequence numbers
+	Claims  []string `json:"claims,omitempty"`  // plant: the impersonated peer's UCX addresses (ip:port)
+	From    string   `json:"from,omitempty"`    // flood: the local (loopback) address to connect from
 
 	Timeout string `json:"timeout,omitempty"`
 }
@@ -149,6 +154,18 @@ func main() {
 			m, err = a.rawTCPPut(c, timeout)
 		case "raw_ucp":
 			m, err = a.rawUCP(c, timeout)
+		case "flood":
+			m, err = a.flood(c)
+		case "flood_release":
+			m = a.floodRelease()
+		case "accept_probe":
+			m, err = acceptProbe(c, timeout)
+		case "plant":
+			m, err = a.plant(c)
+		case "plant_status":
+			m = a.plantStatus()
+		case "plant_release":
+			m = a.plantRelease()
 		case "quit":
 			reply(map[string]any{"ok": true})
 			return

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"net"
 	"strconv"
 	"time"
 
@@ -32,6 +33,9 @@ type attacker struct {
 	keys        map[string]*ucx.RemoteKey // unpacked on ep, by the packed key's hex
 
 	amo *amoSide // the atomics' own context and endpoint, opened at the first atomic
+
+	flooded []net.Conn // the connection flood's connections, held until flood_release
+	planted []*planted // planted connection requests, held until plant_release
 
 	nextReq   uint64
 	replies   map[uint64]*guardReply

@@ -73,6 +73,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -101,7 +102,15 @@ func main() {
 	marker := flag.String("marker", "", "the run's secret marker (hex); the global and the heap buffer are filled from it")
 	logLevel := flag.String("log", "warn", "log level on standard error")
 	epIdle := flag.Duration("ep-idle", 0, "ucx.Config.EPIdleTimeout (0: keep endpoints)")
+	maxFDs := flag.Uint64("max-fds", 0, "RLIMIT_NOFILE, soft and hard (0: as inherited): a low limit makes a connection flood reach it fast")
 	flag.Parse()
+
+	if *maxFDs > 0 {
+		// Both limits: the Go runtime raises the soft limit to the hard one at start.
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: *maxFDs, Max: *maxFDs}); err != nil {
+			linecmd.Fatal("victim", fmt.Errorf("-max-fds %d: %w", *maxFDs, err))
+		}
+	}
 
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
