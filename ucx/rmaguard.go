@@ -20,7 +20,7 @@ import (
 // program learns which kind of UCX it runs on.
 
 // GuardVersionPrefix starts the version string of velo's UCX guard patch set
-// ("velo-ucx-guard/1").
+// ("velo-ucx-guard/2").
 const GuardVersionPrefix = "velo-ucx-guard/"
 
 // RMAGuard is what the linked UCX says about software RMA.
@@ -28,7 +28,7 @@ type RMAGuard struct {
 	// Enforced: the linked UCX carries velo's guard patch set and refuses software-emulated
 	// RMA and tcp PUT requests.
 	Enforced bool
-	// Version is the patch set's version ("velo-ucx-guard/1"); empty when not enforced.
+	// Version is the patch set's version ("velo-ucx-guard/2"); empty when not enforced.
 	Version string
 	// Refused counts the requests the patch set refused in this process since it started
 	// (zero when not enforced).
@@ -55,7 +55,7 @@ func (r GuardRefusals) values() [len(GuardRefusalKinds)]uint64 {
 	return [...]uint64{r.Put, r.Get, r.Atomic, r.TCPPut, r.WireID}
 }
 
-// String is one line for a log or a page: "enforced (velo-ucx-guard/1)" or why not.
+// String is one line for a log or a page: "enforced (velo-ucx-guard/2)" or why not.
 func (g RMAGuard) String() string {
 	if g.Enforced {
 		return "enforced (" + g.Version + ")"

@@ -307,7 +307,7 @@ import "C"
 
 import "fmt"
 
-// GuardVersion returns velo_ucx_guard_version() of the linked UCX: "velo-ucx-guard/1" for a UCX
+// GuardVersion returns velo_ucx_guard_version() of the linked UCX: "velo-ucx-guard/2" for a UCX
 // built with the patch set.
 func GuardVersion() string { return C.GoString(C.velo_ucx_guard_version()) }
 

@@ -23,7 +23,7 @@ type MDOps struct {
 }
 
 // GuardVersionWant is what velo_ucx_guard_version returns in a UCX built with velo's patch set.
-const GuardVersionWant = "velo-ucx-guard/1"
+const GuardVersionWant = "velo-ucx-guard/2"
 
 // GuardCounts are the patch set's refusal counters, in velo_ucx_guard_counters' order.
 type GuardCounts [5]uint64

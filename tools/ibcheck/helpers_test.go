@@ -73,7 +73,7 @@ var (
 		RMA: map[string]check.RMATrial{
 			"n": {Worked: true}, "y": {Worked: true},
 		},
-		Guard: &ucx.RMAGuard{Enforced: true, Version: "velo-ucx-guard/1", UCX: "1.13.1"},
+		Guard: &ucx.RMAGuard{Enforced: true, Version: "velo-ucx-guard/2", UCX: "1.13.1"},
 	}
 	ucx113Shared = func() check.UCXInfo {
 		info := ucx113
@@ -89,7 +89,7 @@ var (
 		RMA: map[string]check.RMATrial{
 			"n": {Detail: "ucp_get_nbx: UCS_ERR_UNSUPPORTED: unsupported operation"}, "y": {Worked: true},
 		},
-		Guard: &ucx.RMAGuard{Enforced: true, Version: "velo-ucx-guard/1", UCX: "1.22.0"},
+		Guard: &ucx.RMAGuard{Enforced: true, Version: "velo-ucx-guard/2", UCX: "1.22.0"},
 	}
 	// ucxV2Guarded is velo's static UCX 1.22 on a node whose GET probe runs over the self
 	// transport: protocol v1 has no RMA, and under v2 the GET reaches the target, whose software
@@ -98,7 +98,7 @@ var (
 		info := ucxV2Only
 		info.RMA = map[string]check.RMATrial{
 			"n": {Detail: "ucp_get_nbx: UCS_ERR_UNSUPPORTED: unsupported operation"},
-			"y": {Worked: true, Refused: true, Detail: "the GET reached the target, whose software RMA guard (velo-ucx-guard/1) refused it, as it refuses every GET over a lane without hardware RMA"},
+			"y": {Worked: true, Refused: true, Detail: "the GET reached the target, whose software RMA guard (velo-ucx-guard/2) refused it, as it refuses every GET over a lane without hardware RMA"},
 		}
 		return info
 	}()

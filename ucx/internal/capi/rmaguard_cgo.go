@@ -55,7 +55,7 @@ import "C"
 import "unsafe"
 
 // VeloUcxGuardVersion wraps velo_ucx_guard_version: the patch set's version string
-// ("velo-ucx-guard/1"), and false when the linked UCX does not define the symbol.
+// ("velo-ucx-guard/2"), and false when the linked UCX does not define the symbol.
 func VeloUcxGuardVersion() (string, bool) {
 	p := C.velo_capi_guard_version()
 	if p == nil {

@@ -173,7 +173,7 @@ func TestUCXBlobVectoredFlags(t *testing.T) {
 // TestUCXBlobBuild: the UCX build a blob names round-trips, and Meets pairs builds of one
 // major.minor release and one guard only.
 func TestUCXBlobBuild(t *testing.T) {
-	guarded := UCXBuild{Major: 1, Minor: 22, Patch: 0, Guard: "velo-ucx-guard/1"}
+	guarded := UCXBuild{Major: 1, Minor: 22, Patch: 0, Guard: "velo-ucx-guard/2"}
 	stock := UCXBuild{Major: 1, Minor: 13, Patch: 1}
 	for _, build := range []UCXBuild{guarded, stock} {
 		b := AppendUCXBlob(nil, UCXBlob{RMA: true, MaxFrame: 1 << 20, Incarnation: 7, Build: build, Worker: []byte("worker")})
@@ -182,13 +182,13 @@ func TestUCXBlobBuild(t *testing.T) {
 		assert.Equal(t, build, got.Build)
 		assert.Equal(t, []byte("worker"), got.Worker)
 	}
-	assert.Equal(t, "1.22.0 with velo-ucx-guard/1", guarded.String())
+	assert.Equal(t, "1.22.0 with velo-ucx-guard/2", guarded.String())
 	assert.Equal(t, "1.13.1 (stock)", stock.String())
 
-	assert.True(t, guarded.Meets(UCXBuild{Major: 1, Minor: 22, Patch: 3, Guard: "velo-ucx-guard/1"}), "a patch release keeps the wire")
+	assert.True(t, guarded.Meets(UCXBuild{Major: 1, Minor: 22, Patch: 3, Guard: "velo-ucx-guard/2"}), "a patch release keeps the wire")
 	assert.False(t, guarded.Meets(stock), "another minor release")
 	assert.False(t, guarded.Meets(UCXBuild{Major: 1, Minor: 22, Guard: ""}), "the same release without the guard")
-	assert.False(t, guarded.Meets(UCXBuild{Major: 1, Minor: 22, Guard: "velo-ucx-guard/2"}), "another guard version")
+	assert.False(t, guarded.Meets(UCXBuild{Major: 1, Minor: 22, Guard: "velo-ucx-guard/3"}), "another guard version")
 
 	// A guard version that is not printable ASCII, or runs past the blob, is refused.
 	b := AppendUCXBlob(nil, UCXBlob{MaxFrame: 1024, Incarnation: 1, Build: UCXBuild{Guard: "g"}, Worker: []byte{9}})

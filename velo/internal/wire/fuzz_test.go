@@ -307,7 +307,7 @@ func TestRDMADescriptorRefusesWhatItCannotAccountFor(t *testing.T) {
 
 func FuzzDecodeUCXBlob(f *testing.F) {
 	f.Add(AppendUCXBlob(nil, UCXBlob{RMA: true, MaxFrame: 1 << 20, Incarnation: 7, Worker: []byte("addr")}))
-	f.Add(AppendUCXBlob(nil, UCXBlob{RMA: true, MaxFrame: 1 << 20, Incarnation: 7, Build: UCXBuild{Major: 1, Minor: 22, Guard: "velo-ucx-guard/1"}, Worker: []byte("addr")}))
+	f.Add(AppendUCXBlob(nil, UCXBlob{RMA: true, MaxFrame: 1 << 20, Incarnation: 7, Build: UCXBuild{Major: 1, Minor: 22, Guard: "velo-ucx-guard/2"}, Worker: []byte("addr")}))
 	f.Add([]byte{1})
 	f.Add([]byte{3, 1, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0, 1, 255, 255, 255, 255})
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -30,7 +30,7 @@ const UCXBlobVersion = 6
 //	8     incarnation (uint64)
 //	16    the linked UCX release: major, minor, patch (one byte each)
 //	19    length g of the guard patch set's version (0: a UCX without velo's guard)
-//	20    the guard patch set's version ("velo-ucx-guard/1", g bytes of printable ASCII)
+//	20    the guard patch set's version ("velo-ucx-guard/2", g bytes of printable ASCII)
 //	20+g  worker address length n (uint32)
 //	24+g  the UCX worker address (n bytes)
 //	24+g+n CRC-32C (Castagnoli) of every byte before it (uint32)
@@ -54,11 +54,11 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // builds differ in either never opens a UCX endpoint (UCXBuild.Meets).
 type UCXBuild struct {
 	Major, Minor, Patch uint8
-	// Guard is the guard patch set's version ("velo-ucx-guard/1"); empty for a stock UCX.
+	// Guard is the guard patch set's version ("velo-ucx-guard/2"); empty for a stock UCX.
 	Guard string
 }
 
-// String is "1.22.0 with velo-ucx-guard/1" or "1.13.1 (stock)".
+// String is "1.22.0 with velo-ucx-guard/2" or "1.13.1 (stock)".
 func (b UCXBuild) String() string {
 	rel := fmt.Sprintf("%d.%d.%d", b.Major, b.Minor, b.Patch)
 	if b.Guard == "" {

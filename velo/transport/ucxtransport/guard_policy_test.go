@@ -12,14 +12,14 @@ import (
 
 // The policy on its own, for every kind of UCX and opt-in, whatever this binary links.
 func TestGuardPolicy(t *testing.T) {
-	guarded := ucx.RMAGuard{Enforced: true, Version: "velo-ucx-guard/1", UCX: "1.22.0"}
+	guarded := ucx.RMAGuard{Enforced: true, Version: "velo-ucx-guard/2", UCX: "1.22.0"}
 	open := ucx.RMAGuard{UCX: "1.13.1"}
 
 	g, err := decideGuard(guarded, Config{}, "")
 	require.NoError(t, err)
 	assert.Empty(t, g.trustedBy)
 	assert.Empty(t, g.reason(), "a guarded UCX is nothing to report")
-	assert.Equal(t, "enforced (velo-ucx-guard/1)", g.describe())
+	assert.Equal(t, "enforced (velo-ucx-guard/2)", g.describe())
 
 	g, err = decideGuard(guarded, Config{TrustNetwork: true}, "1")
 	require.NoError(t, err)

@@ -32,7 +32,7 @@ var testUCX = UCXInfo{
 	Support:  ucx.BuildSupport{Verbs: true, MLX5: true, DEVX: true, RDMACM: true},
 	Defaults: map[string]string{"PROTO_ENABLE": "n", "MAX_RNDV_RAILS": "2"},
 	RMA:      map[string]RMATrial{"n": {Worked: true}, "y": {Worked: true}},
-	Guard:    &ucx.RMAGuard{Enforced: true, Version: "velo-ucx-guard/1", UCX: "1.13.1"},
+	Guard:    &ucx.RMAGuard{Enforced: true, Version: "velo-ucx-guard/2", UCX: "1.13.1"},
 }
 
 // fakeSystem answers like a healthy node; hw is what the hardware probes return.

@@ -13,7 +13,7 @@ import (
 // (then it warns); an unaskable UCX is not compiled in or inconclusive. Every verdict but PASS
 // names the static build as the fix.
 func TestRMAGuardVerdicts(t *testing.T) {
-	guarded := &ucx.RMAGuard{Enforced: true, Version: "velo-ucx-guard/1", UCX: "1.22.0"}
+	guarded := &ucx.RMAGuard{Enforced: true, Version: "velo-ucx-guard/2", UCX: "1.22.0"}
 	open := &ucx.RMAGuard{UCX: "1.13.1"}
 	cases := []struct {
 		name    string
@@ -23,7 +23,7 @@ func TestRMAGuardVerdicts(t *testing.T) {
 		want    Status
 		mention string
 	}{
-		{"guarded", guarded, nil, nil, Pass, "velo-ucx-guard/1"},
+		{"guarded", guarded, nil, nil, Pass, "velo-ucx-guard/2"},
 		{"guarded-trust-set", guarded, nil, map[string]string{"VELO_UCX_TRUST_NETWORK": "1"}, Pass, "is not needed"},
 		{"unguarded", open, nil, nil, Fail, "refuses to start"},
 		{"unguarded-not-affirmative", open, nil, map[string]string{"VELO_UCX_TRUST_NETWORK": "off"}, Fail, "ErrUnguardedUCX"},
