@@ -9,7 +9,7 @@
 // New takes functional options, all optional:
 //
 //	ctl, _ := tcp.New(tcp.Config{ListenAddress: "0.0.0.0:7000", Advertise: "node-3:7000"})
-//	u, _ := ucxtransport.New(ucxtransport.Config{}) // package velo/transport/ucxtransport
+//	u, _ := ucxtransport.New(ucxtransport.Config{}) // package velo/transport/ucxtransport; velo.New makes its worker, listening beside ctl
 //	v, err := velo.New(ctx,
 //		velo.WithTransport(ctl),              // the control plane (TCP on 127.0.0.1 if none)
 //		velo.WithUCXTransport(u),             // the RDMA path; WithRDMA sizes its pinned memory

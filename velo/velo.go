@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -416,6 +418,9 @@ func New(ctx context.Context, opts ...Option) (_ *Velo, err error) {
 		}
 		o.transports = []transport.Transport{t}
 	}
+	if err := scopeListeners(o.transports); err != nil {
+		return nil, err
+	}
 	if err := newSameHost(&o); err != nil {
 		return nil, err
 	}
@@ -474,6 +479,31 @@ func New(ctx context.Context, opts ...Option) (_ *Velo, err error) {
 	}
 	v.log.Debug("velo: instance started", "transports", len(v.transports))
 	return v, nil
+}
+
+// scopeListeners hands every transport that can follow it (the UCX transport) the control plane's
+// listening address, before anything starts or reads a transport's metrics: a UCX worker created
+// then listens beside the control plane only (transport.ListenScoper). With no control-plane
+// transport the zero address goes, which scopes nothing; the call still creates the worker, so a
+// UCX that cannot start fails New here.
+func scopeListeners(ts []transport.Transport) error {
+	var cp netip.Addr
+	for _, t := range ts {
+		if c, ok := t.(transport.ControlPlane); ok {
+			if a, ok := c.ListenAddr().(*net.TCPAddr); ok {
+				cp = a.AddrPort().Addr()
+				break
+			}
+		}
+	}
+	for _, t := range ts {
+		if s, ok := t.(transport.ListenScoper); ok {
+			if err := s.ScopeListen(cp); err != nil {
+				return fmt.Errorf("velo: starting transport %q: %w", t.Name(), err)
+			}
+		}
+	}
+	return nil
 }
 
 func (v *Velo) abort() {

@@ -15,6 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"sync"
 )
 
@@ -231,6 +233,22 @@ type Transport interface {
 	MaxFrameSize() int
 	// Close stops the transport, closes every connection and waits for its goroutines.
 	Close() error
+}
+
+// ListenScoper is a transport whose listening can follow the control plane's: velo.New calls
+// ScopeListen once, before it starts anything or reads the transport's metrics, with the address
+// its control-plane transport listens on (a ControlPlane's ListenAddr), or with the zero Addr when
+// it has none. The UCX transport keeps its tcp listener on that address's interface unless the
+// operator named devices; an unspecified address (0.0.0.0, ::) leaves it listening everywhere. An
+// error fails velo.New.
+type ListenScoper interface {
+	ScopeListen(ip netip.Addr) error
+}
+
+// ControlPlane is a transport that listens for the control plane (the TCP transport): its
+// address is the one ListenScoper transports follow.
+type ControlPlane interface {
+	ListenAddr() net.Addr
 }
 
 // RMA is one-sided remote memory access, the capability the rendezvous RDMA path needs.

@@ -104,13 +104,9 @@ func start(ctx context.Context, name string, handlers ...velo.Option) (*velo.Vel
 	if err != nil {
 		return nil, nil, err
 	}
-	// UCX's tcp listens where the control plane does (here lo), not on every interface.
-	ifaces, err := ucxtransport.InterfacesOf(ln.Addr().(*net.TCPAddr).AddrPort().Addr())
-	if err != nil {
-		ctl.Close()
-		return nil, nil, err
-	}
-	u, err := ucxtransport.New(ucxtransport.Config{EagerEndpoints: true, TCPInterfaces: ifaces})
+	// velo.New creates UCX's worker listening where the control plane does (here lo), not on
+	// every interface.
+	u, err := ucxtransport.New(ucxtransport.Config{EagerEndpoints: true})
 	if err != nil {
 		ctl.Close()
 		return nil, nil, err

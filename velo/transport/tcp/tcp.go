@@ -279,7 +279,10 @@ func (t *Transport) Address() []byte { return append([]byte(nil), t.blob...) }
 // Advertised returns the host:port published in Address.
 func (t *Transport) Advertised() string { return t.advertise }
 
-// ListenAddr is the listener's local address.
+var _ transport.ControlPlane = (*Transport)(nil)
+
+// ListenAddr is the listener's local address: velo.New hands it to the transports that follow
+// the control plane's (transport.ListenScoper).
 func (t *Transport) ListenAddr() net.Addr { return t.ln.Addr() }
 
 // MaxFrameSize is the largest frame this transport reads and sends.

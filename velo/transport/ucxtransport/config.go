@@ -89,7 +89,9 @@ type Config struct {
 	// NetDevices is UCX_NET_DEVICES ("mlx5_2:1" …), with the same rule as TLS.
 	NetDevices string
 	// TCPInterfaces names the network interfaces UCX's tcp transport may use ("lo", "eth0"): its
-	// worker listens on their addresses only, instead of on every active interface of the host.
+	// worker listens on their addresses only. Left unset with NetDevices and UCX_NET_DEVICES, the
+	// interface of the control plane's address is used under velo.New (ScopeListen), and every
+	// active interface of the host without it.
 	// It sets UCX_NET_DEVICES to these interfaces and every InfiniBand port of the node, with the
 	// same rule as TLS (the environment wins); it cannot be combined with NetDevices. A UCX_TLS
 	// without tcp opens no tcp listener at all. New logs where the worker listens, and the

@@ -91,6 +91,13 @@
 // UCX_PROTO_ENABLE=n (it turns off all RMA on current UCX releases) and sets UCX_RCACHE_ENABLE=n
 // and UCX_MEM_EVENTS=n unless the user set them.
 //
+// Where it listens. UCX's tcp transport listens on the interfaces UCX_NET_DEVICES allows, every
+// active one by default. Where nothing names them (the variable, NetDevices, TCPInterfaces), New
+// leaves the UCX worker for velo.New, which calls ScopeListen with its control plane's address:
+// the worker then listens on that address's interface only (on every one for 0.0.0.0). Used
+// without velo, the first call that needs the worker (Start, RegisterMemory, Collectors,
+// Settings) creates it with UCX's defaults.
+//
 // The UCX it runs on. A stock UCX serves software-emulated RMA (tcp; ud on InfiniBand) at any
 // address a peer names, so New runs only on a UCX whose patch set refuses that (velo's static
 // build: make ucx-static, -tags ucx_static) unless VELO_UCX_TRUST_NETWORK=1 or

@@ -23,6 +23,8 @@ import (
 // transport, InfiniBand ports included. So Config.TCPInterfaces, the interfaces UCX's tcp may
 // use, becomes UCX_NET_DEVICES naming those interfaces and every InfiniBand port of the node
 // (which keep their RDMA lanes), where neither the environment nor Config.NetDevices sets it.
+// Where none of the three names devices, the worker waits for velo.New's ScopeListen, which sets
+// UCX_NET_DEVICES the same way from the interface of the control plane's address (transport.go).
 // After start the transport reads which addresses its worker really listens on (its own sockets
 // in LISTEN state that appeared with the worker) and logs them; Describe shows them.
 

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/velo-go/velo/velo/transport"
 )
 
 func TestProcAddr(t *testing.T) {
@@ -83,4 +85,45 @@ func TestInterfacesOf(t *testing.T) {
 	_, err = InterfacesOf(netip.MustParseAddr("203.0.113.254"))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "203.0.113.254")
+}
+
+// TestScopeListenFollowsTheControlPlane: where nothing names UCX's devices New creates no worker;
+// ScopeListen with the control plane's 127.0.0.1 creates it listening on loopback only, and later
+// scopes change nothing. Devices the program names make New create the worker at once (so UCX's
+// errors come from New), and ScopeListen leaves them be. A transport closed before any call never
+// creates one.
+func TestScopeListenFollowsTheControlPlane(t *testing.T) {
+	if v := os.Getenv("UCX_NET_DEVICES"); v != "" {
+		t.Skipf("UCX_NET_DEVICES=%s in the environment names the devices", v)
+	}
+	h := newHost()
+	tr, err := New(Config{TLS: testTLS, Logger: h.log})
+	require.NoError(t, err)
+	t.Cleanup(func() { tr.Close() })
+	assert.Nil(t, tr.eng, "New waits for the control plane's address")
+	before := TCPListeners()
+	require.NoError(t, tr.ScopeListen(netip.MustParseAddr("127.0.0.1")))
+	require.NotNil(t, tr.eng)
+	require.NotEmpty(t, tr.tcpListen)
+	assert.Equal(t, tr.tcpListen, newListeners(before, TCPListeners()))
+	for _, a := range tr.tcpListen {
+		assert.True(t, netip.MustParseAddrPort(a).Addr().IsLoopback(), "the worker listens on %s, beyond lo", a)
+	}
+	require.NoError(t, tr.ScopeListen(netip.MustParseAddr("0.0.0.0")))
+	require.NoError(t, tr.Start(h))
+	assert.Contains(t, h.logBuf.String(), "UCX_NET_DEVICES from the control plane's address 127.0.0.1 (interface lo)")
+	assert.NotContains(t, h.logBuf.String(), "created before the control plane's address was known")
+
+	named, err := New(Config{TLS: testTLS, NetDevices: "lo", Logger: h.log})
+	require.NoError(t, err)
+	t.Cleanup(func() { named.Close() })
+	require.NotNil(t, named.eng, "with devices named New creates the worker")
+	require.NoError(t, named.ScopeListen(netip.MustParseAddr("127.0.0.1")))
+	assert.False(t, named.scoped)
+
+	closed, err := New(Config{TLS: testTLS, Logger: h.log})
+	require.NoError(t, err)
+	require.NoError(t, closed.Close())
+	assert.ErrorIs(t, closed.ScopeListen(netip.MustParseAddr("127.0.0.1")), transport.ErrClosed)
+	assert.Nil(t, closed.eng)
 }

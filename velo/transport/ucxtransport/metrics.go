@@ -105,5 +105,9 @@ func (t *Transport) Collectors() []prometheus.Collector {
 	if t.cfg.Metrics != nil {
 		return nil
 	}
-	return append(append([]prometheus.Collector(nil), t.m.collectors...), t.eng.Collectors()...)
+	out := append([]prometheus.Collector(nil), t.m.collectors...)
+	if eng, err := t.engine(); err == nil { // created here if nothing did yet (see New)
+		out = append(out, eng.Collectors()...)
+	}
+	return out
 }

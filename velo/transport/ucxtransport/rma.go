@@ -46,7 +46,11 @@ func (t *Transport) register(call string, mem []byte, opts ucx.RegisterOptions, 
 	}
 	// The engine registers in the calling goroutine (it waits for nothing but its lock), so no
 	// deadline is needed: a timer per registration would cost more than the registration.
-	r, err := t.eng.RegisterWith(context.Background(), mem, opts)
+	eng, err := t.engine()
+	if err != nil {
+		return nil, fmt.Errorf("ucx: %s: %w", call, err)
+	}
+	r, err := eng.RegisterWith(context.Background(), mem, opts)
 	if err != nil {
 		return nil, fmt.Errorf("ucx: registering %d bytes%s: %w", len(mem), kind, err)
 	}
@@ -78,7 +82,14 @@ func (t *Transport) registerMany(mems [][]byte, opts ucx.RegisterOptions) ([]tra
 		}
 		return out, errs
 	}
-	regs, rerrs := t.eng.RegisterManyWith(context.Background(), mems, opts)
+	eng, err := t.engine()
+	if err != nil {
+		for i := range errs {
+			errs[i] = fmt.Errorf("ucx: RegisterMemory: %w", err)
+		}
+		return out, errs
+	}
+	regs, rerrs := eng.RegisterManyWith(context.Background(), mems, opts)
 	for i, r := range regs {
 		if rerrs[i] != nil {
 			errs[i] = fmt.Errorf("ucx: registering %d bytes: %w", len(mems[i]), rerrs[i])

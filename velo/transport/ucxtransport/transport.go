@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -26,13 +27,23 @@ const amID uint16 = 0x0760
 // Create it with New and add it with velo.WithUCXTransport (RDMA path) or velo.WithTransport
 // (messages only).
 type Transport struct {
-	cfg     Config
-	log     *slog.Logger
-	follow  *followHandler // nil when Config.Logger was set: then that logger is kept
-	eng     *ucx.Engine
-	m       *metrics
-	worker  []byte
-	noLanes string // UCX can create no endpoint velo can use, to any peer (lane.go); set by New
+	cfg    Config
+	log    *slog.Logger
+	follow *followHandler // nil when Config.Logger was set: then that logger is kept
+	m      *metrics
+
+	// engMu guards the engine's creation (engine, ScopeListen). eng, worker, noLanes and tcpListen
+	// are set once, with it; whatever runs after Start reads them without it.
+	engMu    sync.Mutex
+	eng      *ucx.Engine
+	engErr   error
+	settings map[string]string // the UCX settings the engine is created with, besides TLS and devices
+	// scopable: nothing names UCX's devices, so ScopeListen may; scoped: it did; scopeSaid: the
+	// engine came first, and that was logged.
+	scopable, scoped, scopeSaid bool
+	worker                      []byte
+	noLanes                     string // UCX can create no endpoint velo can use, to any peer (lane.go); set with the engine
+
 	timings timings
 	guard   guardState // the linked UCX's software RMA guard, as New found it (guard.go)
 
@@ -67,8 +78,8 @@ type Transport struct {
 	softRMABy    string
 	laneSaid     map[slotKey]bool
 	softRMAPeers map[transport.InstanceID]string
-	// tcpListen are the addresses the worker's tcp transport listens on, as New found them, and
-	// netField the Config field UCX_NET_DEVICES came from where the program set it (listen.go).
+	// tcpListen are the addresses the worker's tcp transport listens on, as found when the engine
+	// was created, and netField where UCX_NET_DEVICES came from where the program set it (listen.go).
 	tcpListen []string
 	netField  string
 
@@ -146,6 +157,13 @@ type inboundState struct {
 // on software RMA (no velo guard patch set: build with -tags ucx_static after make ucx-static) it
 // fails with an error wrapping ErrUnguardedUCX, unless Config.TrustNetwork or VELO_UCX_TRUST_NETWORK=1
 // opts in.
+//
+// Where nothing names the devices UCX may use (TCPInterfaces, NetDevices and UCX_NET_DEVICES all
+// unset), New checks the configuration and leaves the engine for later: velo.New hands the transport
+// its control plane's address (ScopeListen) before anything starts, and the worker's tcp transport
+// then listens on that address's interface only. Used without velo, the engine is created, with
+// UCX's default devices, by the first call that needs it (Start, RegisterMemory, Collectors,
+// Settings); an error creating it is returned by Start, ScopeListen and RegisterMemory.
 func New(cfg Config) (*Transport, error) {
 	var follow *followHandler
 	if cfg.Logger == nil {
@@ -156,6 +174,9 @@ func New(cfg Config) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
+	if _, err := ucx.SoftwareRMAGuard(); errors.Is(err, ucx.ErrNotCompiled) || errors.Is(err, ucx.ErrUnsupported) {
+		return nil, fmt.Errorf("ucx transport: %w", err)
+	}
 	guard, err := checkGuard(cfg, os.Getenv)
 	if err != nil {
 		return nil, err
@@ -165,7 +186,7 @@ func New(cfg Config) (*Transport, error) {
 	if cfg.KeepaliveInterval > 0 {
 		settings["KEEPALIVE_INTERVAL"] = fmt.Sprintf("%dus", cfg.KeepaliveInterval.Microseconds())
 	}
-	netField := "NetDevices"
+	netField := "Config.NetDevices"
 	if len(cfg.TCPInterfaces) > 0 {
 		if cfg.NetDevices != "" {
 			return nil, fmt.Errorf("ucx: Config.NetDevices %q and Config.TCPInterfaces %q both name devices: set one (TCPInterfaces keeps every InfiniBand port)",
@@ -174,34 +195,18 @@ func New(cfg Config) (*Transport, error) {
 		if cfg.NetDevices, err = tcpNetDevices(cfg.TCPInterfaces, sysInfiniband); err != nil {
 			return nil, err
 		}
-		netField = "TCPInterfaces"
+		netField = "Config.TCPInterfaces"
 	}
 	m, err := newMetrics(cfg.Metrics)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	before := TCPListeners()
-	eng, err := ucx.NewEngine(ctx, ucx.EngineConfig{
-		Context:      ucx.ContextConfig{TLS: cfg.TLS, NetDevices: cfg.NetDevices, Settings: settings, Logger: cfg.Logger},
-		MaxEagerSize: cfg.EagerMax + sealedHeaderLen,
-		RMA:          cfg.RMA,
-		Name:         Name,
-		Logger:       cfg.Logger,
-		Metrics:      cfg.Metrics,
-	})
-	if err != nil {
-		m.unregister()
-		return nil, fmt.Errorf("ucx transport: %w", err)
-	}
 	t := &Transport{
 		cfg:          cfg,
 		log:          cfg.Logger,
 		follow:       follow,
-		eng:          eng,
 		m:            m,
-		worker:       eng.Address(),
+		settings:     settings,
 		guard:        guard,
 		timings:      timings{finWait: defaultFinWait, holdTimeout: defaultHoldTimeout},
 		peers:        map[transport.InstanceID]*peer{},
@@ -217,14 +222,97 @@ func New(cfg Config) (*Transport, error) {
 		stop:         make(chan struct{}),
 		evict:        make(chan struct{}, 1),
 	}
-	t.tcpListen = newListeners(before, TCPListeners())
+	// A scope can narrow the devices only where nothing names them; otherwise there is nothing to
+	// wait for, and UCX's own errors come from New as they always did.
+	t.scopable = len(cfg.TCPInterfaces) == 0 && cfg.NetDevices == "" && strings.TrimSpace(os.Getenv("UCX_NET_DEVICES")) == ""
+	if !t.scopable {
+		if _, err := t.engine(); err != nil {
+			m.unregister()
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// engine is the transport's UCX engine, created on the first call (see New). A failure is kept
+// and returned to every later call: the transport is unusable, and Close still works.
+func (t *Transport) engine() (*ucx.Engine, error) {
+	t.engMu.Lock()
+	defer t.engMu.Unlock()
+	if t.eng == nil && t.engErr == nil {
+		t.engErr = t.createEngine()
+	}
+	return t.eng, t.engErr
+}
+
+// createEngine creates the UCX context and worker with the devices t.cfg.NetDevices names and
+// finds where the worker listens; t.engMu is held.
+func (t *Transport) createEngine() error {
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	before := TCPListeners()
+	eng, err := ucx.NewEngine(ctx, ucx.EngineConfig{
+		Context:      ucx.ContextConfig{TLS: t.cfg.TLS, NetDevices: t.cfg.NetDevices, Settings: t.settings, Logger: t.cfg.Logger},
+		MaxEagerSize: t.cfg.EagerMax + sealedHeaderLen,
+		RMA:          t.cfg.RMA,
+		Name:         Name,
+		Logger:       t.cfg.Logger,
+		Metrics:      t.cfg.Metrics,
+	})
+	if err != nil {
+		return fmt.Errorf("ucx transport: %w", err)
+	}
 	if eng.MaxAMHeader() < sealedHeaderLen {
 		_ = eng.Close(context.Background())
-		m.unregister()
-		return nil, fmt.Errorf("ucx transport: the UCX worker carries active-message headers of at most %d bytes; frames need %d", eng.MaxAMHeader(), sealedHeaderLen)
+		return fmt.Errorf("ucx transport: the UCX worker carries active-message headers of at most %d bytes; frames need %d", eng.MaxAMHeader(), sealedHeaderLen)
 	}
+	t.eng, t.worker = eng, eng.Address()
+	t.tcpListen = newListeners(before, TCPListeners())
 	t.probeLanes()
-	return t, nil
+	return nil
+}
+
+var _ transport.ListenScoper = (*Transport)(nil)
+
+// ScopeListen implements transport.ListenScoper: velo.New calls it with the control plane's
+// listening address before it starts anything, and the engine is created here. Where nothing
+// names UCX's devices (see New) and ip is a specific address, UCX_NET_DEVICES becomes that
+// address's interface and every InfiniBand port, as Config.TCPInterfaces: InterfacesOf(ip) would
+// set it, so the worker's tcp transport listens beside the control plane and nowhere else. An
+// unspecified address (0.0.0.0, ::) or none keeps UCX's default, every interface. An engine
+// created before (memory registered before velo.New) cannot be narrowed any more: that is logged
+// once, with the setting that does it. The error is the engine's creation error, if any.
+func (t *Transport) ScopeListen(ip netip.Addr) error {
+	t.engMu.Lock()
+	defer t.engMu.Unlock()
+	ip = ip.Unmap()
+	wants := t.scopable && ip.IsValid() && !ip.IsUnspecified()
+	if t.eng != nil || t.engErr != nil {
+		if wants && !t.scoped && len(t.tcpListen) > 0 && !t.scopeSaid {
+			t.scopeSaid = true
+			t.log.Warn("ucx: the UCX worker was created before the control plane's address was known (memory registered "+
+				"before velo.New?), so its tcp transport listens on every interface, not only beside the control plane: "+
+				"set ucxtransport.Config.TCPInterfaces (ucxtransport.InterfacesOf of the control plane's address) or UCX_NET_DEVICES",
+				"control_plane", ip.String(), "tcp_listen", strings.Join(t.tcpListen, ","))
+		}
+		return t.engErr
+	}
+	if wants {
+		ifaces, err := InterfacesOf(ip)
+		var devs string
+		if err == nil {
+			devs, err = tcpNetDevices(ifaces, sysInfiniband)
+		}
+		if err != nil {
+			t.log.Warn("ucx: the control plane's address names no interface of this host; UCX's tcp transport listens on every interface",
+				"control_plane", ip.String(), "err", err)
+		} else {
+			t.cfg.NetDevices, t.scoped = devs, true
+			t.netField = "the control plane's address " + ip.String() + " (interface " + strings.Join(ifaces, ",") + ")"
+		}
+	}
+	t.engErr = t.createEngine()
+	return t.engErr
 }
 
 // addTCPSegSizes gives UCX's tcp transport segments of tcpSegSize where the environment sets
@@ -259,7 +347,7 @@ func tcpSegSizeNames(v ucx.VersionInfo) (tx, rx string) {
 // program prints can lie (the environment overrides it); this line is what the context used.
 func (t *Transport) logSettings() {
 	for _, want := range []struct{ name, field, value string }{
-		{"TLS", "TLS", t.cfg.TLS},
+		{"TLS", "Config.TLS", t.cfg.TLS},
 		{"NET_DEVICES", t.netField, t.cfg.NetDevices},
 	} {
 		s, ok := t.setting(want.name)
@@ -268,11 +356,11 @@ func (t *Transport) logSettings() {
 		}
 		switch {
 		case s.Source == ucx.SourceEnvironment && want.value != "" && want.value != s.Value:
-			t.log.Info("ucx: UCX_"+want.name+" from the environment overrides Config."+want.field, "value", s.Value, "config", want.value)
+			t.log.Info("ucx: UCX_"+want.name+" from the environment overrides "+want.field, "value", s.Value, "config", want.value)
 		case s.Source == ucx.SourceEnvironment:
 			t.log.Info("ucx: UCX_"+want.name+" from the environment", "value", s.Value)
 		case s.Source == ucx.SourceProgram:
-			t.log.Info("ucx: UCX_"+want.name+" from Config."+want.field+" (the variable is unset)", "value", s.Value)
+			t.log.Info("ucx: UCX_"+want.name+" from "+want.field+" (the variable is unset)", "value", s.Value)
 		default:
 			t.log.Info("ucx: UCX_"+want.name+" is UCX's default", "value", s.Value)
 		}
@@ -294,8 +382,15 @@ func (t *Transport) setting(name string) (ucx.Setting, bool) {
 }
 
 // Settings returns the UCX settings the transport's context runs with, each with its source
-// (environment, program, default). Trust these over any configuration a program prints.
-func (t *Transport) Settings() []ucx.Setting { return t.eng.Settings() }
+// (environment, program, default). Trust these over any configuration a program prints. It
+// creates the engine if nothing did yet (see New); nil when that failed.
+func (t *Transport) Settings() []ucx.Setting {
+	eng, err := t.engine()
+	if err != nil {
+		return nil
+	}
+	return eng.Settings()
+}
 
 // Name implements transport.Transport: "ucx".
 func (t *Transport) Name() string { return Name }
@@ -306,6 +401,9 @@ func (t *Transport) MaxFrameSize() int { return t.cfg.EagerMax }
 
 // Start implements transport.Transport: it binds the runtime and starts receiving.
 func (t *Transport) Start(h transport.Host) error {
+	if _, err := t.engine(); err != nil {
+		return err
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	switch {
@@ -601,7 +699,17 @@ func (t *Transport) Close() error {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		t.closeErr = t.eng.Close(ctx)
+		// An engine not created yet never will be (its error says closed); one that was is
+		// closed here.
+		t.engMu.Lock()
+		eng := t.eng
+		if eng == nil && t.engErr == nil {
+			t.engErr = fmt.Errorf("ucx: %w", transport.ErrClosed)
+		}
+		t.engMu.Unlock()
+		if eng != nil {
+			t.closeErr = eng.Close(ctx)
+		}
 		t.wg.Wait()
 		t.m.unregister()
 	})
@@ -629,6 +737,7 @@ func (t *Transport) Endpoints(peer transport.InstanceID) int {
 // Describe lists the transport's settings for velo's introspection page: every UCX setting it
 // runs with and where it came from (environment, program, default), the frame limit, the RMA mode.
 func (t *Transport) Describe() map[string]string {
+	settings := t.Settings() // creates the engine if nothing did yet, and so finds tcpListen
 	d := map[string]string{
 		"eager_max":       strconv.Itoa(t.cfg.EagerMax),
 		"rma":             fmt.Sprint(t.cfg.RMA),
@@ -639,7 +748,7 @@ func (t *Transport) Describe() map[string]string {
 		"software_lanes":  t.describeSoftwareRMA(),
 		"tcp_listen":      describeListen(t.tcpListen),
 	}
-	for _, s := range t.eng.Settings() {
+	for _, s := range settings {
 		d["UCX_"+s.Name] = s.Value + " (" + s.Source.String() + ")"
 	}
 	return d

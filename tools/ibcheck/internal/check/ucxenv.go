@@ -608,6 +608,7 @@ func (r *run) checkRMAGuard(context.Context) Result {
 // checkTCPListen reports where a UCX worker of this binary listens over tcp under the caller's
 // environment: UCX's tcp transport listens on every active interface unless UCX_NET_DEVICES (or
 // velo's ucxtransport.Config.TCPInterfaces) names some, and not at all when UCX_TLS leaves tcp out.
+// It knows no control plane, whose interface velo's transport keeps to by default under velo.New.
 // It reports, and passes: which is right depends on the network.
 func (r *run) checkTCPListen(context.Context) Result {
 	res := Result{ID: "ucx_tcp_listen"}
@@ -642,7 +643,8 @@ func (r *run) checkTCPListen(context.Context) Result {
 		res.Finding = "a worker listens on loopback only: " + strings.Join(l.Addrs, ", ")
 	case l.NetDevices == "all" || l.NetDevices == "":
 		res.Finding = "a worker listens on every active interface: " + strings.Join(l.Addrs, ", ") +
-			"; to keep it to the control plane's, set UCX_NET_DEVICES or ucxtransport.Config.TCPInterfaces"
+			"; velo's UCX transport keeps its worker to the control plane's interface where nothing names devices " +
+			"(unless memory is registered with it before velo.New), and UCX_NET_DEVICES or ucxtransport.Config.TCPInterfaces chooses others"
 	default:
 		res.Finding = "a worker listens on the interfaces UCX_NET_DEVICES names: " + strings.Join(l.Addrs, ", ")
 	}
