@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/velo-go/velo/test/internal/linecmd"
 )
 
 // maxLine bounds one answer line (a railnode's rail table or a victim's registrations are the
@@ -71,7 +73,8 @@ func (b *Buffer) String() string {
 // Start starts cmd as the program name and waits up to within for its first line, which must
 // have "ready": true. The environment defaults to this process's; the driven programs are velo
 // instances, so UCX_TLS=tcp is added unless this process names transports (an InfiniBand run) or
-// cmd.Env does (a test of UCX's shared-memory transports, UCX_TLS=sm,self). cmd's standard input,
+// cmd.Env does (a test of UCX's shared-memory transports, UCX_TLS=sm,self), and so is this
+// process's VELO_TEST_SAME_HOST (linecmd.SameHostEnv), refused when it is not a boolean. cmd's standard input,
 // output and error must be unset. On an error the process is gone.
 func Start(name string, cmd *exec.Cmd, within time.Duration) (*Proc, error) {
 	if cmd.Env == nil {
@@ -80,6 +83,14 @@ func Start(name string, cmd *exec.Cmd, within time.Duration) (*Proc, error) {
 	named := slices.ContainsFunc(cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, "UCX_TLS=") && kv != "UCX_TLS=" })
 	if !named && os.Getenv("UCX_TLS") == "" {
 		cmd.Env = append(cmd.Env, "UCX_TLS=tcp")
+	}
+	// The same-host switch goes to every program, also one whose environment a test built from
+	// scratch; a value the test set itself wins (it comes later).
+	if _, err := linecmd.SameHost(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if v, ok := os.LookupEnv(linecmd.SameHostEnv); ok {
+		cmd.Env = append([]string{linecmd.SameHostEnv + "=" + v}, cmd.Env...)
 	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
