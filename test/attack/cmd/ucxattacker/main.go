@@ -12,6 +12,8 @@
 //   - through a plain TCP socket to the victim's UCX tcp listening port, speaking UCX's tcp
 //     transport wire protocol itself (rawtcp.go): the tcp transport's PUT request and ucp's
 //     software RMA messages with raw addresses and guessed or forged endpoint ids;
+//   - through the victim's same-host socket (samehost.go), where its same-host path is on: the
+//     handshake in another peer's name without the secret's proof, then read frames anyway;
 //   - with a packet socket on the loopback interface (observe.go): the velo frames an
 //     authenticated peer sends (its epochs and sequence numbers), and whether any secret
 //     byte of the victim ever crosses the wire.
@@ -66,6 +68,9 @@ type cmd struct {
 	EPIDs   []uint64 `json:"ep_ids,omitempty"`
 	UCP     string   `json:"ucp,omitempty"`     // put, get or atomic
 	Version string   `json:"version,omitempty"` // the victim's UCX release
+
+	// The same-host socket.
+	Socket string `json:"socket,omitempty"` // the victim's same-host socket path
 
 	Timeout string `json:"timeout,omitempty"`
 }
@@ -149,6 +154,8 @@ func main() {
 			m, err = a.rawTCPPut(c, timeout)
 		case "raw_ucp":
 			m, err = a.rawUCP(c, timeout)
+		case "shm_raw":
+			m, err = a.shmRaw(c, timeout)
 		case "quit":
 			reply(map[string]any{"ok": true})
 			return
