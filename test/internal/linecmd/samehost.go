@@ -29,7 +29,7 @@ func SameHost() (bool, error) {
 }
 
 // SameHostOn is SameHost without the error (a value that is not a boolean reads as off; the
-// launcher refuses to start a program under it).
+// driven programs refuse to start under it, so a suite fails at its first program).
 func SameHostOn() bool {
 	on, _ := SameHost()
 	return on

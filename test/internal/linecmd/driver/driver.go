@@ -21,13 +21,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/velo-go/velo/test/internal/linecmd"
 )
 
 // maxLine bounds one answer line (a railnode's rail table or a victim's registrations are the
 // longest).
 const maxLine = 16 << 20
+
+// sameHostEnv is linecmd.SameHostEnv, the suites' same-host switch (the driver sits beside
+// linecmd, so it names the variable itself; its test checks the two agree).
+const sameHostEnv = "VELO_TEST_SAME_HOST"
 
 // ErrNoAnswer is wrapped by the error of a Read or Do whose answer did not come in time. The
 // answer may still come: the next Do drops it before it reads its own.
@@ -74,7 +76,7 @@ func (b *Buffer) String() string {
 // have "ready": true. The environment defaults to this process's; the driven programs are velo
 // instances, so UCX_TLS=tcp is added unless this process names transports (an InfiniBand run) or
 // cmd.Env does (a test of UCX's shared-memory transports, UCX_TLS=sm,self), and so is this
-// process's VELO_TEST_SAME_HOST (linecmd.SameHostEnv), refused when it is not a boolean. cmd's standard input,
+// process's VELO_TEST_SAME_HOST (linecmd.SameHostEnv). cmd's standard input,
 // output and error must be unset. On an error the process is gone.
 func Start(name string, cmd *exec.Cmd, within time.Duration) (*Proc, error) {
 	if cmd.Env == nil {
@@ -85,12 +87,10 @@ func Start(name string, cmd *exec.Cmd, within time.Duration) (*Proc, error) {
 		cmd.Env = append(cmd.Env, "UCX_TLS=tcp")
 	}
 	// The same-host switch goes to every program, also one whose environment a test built from
-	// scratch; a value the test set itself wins (it comes later).
-	if _, err := linecmd.SameHost(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	if v, ok := os.LookupEnv(linecmd.SameHostEnv); ok {
-		cmd.Env = append([]string{linecmd.SameHostEnv + "=" + v}, cmd.Env...)
+	// scratch; a value the test set itself wins (it comes later). The program reads it, and
+	// refuses a value that is not a boolean (linecmd.SameHost).
+	if v, ok := os.LookupEnv(sameHostEnv); ok {
+		cmd.Env = append([]string{sameHostEnv + "=" + v}, cmd.Env...)
 	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
