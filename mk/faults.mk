@@ -12,7 +12,23 @@
 TEST_TARGETS += test-faults
 
 test-faults: deps $(VELO_UCX_DEP)
-	cd test && $(VELO_UCX_GO) $(RDMA_TEST_ENV) $(GOTEST) ./faults/...
+	cd test && $(VELO_UCX_GO) $(RDMA_TEST_ENV) VELO_TEST_SAME_HOST=0 $(GOTEST) ./faults/...
+
+# The fault cases again with the same-host path on in every node (VELO_TEST_SAME_HOST=1,
+# test/faults/doc.go): stalled, killed and force-closed consumers mid-read, an owner closed under a
+# stalled one, tampered handles, a spent budget, an owner restarted on its address and one whose
+# arenas cannot be locked, each now reading through shared memory (shm/ok). Left out, each for
+# its reason in doc.go: the cases that are about UCX itself (its address version, its idle
+# reaper, its shared-memory lanes, two UCX builds) or about messages only, the membership and
+# budget cases (discovery, network namespaces, UCX endpoint budgets), the soak, and the TestSameHost
+# cases, which turn the path on themselves and run in test-faults. About a minute on 2 cores; it
+# puts nothing into the network namespace, so it runs beside the other suites.
+FAULTS_SAMEHOST_RUN := ^(TestStalledConsumerResumed|TestStalledConsumerKilled|TestStalledConsumerForceClosed|TestConsumerKilledMidGet|TestCloseUnderStalledConsumer|TestTamperedHandles|TestBudgetSpent|TestOwnerRestartedOnTheSameAddress|TestMemlockWithoutIPCLock)$$
+.PHONY: test-faults-samehost
+TEST_TARGETS += test-faults-samehost
+
+test-faults-samehost: deps $(VELO_UCX_DEP)
+	cd test && $(VELO_UCX_GO) $(RDMA_TEST_ENV) VELO_TEST_SAME_HOST=1 $(GOTEST) -run '$(FAULTS_SAMEHOST_RUN)' ./faults/
 
 # make soak: several owners and consumers for SOAK (default 10 minutes) with random stalls, kills
 # and restarts; prints transfers, faults, what is pinned and staged at the end, and any loss, and

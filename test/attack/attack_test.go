@@ -9,8 +9,9 @@ package attack
 // registered range and the bytes past each registration's end as they were), nothing delivered
 // (the owner's handler saw only the legitimate consumer's messages), the legitimate consumer up
 // on both sides with every message it sent delivered once and in order, and the owner alive and
-// serving a transfer on the RDMA path. Each test also reads the victim's refusal counters, to
-// show that the attempts arrived and were refused rather than lost on the way.
+// serving a transfer on the RDMA path (the same-host path with VELO_TEST_SAME_HOST=1, doc.go).
+// Each test also reads the victim's refusal counters, to show that the attempts arrived and were
+// refused rather than lost on the way.
 //
 //	claim (docs/security.md)                                      test
 //	---------------------------------------------------------------------------------------------------
@@ -51,6 +52,9 @@ package attack
 //	  lines (flood_test.go)
 //	flooding: one source keeps at most 256 connections to the     TestUCXConnectionCapPerSource
 //	  UCX port; others and the pair are served meanwhile
+//	same-host socket (VELO_TEST_SAME_HOST=1): a hello without     TestSameHostSocket/{without_the_secret,
+//	  the secret's proof, or a process of another user, gets no     another_user}
+//	  ring and reads nothing (samehost_test.go)
 //
 // Over tcp here; on InfiniBand (UCX_TLS and UCX_NET_DEVICES set without tcp) the raw-socket
 // tests and the packet observer are skipped, each saying so.

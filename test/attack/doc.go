@@ -16,4 +16,15 @@
 // attacks an owner linked against velo's static UCX (make test-attack does that). Against a UCX
 // without velo's guard the owner refuses to start unless VELO_UCX_TRUST_NETWORK=1, and with it
 // the suite fails: that is what it is for.
+//
+// With VELO_TEST_SAME_HOST=1 (make test-attack-samehost; make test-attack sets it to 0) the whole
+// suite runs with the same-host path on in the victim and the legitimate consumer, which share a
+// socket directory: the consumer's gets move through shared memory (afterAttack wants shm/ok) and
+// its messages still go over UCX, where the forged frames attack them. Every attack on the
+// owner's UCX stays: the global, the heap, raw sockets and forged frames as before, and the
+// attacks on lease registrations against the leases of a second consumer with the secret that
+// is configured as another host (VELO_SHM_HOST_ID), since a same-host consumer is never given a
+// UCX key (fixture). TestSameHostSocket, which runs only then, attacks the socket itself: the
+// attacker without the secret says hello in the consumer's name and sends read frames anyway,
+// and a copy of it running as another user tries to connect; neither gets a ring or a byte.
 package attack

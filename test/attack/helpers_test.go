@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/velo-go/velo/test/internal/linecmd"
 	"github.com/velo-go/velo/test/internal/linecmd/driver"
 )
 
@@ -199,13 +200,23 @@ type lease struct {
 // fixture is one attack's cast: the victim (an owner with a secret), the legitimate consumer
 // (with the secret, holding leases and streaming messages to the victim over UCX) and the
 // attacker (neither), plus what the suite knows of each.
+//
+// With the same-host path on (linecmd.SameHostEnv, make test-attack-samehost) the victim and the
+// legitimate consumer have it on and share a socket directory: the consumer's gets move through
+// shared memory, and its messages still go over UCX. The attacks on lease registrations need
+// keys of the owner's UCX, which a same-host consumer is never given, so there the leases are
+// held by a second consumer with the secret that is configured as another host
+// (VELO_SHM_HOST_ID): its reads stay on UCX, and the owner, same-host path on, must refuse
+// every attack on them as before. Without the path, the legitimate consumer holds the leases.
 type fixture struct {
 	t        *testing.T
 	marker   []byte
 	victim   *proc
 	legit    *proc
+	holder   *proc // the consumer whose leases the attacks target: legit, or the other host's
 	atk      *proc
-	v, l     instance
+	v, l, h  instance
+	shmDir   string // the victim's same-host socket directory ("" with the path off)
 	payloads []staged
 	live     []lease // the legit consumer's live leases: A and B
 	revoked  lease   // a lease the consumer released: its key is revoked
@@ -228,11 +239,31 @@ type fixtureOptions struct {
 	beforePeering func(f *fixture)
 }
 
+// sameHostEnv is what the victim and its consumers of this host are started with: a socket
+// directory of the test's own (a socket path has at most 107 bytes, so a short one), none with the
+// same-host path off.
+func sameHostEnv(t testing.TB) (dir string, env []string) {
+	t.Helper()
+	if !linecmd.SameHostOn() {
+		return "", nil
+	}
+	dir, err := os.MkdirTemp("", "velo-shm-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir, []string{"VELO_SHM_DIR=" + dir}
+}
+
+// otherHost configures a consumer as another host than the victim's: its same-host path, if
+// on, never serves it, and its leases are the owner's UCX registrations.
+const otherHost = "VELO_SHM_HOST_ID=attack-suite-another-host"
+
 func newFixture(t *testing.T, o fixtureOptions) *fixture {
 	t.Helper()
 	f := &fixture{t: t, marker: make([]byte, 16)}
 	_, _ = rand.Read(f.marker)
-	f.victim = start(t, "victim", bins.victim, env(true), append([]string{"-role", "owner", "-marker", hex.EncodeToString(f.marker)}, o.victimArgs...)...)
+	var shmEnv []string
+	f.shmDir, shmEnv = sameHostEnv(t)
+	f.victim = start(t, "victim", bins.victim, env(true, shmEnv...), append([]string{"-role", "owner", "-marker", hex.EncodeToString(f.marker)}, o.victimArgs...)...)
 	f.v = infoOf(t, f.victim)
 	f.atk = start(t, "attacker", bins.attacker, env(false))
 
@@ -250,10 +281,19 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 		// New epochs only where the attacker can see them; blind, it forges at epoch 1.
 		args = append(args, "-ep-idle", o.legitEPIdle.String())
 	}
-	f.legit = start(t, "legit", bins.victim, env(true), args...)
+	f.legit = start(t, "legit", bins.victim, env(true, shmEnv...), args...)
 	f.l = infoOf(t, f.legit)
+	f.holder, f.h = f.legit, f.l
+	if f.shmDir != "" {
+		f.holder = start(t, "holder", bins.victim, env(true, otherHost), "-role", "legit")
+		f.h = infoOf(t, f.holder)
+	}
 	if f.observed {
-		f.atk.ok(map[string]any{"op": "watch", "sender": f.l.id, "inc": f.l.inc, "pids": []int{f.v.pid, f.l.pid}})
+		pids := []int{f.v.pid, f.l.pid}
+		if f.holder != f.legit {
+			pids = append(pids, f.h.pid)
+		}
+		f.atk.ok(map[string]any{"op": "watch", "sender": f.l.id, "inc": f.l.inc, "pids": pids})
 	}
 
 	if o.beforePeering != nil {
@@ -261,15 +301,23 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 	}
 	f.legit.ok("peer " + f.v.info)
 	f.victim.ok("peer " + f.l.info)
+	if f.holder != f.legit {
+		f.holder.ok("peer " + f.v.info)
+		f.victim.ok("peer " + f.h.info)
+		// The legitimate pair takes the path before the first attack, so that every get after
+		// one is a same-host read; the holder, another host, never does.
+		waitSameHost(t, f.legit, f.v.id, true)
+		waitSameHost(t, f.holder, f.v.id, false)
+	}
 	for i := range 3 {
 		r := f.victim.ok(fmt.Sprintf("stage %d %d", 16<<10, 100+i))
 		f.payloads = append(f.payloads, staged{handle: r["handle"].(string), sha: r["sha256"].(string)})
 	}
 	// Leases A and B stay live; C is released, so its key is revoked.
 	for i := range 3 {
-		f.legit.ok("acquire " + f.payloads[i].handle)
+		f.holder.ok("acquire " + f.payloads[i].handle)
 	}
-	f.legit.ok("release 2")
+	f.holder.ok("release 2")
 	regs := f.regs()
 	require.Len(t, regs, 3, "three lease registrations")
 	f.live, f.revoked = regs[:2], regs[2]
@@ -432,8 +480,29 @@ func (f *fixture) afterAttack(what string) {
 	if assert.NoError(t, err, "%s: a legitimate get", what) {
 		assert.Empty(t, g["error"], "%s: the owner does not serve a legitimate get", what)
 		assert.Equal(t, f.payloads[0].sha, g["sha256"], "%s: a legitimate get's bytes", what)
-		assert.Equal(t, "rdma/ok", g["path"], "%s: a legitimate get's path", what)
+		assert.Equal(t, linecmd.OKPath(), g["path"], "%s: a legitimate get's path", what)
 	}
+	if f.holder != f.legit {
+		assert.True(t, f.holder.Alive(), "%s: the lease holder died", what)
+		g, err := f.holder.do("get "+f.payloads[2].handle, 45*time.Second)
+		if assert.NoError(t, err, "%s: the lease holder's get", what) {
+			assert.Empty(t, g["error"], "%s: the owner does not serve the lease holder's get", what)
+			assert.Equal(t, f.payloads[2].sha, g["sha256"], "%s: the lease holder's bytes", what)
+			assert.Equal(t, "rdma/ok", g["path"], "%s: the lease holder (another host) reads over UCX", what)
+		}
+	}
+}
+
+// waitSameHost waits until p's same-host path to peer is decided: taken when want, refused
+// (with a reason other than the probe under way) when not.
+func waitSameHost(t testing.TB, p *proc, peer string, want bool) {
+	t.Helper()
+	var why string
+	require.Eventually(t, func() bool {
+		r := p.ok("samehost " + peer)
+		why, _ = r["why"].(string)
+		return r["same_host"] == want && why != "probing"
+	}, 30*time.Second, 20*time.Millisecond, "%s: same-host path to %s never became %v (last: %s)", p.Name, peer, want, why)
 }
 
 // checkStream pauses the consumer's stream and checks that the owner received exactly messages

@@ -12,7 +12,8 @@ import (
 
 // leaseRun stages n payloads of size bytes one after another (seeds from seed on) and has the
 // consumer lease the first k in one GetBatch, which the owner registers as one run. It returns
-// the handles, the batch's lease numbers and the run's registration. The stagings wrote after
+// the handles, the batch's lease numbers and the run's registration (the lease holder's: the
+// legitimate consumer, or with the same-host path on the consumer of another host, fixture). The stagings wrote after
 // the fixture's registrations, so the victim's memory check starts over from here.
 func (f *fixture) leaseRun(t *testing.T, size, n, k, seed int) (handles []string, leases []any, run lease) {
 	t.Helper()
@@ -21,7 +22,7 @@ func (f *fixture) leaseRun(t *testing.T, size, n, k, seed int) (handles []string
 		handles = append(handles, r["handle"].(string))
 	}
 	before := len(f.regs())
-	r := f.legit.ok("batch " + strings.Join(handles[:k], " "))
+	r := f.holder.ok("batch " + strings.Join(handles[:k], " "))
 	for i, p := range asSlice(r["paths"]) {
 		require.Equal(t, "rdma", p, "batch entry %d's path", i)
 	}
@@ -65,11 +66,11 @@ func TestBatchRunKeys(t *testing.T) {
 	f.guardedGetRefused(t, "middle_of_g", tok(run.addr+run.size+size/2))
 
 	// D and E end: F's lease keeps the run's key alive.
-	f.legit.ok(fmt.Sprintf("end %v", leases[0]))
-	f.legit.ok(fmt.Sprintf("end %v", leases[1]))
+	f.holder.ok(fmt.Sprintf("end %v", leases[0]))
+	f.holder.ok(fmt.Sprintf("end %v", leases[1]))
 	assert.False(t, f.regs()[at].revoked, "the run's key died before its last lease ended")
 	// F ends: the run's key is revoked, and nothing of D, E or F can be read with it.
-	f.legit.ok(fmt.Sprintf("end %v", leases[2]))
+	f.holder.ok(fmt.Sprintf("end %v", leases[2]))
 	require.Eventually(t, func() bool { return f.regs()[at].revoked }, 10*time.Second, 20*time.Millisecond, "the run's key is revoked once its last lease ended")
 	for i, name := range []string{"revoked_d", "revoked_e", "revoked_f"} {
 		f.guardedGetRefused(t, name, tok(run.addr+uint64(i)*size))

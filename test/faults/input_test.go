@@ -33,7 +33,7 @@ func TestTamperedHandles(t *testing.T) {
 			assert.Zero(t, st.OpenLeases)
 		})
 	}
-	delivered(t, cons.do("get "+p.Handle), p, "rdma/ok")
+	delivered(t, cons.do("get "+p.Handle), p, okPath)
 	// The pooled arena the payload was staged in stays mapped (ArenaReclaimAfter is off).
 	backToStart(t, owner, stats{PinnedBytes: withStage.ArenaBytes, Slots: start.Slots, StagedSlots: start.StagedSlots})
 	owner.quit(15e9)
@@ -49,7 +49,7 @@ func TestBudgetSpent(t *testing.T) {
 	p := stage(owner, 3<<20, true) // a dedicated 3 MiB arena would pass the 2 MiB budget
 	delivered(t, cons.do("get "+p.Handle), p, "chunked/budget")
 	small := stage(owner, 512<<10, true)
-	delivered(t, cons.do("get "+small.Handle), small, "rdma/ok")
+	delivered(t, cons.do("get "+small.Handle), small, okPath)
 	backToStart(t, owner, stats{PinnedBytes: 1 << 20, Slots: start.Slots, StagedSlots: start.StagedSlots})
 	final := owner.quit(15e9)
 	assert.Zero(t, final.PinnedBytes)

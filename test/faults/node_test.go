@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/velo-go/velo/test/faults/internal/proc"
+	"github.com/velo-go/velo/test/internal/linecmd"
 	"github.com/velo-go/velo/verbs/verbstest"
 )
 
@@ -137,11 +138,30 @@ func (n *node) waitStats(what string, timeout time.Duration, cond func(stats) bo
 	return st
 }
 
-func (n *node) stop()               { n.Stop() }
-func (n *node) resume()             { n.Resume() }
-func (n *node) kill()               { n.Kill() }
-func (n *node) alive() bool         { return n.Alive() }
-func pair(t *testing.T, a, b *node) { t.Helper(); require.NoError(t, proc.Pair(a.Node, b.Node)) }
+func (n *node) stop()       { n.Stop() }
+func (n *node) resume()     { n.Resume() }
+func (n *node) kill()       { n.Kill() }
+func (n *node) alive() bool { return n.Alive() }
+
+// okPath is the path of a rendezvous between two nodes of this host that keep the same-host
+// default (linecmd.SameHostEnv): shm/ok with it on, rdma/ok without.
+var okPath = linecmd.OKPath()
+
+// pair registers a and b with each other. With the same-host default on, it then waits until each
+// side's probe of the other's socket has ended (taken or refused with its reason), so that the
+// first transfer takes the path the pair will keep, not UCX while the probe runs.
+func pair(t *testing.T, a, b *node) {
+	t.Helper()
+	require.NoError(t, proc.Pair(a.Node, b.Node))
+	if !linecmd.SameHostOn() {
+		return
+	}
+	for _, x := range [][2]*node{{a, b}, {b, a}} {
+		peer := x[1].id()
+		require.Eventually(t, func() bool { _, why := x[0].sameHost(peer); return why != "probing" }, 30*time.Second, 20*time.Millisecond,
+			"%s never finished probing %s's same-host socket", x[0].Name, x[1].Name)
+	}
+}
 
 // quit closes the instance, checks it exits 0 within the bound, and returns its final stats.
 func (n *node) quit(within time.Duration) stats {

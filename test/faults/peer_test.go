@@ -33,7 +33,7 @@ func TestOwnerRestartedOnTheSameAddress(t *testing.T) {
 	cons := startNode(t, "consumer")
 	pair(t, owner, cons)
 	old := stage(owner, 8<<20, true)
-	delivered(t, cons.do("get "+old.Handle), old, "rdma/ok")
+	delivered(t, cons.do("get "+old.Handle), old, okPath)
 	old2 := stage(owner, 8<<20, true)
 	owner.kill()
 
@@ -47,7 +47,7 @@ func TestOwnerRestartedOnTheSameAddress(t *testing.T) {
 
 	start := restarted.stats()
 	fresh := stage(restarted, 8<<20, true)
-	delivered(t, cons.do("get "+fresh.Handle), fresh, "rdma/ok")
+	delivered(t, cons.do("get "+fresh.Handle), fresh, okPath)
 	backToStart(t, restarted, stats{PinnedBytes: start.PinnedBytes + 64<<20, Slots: start.Slots, StagedSlots: start.StagedSlots})
 	restarted.quit(15 * time.Second)
 	cons.quit(15 * time.Second)
@@ -76,9 +76,12 @@ func TestMemlockWithoutIPCLock(t *testing.T) {
 // TestPeerBlobVersionSkew: a consumer is handed the owner's UCX address of another wire version
 // (a rolling upgrade). It refuses it with the guide's warning, keeps the owner over TCP, and the
 // payload moves by chunks (no_offer); the owner serves the next consumer on the RDMA path.
+//
+// The skewed consumer keeps the same-host path off: the case is UCX's wire version, and with the
+// path on the pair would move its bytes through shared memory, which needs no UCX address.
 func TestPeerBlobVersionSkew(t *testing.T) {
 	owner := startNode(t, "owner")
-	cons := startNode(t, "consumer")
+	cons := startNode(t, "consumer", "-same-host=false")
 	r := cons.do("peer " + mustJSON(t, owner.ok("info-skewed")["info"]))
 	require.NotEmpty(t, r["error"])
 	assert.Contains(t, r["error"], "registered over tcp only")
@@ -91,16 +94,17 @@ func TestPeerBlobVersionSkew(t *testing.T) {
 	next := startNode(t, "next")
 	pair(t, owner, next)
 	q := stage(owner, 8<<20, true)
-	delivered(t, next.do("get "+q.Handle), q, "rdma/ok")
+	delivered(t, next.do("get "+q.Handle), q, okPath)
 	backToStart(t, owner, stats{PinnedBytes: start.PinnedBytes + 64<<20, Slots: start.Slots, StagedSlots: start.StagedSlots})
 	owner.quit(15 * time.Second)
 }
 
 // TestIdleReaperUnderBursts: with a short idle timeout, endpoints are reaped between bursts of
-// gets and reopened by the next; every payload arrives whole and nothing is left behind.
+// gets and reopened by the next; every payload arrives whole and nothing is left behind. The
+// same-host path stays off: the gets must go over UCX for its endpoints to be used and reaped.
 func TestIdleReaperUnderBursts(t *testing.T) {
-	owner := startNode(t, "owner", "-ep-idle", "150ms", "-log", "debug")
-	cons := startNode(t, "consumer", "-ep-idle", "150ms", "-log", "debug")
+	owner := startNode(t, "owner", "-ep-idle", "150ms", "-log", "debug", "-same-host=false")
+	cons := startNode(t, "consumer", "-ep-idle", "150ms", "-log", "debug", "-same-host=false")
 	pair(t, owner, cons)
 	start := owner.stats()
 	for burst := range 6 {

@@ -137,10 +137,10 @@ func TestSameHostTwoProcessesTakeThePath(t *testing.T) {
 	assert.Empty(t, ents, "a socket outlived its instance")
 }
 
-// slowOwner serves through rings of 4 KiB buffers, so that a read of a few hundred MiB takes
-// long enough to be interrupted mid-way on any machine.
+// slowOwner serves through rings of 4 KiB buffers (ownerFlags), so that a read of a few hundred
+// MiB takes long enough to be interrupted mid-way on any machine.
 func slowOwner(t *testing.T, dir string, flags ...string) *node {
-	return shmNode(t, "owner", dir, nil, append(append([]string{"-shm-chunk", "4096"}, ownerFlags(time.Hour)...), flags...)...)
+	return shmNode(t, "owner", dir, nil, append(ownerFlags(time.Hour), flags...)...)
 }
 
 // midRead starts a get of p on cons and waits until the owner's copy of it is under way.
@@ -179,7 +179,7 @@ func TestSameHostConsumerKilledMidRead(t *testing.T) {
 func TestSameHostConsumerStoppedAndResumed(t *testing.T) {
 	dir := shmDir(t)
 	const bound = 5 * time.Second
-	owner := shmNode(t, "owner", dir, nil, append([]string{"-shm-chunk", "4096"}, ownerFlags(bound)...)...)
+	owner := shmNode(t, "owner", dir, nil, ownerFlags(bound)...)
 	ownerID := owner.id()
 	cons := shmNode(t, "consumer", dir, nil)
 	pair(t, owner, cons)

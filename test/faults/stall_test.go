@@ -32,7 +32,7 @@ func stallMidGet(t *testing.T, owner, cons *node, p staged) stats {
 // the slot is freed, and its pages must stay mapped while the stalled read may touch them.
 func freeUnderStall(t *testing.T, owner, second *node, p staged) {
 	t.Helper()
-	delivered(t, second.do("get "+p.Handle), p, "rdma/ok")
+	delivered(t, second.do("get "+p.Handle), p, okPath)
 	st := owner.waitStats("the freed slot held", 10*time.Second, func(s stats) bool { return s.HeldSlots == 1 })
 	assert.Zero(t, st.Slots)
 	assert.Equal(t, 1, st.Arenas, "the arena under a live key was unmapped")
@@ -48,8 +48,11 @@ func backToStart(t *testing.T, owner *node, start stats) {
 	require.True(t, owner.alive(), "the owner died")
 }
 
+// ownerFlags are the flags of the stall cases' owner. Its same-host rings (used only when the
+// path is on) have buffers of 4 KiB, so that a read through shared memory, which would otherwise
+// finish before the consumer is stopped 100 ms in, is still under way then, as a UCX GET is.
 func ownerFlags(forceAfter time.Duration) []string {
-	return []string{"-lease-ttl", "3s", "-force-close-after", forceAfter.String(), "-arena", "1048576", "-budget", "4294967296"}
+	return []string{"-lease-ttl", "3s", "-force-close-after", forceAfter.String(), "-arena", "1048576", "-budget", "4294967296", "-shm-chunk", "4096"}
 }
 
 // TestStalledConsumerResumed is the crash of the issue: a consumer stopped mid-GET past its lease
@@ -156,7 +159,7 @@ func TestConsumerKilledMidGet(t *testing.T) {
 	require.True(t, owner.alive())
 	other := startNode(t, "other")
 	pair(t, owner, other)
-	delivered(t, other.do("get "+p.Handle), p, "rdma/ok")
+	delivered(t, other.do("get "+p.Handle), p, okPath)
 	backToStart(t, owner, start)
 	owner.quit(15 * time.Second)
 }

@@ -3,7 +3,7 @@
 // The suites' velo instances (test/attack/cmd/victim, test/faults/cmd/faultnode,
 // test/pushfaults/cmd/pushpeer, test/multirail/cmd/railnode) read their commands through Serve,
 // answer through a Replier, and share the commands every such instance has (Common: peer, peers,
-// metric) and the parsing of the arguments they have in common; each program keeps its own
+// metric, samehost) and the parsing of the arguments they have in common; each program keeps its own
 // commands. The suites' side of the protocol (start a program, write a command, read its answer)
 // is test/internal/linecmd/driver.
 package linecmd
@@ -75,6 +75,7 @@ func (r *Replier) Fail(err error) { r.Reply(map[string]any{"error": err.Error()}
 //	peer <PeerInfo JSON>  RegisterPeer
 //	peers                 Peers(): id → state
 //	metric <family>       that family's series, "label=value,..." → value (counters and gauges)
+//	samehost <peer>       whether reads from peer (hex ID) take the same-host path, and why not
 func Common(ctx context.Context, r *Replier, v *velo.Velo, cmd, arg string) bool {
 	switch cmd {
 	case "peer":
@@ -96,6 +97,14 @@ func Common(ctx context.Context, r *Replier, v *velo.Velo, cmd, arg string) bool
 		r.Reply(map[string]any{"peers": peers})
 	case "metric":
 		r.Reply(map[string]any{"series": Series(v, arg)})
+	case "samehost":
+		var peer uint64
+		if _, err := fmt.Sscanf(arg, "%x", &peer); err != nil {
+			r.Fail(fmt.Errorf("samehost: %q: %w", arg, err))
+			return true
+		}
+		ok, why := v.SameHost(velo.InstanceID(peer))
+		r.Reply(map[string]any{"same_host": ok, "why": why})
 	default:
 		return false
 	}

@@ -71,3 +71,26 @@ func TestErrString(t *testing.T) {
 	assert.Empty(t, ErrString(nil))
 	assert.Equal(t, "boom", ErrString(errors.New("boom")))
 }
+
+// TestSameHostSwitch: VELO_TEST_SAME_HOST unset or false keeps the RDMA path's label, true gives
+// the same-host path's, and a value that is not a boolean is an error naming the variable (and
+// reads as off where the error is not asked for).
+func TestSameHostSwitch(t *testing.T) {
+	for _, c := range []struct {
+		value string
+		on    bool
+		path  string
+	}{{"", false, "rdma/ok"}, {"0", false, "rdma/ok"}, {"false", false, "rdma/ok"}, {"1", true, "shm/ok"}, {"true", true, "shm/ok"}} {
+		t.Setenv(SameHostEnv, c.value)
+		on, err := SameHost()
+		require.NoError(t, err, "%q", c.value)
+		assert.Equal(t, c.on, on, "%q", c.value)
+		assert.Equal(t, c.on, SameHostOn(), "%q", c.value)
+		assert.Equal(t, c.path, OKPath(), "%q", c.value)
+	}
+	t.Setenv(SameHostEnv, "yes")
+	_, err := SameHost()
+	require.EqualError(t, err, `VELO_TEST_SAME_HOST="yes": want 1 (the same-host path on) or 0 (off)`)
+	assert.False(t, SameHostOn())
+	assert.Equal(t, "rdma/ok", OKPath())
+}

@@ -14,6 +14,8 @@
 //     software RMA messages with raw addresses and guessed or forged endpoint ids; a flood of
 //     plain connections to that port (flood.go); connection requests planted there in another
 //     peer's name (plant.go);
+//   - through the victim's same-host socket (samehost.go), where its same-host path is on: the
+//     handshake in another peer's name without the secret's proof, then read frames anyway;
 //   - with a packet socket on the loopback interface (observe.go): the velo frames an
 //     authenticated peer sends (its epochs and sequence numbers), and whether any secret
 //     byte of the victim ever crosses the wire.
@@ -71,6 +73,9 @@ type cmd struct {
 	Count   int      `json:"count,omitempty"`   // flood: connections to open; plant: sequence numbers
 	Claims  []string `json:"claims,omitempty"`  // plant: the impersonated peer's UCX addresses (ip:port)
 	From    string   `json:"from,omitempty"`    // flood: the local (loopback) address to connect from
+
+	// The same-host socket.
+	Socket string `json:"socket,omitempty"` // the victim's same-host socket path
 
 	Timeout string `json:"timeout,omitempty"`
 }
@@ -166,6 +171,8 @@ func main() {
 			m = a.plantStatus()
 		case "plant_release":
 			m = a.plantRelease()
+		case "shm_raw":
+			m, err = a.shmRaw(c, timeout)
 		case "quit":
 			reply(map[string]any{"ok": true})
 			return

@@ -21,8 +21,9 @@
 //	peer <PeerInfo JSON>  RegisterPeer
 //	peers                 Peers(): id → state
 //	metric <family>       that family's series, "label=value,..." → value
+//	samehost <peer>       whether reads from peer (hex ID) take the same-host path, and why not
 //
-// The loop, the answers and the commands peer, peers and metric are the suites' own
+// The loop, the answers and the commands peer, peers, metric and samehost are the suites' own
 // (test/internal/linecmd), shared with the fault suite's faultnode.
 //
 // Owner:
@@ -154,6 +155,16 @@ func main() {
 		opts = []velo.Option{velo.WithUCXTransport(u), velo.WithTransport(ctl)}
 	default:
 		linecmd.Fatal("victim", fmt.Errorf("-role %q: want owner or legit", *role))
+	}
+	// Under VELO_TEST_SAME_HOST=1 both roles turn the same-host path on (its socket in
+	// $VELO_SHM_DIR, which the suite sets): a consumer of this host then reads through shared
+	// memory, and one the suite configures as another host (VELO_SHM_HOST_ID) through UCX.
+	sameHost, err := linecmd.SameHost()
+	if err != nil {
+		linecmd.Fatal("victim", err)
+	}
+	if sameHost {
+		opts = append(opts, velo.WithSameHost(velo.SameHostConfig{}))
 	}
 	v, err := velo.New(context.Background(), append(opts, velo.WithLogger(log), velo.WithLeaseTTL(5*time.Minute))...)
 	if err != nil {

@@ -33,13 +33,14 @@
 //	heap-profile <file>         write a heap profile (pprof) of what is in use now to file
 //	quit                        Close, then the final stats; the process exits 0
 //
-// The loop, the answers and the commands peer, peers and metric are the suites' own
+// The loop, the answers and the commands peer, peers, metric and samehost are the suites' own
 // (test/internal/linecmd), shared with the attack suite's victim. The ready line that opens the
 // output carries the time New returned (unix nanoseconds): a member found through discovery is
 // published by then.
 //
 // Every instance runs a TCP control plane on 127.0.0.1 (or -listen) and the UCX transport
-// (UCX_TLS=tcp unless the environment says otherwise); -same-host adds the same-host path.
+// (UCX_TLS=tcp unless the environment says otherwise); -same-host adds the same-host path, and is
+// on by default under VELO_TEST_SAME_HOST=1 (-same-host=false pins it off).
 package main
 
 import (
@@ -84,7 +85,11 @@ func main() {
 	discTTL := flag.Duration("discovery-ttl", 10*time.Second, "the discovery backend's TTL")
 	discPoll := flag.Duration("discovery-poll", 100*time.Millisecond, "how often the filesystem backend reads the directory")
 	logLevel := flag.String("log", "warn", "log level on standard error: debug, info, warn, error")
-	sameHost := flag.Bool("same-host", false, "turn on the same-host path (WithSameHost)")
+	sameHostDefault, err := linecmd.SameHost()
+	if err != nil {
+		linecmd.Fatal("faultnode", err)
+	}
+	sameHost := flag.Bool("same-host", sameHostDefault, "turn on the same-host path (WithSameHost); default: "+linecmd.SameHostEnv)
 	shmDir := flag.String("shm-dir", "", "SameHostConfig.Dir (empty: the default)")
 	shmChunk := flag.Int("shm-chunk", 0, "SameHostConfig.ChunkSize (0: the default)")
 	flag.Parse()
@@ -292,14 +297,6 @@ func (n *node) run(ctx context.Context, cmd, arg string) {
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		n.Reply(map[string]any{"heap_inuse": ms.HeapInuse, "stack_inuse": ms.StackInuse, "sys": ms.Sys})
-	case "samehost":
-		var peer uint64
-		if _, err := fmt.Sscanf(arg, "%x", &peer); err != nil {
-			n.Fail(fmt.Errorf("samehost: %q: %w", arg, err))
-			return
-		}
-		ok, why := n.v.SameHost(velo.InstanceID(peer))
-		n.Reply(map[string]any{"same_host": ok, "why": why})
 	case "stats":
 		n.Reply(map[string]any{"stats": n.stats()})
 	case "health":

@@ -27,6 +27,10 @@ import (
 // longest).
 const maxLine = 16 << 20
 
+// sameHostEnv is linecmd.SameHostEnv, the suites' same-host switch (the driver sits beside
+// linecmd, so it names the variable itself; its test checks the two agree).
+const sameHostEnv = "VELO_TEST_SAME_HOST"
+
 // ErrNoAnswer is wrapped by the error of a Read or Do whose answer did not come in time. The
 // answer may still come: the next Do drops it before it reads its own.
 var ErrNoAnswer = errors.New("no answer in time")
@@ -71,7 +75,8 @@ func (b *Buffer) String() string {
 // Start starts cmd as the program name and waits up to within for its first line, which must
 // have "ready": true. The environment defaults to this process's; the driven programs are velo
 // instances, so UCX_TLS=tcp is added unless this process names transports (an InfiniBand run) or
-// cmd.Env does (a test of UCX's shared-memory transports, UCX_TLS=sm,self). cmd's standard input,
+// cmd.Env does (a test of UCX's shared-memory transports, UCX_TLS=sm,self), and so is this
+// process's VELO_TEST_SAME_HOST (linecmd.SameHostEnv). cmd's standard input,
 // output and error must be unset. On an error the process is gone.
 func Start(name string, cmd *exec.Cmd, within time.Duration) (*Proc, error) {
 	if cmd.Env == nil {
@@ -80,6 +85,12 @@ func Start(name string, cmd *exec.Cmd, within time.Duration) (*Proc, error) {
 	named := slices.ContainsFunc(cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, "UCX_TLS=") && kv != "UCX_TLS=" })
 	if !named && os.Getenv("UCX_TLS") == "" {
 		cmd.Env = append(cmd.Env, "UCX_TLS=tcp")
+	}
+	// The same-host switch goes to every program, also one whose environment a test built from
+	// scratch; a value the test set itself wins (it comes later). The program reads it, and
+	// refuses a value that is not a boolean (linecmd.SameHost).
+	if v, ok := os.LookupEnv(sameHostEnv); ok {
+		cmd.Env = append([]string{sameHostEnv + "=" + v}, cmd.Env...)
 	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/velo-go/velo/test/internal/linecmd"
 )
 
 // childEnv names what the test binary does when it runs as the driven program: the tests start
@@ -51,6 +53,9 @@ func child(mode string) {
 			_ = out.Encode(map[string]any{"echo": arg})
 		case "tls":
 			_ = out.Encode(map[string]any{"tls": os.Getenv("UCX_TLS")})
+		case "getenv":
+			v, ok := os.LookupEnv(arg)
+			_ = out.Encode(map[string]any{"value": v, "set": ok})
 		case "noise":
 			fmt.Println("[1.2] [vm:1:0] sock.c:355 UCX ERROR connect failed")
 			_ = out.Encode(map[string]any{"echo": arg})
@@ -132,6 +137,38 @@ func TestUCXTLS(t *testing.T) {
 	assert.Equal(t, "sm,self", tlsOf(own), "the command's own UCX_TLS")
 	t.Setenv("UCX_TLS", "rc,self")
 	assert.Equal(t, "rc,self", tlsOf(command("serve")), "this process's UCX_TLS")
+}
+
+// TestSameHostSwitch: this process's VELO_TEST_SAME_HOST reaches a driven program even when
+// its command's environment was built without it, and a value the command sets itself wins.
+func TestSameHostSwitch(t *testing.T) {
+	switchOf := func(cmd *exec.Cmd) (string, bool) {
+		p, err := Start("child", cmd, 30*time.Second)
+		require.NoError(t, err)
+		defer p.Close(5 * time.Second)
+		r, err := p.Do("getenv "+linecmd.SameHostEnv, 10*time.Second)
+		require.NoError(t, err)
+		return r["value"].(string), r["set"].(bool)
+	}
+	scratch := func() *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = []string{childEnv + "=serve"}
+		return cmd
+	}
+	t.Setenv(linecmd.SameHostEnv, "")
+	require.NoError(t, os.Unsetenv(linecmd.SameHostEnv))
+	_, set := switchOf(scratch())
+	assert.False(t, set, "the switch appeared from nowhere")
+
+	t.Setenv(linecmd.SameHostEnv, "1")
+	v, set := switchOf(scratch())
+	assert.True(t, set, "the switch did not reach a program whose environment was built from scratch")
+	assert.Equal(t, "1", v)
+	own := scratch()
+	own.Env = append(own.Env, linecmd.SameHostEnv+"=0")
+	v, _ = switchOf(own)
+	assert.Equal(t, "0", v, "the command's own value must win")
+	assert.Equal(t, linecmd.SameHostEnv, sameHostEnv, "the driver passes another variable than the programs read")
 }
 
 // TestLateAnswerIsNotTakenByTheNextCommand: a command that gave up waiting still owes its
