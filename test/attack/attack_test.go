@@ -52,6 +52,8 @@ package attack
 //	  lines (flood_test.go)
 //	flooding: one source keeps at most 256 connections to the     TestUCXConnectionCapPerSource
 //	  UCX port; others and the pair are served meanwhile
+//	log flooding: 4,000 frames with an active-message id nobody   TestUCXUnhandledAMLogLimited
+//	  handles grow the owner's log by a few lines (amlog_test.go)
 //	same-host socket (VELO_TEST_SAME_HOST=1): a hello without     TestSameHostSocket/{without_the_secret,
 //	  the secret's proof, or a process of another user, gets no     another_user}
 //	  ring and reads nothing (samehost_test.go)

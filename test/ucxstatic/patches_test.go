@@ -27,6 +27,7 @@ var thePatchSet = []string{
 	"0008-tcp-accept-backs-off.patch",
 	"0009-tcp-incoming-never-takes-over.patch",
 	"0010-tcp-cap-connections-per-source.patch",
+	"0011-uct-stub-am-log-limited.patch",
 }
 
 // patchSources are the releases whose source is at hand here, as the recipe's environment that

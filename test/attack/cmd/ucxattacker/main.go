@@ -73,6 +73,7 @@ type cmd struct {
 	Count   int      `json:"count,omitempty"`   // flood: connections to open; plant: sequence numbers
 	Claims  []string `json:"claims,omitempty"`  // plant: the impersonated peer's UCX addresses (ip:port)
 	From    string   `json:"from,omitempty"`    // flood: the local (loopback) address to connect from
+	AMID    int      `json:"am_id,omitempty"`   // raw_am: the UCT active-message id to send
 
 	// The same-host socket.
 	Socket string `json:"socket,omitempty"` // the victim's same-host socket path
@@ -159,6 +160,8 @@ func main() {
 			m, err = a.rawTCPPut(c, timeout)
 		case "raw_ucp":
 			m, err = a.rawUCP(c, timeout)
+		case "raw_am":
+			m, err = a.rawAM(c, timeout)
 		case "flood":
 			m, err = a.flood(c)
 		case "flood_release":

