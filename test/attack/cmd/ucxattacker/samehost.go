@@ -118,8 +118,13 @@ func (a *attacker) shmRaw(c cmd, timeout time.Duration) (map[string]any, error) 
 	oob := make([]byte, unix.CmsgSpace(4*16))
 	for {
 		n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
-		after = append(after, buf[:n]...)
-		rings += closeRights(oob[:oobn])
+		// A failed read (a reset, not only EOF) reports n and oobn as -1.
+		if n > 0 {
+			after = append(after, buf[:n]...)
+		}
+		if oobn > 0 {
+			rings += closeRights(oob[:oobn])
+		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				out["closed"] = true
@@ -146,10 +151,10 @@ func shmReadFrame(c *net.UnixConn) ([]byte, int, error) {
 	hdr := make([]byte, 2)
 	oob := make([]byte, unix.CmsgSpace(4*16))
 	n, oobn, _, _, err := c.ReadMsgUnix(hdr, oob)
-	fds := closeRights(oob[:oobn])
-	if err != nil {
-		return nil, fds, err
+	if err != nil { // n and oobn are -1 then
+		return nil, 0, err
 	}
+	fds := closeRights(oob[:oobn])
 	if n < 2 {
 		if _, err := io.ReadFull(c, hdr[n:]); err != nil {
 			return nil, fds, err
