@@ -15,12 +15,15 @@
 // waits until both sides' probes of each other's socket ended. make test-faults runs the suite
 // with the switch off (=0); make test-faults-samehost runs these cases with it on, each now moving
 // its bytes through shared memory: TestStalledConsumerResumed, TestStalledConsumerKilled,
-// TestStalledConsumerForceClosed, TestConsumerKilledMidGet and TestCloseUnderStalledConsumer (a
-// consumer stopped, killed or left stopped mid-read and an owner closed under it: the owner's
-// rings have 4 KiB buffers, ownerFlags, so the read is still under way when the consumer stops),
-// TestTamperedHandles, TestBudgetSpent, TestOwnerRestartedOnTheSameAddress and
-// TestMemlockWithoutIPCLock. The others stay out:
+// TestStalledConsumerForceClosed and TestConsumerKilledMidGet (a consumer stopped, killed or left
+// stopped mid-read: the owner's rings have 4 KiB buffers, ownerFlags, so the read is still under
+// way when the consumer stops), TestTamperedHandles, TestBudgetSpent,
+// TestOwnerRestartedOnTheSameAddress and TestMemlockWithoutIPCLock. The others stay out:
 //
+//   - TestCloseUnderStalledConsumer: its 512 MiB lease through the lane did not always reach the
+//     stop mid-read in a fresh-clone run (the owner had no lease registration to quarantine
+//     within 30 s), so it runs in test-faults only until its timing is made certain on this
+//     path;
 //   - pinned off, each saying why: TestPeerBlobVersionSkew's skewed consumer (the case is UCX's
 //     address version, which the same-host path does not need) and TestIdleReaperUnderBursts
 //     (the gets must use UCX endpoints for the reaper to retire them); with the path on they
