@@ -23,7 +23,7 @@ test-faults: deps $(VELO_UCX_DEP)
 # budget cases (discovery, network namespaces, UCX endpoint budgets), the soak, and the TestSameHost
 # cases, which turn the path on themselves and run in test-faults. About a minute on 2 cores; it
 # puts nothing into the network namespace, so it runs beside the other suites.
-FAULTS_SAMEHOST_RUN := ^(TestStalledConsumerResumed|TestStalledConsumerKilled|TestStalledConsumerForceClosed|TestConsumerKilledMidGet|TestTamperedHandles|TestBudgetSpent|TestOwnerRestartedOnTheSameAddress|TestMemlockWithoutIPCLock)$$
+FAULTS_SAMEHOST_RUN := ^(TestConsumerKilledMidGet|TestTamperedHandles|TestBudgetSpent|TestOwnerRestartedOnTheSameAddress|TestMemlockWithoutIPCLock)$$
 .PHONY: test-faults-samehost
 TEST_TARGETS += test-faults-samehost
 

@@ -14,16 +14,17 @@
 // reads the path its pairs take from okPath (shm/ok with the switch on, rdma/ok without), and pair
 // waits until both sides' probes of each other's socket ended. make test-faults runs the suite
 // with the switch off (=0); make test-faults-samehost runs these cases with it on, each now moving
-// its bytes through shared memory: TestStalledConsumerResumed, TestStalledConsumerKilled,
-// TestStalledConsumerForceClosed and TestConsumerKilledMidGet (a consumer stopped, killed or left
-// stopped mid-read: the owner's rings have 4 KiB buffers, ownerFlags, so the read is still under
-// way when the consumer stops), TestTamperedHandles, TestBudgetSpent,
-// TestOwnerRestartedOnTheSameAddress and TestMemlockWithoutIPCLock. The others stay out:
+// its bytes through shared memory: TestConsumerKilledMidGet (the owner's rings have 4 KiB
+// buffers, ownerFlags, so the read is still under way when the consumer dies),
+// TestTamperedHandles, TestBudgetSpent, TestOwnerRestartedOnTheSameAddress and
+// TestMemlockWithoutIPCLock. The others stay out:
 //
-//   - TestCloseUnderStalledConsumer: its 512 MiB lease through the lane did not always reach the
-//     stop mid-read in a fresh-clone run (the owner had no lease registration to quarantine
-//     within 30 s), so it runs in test-faults only until its timing is made certain on this
-//     path;
+//   - the stalled-consumer cases (TestStalledConsumerResumed, TestStalledConsumerKilled,
+//     TestStalledConsumerForceClosed, TestCloseUnderStalledConsumer): in fresh-clone runs on a
+//     quiet machine their read through the lane was not always still under way when the
+//     consumer was stopped (the owner had no lease registration to quarantine within 30 s), so
+//     they run in test-faults only until their timing is made certain on this path (the
+//     TestSameHost cases stop and kill consumers mid-read on the lane themselves);
 //   - pinned off, each saying why: TestPeerBlobVersionSkew's skewed consumer (the case is UCX's
 //     address version, which the same-host path does not need) and TestIdleReaperUnderBursts
 //     (the gets must use UCX endpoints for the reaper to retire them); with the path on they
