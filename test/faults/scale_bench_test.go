@@ -311,10 +311,17 @@ func fetchAll(members []*scaleMember, i int, owners []int) error {
 		}
 	}
 	// Bytes that came by chunks mean an RDMA GET failed and fell back: not a loss, but what an
-	// endpoint closed under a transfer would look like.
+	// endpoint closed under a transfer would look like. The error names each such transfer's
+	// reason.
 	received, _ := r["received"].(map[string]any)
 	if rdma, _ := received["rdma"].(float64); int(rdma) != len(owners)*scalePayload || len(received) != 1 {
-		return fmt.Errorf("m%d: %d payloads of %d bytes arrived as %v bytes by path, want all by rdma", i, len(owners), scalePayload, received)
+		var off []string
+		for k, res := range results {
+			if m, _ := res.(map[string]any); m["path"] != "rdma" {
+				off = append(off, fmt.Sprintf("from m%d: %v/%v", owners[k], m["path"], m["reason"]))
+			}
+		}
+		return fmt.Errorf("m%d: %d payloads of %d bytes arrived as %v bytes by path, want all by rdma (%s)", i, len(owners), scalePayload, received, strings.Join(off, ", "))
 	}
 	return nil
 }
