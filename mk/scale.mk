@@ -18,8 +18,10 @@
 #                 three random others at a time for VELO_SCALE_PHASE (10s), then from every other
 #                 once, three at a time; after the traffic, per instance (median and max): open
 #                 descriptors, VmRSS, idle CPU over VELO_SCALE_QUIET (15s), UCX endpoints, TCP
-#                 control-plane connections and evictions, the time for one more member's join and
-#                 leave to reach every member, and the slope per peer between consecutive N.
+#                 control-plane connections and evictions, and in all the owners' holder refusals
+#                 (reads that met an owner not yet connected back, and went again); the time for
+#                 one more member's join and leave to reach every member, and the slope per peer
+#                 between consecutive N.
 #                 Fails on any transfer that errs, leaves the RDMA path or delivers other bytes.
 .PHONY: bench-scale bench-scale-etcd bench-scale-instances
 bench-scale: bench-scale-etcd bench-scale-instances

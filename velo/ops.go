@@ -59,7 +59,8 @@ type PeerStatus struct {
 	// as its addresses become known.
 	Transports []string
 	Since      time.Time
-	// LastRTT is the round trip of the last Probe over each transport that answered it.
+	// LastRTT is the round trip of the last Probe over each transport that answered it (Peers
+	// lists an empty map before any did; in a WatchPeers event it is nil then).
 	LastRTT map[string]time.Duration
 	// Err is why it is down, when it is: the reason of the report that took it down (the down
 	// PeerEvent carries the same text), DepartedReason for a peer that drained and then closed;
@@ -98,7 +99,7 @@ func (t *peerTable) listHeard(id InstanceID, tr string) bool {
 	if t.quiet == nil {
 		t.quiet = map[InstanceID]bool{}
 	}
-	t.peers[id] = &PeerStatus{ID: id, State: StateUp, Since: time.Now(), Transports: []string{tr}, LastRTT: map[string]time.Duration{}}
+	t.peers[id] = &PeerStatus{ID: id, State: StateUp, Since: time.Now(), Transports: []string{tr}}
 	t.quiet[id] = true
 	return true
 }
@@ -112,7 +113,9 @@ func (t *peerTable) set(id InstanceID, f func(p *PeerStatus)) (before State, aft
 	p := t.peers[id]
 	before = "" // new to the table
 	if p == nil {
-		p = &PeerStatus{ID: id, State: StateUp, Since: time.Now(), LastRTT: map[string]time.Duration{}}
+		// LastRTT is made by the first Probe that answers: a peer that is only known costs no
+		// map (list hands out an empty one).
+		p = &PeerStatus{ID: id, State: StateUp, Since: time.Now()}
 		t.peers[id] = p
 	} else if !t.quiet[id] {
 		before = p.State
@@ -440,7 +443,12 @@ func (v *Velo) Probe(ctx context.Context, peer InstanceID) []ProbeResult {
 		_, err := v.msgr.RequestOver(ctx, i, peer, pingName, nil)
 		r := ProbeResult{Transport: t.Name(), RTT: time.Since(began), Err: err}
 		if err == nil {
-			v.peerChanged(peer, func(p *PeerStatus) { p.LastRTT[t.Name()] = r.RTT })
+			v.peerChanged(peer, func(p *PeerStatus) {
+				if p.LastRTT == nil {
+					p.LastRTT = map[string]time.Duration{}
+				}
+				p.LastRTT[t.Name()] = r.RTT
+			})
 		}
 		out = append(out, r)
 	}

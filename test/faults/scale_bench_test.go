@@ -25,7 +25,8 @@ import (
 // again and again; then a rolling all-to-all, three owners at a time, until every member has
 // fetched from every other once; both at about 200 fetches a second for the whole cluster. After a quiet settle it reads each process from outside (its
 // descriptors, VmRSS and CPU over VELO_SCALE_QUIET, default 15 s, with no traffic) and from its
-// own metrics (UCX endpoints, TCP control-plane connections, evictions) and runtime (the Go
+// own metrics (UCX endpoints, TCP control-plane connections, evictions, its guard's holder
+// refusals) and runtime (the Go
 // heap and stacks, to tell Go's share of the resident set from UCX's), then times one more
 // member's join and leave until every member's WatchPeers has reported it. The same figures but
 // CPU are read once before any traffic, when each member knows every other and talked to none. It prints, per N, the
@@ -84,6 +85,7 @@ type scaleRow struct {
 	fetches           int
 	fds, endpoints    []float64
 	conns, evicted    []float64
+	refused           []float64 // the guard's holder refusals (see where they are read)
 	rssKiB, cpuMsPerS []float64
 	goKiB             []float64 // the Go heap and stacks in use, within rssKiB
 	// The same before any traffic: every peer known (registered through discovery) and none
@@ -246,6 +248,11 @@ func runInstanceScale(b *testing.B, bin string, n, budget int, phase, quiet time
 		failed, err := seriesSum(m.Node, "velo_ucx_transport_endpoint_events_total", "event=failed")
 		require.NoError(b, err)
 		require.Zero(b, failed, "m%d: an endpoint failed", i)
+		// The reads and writes the member's guard refused as "not yet connected back": a
+		// consumer's operation that reached it on a slot it had not joined yet, and went again.
+		refused, err := seriesSum(m.Node, "ucx_engine_rma_refused_total", "kind=holder")
+		require.NoError(b, err)
+		row.refused = append(row.refused, refused)
 		goKiB, err := goInUse(m.Node)
 		require.NoError(b, err)
 		row.goKiB = append(row.goKiB, goKiB)
@@ -311,10 +318,17 @@ func fetchAll(members []*scaleMember, i int, owners []int) error {
 		}
 	}
 	// Bytes that came by chunks mean an RDMA GET failed and fell back: not a loss, but what an
-	// endpoint closed under a transfer would look like.
+	// endpoint closed under a transfer would look like. The error names each such transfer's
+	// reason.
 	received, _ := r["received"].(map[string]any)
 	if rdma, _ := received["rdma"].(float64); int(rdma) != len(owners)*scalePayload || len(received) != 1 {
-		return fmt.Errorf("m%d: %d payloads of %d bytes arrived as %v bytes by path, want all by rdma", i, len(owners), scalePayload, received)
+		var off []string
+		for k, res := range results {
+			if m, _ := res.(map[string]any); m["path"] != "rdma" {
+				off = append(off, fmt.Sprintf("from m%d: %v/%v", owners[k], m["path"], m["reason"]))
+			}
+		}
+		return fmt.Errorf("m%d: %d payloads of %d bytes arrived as %v bytes by path, want all by rdma (%s)", i, len(owners), scalePayload, received, strings.Join(off, ", "))
 	}
 	return nil
 }
@@ -396,6 +410,14 @@ func seriesSum(n *proc.Node, family, match string) (float64, error) {
 	return sum, nil
 }
 
+func sum(v []float64) float64 {
+	t := 0.0
+	for _, x := range v {
+		t += x
+	}
+	return t
+}
+
 func medianOf(v []float64) float64 {
 	s := slices.Clone(v)
 	slices.Sort(s)
@@ -405,12 +427,12 @@ func medianOf(v []float64) float64 {
 func (r scaleRow) print() {
 	fmt.Printf("instances n=%-4d budget %-3d | before traffic (median): fds %4.0f RSS %6.1f MiB (Go %5.1f) | %6d fetches, all saw all %5.1f s | after, per instance (median/max): fds %4.0f/%-4.0f "+
 		"RSS %6.1f/%-6.1f MiB (Go %5.1f) idle CPU %5.2f/%-5.2f ms/s UCX endpoints %3.0f/%-3.0f TCP conns %3.0f/%-3.0f evicted %4.0f/%-4.0f | "+
-		"join seen by all %5.2f s (median %5.2f), leave %5.2f s (median %5.2f)\n",
+		"join seen by all %5.2f s (median %5.2f), leave %5.2f s (median %5.2f) | holder refusals %.0f in all\n",
 		r.n, r.budget, medianOf(r.knownFds), medianOf(r.knownRSSKiB)/1024, medianOf(r.knownGoKiB)/1024, r.fetches, r.allSeen.Seconds(),
 		medianOf(r.fds), slices.Max(r.fds), medianOf(r.rssKiB)/1024, slices.Max(r.rssKiB)/1024, medianOf(r.goKiB)/1024,
 		medianOf(r.cpuMsPerS), slices.Max(r.cpuMsPerS), medianOf(r.endpoints), slices.Max(r.endpoints),
 		medianOf(r.conns), slices.Max(r.conns), medianOf(r.evicted), slices.Max(r.evicted),
-		r.join.Seconds(), r.joinMedian.Seconds(), r.leave.Seconds(), r.leaveMedian.Seconds())
+		r.join.Seconds(), r.joinMedian.Seconds(), r.leave.Seconds(), r.leaveMedian.Seconds(), sum(r.refused))
 }
 
 // printSlopes prints what one more peer costs the median instance between consecutive N.

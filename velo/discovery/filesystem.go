@@ -221,10 +221,11 @@ func (f *Filesystem) watch(ctx context.Context, ch chan Event) {
 	defer f.wg.Done()
 	defer close(ch)
 	known := map[string]entry{}
+	files := map[string]stamped{}
 	tk := time.NewTicker(f.cfg.Poll)
 	defer tk.Stop()
 	for {
-		for _, ev := range f.scan(known) {
+		for _, ev := range f.scan(known, files) {
 			select {
 			case ch <- ev:
 			case <-ctx.Done():
@@ -243,8 +244,23 @@ func (f *Filesystem) watch(ctx context.Context, ch chan Event) {
 	}
 }
 
-// scan reads the directory once and returns what changed since known (which it updates).
-func (f *Filesystem) scan(known map[string]entry) []Event {
+// stamped is what one scan learned from a file: its modification time and size when it was read,
+// and what it held (ok false: not a member record).
+type stamped struct {
+	mod  time.Time
+	size int64
+	e    entry
+	ok   bool
+}
+
+// scan reads the directory once and returns what changed since known (which it updates). A file
+// whose modification time and size are those of its last read (files, which scan updates too) is
+// not read again: a member's file changes only when its member writes it, so an idle cluster costs
+// a poll one stat per member rather than a read and a JSON decode of every record. A cached
+// record whose heartbeat is more than half its TTL old is read again anyway, so a file system
+// whose timestamps are too coarse to show a heartbeat's rewrite cannot make a live member look
+// stale.
+func (f *Filesystem) scan(known map[string]entry, files map[string]stamped) []Event {
 	f.mu.Lock()
 	var selfName string
 	if f.self != nil {
@@ -254,25 +270,31 @@ func (f *Filesystem) scan(known map[string]entry) []Event {
 	now := time.Now()
 	seen := map[string]bool{}
 	var events []Event
-	files, err := os.ReadDir(f.dir)
+	dirents, err := os.ReadDir(f.dir)
 	f.note(false, err)
 	if err != nil {
 		f.cfg.Logger.Warn("discovery: reading the cluster directory failed; keeping the members known", "dir", f.dir, "err", err)
 		return nil
 	}
-	for _, de := range files {
+	listed := make(map[string]bool, len(dirents))
+	for _, de := range dirents {
 		if de.IsDir() || strings.HasPrefix(de.Name(), ".") || !strings.HasSuffix(de.Name(), ".json") {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(f.dir, de.Name()))
+		fi, err := de.Info()
 		if err != nil {
-			continue // removed between the listing and the read
+			continue // removed between the listing and the stat
 		}
-		var e entry
-		if err := json.Unmarshal(b, &e); err != nil || e.Name == "" || e.ID == 0 {
-			f.cfg.Logger.Debug("discovery: ignoring a file that is not a member record", "file", de.Name())
+		listed[de.Name()] = true
+		st, had := files[de.Name()]
+		if !had || !st.mod.Equal(fi.ModTime()) || st.size != fi.Size() || (st.ok && now.Sub(st.e.Heartbeat) > st.e.TTL/2) {
+			st = f.read(de.Name(), fi)
+			files[de.Name()] = st
+		}
+		if !st.ok {
 			continue
 		}
+		e := st.e
 		if e.Name == selfName || now.Sub(e.Heartbeat) > e.TTL {
 			continue // this member, or a stale file: its owner stopped refreshing it
 		}
@@ -283,6 +305,11 @@ func (f *Filesystem) scan(known map[string]entry) []Event {
 			events = append(events, ev)
 		}
 	}
+	for name := range files {
+		if !listed[name] {
+			delete(files, name)
+		}
+	}
 	for name, e := range known {
 		if !seen[name] {
 			delete(known, name)
@@ -290,6 +317,22 @@ func (f *Filesystem) scan(known map[string]entry) []Event {
 		}
 	}
 	return events
+}
+
+// read reads and decodes the file name, which had the stamp of fi.
+func (f *Filesystem) read(name string, fi os.FileInfo) stamped {
+	st := stamped{mod: fi.ModTime(), size: fi.Size()}
+	b, err := os.ReadFile(filepath.Join(f.dir, name))
+	if err != nil {
+		// Removed (or replaced) between the stat and the read: a zero stamp reads it next time.
+		return stamped{}
+	}
+	if err := json.Unmarshal(b, &st.e); err != nil || st.e.Name == "" || st.e.ID == 0 {
+		f.cfg.Logger.Debug("discovery: ignoring a file that is not a member record", "file", name)
+		return st
+	}
+	st.ok = true
+	return st
 }
 
 // Close stops the heartbeat and the watches and removes the member's file.

@@ -343,7 +343,7 @@ func (t *Transport) AddPeer(ctx context.Context, pa transport.PeerAddress) error
 func (t *Transport) peerLocked(id transport.InstanceID) *peer {
 	p := t.peers[id]
 	if p == nil {
-		p = &peer{id: id, conns: map[*conn]struct{}{}}
+		p = &peer{id: id} // conns is made with the first connection: most known peers get none
 		t.peers[id] = p
 	}
 	return p
@@ -555,6 +555,9 @@ func (t *Transport) adopt(nc net.Conn, br *frameReader, h wire.Hello) (*conn, er
 	}
 	if p.incarnation == 0 {
 		p.incarnation = h.Incarnation
+	}
+	if p.conns == nil {
+		p.conns = map[*conn]struct{}{}
 	}
 	p.conns[c] = struct{}{}
 	if p.send == nil || p.send.retired.Load() {

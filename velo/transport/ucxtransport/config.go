@@ -118,7 +118,9 @@ type Config struct {
 	// DefaultEagerMax, at least MinEagerMax, at most MaxEagerMax. A peer that advertises less
 	// gets frames up to its own limit only. Every frame goes out as one eager active message.
 	EagerMax int
-	// SendTimeout bounds a Send whose context has no deadline (default DefaultSendTimeout).
+	// SendTimeout bounds a Send whose context has no deadline (default DefaultSendTimeout), and
+	// likewise how long a one-sided read or write without a deadline waits for an owner to connect
+	// back to this instance before it fails with the owner's refusal (keys bound to their holder).
 	SendTimeout time.Duration
 	// RMA selects how this transport's GETs read a peer's memory. The default, RMAAuto, uses
 	// ucp_get_nbx only where the NIC checks remote keys (InfiniBand RC/DC lanes) and the guarded

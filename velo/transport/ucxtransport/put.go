@@ -25,8 +25,13 @@ func (t *Transport) RegisterMemoryWritable(mem []byte) (transport.Registration, 
 // RegisterMemoryWritableFor implements transport.PeerWriteRegisterer: RegisterMemoryWritable
 // with the key bound to peer (ucx.RegisterOptions.Holder). The engine's guarded PUT writes
 // through it only when the request arrives on one of this transport's endpoints to peer.
+// As for RegisterMemoryFor, this side's endpoint to peer is opened first when there is none.
 func (t *Transport) RegisterMemoryWritableFor(peer transport.InstanceID, mem []byte) (transport.Registration, error) {
-	return t.register("RegisterMemoryWritable", mem, ucx.RegisterOptions{Access: ucx.AccessWrite, Holder: uint64(peer)}, " for writing")
+	reg, err := t.register("RegisterMemoryWritable", mem, ucx.RegisterOptions{Access: ucx.AccessWrite, Holder: uint64(peer)}, " for writing")
+	if err == nil {
+		t.holderEndpoint(peer)
+	}
+	return reg, err
 }
 
 // WriteMany implements transport.RMAWriter through the engine's PutMany on the peer's endpoint:

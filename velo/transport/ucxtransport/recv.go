@@ -169,7 +169,14 @@ func (t *Transport) onHello(f admitted) {
 	if f.key != nil {
 		t.addRecvKey(f.key)
 	}
+	// First: a read of ours refused until the peer's endpoint of this slot was bound goes
+	// again now.
+	t.heardHello(p, h.Epoch)
 	v := t.receive(p, h, inFrame{kind: h.Kind, epoch: h.Epoch, seq: h.Seq, prevEpoch: prev})
+	if hook := t.timings.beforeJoin; hook != nil && !hook(h.Epoch) {
+		t.closeRetired(p, v)
+		return
+	}
 	// The peer opened (or joined) a slot: be in it too, so that UCX pairs our endpoint with
 	// the peer's while both are alive.
 	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.SendTimeout)

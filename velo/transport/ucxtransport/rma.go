@@ -67,9 +67,38 @@ func (t *Transport) RegisterMemoryMany(mems [][]byte) ([]transport.Registration,
 // key, bound to peer. The owner's guard serves a guarded GET through such a key only when it
 // arrives on one of this transport's endpoints to peer (ucx.RegisterOptions.Holder), so a key
 // read off the wire is worth nothing to any other process. Over InfiniBand RC and DC the HCA
-// serves the read, checking key and range but not who asks.
+// serves the read, checking key and range but not who asks. When this side has no endpoint to
+// peer, one is opened before the keys are returned (holderEndpoint).
 func (t *Transport) RegisterMemoryFor(peer transport.InstanceID, mems [][]byte) ([]transport.Registration, []error) {
-	return t.registerMany(mems, ucx.RegisterOptions{Holder: uint64(peer)})
+	regs, errs := t.registerMany(mems, ucx.RegisterOptions{Holder: uint64(peer)})
+	t.holderEndpoint(peer)
+	return regs, errs
+}
+
+// holderEndpoint opens this side's endpoint to peer, the holder of keys about to be handed out,
+// when there is none: the endpoint is bound to peer as it is created, so the holder's first
+// read finds it bound instead of racing this side's answer to the holder's hello (which under
+// load can take seconds). It costs nothing new: the holder's first operation would open the
+// same slot, and this side would follow. Best effort: if the endpoint cannot be opened the keys
+// are still good, and the holder's hello makes this side try again.
+func (t *Transport) holderEndpoint(peer transport.InstanceID) {
+	t.mu.Lock()
+	p := t.peers[peer]
+	ok := p != nil && t.started && !t.closed
+	t.mu.Unlock()
+	if !ok {
+		return
+	}
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	if p.conn != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.SendTimeout)
+	defer cancel()
+	if _, err := t.connLocked(ctx, p); err != nil {
+		t.log.Debug("ucx: no endpoint to the holder of new keys yet; its first read opens one", "peer", fmt.Sprintf("%016x", uint64(peer)), "err", err)
+	}
 }
 
 // registerMany registers every region under one hold of the engine's lock, with opts.
@@ -201,14 +230,9 @@ func (t *Transport) get(ctx context.Context, id transport.InstanceID, key []byte
 	if err != nil {
 		return err
 	}
-	for w := (holderWait{}); ; {
-		if cerr := t.withConn(ctx, p, func(c *ucx.Conn) { err = c.GetKeyWith(ctx, dst, k, offset, opts) }); cerr != nil {
-			return cerr
-		}
-		if !w.again(ctx, err) {
-			break
-		}
-	}
+	t.untilBound(ctx, p, []int{0}, func(c *ucx.Conn, _ []int, done func(j int, err error)) {
+		done(0, c.GetKeyWith(ctx, dst, k, offset, opts))
+	}, func(_ int, gerr error) { err = gerr })
 	if err != nil {
 		return fmt.Errorf("ucx: GET of %d bytes from %016x: %w", len(dst), uint64(id), err)
 	}
@@ -274,18 +298,23 @@ func pick[T any](all []T, sel []int) []T {
 
 // untilBound runs op on an endpoint to p for the operations index names (op's sel are positions
 // in index; its done(j) reports sel[j]), reports each outcome with report(index[...]), and runs
-// op again, after a pause, on those the peer answered "not yet connected back" (holderWait).
+// op again on those the peer answered "not yet connected back", once holderWait says they may go.
 func (t *Transport) untilBound(ctx context.Context, p *peer, index []int, op func(c *ucx.Conn, sel []int, done func(j int, err error)), report func(i int, err error)) {
 	sel := make([]int, len(index))
 	for j := range sel {
 		sel[j] = j
 	}
-	for w := (holderWait{}); len(sel) > 0; {
+	var w holderWait
+	for len(sel) > 0 {
 		var again []int
-		err := t.withConn(ctx, p, func(c *ucx.Conn) {
-			op(c, sel, func(j int, err error) {
-				if notYetBound(err) && w.waiting() {
-					again = append(again, sel[j])
+		var refusal error
+		heard := t.heard(p) // before anything is posted: what the owner had bound by then
+		var on *outConn
+		err := t.withConn(ctx, p, func(oc *outConn) {
+			on = oc
+			op(oc.c, sel, func(j int, err error) {
+				if notYetBound(err) {
+					again, refusal = append(again, sel[j]), err
 					return
 				}
 				report(index[sel[j]], err)
@@ -297,9 +326,12 @@ func (t *Transport) untilBound(ctx context.Context, p *peer, index []int, op fun
 			}
 			return
 		}
-		if len(again) > 0 && !w.pause(ctx) {
+		if len(again) == 0 {
+			return
+		}
+		if err := w.wait(ctx, t, p, on, heard, refusal); err != nil {
 			for _, s := range again {
-				report(index[s], fmt.Errorf("ucx: %w", ctx.Err()))
+				report(index[s], err)
 			}
 			return
 		}
@@ -308,46 +340,108 @@ func (t *Transport) untilBound(ctx context.Context, p *peer, index []int, op fun
 	}
 }
 
-// The owner serves a key given to this instance only to requests on its own endpoints to this
-// instance (ucx.RegisterOptions.Holder), and a first read can reach the owner on an endpoint
-// the owner has not yet connected back to (it does so when this side's hello arrives). The owner
-// then answers StatusNotConnected, and the read goes again after a pause that grows, for up to
-// holderWaitFor in all.
-const holderWaitFor = 2 * time.Second
+// Keys bound to their holder: the owner serves a key given to this instance only to requests
+// that arrive on its own endpoints to this instance (ucx.RegisterOptions.Holder), and UCX hands
+// a request the owner's endpoint of the slot it came on. The owner opens its endpoint to the
+// holder, if it has none, before it hands the key out (RegisterMemoryFor, holderEndpoint), so a
+// read normally finds it. What it can still meet is an owner one slot behind: this side opened a
+// newer slot (its endpoint was evicted or reaped) and the owner has not yet handled the hello
+// that makes it follow, which takes as long as the owner's process takes to get to it. The
+// owner then answers StatusNotConnected, and the read waits for the event it needs: the owner's
+// hello on that slot, which the owner sends only after binding its endpoint of the slot (conn.go,
+// openLocked). A refusal of a read sent after that hello had arrived is final: the owner's
+// endpoint was bound, and did not speak for this instance.
+//
+// The wait is bounded by the transfer's own deadline, and without one by SendTimeout (what a
+// send to the peer may wait, and what the owner's own join may take): an owner that never
+// connects back fails the read within that bound with the owner's refusal, and the caller falls
+// back (the runtime's chunked path). While it waits the read also goes again on a slow pace
+// (holderPace), in case the owner bound its endpoint without a hello this side saw.
+const (
+	holderPaceMin = 20 * time.Millisecond
+	holderPaceMax = time.Second
+)
 
 // notYetBound reports whether err is the owner's "not on an endpoint I connected" answer.
 func notYetBound(err error) bool { return errors.Is(err, ucx.StatusNotConnected) }
 
-// holderWait paces the reads that go again.
-type holderWait struct {
-	start time.Time
-	next  time.Duration
+// heard is the newest slot p said hello on.
+func (t *Transport) heard(p *peer) uint32 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return p.heard
 }
 
-// waiting reports whether there is time left to try again.
-func (w *holderWait) waiting() bool {
-	if w.start.IsZero() {
-		w.start = time.Now()
+// heardHello notes that p said hello on slot, waking the reads that wait for it.
+func (t *Transport) heardHello(p *peer, slot uint32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if slot <= p.heard {
+		return
 	}
-	return time.Since(w.start) < holderWaitFor
+	p.heard = slot
+	if p.heardCh != nil {
+		close(p.heardCh)
+		p.heardCh = nil
+	}
 }
 
-// pause sleeps before the next try; false when ctx ended first.
-func (w *holderWait) pause(ctx context.Context) bool {
-	w.next = min(max(2*w.next, time.Millisecond), 50*time.Millisecond)
-	tm := time.NewTimer(w.next)
+// heardWait is heard with a channel closed when p says hello on a newer slot.
+func (t *Transport) heardWait(p *peer) (uint32, <-chan struct{}) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p.heardCh == nil {
+		p.heardCh = make(chan struct{})
+	}
+	return p.heard, p.heardCh
+}
+
+// holderWait decides when reads refused "not yet connected back" go again.
+type holderWait struct {
+	until time.Time // the bound, set at the first refusal
+	bound string    // what set it, for the error
+	pace  time.Duration
+}
+
+// wait returns nil once the reads the owner refused on oc may go again, or the error to report
+// for them: the refusal, final (heard, the owner's newest hello when they were sent, was on oc's
+// slot, and oc is still the endpoint they would go on), or past the bound, or ctx's end. When the
+// owner had said hello on a newer slot than oc's, this side is about to follow it there
+// (onHello), and the reads go again once it did.
+func (w *holderWait) wait(ctx context.Context, t *Transport, p *peer, oc *outConn, heard uint32, refusal error) error {
+	if w.until.IsZero() {
+		w.until, w.bound = time.Now().Add(t.cfg.SendTimeout), fmt.Sprintf("SendTimeout (%v)", t.cfg.SendTimeout)
+		if d, ok := ctx.Deadline(); ok && d.Before(w.until) {
+			w.until, w.bound = d, "the transfer's deadline"
+		}
+	}
+	moved := func() bool { // this side's endpoint changed: the next try goes on another slot
+		p.sendMu.Lock()
+		defer p.sendMu.Unlock()
+		return p.conn != oc
+	}
+	if heard == oc.epoch && !moved() {
+		return fmt.Errorf("%w (the owner had connected back on slot %d before the read was sent)", refusal, heard)
+	}
+	left := time.Until(w.until)
+	if left <= 0 {
+		return fmt.Errorf("%w: the owner did not connect back to this instance on slot %d within %s", refusal, oc.epoch, w.bound)
+	}
+	now, heardCh := t.heardWait(p)
+	if moved() || (heard < oc.epoch && now >= oc.epoch) {
+		return nil // bound since the reads went out, or they go on another slot now
+	}
+	w.pace = min(max(2*w.pace, holderPaceMin), holderPaceMax)
+	tm := time.NewTimer(min(w.pace, left))
 	defer tm.Stop()
 	select {
+	case <-heardCh:
+	case <-oc.c.Done():
 	case <-tm.C:
-		return true
 	case <-ctx.Done():
-		return false
+		return fmt.Errorf("%w: %w", refusal, ctx.Err())
 	}
-}
-
-// again reports whether a read that ended with err should go again, after pausing for it.
-func (w *holderWait) again(ctx context.Context, err error) bool {
-	return notYetBound(err) && w.waiting() && w.pause(ctx)
+	return nil
 }
 
 // oneSidedPeer is peer id, which must be registered for one-sided operations; what ("GET from",
@@ -365,7 +459,7 @@ func (t *Transport) oneSidedPeer(id transport.InstanceID, what, which string) (*
 
 // withConn runs op on an endpoint to p, which counts it as a GET in flight while it runs (a fin
 // waits for it); the error is the endpoint's, when none could be had.
-func (t *Transport) withConn(ctx context.Context, p *peer, op func(c *ucx.Conn)) error {
+func (t *Transport) withConn(ctx context.Context, p *peer, op func(oc *outConn)) error {
 	p.sendMu.Lock()
 	oc, err := t.connLocked(ctx, p)
 	if err != nil {
@@ -375,7 +469,7 @@ func (t *Transport) withConn(ctx context.Context, p *peer, op func(c *ucx.Conn))
 	oc.beginGet()
 	p.sendMu.Unlock()
 	p.touch()
-	op(oc.c)
+	op(oc)
 	p.touch()
 	t.opDone(oc, true)
 	return nil

@@ -102,6 +102,9 @@ type Transport struct {
 type timings struct {
 	finWait     time.Duration
 	holdTimeout time.Duration
+	// beforeJoin, when set, runs before this side follows a peer's hello into its slot and may
+	// stop it (false): tests play an owner slow or unable to connect back with it.
+	beforeJoin func(slot uint32) bool
 }
 
 // peer is one remote instance: registered with AddPeer, or learned from its hello.
@@ -121,6 +124,13 @@ type peer struct {
 	noLane string
 
 	lastUse atomic.Int64 // unix nanoseconds of the last frame or GET either way
+
+	// heard is the newest slot the peer said hello on: its endpoint of that slot exists and
+	// speaks for us to its guard (it binds an endpoint before it sends the hello). heardCh, made
+	// only while a read waits for it (holderWait), is closed when heard grows. Guarded by
+	// Transport.mu.
+	heard   uint32
+	heardCh chan struct{}
 
 	// sendMu orders everything submitted to the peer's current endpoint: the hello, data
 	// frames in seq order, the fin last. It guards the fields below.

@@ -16,7 +16,8 @@
 //	get-keep <handle>           the same without Release (the lease stays open)
 //	get-all <handle>...         Get of every handle at once, each lease detached after (the
 //	                            payloads stay staged for other readers); answers each one's
-//	                            SHA-256 or error, and the bytes received by each path
+//	                            SHA-256, path and reason or error, and the bytes received by
+//	                            each path
 //	flood <peer> <bytes> <n> <timeout>
 //	                            send n one-way messages of bytes to peer (hex ID), each bounded by
 //	                            timeout; answers how many went and the first error with its time
@@ -336,7 +337,7 @@ func (n *node) getAll(ctx context.Context, handles []string) {
 				return
 			}
 			sum := sha256.Sum256(l.Bytes())
-			results[i] = map[string]any{"sha256": hex.EncodeToString(sum[:]), "detach_err": linecmd.ErrString(l.Detach(ctx))}
+			results[i] = map[string]any{"sha256": hex.EncodeToString(sum[:]), "path": string(l.Path), "reason": string(l.Reason), "detach_err": linecmd.ErrString(l.Detach(ctx))}
 		}()
 	}
 	wg.Wait()
