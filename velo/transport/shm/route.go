@@ -62,12 +62,20 @@ var (
 	_ transport.PeerRegisterer = (*route)(nil)
 	_ transport.RunRegisterer  = (*route)(nil)
 	_ transport.PathRefuser    = (*route)(nil)
+	_ transport.PayloadMapper  = (*route)(nil)
 )
 
 func (r *route) RMABackend() string { return r.inner.RMABackend() }
 
 // SameHostKey reports whether key is one of the same-host path's (the registry's path label).
 func (r *route) SameHostKey(key []byte) bool { return IsKey(key) || IsDeviceKey(key) }
+
+// PayloadMin implements transport.PayloadMapper: payloads from this size get a file of their own
+// (payload.go), which UCX registers as any other memory and this lane reads with one copy.
+func (r *route) PayloadMin() int { return r.s.PayloadMin() }
+
+// MapPayload implements transport.PayloadMapper.
+func (r *route) MapPayload(size int) ([]byte, func() error, error) { return r.s.MapPayload(size) }
 
 func (r *route) RegisterMemory(mem []byte) (transport.Registration, error) {
 	return r.inner.RegisterMemory(mem)

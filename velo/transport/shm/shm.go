@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/velo-go/velo/velo/transport"
@@ -64,6 +65,13 @@ type Config struct {
 	// ConnsPerPeer bounds the channels this instance opens to one owner, so reads in flight to it
 	// (default 4).
 	ConnsPerPeer int
+	// SingleCopyMin is the size from which a payload staged in pinned memory (StageDataPinned)
+	// lives in a sealed memfd of its own, which a consumer on this path reads with one copy
+	// instead of two through the ring (default DefaultSingleCopyMin, 1 MiB; -1: never, on either
+	// side: this instance stages no such payloads and asks for no file answers). A consumer that
+	// reads one is handed a read-only descriptor of that payload's file: see docs/architecture.md,
+	// "One copy for a payload of its own".
+	SingleCopyMin int
 }
 
 // Transport is one instance's same-host path: the owner's socket and registrations, and the
@@ -88,9 +96,13 @@ type Transport struct {
 	regs    map[uint32]*registration
 	nextReg uint32
 	inbound map[*serverConn]struct{}
-	cuda    cudaState // device memory by CUDA IPC (cudaipc.go)
+	files   map[uintptr]*payloadFile // payloads of their own file, by address (payload.go)
+	cuda    cudaState                // device memory by CUDA IPC (cudaipc.go)
 	stop    chan struct{}
 	wg      sync.WaitGroup
+
+	// Single-copy reads served to consumers as owner, and made as consumer (payload.go).
+	fileServed, fileRead atomic.Uint64
 }
 
 // peer is what the consumer side knows of an owner.
@@ -134,8 +146,14 @@ func New(cfg Config) (*Transport, error) {
 	if cfg.ConnsPerPeer < 0 {
 		return nil, fmt.Errorf("shm: ConnsPerPeer %d is negative", cfg.ConnsPerPeer)
 	}
+	if cfg.SingleCopyMin == 0 {
+		cfg.SingleCopyMin = DefaultSingleCopyMin
+	}
+	if cfg.SingleCopyMin < -1 {
+		return nil, fmt.Errorf("shm: SingleCopyMin %d: want a size in bytes, 0 for the default or -1 for never", cfg.SingleCopyMin)
+	}
 	t := &Transport{cfg: cfg, uid: os.Getuid(), allow: map[int]bool{}, peers: map[transport.InstanceID]*peer{},
-		regs: map[uint32]*registration{}, inbound: map[*serverConn]struct{}{}, stop: make(chan struct{})}
+		regs: map[uint32]*registration{}, inbound: map[*serverConn]struct{}{}, files: map[uintptr]*payloadFile{}, stop: make(chan struct{})}
 	t.allow[t.uid] = true
 	for _, u := range cfg.AllowUIDs {
 		if u < 0 {
@@ -449,6 +467,8 @@ func (t *Transport) Describe() map[string]string {
 	d := map[string]string{
 		"socket": t.sock, "host": t.hostID, "chunk": strconv.Itoa(t.cfg.ChunkSize), "slots": strconv.Itoa(t.cfg.Slots),
 		"peers": strings.Join(ready, ","), "not_taken": strings.Join(same, ","),
+		"single_copy_min": strconv.Itoa(t.cfg.SingleCopyMin), "payload_files": strconv.Itoa(len(t.files)),
+		"single_copy_served": strconv.FormatUint(t.fileServed.Load(), 10), "single_copy_reads": strconv.FormatUint(t.fileRead.Load(), 10),
 	}
 	t.describeCUDA(d)
 	return d
