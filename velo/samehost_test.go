@@ -142,6 +142,7 @@ func TestSameHostOffOnOneSideKeepsTheRDMAPath(t *testing.T) {
 	data := payload(1<<20, 3)
 	h, err := owner.StageDataPinned(ctx, data)
 	require.NoError(t, err)
+	assert.Equal(t, "1", shmSetting(t, owner, "payload_files"), "the payload lives in a file of its own, which the RDMA path serves as any memory")
 	l, err := consumer.Get(ctx, h)
 	require.NoError(t, err)
 	assert.Equal(t, metrics.PathRDMA, l.Path)
@@ -170,4 +171,45 @@ func TestSameHostShowsOnTheIntrospectionPage(t *testing.T) {
 	}
 	assert.True(t, found, "the shm transport must be listed")
 	assert.Equal(t, StateReady, consumer.Health().State, "a pair that took the path adds no health reason")
+}
+
+// shmSetting is one of the shm transport's settings on v's introspection page.
+func shmSetting(t *testing.T, v rnode, key string) string {
+	t.Helper()
+	for _, ti := range v.Introspect().Transports {
+		if ti.Name == "shm" {
+			return ti.Settings[key]
+		}
+	}
+	t.Fatal("the shm transport is not on the introspection page")
+	return ""
+}
+
+// TestSameHostSingleCopy: a pinned payload of at least SingleCopyMin lives in a file of its own
+// and is read with one copy (both sides count it on the introspection page, and the path stays
+// shm); a smaller one goes through the ring; the file goes when the payload is freed.
+func TestSameHostSingleCopy(t *testing.T) {
+	owner, consumer := sameHostPair(t)
+	ctx := tctx(t)
+	big, small := payload(8<<20+5, 21), payload(512<<10, 22)
+	hb, err := owner.StageDataPinned(ctx, big)
+	require.NoError(t, err)
+	hs, err := owner.StageDataPinned(ctx, small)
+	require.NoError(t, err)
+	assert.Equal(t, "1", shmSetting(t, owner, "payload_files"), "the large payload has a file of its own, the small one not")
+
+	for _, c := range []struct {
+		h     Handle
+		want  []byte
+		files string
+	}{{hb, big, "1"}, {hs, small, "1"}} {
+		l, err := consumer.Get(ctx, c.h)
+		require.NoError(t, err)
+		assert.Equal(t, metrics.PathSameHost, l.Path)
+		assert.True(t, bytes.Equal(c.want, l.Bytes()))
+		require.NoError(t, l.Release(ctx))
+		assert.Equal(t, c.files, shmSetting(t, consumer, "single_copy_reads"))
+		assert.Equal(t, c.files, shmSetting(t, owner, "single_copy_served"))
+	}
+	eventually(t, "the payload's file closed once the payload was freed", func() bool { return shmSetting(t, owner, "payload_files") == "0" })
 }
