@@ -25,7 +25,9 @@ import (
 //
 // The value returned implements what inner does of transport.MemoryRMA, transport.RMAWriter and
 // transport.MemoryRMAWriter when inner implements all three (the UCX transport), and none of them
-// otherwise; it always implements ManyReader, PeerRegisterer and RunRegisterer.
+// otherwise; it always implements ManyReader, PeerRegisterer, RunRegisterer and PayloadMapper (a
+// pinned payload of at least Config.SingleCopyMin in a file of its own, which a consumer of this
+// host reads with one copy).
 func Route(inner transport.RMA, s *Transport) transport.RMA {
 	r := &route{inner: inner, s: s}
 	// A binary without CUDA has CUDA IPC calls that all answer errors.ErrUnsupported: the lane then

@@ -10,7 +10,9 @@ package main
 // (copy between two buffers of this process), then makes the same-host gets, then the RDMA gets,
 // so machine noise falls on all three. A get is timed as in the get table (GetInto, the detach
 // not timed); GetBatch entries never come inline (WithBatchInlineMax(0) on every side), so the
-// batch rows measure the lanes.
+// batch rows measure the lanes. The payloads of 8 and 64 MiB are at least the default
+// SameHostConfig.SingleCopyMin, so each lives in a file of its own and a same-host get copies it
+// once out of that file; the table prints how many gets did (the batch blocks go through the ring).
 //
 // The push rows are the other direction: the owner process is the receiver of a pinned region
 // of twice the largest size, half of it granted to each of the parent's two instances (grants
@@ -192,6 +194,7 @@ func runSameHost(quick bool, rounds int) error {
 		fmt.Printf("%-8s %5d %22s %22s %22s %10.2fx %8.2fx\n", fmt.Sprintf("%d MiB", n>>20), iters, spread(mc), spread(sh), spread(rd),
 			median(sh)/median(mc), median(sh)/median(rd))
 	}
+	fmt.Printf("single-copy reads (out of a payload's own file) so far: %s\n", shmSetting(shm, "single_copy_reads"))
 	fmt.Printf("\nGetBatch of %d pinned blocks (inline off on both sides): blocks/s, median of the rounds [min–max]\n", shmBlocks)
 	fmt.Printf("%-8s %5s %22s %22s %9s\n", "block", "calls", "velo shm", "velo rdma", "shm/rdma")
 	for i, n := range shmBlockSizes {
@@ -303,6 +306,16 @@ func putRate(ctx context.Context, v *velo.Velo, h velo.GrantHandle, off uint64, 
 		return 0, fmt.Errorf("%d of %d puts measured as %s took that path", int(after-before), n, want)
 	}
 	return float64(len(src)) * float64(n) / (1 << 20) / took.Seconds(), nil
+}
+
+// shmSetting is one of v's same-host transport settings on its introspection page.
+func shmSetting(v *velo.Velo, key string) string {
+	for _, t := range v.Introspect().Transports {
+		if t.Name == "shm" {
+			return t.Settings[key]
+		}
+	}
+	return "?"
 }
 
 // startSameHost is start with the same-host path on (sameHost) or off, and no inline batch entries.
