@@ -151,7 +151,10 @@ func (c *clientConn) readFrame(f []byte) error {
 		if err != nil {
 			return err
 		}
-		if n == 0 {
+		if n == 0 { // the owner closed the channel: EOF as io.ReadFull says it
+			if got == 0 {
+				return io.EOF
+			}
 			return io.ErrUnexpectedEOF
 		}
 		got += n
