@@ -29,10 +29,13 @@ func sameHostDir(t *testing.T) SameHostConfig {
 
 // sameHostPair links an owner and a consumer that both have the path, and waits for the
 // consumer's channel to the owner.
-func sameHostPair(t *testing.T) (owner, consumer rnode) {
+func sameHostPair(t *testing.T, opts ...func(*SameHostConfig)) (owner, consumer rnode) {
 	t.Helper()
 	f := rdmatest.NewFabric()
 	cfg := sameHostDir(t)
+	for _, o := range opts {
+		o(&cfg)
+	}
 	owner = rdmaNode(t, f, true, WithSameHost(cfg))
 	consumer = rdmaNode(t, f, true, WithSameHost(cfg))
 	link(t, owner, consumer, true)
@@ -135,7 +138,9 @@ func TestSameHostRegionAndPinnedGet(t *testing.T) {
 
 func TestSameHostOffOnOneSideKeepsTheRDMAPath(t *testing.T) {
 	f := rdmatest.NewFabric()
-	owner := rdmaNode(t, f, true, WithSameHost(sameHostDir(t)))
+	cfg := sameHostDir(t)
+	singleCopy(&cfg)
+	owner := rdmaNode(t, f, true, WithSameHost(cfg))
 	consumer := rdmaNode(t, f, true)
 	link(t, owner, consumer, true)
 	ctx := tctx(t)
@@ -185,11 +190,14 @@ func shmSetting(t *testing.T, v rnode, key string) string {
 	return ""
 }
 
+// singleCopy turns single-copy payloads on from 1 MiB.
+func singleCopy(c *SameHostConfig) { c.SingleCopyMin = 1 << 20 }
+
 // TestSameHostSingleCopy: a pinned payload of at least SingleCopyMin lives in a file of its own
 // and is read with one copy (both sides count it on the introspection page, and the path stays
 // shm); a smaller one goes through the ring; the file goes when the payload is freed.
 func TestSameHostSingleCopy(t *testing.T) {
-	owner, consumer := sameHostPair(t)
+	owner, consumer := sameHostPair(t, singleCopy)
 	ctx := tctx(t)
 	big, small := payload(8<<20+5, 21), payload(512<<10, 22)
 	hb, err := owner.StageDataPinned(ctx, big)

@@ -18,8 +18,9 @@ import (
 // the same payload with one copy out of the file (shm/ok).
 func TestSameHostPayloadFileOverUCX(t *testing.T) {
 	cfg := sameHostDir(t)
-	owner := ucxMemNode(t, WithSameHost(cfg))
 	viaUCX, viaFile := ucxMemNode(t), ucxMemNode(t, WithSameHost(cfg))
+	singleCopy(&cfg)
+	owner := ucxMemNode(t, WithSameHost(cfg))
 	ctx := tctx(t)
 	for _, c := range []*Velo{viaUCX, viaFile} {
 		require.NoError(t, c.RegisterPeer(ctx, owner.PeerInfo()))

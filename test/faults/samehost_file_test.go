@@ -59,10 +59,11 @@ func midFileRead(t *testing.T, cons *node, p staged) {
 	}
 }
 
-// filePair starts an owner and a consumer with the path on and a budget for fileSize.
+// filePair starts an owner with single-copy payloads from 1 MiB and a budget for fileSize, and
+// a consumer, both with the path on.
 func filePair(t *testing.T) (dir string, owner, cons *node) {
 	dir = shmDir(t)
-	owner = shmNode(t, "owner", dir, nil, "-budget", "4294967296")
+	owner = shmNode(t, "owner", dir, nil, "-budget", "4294967296", "-shm-single-copy-min", "1048576")
 	cons = shmNode(t, "consumer", dir, nil)
 	pair(t, owner, cons)
 	cons.waitSameHost(owner.id())

@@ -28,7 +28,7 @@ func BenchmarkGet(b *testing.B) {
 			b.Run(fmt.Sprintf("file/%dMiB/%s", n>>20, how), func(b *testing.B) {
 				copyByMap = byMap
 				defer func() { copyByMap = false }()
-				benchGet(b, Config{}, n, func(owner *Transport) []byte {
+				benchGet(b, Config{SingleCopyMin: 1 << 20}, n, func(owner *Transport) []byte {
 					mem, release, err := owner.MapPayload(n)
 					if err != nil {
 						b.Fatal(err)

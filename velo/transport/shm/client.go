@@ -384,7 +384,7 @@ func (t *Transport) ReadMany(ctx context.Context, id transport.InstanceID, reads
 	if len(idx) == 0 {
 		return
 	}
-	files := t.cfg.SingleCopyMin >= 0
+	files := !t.ringOnly
 	t.onChannels(ctx, id, idx, window, report, func(c *clientConn, batch []int) ([]error, bool) {
 		errs, broken, n := c.readMany(ctx, reads, batch, files)
 		t.fileRead.Add(uint64(n))

@@ -42,10 +42,6 @@ import (
 // cannot write it: the descriptor is read-only, and the seals refuse a writable descriptor that
 // the consumer opens itself through /proc any write, writable mapping, truncation or hole punch.
 
-// DefaultSingleCopyMin is Config.SingleCopyMin's default: payloads of at least 1 MiB are read
-// with one copy.
-const DefaultSingleCopyMin = 1 << 20
-
 // payloadFile is one payload's memfd, owner side.
 type payloadFile struct {
 	fd  int    // read-only: what a consumer is handed
@@ -54,10 +50,10 @@ type payloadFile struct {
 
 const fileSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_FUTURE_WRITE | unix.F_SEAL_SEAL
 
-// PayloadMin implements transport.PayloadMapper: Config.SingleCopyMin, or 0 when single-copy
-// reads are off (SingleCopyMin -1) or the transport is closed.
+// PayloadMin implements transport.PayloadMapper: Config.SingleCopyMin, or 0 once the transport is
+// closed.
 func (t *Transport) PayloadMin() int {
-	if t.cfg.SingleCopyMin < 0 || t.isClosed() {
+	if t.isClosed() {
 		return 0
 	}
 	return t.cfg.SingleCopyMin
@@ -87,12 +83,12 @@ func (t *Transport) MapPayload(size int) (mem []byte, release func() error, err 
 	// The mapping made before F_SEAL_FUTURE_WRITE stays writable; nothing made after it can write.
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, fileSeals); err != nil {
 		unix.Munmap(mem)
-		return nil, nil, fmt.Errorf("shm: sealing a payload file: %w (a kernel before 5.1 has no F_SEAL_FUTURE_WRITE: set SingleCopyMin to -1)", err)
+		return nil, nil, fmt.Errorf("shm: sealing a payload file: %w (a kernel before 5.1 has no F_SEAL_FUTURE_WRITE: set SingleCopyMin to 0)", err)
 	}
 	ro, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", fd), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		unix.Munmap(mem)
-		return nil, nil, fmt.Errorf("shm: a read-only descriptor of a payload file through /proc/self/fd: %w (mount /proc, or set SingleCopyMin to -1)", err)
+		return nil, nil, fmt.Errorf("shm: a read-only descriptor of a payload file through /proc/self/fd: %w (mount /proc, or set SingleCopyMin to 0)", err)
 	}
 	pf := &payloadFile{fd: ro, mem: mem}
 	t.mu.Lock()

@@ -68,7 +68,7 @@ func hookFiles(t *testing.T, f func(fd int)) {
 // ring. After each read the consumer holds no descriptor or mapping of the file; after the
 // registration died and the payload was released the owner holds none either.
 func TestSingleCopyReadsAPayloadFile(t *testing.T) {
-	owner, consumer := newPair(t, Config{}, nil, nil)
+	owner, consumer := newPair(t, Config{SingleCopyMin: 1 << 20}, nil, nil)
 	waitReady(t, consumer, 1)
 	mapsBefore, fdsBefore := payloadMaps(t), payloadFDs(t)
 	const n = 8<<20 + 100
@@ -122,7 +122,7 @@ func TestSingleCopyReadsAPayloadFile(t *testing.T) {
 // refuse writes, writable mappings, truncation and hole punching, so the owner's bytes never
 // change under it.
 func TestSingleCopyDescriptorIsReadOnly(t *testing.T) {
-	owner, consumer := newPair(t, Config{}, nil, nil)
+	owner, consumer := newPair(t, Config{SingleCopyMin: 1 << 20}, nil, nil)
 	waitReady(t, consumer, 1)
 	mem, release := payload(t, owner, 2<<20)
 	defer release()
@@ -168,7 +168,7 @@ func TestSingleCopyDescriptorIsReadOnly(t *testing.T) {
 // says it is done: Revoke refuses new reads at once, Dead waits for the copy under way, and the
 // read finishes with the right bytes.
 func TestSingleCopyRevokeWaitsForTheConsumer(t *testing.T) {
-	owner, consumer := newPair(t, Config{}, nil, nil)
+	owner, consumer := newPair(t, Config{SingleCopyMin: 1 << 20}, nil, nil)
 	waitReady(t, consumer, 1)
 	mem, release := payload(t, owner, 4<<20)
 	defer release()
@@ -206,7 +206,7 @@ func TestSingleCopyRevokeWaitsForTheConsumer(t *testing.T) {
 // nothing of it, the consumer reads exactly the leased bytes, unchanged, through the descriptor it
 // kept, and once that is closed nothing of the file is left.
 func TestSingleCopyReleasedWhileTheConsumerHoldsTheFile(t *testing.T) {
-	owner, consumer := newPair(t, Config{}, nil, nil)
+	owner, consumer := newPair(t, Config{SingleCopyMin: 1 << 20}, nil, nil)
 	waitReady(t, consumer, 1)
 	mapsBefore, fdsBefore := payloadMaps(t), payloadFDs(t)
 	mem, release := payload(t, owner, 2<<20)
@@ -238,27 +238,19 @@ func TestSingleCopyReleasedWhileTheConsumerHoldsTheFile(t *testing.T) {
 	assert.Equal(t, fdsBefore, payloadFDs(t))
 }
 
-// TestSingleCopyOffKeepsTheRing: a consumer with SingleCopyMin -1 does not ask for files, and an
-// owner with -1 stages none and answers through the ring, as an owner of a release without files
-// does (it ignores the flag): the bytes are right either way.
+// TestSingleCopyOffKeepsTheRing: an owner without single-copy payloads (SingleCopyMin 0, as a
+// release before them, which ignores the read's flag) answers a read of a payload file through the
+// ring, and so does one whose consumer does not flag its reads (a release before them): the bytes
+// are right either way.
 func TestSingleCopyOffKeepsTheRing(t *testing.T) {
-	for _, side := range []string{"consumer", "owner"} {
+	for _, side := range []string{"owner", "consumer"} {
 		t.Run(side, func(t *testing.T) {
-			ocfg, ccfg := Config{Dir: privDir(t)}, Config{}
+			cfg := Config{SingleCopyMin: 1 << 20}
 			if side == "owner" {
-				ocfg.SingleCopyMin = -1
-			} else {
-				ccfg.SingleCopyMin = -1
+				cfg.SingleCopyMin = 0
 			}
-			owner, err := New(ocfg)
-			require.NoError(t, err)
-			ccfg.Dir = ocfg.Dir
-			consumer, err := New(ccfg)
-			require.NoError(t, err)
-			require.NoError(t, owner.Start(&testHost{id: 1, inc: 11}))
-			require.NoError(t, consumer.Start(&testHost{id: 2, inc: 22}))
-			t.Cleanup(func() { consumer.Close(); owner.Close() })
-			require.NoError(t, consumer.AddPeer(context.Background(), transport.PeerAddress{ID: 1, Incarnation: 11, Blob: owner.Address()}))
+			owner, consumer := newPair(t, cfg, nil, nil)
+			consumer.ringOnly = side == "consumer"
 			waitReady(t, consumer, 1)
 			if side == "owner" {
 				assert.Zero(t, owner.PayloadMin(), "an owner with single-copy reads off maps no payload files")
@@ -300,7 +292,7 @@ func TestSingleCopyRefusesAFileThatIsNotAPayload(t *testing.T) {
 // TestSingleCopyConcurrentReads: many reads of one payload file on several channels at once all
 // return the right bytes, and leave no descriptor or mapping behind.
 func TestSingleCopyConcurrentReads(t *testing.T) {
-	owner, consumer := newPair(t, Config{}, nil, nil)
+	owner, consumer := newPair(t, Config{SingleCopyMin: 1 << 20}, nil, nil)
 	waitReady(t, consumer, 1)
 	mem, release := payload(t, owner, 3<<20)
 	defer release()
@@ -326,4 +318,10 @@ func TestSingleCopyConcurrentReads(t *testing.T) {
 	assert.Equal(t, "32", described(consumer, "single_copy_reads"))
 	assert.Equal(t, mapsBefore, payloadMaps(t))
 	assert.Equal(t, fdsBefore, payloadFDs(t))
+}
+
+func TestSingleCopyMinMustNotBeNegative(t *testing.T) {
+	_, err := New(Config{Dir: privDir(t), SingleCopyMin: -1})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "SingleCopyMin -1 is negative")
 }

@@ -467,7 +467,7 @@ func (c *serverConn) run() error {
 // read is large enough, and its key reaches the whole file (a file answer hands the consumer the
 // whole file, so a key narrowed to a part of it is served through the ring).
 func (c *serverConn) takesFile(r *registration, req request) bool {
-	if !req.file || r.file == nil || c.t.cfg.SingleCopyMin < 0 || req.n < uint64(c.t.cfg.SingleCopyMin) {
+	if !req.file || r.file == nil || c.t.cfg.SingleCopyMin <= 0 || req.n < uint64(c.t.cfg.SingleCopyMin) {
 		return false
 	}
 	k, err := parseKey(req.key)

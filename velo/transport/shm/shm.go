@@ -65,12 +65,14 @@ type Config struct {
 	// ConnsPerPeer bounds the channels this instance opens to one owner, so reads in flight to it
 	// (default 4).
 	ConnsPerPeer int
-	// SingleCopyMin is the size from which a payload staged in pinned memory (StageDataPinned)
-	// lives in a sealed memfd of its own, which a consumer on this path reads with one copy
-	// instead of two through the ring (default DefaultSingleCopyMin, 1 MiB; -1: never, on either
-	// side: this instance stages no such payloads and asks for no file answers). A consumer that
-	// reads one is handed a read-only descriptor of that payload's file: see docs/architecture.md,
-	// "One copy for a payload of its own".
+	// SingleCopyMin, when positive, is the size from which a payload staged in pinned memory
+	// (StageDataPinned) lives in a sealed memfd of its own, which a consumer on this path reads
+	// with one copy instead of two through the ring; 0 (the default) stages none. A read of such a
+	// payload pays from about 1 MiB, but making the file costs far more than the copy it saves
+	// (fresh pages for every payload, where an arena's are reused): it pays for payloads read many
+	// times, not for one read each (docs/performance.md). A consumer reads such payloads whatever
+	// its own setting. A consumer that reads one is handed a read-only descriptor of that payload's
+	// file: see docs/architecture.md, "One copy for a payload of its own".
 	SingleCopyMin int
 }
 
@@ -103,6 +105,7 @@ type Transport struct {
 
 	// Single-copy reads served to consumers as owner, and made as consumer (payload.go).
 	fileServed, fileRead atomic.Uint64
+	ringOnly             bool // the consumer asks for no file answers, as a release before them (tests)
 }
 
 // peer is what the consumer side knows of an owner.
@@ -146,11 +149,8 @@ func New(cfg Config) (*Transport, error) {
 	if cfg.ConnsPerPeer < 0 {
 		return nil, fmt.Errorf("shm: ConnsPerPeer %d is negative", cfg.ConnsPerPeer)
 	}
-	if cfg.SingleCopyMin == 0 {
-		cfg.SingleCopyMin = DefaultSingleCopyMin
-	}
-	if cfg.SingleCopyMin < -1 {
-		return nil, fmt.Errorf("shm: SingleCopyMin %d: want a size in bytes, 0 for the default or -1 for never", cfg.SingleCopyMin)
+	if cfg.SingleCopyMin < 0 {
+		return nil, fmt.Errorf("shm: SingleCopyMin %d is negative: want a size in bytes, or 0 for no single-copy payloads", cfg.SingleCopyMin)
 	}
 	t := &Transport{cfg: cfg, uid: os.Getuid(), allow: map[int]bool{}, peers: map[transport.InstanceID]*peer{},
 		regs: map[uint32]*registration{}, inbound: map[*serverConn]struct{}{}, files: map[uintptr]*payloadFile{}, stop: make(chan struct{})}

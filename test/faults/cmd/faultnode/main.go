@@ -92,7 +92,7 @@ func main() {
 	sameHost := flag.Bool("same-host", sameHostDefault, "turn on the same-host path (WithSameHost); default: "+linecmd.SameHostEnv)
 	shmDir := flag.String("shm-dir", "", "SameHostConfig.Dir (empty: the default)")
 	shmChunk := flag.Int("shm-chunk", 0, "SameHostConfig.ChunkSize (0: the default)")
-	shmSingle := flag.Int("shm-single-copy-min", 0, "SameHostConfig.SingleCopyMin (0: the default; -1: every read through the ring)")
+	shmSingle := flag.Int("shm-single-copy-min", 0, "SameHostConfig.SingleCopyMin (0: no single-copy payloads, every read through the ring)")
 	flag.Parse()
 
 	var lvl slog.Level
