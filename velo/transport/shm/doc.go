@@ -15,8 +15,8 @@
 // consumer never sees a byte its request did not name, and the ring holds at most Slots buffers
 // of it.
 //
-// A payload the registry stages in pinned memory (StageDataPinned) of at least
-// Config.SingleCopyMin bytes is the exception, read with one copy: it lives in a memfd of its own
+// On an owner that sets Config.SingleCopyMin, a payload the registry stages in pinned memory
+// (StageDataPinned) of at least that many bytes is the exception, read with one copy: it lives in a memfd of its own
 // (MapPayload), sealed and never reused, and for a checked read of at least that size through a
 // key that reaches all of it the owner hands the consumer a read-only descriptor of the file
 // (SCM_RIGHTS), which the consumer reads straight into the caller's buffer and closes. Such a
