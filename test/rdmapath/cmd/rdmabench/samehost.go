@@ -11,7 +11,7 @@ package main
 // so machine noise falls on all three. A get is timed as in the get table (GetInto, the detach
 // not timed); GetBatch entries never come inline (WithBatchInlineMax(0) on every side), so the
 // batch rows measure the lanes. Both same-host instances stage with SameHostConfig.SingleCopyMin
-// of 1 MiB, so the payloads of 8 and 64 MiB live in files of their own and a same-host get copies
+// of 1 MiB (-single-copy-min; 0 puts every get on the ring), so the payloads of 8 and 64 MiB live in files of their own and a same-host get copies
 // each once out of its file; the table prints how many gets did (the batch blocks, below 1 MiB,
 // go through the ring). Since such a file costs its staging more than an arena's slot, the table
 // then times StageDataPinned of each size in this process both ways: on the same-host instance (a
@@ -33,6 +33,7 @@ import (
 	"os"
 	"runtime"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/velo-go/velo/ucx/benchkit"
@@ -42,6 +43,9 @@ import (
 )
 
 var (
+	// shmSingleCopyMin is the same-host instances' SameHostConfig.SingleCopyMin (-single-copy-min).
+	shmSingleCopyMin = 1 << 20
+
 	shmSizes      = []int{8 << 20, 64 << 20}
 	shmBlockSizes = []int{4 << 10, 64 << 10}
 )
@@ -135,7 +139,7 @@ func runSameHostOwner() error {
 func runSameHost(quick bool, rounds int) error {
 	ctx := context.Background()
 	var info shmOwnerInfo
-	owner, err := benchkit.StartChild(nil, &info, "-role", "shmowner")
+	owner, err := benchkit.StartChild(nil, &info, "-role", "shmowner", "-single-copy-min", strconv.Itoa(shmSingleCopyMin))
 	if err != nil {
 		return err
 	}
@@ -163,7 +167,8 @@ func runSameHost(quick bool, rounds int) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 
-	fmt.Printf("same-host path: two processes of this host, %d CPUs, UCX_TLS=%s for the rdma column; %d alternating rounds\n", runtime.NumCPU(), os.Getenv("UCX_TLS"), rounds)
+	fmt.Printf("same-host path: two processes of this host, %d CPUs, UCX_TLS=%s for the rdma column; %d alternating rounds; SingleCopyMin %d\n",
+		runtime.NumCPU(), os.Getenv("UCX_TLS"), rounds, shmSingleCopyMin)
 	printLoad()
 	fmt.Printf("MiB/s, median of the rounds [min–max]; memcpy is one core's copy of the same size in this process\n\n")
 	fmt.Printf("%-8s %5s %22s %22s %22s %11s %9s\n", "size", "gets", "memcpy", "velo shm", "velo rdma", "shm/memcpy", "shm/rdma")
@@ -199,8 +204,10 @@ func runSameHost(quick bool, rounds int) error {
 			median(sh)/median(mc), median(sh)/median(rd))
 	}
 	fmt.Printf("single-copy reads (out of a payload's own file) so far: %s\n", shmSetting(shm, "single_copy_reads"))
-	if err := stageRows(ctx, shm, rdma, quick); err != nil {
-		return err
+	if shmSingleCopyMin > 0 {
+		if err := stageRows(ctx, shm, rdma, quick); err != nil {
+			return err
+		}
 	}
 	fmt.Printf("\nGetBatch of %d pinned blocks (inline off on both sides): blocks/s, median of the rounds [min–max]\n", shmBlocks)
 	fmt.Printf("%-8s %5s %22s %22s %9s\n", "block", "calls", "velo shm", "velo rdma", "shm/rdma")
@@ -370,7 +377,7 @@ func shmSetting(v *velo.Velo, key string) string {
 func startSameHost(ctx context.Context, sameHost bool) (*velo.Velo, error) {
 	opts := []velo.Option{velo.WithBatchInlineMax(0)}
 	if sameHost {
-		opts = append(opts, velo.WithSameHost(velo.SameHostConfig{SingleCopyMin: 1 << 20}))
+		opts = append(opts, velo.WithSameHost(velo.SameHostConfig{SingleCopyMin: shmSingleCopyMin}))
 	}
 	v, _, err := start(ctx, opts...)
 	return v, err
