@@ -72,8 +72,16 @@ func TestSameHostGetTakesThePathOnBothSides(t *testing.T) {
 	eventually(t, "the owner's per-lease registrations to end", func() bool { return owner.RDMAStats().LeaseRegistrations == 0 })
 }
 
+// TestSameHostBatchAndRanges: GetBatch and ReadRanges through the ring, and with single-copy
+// payloads on the owner, where the entries and ranges of at least 1 MiB are read out of the
+// payload's own file (counted) and the others through the ring.
 func TestSameHostBatchAndRanges(t *testing.T) {
-	owner, consumer := sameHostPair(t)
+	t.Run("ring", func(t *testing.T) { batchAndRanges(t, "0") })
+	t.Run("single_copy", func(t *testing.T) { batchAndRanges(t, "2", singleCopy) })
+}
+
+func batchAndRanges(t *testing.T, fileReads string, opts ...func(*SameHostConfig)) {
+	owner, consumer := sameHostPair(t, opts...)
 	ctx := tctx(t)
 	var reqs []GetRequest
 	var want [][]byte
@@ -100,7 +108,8 @@ func TestSameHostBatchAndRanges(t *testing.T) {
 	rl, err := consumer.Acquire(ctx, h)
 	require.NoError(t, err)
 	assert.Equal(t, metrics.PathSameHost, rl.Path)
-	ranges := []Range{{Offset: 0, Length: 100, Dst: make([]byte, 100)}, {Offset: 1 << 20, Length: 300 << 10, Dst: make([]byte, 300<<10)}}
+	ranges := []Range{{Offset: 0, Length: 100, Dst: make([]byte, 100)}, {Offset: 1 << 20, Length: 300 << 10, Dst: make([]byte, 300<<10)},
+		{Offset: 256 << 10, Length: 3 << 19, Dst: make([]byte, 3<<19)}}
 	require.NoError(t, rl.ReadRanges(ctx, ranges))
 	for _, r := range ranges {
 		require.NoError(t, r.Err)
@@ -108,6 +117,7 @@ func TestSameHostBatchAndRanges(t *testing.T) {
 	}
 	require.NoError(t, rl.Release(ctx))
 	assert.Zero(t, owner.rt.LiveRegistrations())
+	assert.Equal(t, fileReads, shmSetting(t, consumer, "single_copy_reads"), "the 1 MiB entry and the 1.5 MiB range")
 }
 
 func TestSameHostRegionAndPinnedGet(t *testing.T) {

@@ -12,11 +12,11 @@ import (
 	"github.com/velo-go/velo/velo/metrics"
 )
 
-// TestSameHostPayloadFileOverUCX: a payload staged in a file of its own (the owner has the
+// TestRDMASameHostPayloadFileOverUCX: a payload staged in a file of its own (the owner has the
 // same-host path on) is registered and served by the real UCX transport exactly as an arena's
 // slot: a consumer without the path reads it with one GET (rdma/ok), and one with the path reads
 // the same payload with one copy out of the file (shm/ok).
-func TestSameHostPayloadFileOverUCX(t *testing.T) {
+func TestRDMASameHostPayloadFileOverUCX(t *testing.T) {
 	cfg := sameHostDir(t)
 	viaUCX, viaFile := ucxMemNode(t), ucxMemNode(t, WithSameHost(cfg))
 	singleCopy(&cfg)
