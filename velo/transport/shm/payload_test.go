@@ -325,3 +325,39 @@ func TestSingleCopyMinMustNotBeNegative(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "SingleCopyMin -1 is negative")
 }
+
+// TestSingleCopyPayloadInHugePages: a payload file of whole huge pages is backed by huge pages
+// where the kernel gives them (MADV_COLLAPSE), mapped whole in the owner, and reads of it, by pread
+// and through a mapping, at any offset, return its bytes and leave nothing mapped.
+func TestSingleCopyPayloadInHugePages(t *testing.T) {
+	owner, consumer := newPair(t, Config{SingleCopyMin: 1 << 20}, nil, nil)
+	waitReady(t, consumer, 1)
+	mem, release := payload(t, owner, 6<<20+4096)
+	defer release()
+	if described(owner, "payload_files_huge") != "1" {
+		t.Skip("the kernel gave the payload file no huge pages (MADV_COLLAPSE, Linux 6.1; or none free): its reads take 4 KiB pages")
+	}
+	smaps, err := os.ReadFile("/proc/self/smaps")
+	require.NoError(t, err)
+	start := bytes.Index(smaps, []byte("memfd:velo-shm-payload"))
+	require.GreaterOrEqual(t, start, 0)
+	vma := string(smaps[start:])
+	if next := strings.Index(vma[1:], "memfd:"); next > 0 { // the next mapping of a file
+		vma = vma[:next]
+	}
+	assert.Regexp(t, `(File|Shmem)PmdMapped:\s+[1-9]`, vma, "the owner's mapping maps no huge page whole")
+
+	regs, errs := owner.RegisterMemoryFor(2, [][]byte{mem})
+	require.NoError(t, errs[0])
+	mapsBefore := payloadMaps(t)
+	for _, byMap := range []bool{false, true} {
+		copyByMap = byMap
+		for _, r := range [][2]int{{0, len(mem)}, {12345, 3 << 20}, {2<<20 + 4096, 4 << 20}} {
+			dst := make([]byte, r[1])
+			require.NoError(t, consumer.Get(context.Background(), 1, regs[0].Key(), uint64(r[0]), dst))
+			assert.True(t, bytes.Equal(dst, mem[r[0]:r[0]+r[1]]), "%d bytes at %d (mapped %v)", r[1], r[0], byMap)
+		}
+		assert.Equal(t, mapsBefore, payloadMaps(t), "a read left a mapping (mapped %v)", byMap)
+	}
+	copyByMap = false
+}

@@ -99,9 +99,11 @@ type Transport struct {
 	nextReg uint32
 	inbound map[*serverConn]struct{}
 	files   map[uintptr]*payloadFile // payloads of their own file, by address (payload.go)
-	cuda    cudaState                // device memory by CUDA IPC (cudaipc.go)
-	stop    chan struct{}
-	wg      sync.WaitGroup
+	// hugeFiles counts the live payload files in huge pages (payload.go).
+	hugeFiles int
+	cuda      cudaState // device memory by CUDA IPC (cudaipc.go)
+	stop      chan struct{}
+	wg        sync.WaitGroup
 
 	// Single-copy reads served to consumers as owner, and made as consumer (payload.go).
 	fileServed, fileRead atomic.Uint64
@@ -467,7 +469,7 @@ func (t *Transport) Describe() map[string]string {
 	d := map[string]string{
 		"socket": t.sock, "host": t.hostID, "chunk": strconv.Itoa(t.cfg.ChunkSize), "slots": strconv.Itoa(t.cfg.Slots),
 		"peers": strings.Join(ready, ","), "not_taken": strings.Join(same, ","),
-		"single_copy_min": strconv.Itoa(t.cfg.SingleCopyMin), "payload_files": strconv.Itoa(len(t.files)),
+		"single_copy_min": strconv.Itoa(t.cfg.SingleCopyMin), "payload_files": strconv.Itoa(len(t.files)), "payload_files_huge": strconv.Itoa(t.hugeFiles),
 		"single_copy_served": strconv.FormatUint(t.fileServed.Load(), 10), "single_copy_reads": strconv.FormatUint(t.fileRead.Load(), 10),
 	}
 	t.describeCUDA(d)
