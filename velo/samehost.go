@@ -16,8 +16,8 @@ import (
 // copies the ones before it out); ConnsPerPeer, the channels opened to one owner (default 4);
 // SingleCopyMin, when positive, the size from which a payload staged by StageDataPinned lives in a
 // sealed memfd of its own that a consumer on the path reads with one copy (default 0: none, every
-// read through the ring; the file costs the staging far more than the copy it saves, so set it,
-// to 1 MiB, where payloads are read many times). The zero value gives the defaults. A consumer
+// read through the ring; the file costs the staging more than an arena's slot, so set it, to
+// 1 MiB, where payloads are read more than once). The zero value gives the defaults. A consumer
 // handed such a payload's file keeps read access to that payload's bytes (which never change) for
 // as long as it keeps the descriptor; docs/architecture.md, "One copy for a payload of its own",
 // says exactly what.

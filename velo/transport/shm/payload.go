@@ -18,6 +18,9 @@ import (
 
 // A payload of its own file: the single-copy read.
 //
+// (Where the kernel gives them, the file's pages are huge pages, mapHuge: a read out of 4 KiB pages
+// costs the consumer a page-cache lookup or a page-table entry per page, several times a memcpy.)
+//
 // A read through the ring copies twice (the owner into the ring, the consumer out of it). A
 // payload the registry stages in pinned memory (StageDataPinned) of at least Config.SingleCopyMin
 // bytes lives instead in a memfd of its own (MapPayload): created for that payload alone, sized
