@@ -18,9 +18,6 @@ import (
 
 // A payload of its own file: the single-copy read.
 //
-// (Where the kernel gives them, the file's pages are huge pages, mapHuge: a read out of 4 KiB pages
-// costs the consumer a page-cache lookup or a page-table entry per page, several times a memcpy.)
-//
 // A read through the ring copies twice (the owner into the ring, the consumer out of it). A
 // payload the registry stages in pinned memory (StageDataPinned) of at least Config.SingleCopyMin
 // bytes lives instead in a memfd of its own (MapPayload): created for that payload alone, sized
@@ -29,7 +26,9 @@ import (
 // never handed out again: the registry releases it (unmapped and closed here) when the payload
 // is freed and no registration of it is alive. The owner keeps only its writable shared mapping,
 // into which the registry copies the payload once, and a read-only descriptor of the file, which
-// it opened through /proc/self/fd (the descriptor it created with is closed at once).
+// it opened through /proc/self/fd (the descriptor it created with is closed at once). Where the
+// kernel gives them, the file's pages are huge pages (mapHuge): a read out of 4 KiB pages costs
+// the consumer a page-cache lookup or a page-table entry per page, several times a memcpy.
 //
 // When a consumer that can read a file (its read frames carry flagFile) asks for at least
 // SingleCopyMin bytes through a key that reaches the whole of such a payload, the owner checks the
