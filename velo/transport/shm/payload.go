@@ -137,11 +137,13 @@ func mapHuge(fd, size int) (mem []byte, huge bool, err error) {
 	p := unsafe.Pointer(unsafe.SliceData(mem))
 	if whole := size / hugePage * hugePage; whole > 0 {
 		// A page present in each huge page: MADV_COLLAPSE fills the rest with zeros, where a range
-		// with no page at all is refused.
-		for off := 0; off < whole; off += hugePage {
-			mem[off] = 0
+		// with no page at all is refused. (Made present by madvise, which fails where a touch would
+		// raise SIGBUS.)
+		huge = true
+		for off := 0; off < whole && huge; off += hugePage {
+			huge = unix.Madvise(mem[off:off+pageSize], unix.MADV_POPULATE_WRITE) == nil
 		}
-		huge = unix.Madvise(mem[:whole], unix.MADV_COLLAPSE) == nil
+		huge = huge && unix.Madvise(mem[:whole], unix.MADV_COLLAPSE) == nil
 	}
 	if err := unix.Madvise(mem, unix.MADV_POPULATE_WRITE); err != nil && !errors.Is(err, unix.EINVAL) {
 		unix.MunmapPtr(p, uintptr(size))
