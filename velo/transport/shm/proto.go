@@ -65,8 +65,10 @@ const (
 	flagLast     = 1
 	flagHandOver = 1
 	// flagFile (byte 2 of a read frame) says the consumer takes a file answer (payload.go,
-	// wire.SHMFileFrame) for this read. An owner without single-copy reads ignores the bit and
-	// answers through the ring, so the two builds keep reading from each other.
+	// wire.SHMFileFrame of version 1) for this read. An owner without single-copy reads ignores
+	// the bit and answers through the ring, so the two builds keep reading from each other; a
+	// later version of the file frame takes a flag of its own, so an owner never sends a consumer
+	// a version it did not ask for.
 	flagFile = 2
 )
 
