@@ -26,9 +26,8 @@ func BenchmarkGet(b *testing.B) {
 		for _, byMap := range []bool{false, true} {
 			how := map[bool]string{false: "pread", true: "map"}[byMap]
 			b.Run(fmt.Sprintf("file/%dMiB/%s", n>>20, how), func(b *testing.B) {
-				copyByMap = byMap
-				defer func() { copyByMap = false }()
-				benchGet(b, Config{SingleCopyMin: 1 << 20}, n, func(owner *Transport) []byte {
+				benchGet(b, Config{SingleCopyMin: 1 << 20}, n, func(owner, consumer *Transport) []byte {
+					consumer.copyByMap = byMap
 					mem, release, err := owner.MapPayload(n)
 					if err != nil {
 						b.Fatal(err)
@@ -41,7 +40,7 @@ func BenchmarkGet(b *testing.B) {
 		for _, ring := range [][2]int{{2 << 20, 2}, {1 << 20, 4}, {512 << 10, 8}} {
 			chunk, slots := ring[0], ring[1]
 			b.Run(fmt.Sprintf("get/%dMiB/%dx%dK", n>>20, slots, chunk>>10), func(b *testing.B) {
-				benchGet(b, Config{ChunkSize: chunk, Slots: slots}, n, func(*Transport) []byte { return anon(b, n) })
+				benchGet(b, Config{ChunkSize: chunk, Slots: slots}, n, func(_, _ *Transport) []byte { return anon(b, n) })
 			})
 		}
 	}
@@ -49,12 +48,12 @@ func BenchmarkGet(b *testing.B) {
 
 // benchGet times Gets of the n bytes of the memory mem gives, registered for the consumer of a
 // pair made with cfg.
-func benchGet(b *testing.B, cfg Config, n int, mem func(owner *Transport) []byte) {
+func benchGet(b *testing.B, cfg Config, n int, mem func(owner, consumer *Transport) []byte) {
 	owner, consumer := newPair(b, cfg, nil, nil)
 	for !consumer.CanGet(1) {
 		runtime.Gosched()
 	}
-	regs, errs := owner.RegisterMemoryFor(2, [][]byte{mem(owner)})
+	regs, errs := owner.RegisterMemoryFor(2, [][]byte{mem(owner, consumer)})
 	if errs[0] != nil {
 		b.Fatal(errs[0])
 	}

@@ -384,7 +384,7 @@ func (t *Transport) ReadMany(ctx context.Context, id transport.InstanceID, reads
 	if len(idx) == 0 {
 		return
 	}
-	files := !t.ringOnly
+	files := fileReads{on: !t.ringOnly, hook: t.fileHook, byMap: t.copyByMap}
 	t.onChannels(ctx, id, idx, window, report, func(c *clientConn, batch []int) ([]error, bool) {
 		errs, broken, n := c.readMany(ctx, reads, batch, files)
 		t.fileRead.Add(uint64(n))
@@ -460,7 +460,7 @@ func (c *clientConn) exchange(ctx context.Context, n int, what string, run func(
 // with (files: the requests say the consumer takes one; payload.go). broken says the channel is
 // out of step (it is closed then); a refused key leaves it in step. nfiles counts the reads
 // answered with a file.
-func (c *clientConn) readMany(ctx context.Context, reads []transport.Read, batch []int, files bool) (errs []error, broken bool, nfiles int) {
+func (c *clientConn) readMany(ctx context.Context, reads []transport.Read, batch []int, files fileReads) (errs []error, broken bool, nfiles int) {
 	defer c.dropFDs()
 	errs, broken = c.exchange(ctx, len(batch), "read", func(errs []error) error {
 		req := make([]byte, frameLen*len(batch))
@@ -470,7 +470,7 @@ func (c *clientConn) readMany(ctx context.Context, reads []transport.Read, batch
 			if k == len(batch)-1 {
 				f[2] = flagLast
 			}
-			if files {
+			if files.on {
 				f[2] |= flagFile
 			}
 			copy(f[4:], reads[i].Key)
@@ -505,10 +505,10 @@ func (c *clientConn) readMany(ctx context.Context, reads []transport.Read, batch
 				continue
 			case wire.SHMFileRead:
 				dst := reads[batch[k]].Dst
-				if !files || pos[k] != 0 || errs[k] != nil {
+				if !files.on || pos[k] != 0 || errs[k] != nil {
 					return fmt.Errorf("%w: a file answer for request %d, which it does not answer", errProtocol, k)
 				}
-				if err := c.readFile(f[:], dst); err != nil {
+				if err := c.readFile(f[:], dst, files); err != nil {
 					return err
 				}
 				pos[k] = len(dst)

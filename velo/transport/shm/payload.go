@@ -202,6 +202,15 @@ func (c *clientConn) readFrame(f []byte) error {
 	return nil
 }
 
+// fileReads is how a consumer's reads take file answers: at all (on: its read frames carry
+// flagFile), and the test seams hook (sees each descriptor a file answer brought before it is
+// read) and byMap (copyFile's).
+type fileReads struct {
+	on    bool
+	hook  func(fd int)
+	byMap bool
+}
+
 // parseRights is every descriptor in a control message.
 func parseRights(oob []byte) []int {
 	msgs, err := unix.ParseSocketControlMessage(oob)
@@ -228,7 +237,7 @@ func (c *clientConn) dropFDs() {
 // readFile serves a file answer: it takes the descriptor that came with it, checks that it is a
 // sealed file of the size the frame says, reads the range into dst, closes the descriptor and
 // says so with a done frame.
-func (c *clientConn) readFile(b []byte, dst []byte) error {
+func (c *clientConn) readFile(b []byte, dst []byte, how fileReads) error {
 	fr, err := wire.DecodeSHMFileFrame(b)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errProtocol, err)
@@ -238,10 +247,10 @@ func (c *clientConn) readFile(b []byte, dst []byte) error {
 	}
 	fd := c.fds[0]
 	c.fds = c.fds[1:]
-	if fileHook != nil {
-		fileHook(fd)
+	if how.hook != nil {
+		how.hook(fd)
 	}
-	err = readFileInto(fd, fr, dst)
+	err = readFileInto(fd, fr, dst, how.byMap)
 	unix.Close(fd)
 	if err != nil {
 		return err
@@ -255,7 +264,7 @@ func (c *clientConn) readFile(b []byte, dst []byte) error {
 }
 
 // readFileInto copies fr's range of the file fd into dst, which is exactly that long.
-func readFileInto(fd int, fr wire.SHMFileFrame, dst []byte) error {
+func readFileInto(fd int, fr wire.SHMFileFrame, dst []byte, byMap bool) error {
 	if fr.Length != uint64(len(dst)) {
 		return fmt.Errorf("%w: a file answer of %d bytes for a read of %d", errProtocol, fr.Length, len(dst))
 	}
@@ -270,18 +279,19 @@ func readFileInto(fd int, fr wire.SHMFileFrame, dst []byte) error {
 	if err != nil || seals&fileSeals != fileSeals {
 		return fmt.Errorf("%w: the answer's file is not sealed (seals %#x, %v)", errProtocol, seals, err)
 	}
-	return copyFile(fd, int64(fr.Offset), dst)
+	return copyFile(fd, int64(fr.Offset), dst, byMap)
 }
 
-// copyFile reads len(dst) bytes at off of fd into dst: one copy, by the kernel, out of the
+// copyFile reads len(dst) bytes at off of fd into dst (or, byMap, maps the range and copies out of
+// the mapping, which BenchmarkGet compares): one copy, by the kernel, out of the
 // file's pages. A large read is split over a few threads (one per CPU, at most maxCopiers, parts
 // of at least copierPart bytes): a copy out of a file's 4 KiB pages runs well below one core's
 // memcpy, and the pages are independent. Reading the file (pread) maps nothing into this process:
 // measured against mapping the range (MAP_SHARED, with or without MAP_POPULATE) and copying out
 // of the mapping, it was as fast or faster, since the mapping's page tables cost more than the
 // copy (docs/performance.md).
-func copyFile(fd int, off int64, dst []byte) error {
-	if copyByMap {
+func copyFile(fd int, off int64, dst []byte, byMap bool) error {
+	if byMap {
 		return copyMapped(fd, off, dst)
 	}
 	parts := min(runtime.GOMAXPROCS(0), maxCopiers, max(1, len(dst)/copierPart))
@@ -311,9 +321,6 @@ const (
 	copierPart = 2 << 20
 )
 
-// fileHook, when set (tests), sees each descriptor a file answer brought before it is read.
-var fileHook func(fd int)
-
 // mapAligned maps size bytes of fd at off (a multiple of hugePage) shared, at an address aligned to
 // a huge page, so that the file's huge pages can be mapped whole: it reserves a huge page more
 // than needed, maps the file over the aligned part and gives the rest back. Unmap it with
@@ -337,9 +344,6 @@ func mapAligned(fd int, off int64, size, prot, flags int) ([]byte, error) {
 	}
 	return unsafe.Slice((*byte)(p), size), nil
 }
-
-// copyByMap makes copyFile map the range and copy out of the mapping (BenchmarkGet compares).
-var copyByMap = false
 
 func preadFull(fd int, off int64, dst []byte) error {
 	for len(dst) > 0 {

@@ -56,11 +56,8 @@ func payload(t *testing.T, owner *Transport, n int) ([]byte, func() error) {
 
 func described(t *Transport, k string) string { return t.Describe()[k] }
 
-// hookFiles sets fileHook for the test.
-func hookFiles(t *testing.T, f func(fd int)) {
-	fileHook = f
-	t.Cleanup(func() { fileHook = nil })
-}
+// hookFiles sets the consumer's fileHook.
+func hookFiles(consumer *Transport, f func(fd int)) { consumer.fileHook = f }
 
 // TestSingleCopyReadsAPayloadFile: a read of a payload file's key, of at least SingleCopyMin
 // bytes, is answered with the file (counted on both sides) and returns the right bytes; a small
@@ -131,7 +128,7 @@ func TestSingleCopyDescriptorIsReadOnly(t *testing.T) {
 	want := bytes.Clone(mem)
 
 	var checked bool
-	hookFiles(t, func(fd int) {
+	hookFiles(consumer, func(fd int) {
 		checked = true
 		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
 		assert.NoError(t, err)
@@ -177,7 +174,7 @@ func TestSingleCopyRevokeWaitsForTheConsumer(t *testing.T) {
 	reg := regs[0]
 
 	inRead, goOn := make(chan struct{}), make(chan struct{})
-	hookFiles(t, func(int) { close(inRead); <-goOn })
+	hookFiles(consumer, func(int) { close(inRead); <-goOn })
 	dst := make([]byte, len(mem))
 	done := make(chan error, 1)
 	go func() { done <- consumer.Get(context.Background(), 1, reg.Key(), 0, dst) }()
@@ -196,7 +193,7 @@ func TestSingleCopyRevokeWaitsForTheConsumer(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Dead never closed after the consumer's done frame")
 	}
-	fileHook = nil
+	consumer.fileHook = nil
 	err := consumer.Get(context.Background(), 1, reg.Key(), 0, dst)
 	require.ErrorIs(t, err, transport.ErrKeyRevoked, "a revoked key's file read")
 }
@@ -214,7 +211,7 @@ func TestSingleCopyReleasedWhileTheConsumerHoldsTheFile(t *testing.T) {
 	regs, errs := owner.RegisterMemoryFor(2, [][]byte{mem})
 	require.NoError(t, errs[0])
 	kept := -1
-	hookFiles(t, func(fd int) {
+	hookFiles(consumer, func(fd int) {
 		var err error
 		kept, err = unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 		assert.NoError(t, err)
@@ -278,14 +275,14 @@ func TestSingleCopyRefusesAFileThatIsNotAPayload(t *testing.T) {
 	defer unix.Close(fd)
 	require.NoError(t, unix.Ftruncate(fd, 8192))
 	fr := wire.SHMFileFrame{Kind: wire.SHMFileRead, Length: 4096, Size: 8192}
-	err = readFileInto(fd, fr, make([]byte, 4096))
+	err = readFileInto(fd, fr, make([]byte, 4096), false)
 	require.ErrorIs(t, err, errProtocol)
 	assert.Contains(t, err.Error(), "not sealed")
 	fr.Size = 4096
-	err = readFileInto(fd, fr, make([]byte, 4096))
+	err = readFileInto(fd, fr, make([]byte, 4096), false)
 	assert.ErrorIs(t, err, errProtocol, "a file of another size than the answer's")
 	fr.Size = 8192
-	err = readFileInto(fd, fr, make([]byte, 100))
+	err = readFileInto(fd, fr, make([]byte, 100), false)
 	assert.ErrorIs(t, err, errProtocol, "an answer of another length than the read")
 }
 
@@ -351,7 +348,7 @@ func TestSingleCopyPayloadInHugePages(t *testing.T) {
 	require.NoError(t, errs[0])
 	mapsBefore := payloadMaps(t)
 	for _, byMap := range []bool{false, true} {
-		copyByMap = byMap
+		consumer.copyByMap = byMap
 		for _, r := range [][2]int{{0, len(mem)}, {12345, 3 << 20}, {2<<20 + 4096, 4 << 20}} {
 			dst := make([]byte, r[1])
 			require.NoError(t, consumer.Get(context.Background(), 1, regs[0].Key(), uint64(r[0]), dst))
@@ -359,5 +356,4 @@ func TestSingleCopyPayloadInHugePages(t *testing.T) {
 		}
 		assert.Equal(t, mapsBefore, payloadMaps(t), "a read left a mapping (mapped %v)", byMap)
 	}
-	copyByMap = false
 }

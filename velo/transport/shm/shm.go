@@ -107,6 +107,10 @@ type Transport struct {
 	// Single-copy reads served to consumers as owner, and made as consumer (payload.go).
 	fileServed, fileRead atomic.Uint64
 	ringOnly             bool // the consumer asks for no file answers, as a release before them (tests)
+	// Test seams of the consumer's file reads (fileReads): fileHook sees each descriptor a file
+	// answer brought before it is read; copyByMap copies out of a mapping instead of by pread.
+	fileHook  func(fd int)
+	copyByMap bool
 }
 
 // peer is what the consumer side knows of an owner.
