@@ -12,9 +12,8 @@ import (
 )
 
 // BenchmarkGet is the channel alone (both ends in this process): one Get of each size through
-// rings of each shape (buffers x size) in huge pages and in 4 KiB pages (SmallPageRing), and out
-// of a payload's own file (read with pread, or mapped and copied out of the mapping), beside a
-// plain copy of the same size.
+// rings of each shape (buffers x size), and out of a payload's own file (read with pread, or
+// mapped and copied out of the mapping), beside a plain copy of the same size.
 func BenchmarkGet(b *testing.B) {
 	for _, n := range []int{8 << 20, 64 << 20} {
 		b.Run(fmt.Sprintf("copy/%dMiB", n>>20), func(b *testing.B) {
@@ -38,22 +37,14 @@ func BenchmarkGet(b *testing.B) {
 				})
 			})
 		}
-		for _, ring := range benchRings {
+		for _, ring := range [][2]int{{2 << 20, 2}, {1 << 20, 4}, {512 << 10, 8}} {
 			chunk, slots := ring[0], ring[1]
-			for _, small := range []bool{false, true} {
-				b.Run(fmt.Sprintf("get/%dMiB/%dx%dK/%s", n>>20, slots, chunk>>10, pages[small]), func(b *testing.B) {
-					benchGet(b, Config{ChunkSize: chunk, Slots: slots, SmallPageRing: small}, n, func(_, _ *Transport) []byte { return anon(b, n) })
-				})
-			}
+			b.Run(fmt.Sprintf("get/%dMiB/%dx%dK", n>>20, slots, chunk>>10), func(b *testing.B) {
+				benchGet(b, Config{ChunkSize: chunk, Slots: slots}, n, func(_, _ *Transport) []byte { return anon(b, n) })
+			})
 		}
 	}
 }
-
-// benchRings are the ring shapes the benchmarks compare: buffer size, buffers.
-var benchRings = [][2]int{{2 << 20, 2}, {1 << 20, 4}, {512 << 10, 8}}
-
-// pages names a ring's pages by SmallPageRing.
-var pages = map[bool]string{false: "huge", true: "4k"}
 
 // benchGet times Gets of the n bytes of the memory mem gives, registered for the consumer of a
 // pair made with cfg.
@@ -76,82 +67,31 @@ func benchGet(b *testing.B, cfg Config, n int, mem func(owner, consumer *Transpo
 	}
 }
 
-// BenchmarkWrite is a push's write through the channel alone (both ends in this process), through
-// rings of each shape in huge pages and in 4 KiB pages, beside BenchmarkGet's copy.
+// BenchmarkWrite is a push's write through the channel alone (both ends in this process), beside
+// BenchmarkGet's copy.
 func BenchmarkWrite(b *testing.B) {
 	for _, n := range []int{8 << 20, 64 << 20} {
-		for _, ring := range benchRings {
-			for _, small := range []bool{false, true} {
-				b.Run(fmt.Sprintf("write/%dMiB/%dx%dK/%s", n>>20, ring[1], ring[0]>>10, pages[small]), func(b *testing.B) {
-					benchWrite(b, Config{ChunkSize: ring[0], Slots: ring[1], SmallPageRing: small}, n)
-				})
+		b.Run(fmt.Sprintf("write/%dMiB", n>>20), func(b *testing.B) {
+			owner, writer := newPair(b, Config{}, nil, nil)
+			for !writer.CanGet(1) {
+				runtime.Gosched()
 			}
-		}
-	}
-}
-
-// benchWrite times writes of n bytes into memory the owner of a pair made with cfg registered
-// writable for the writer.
-func benchWrite(b *testing.B, cfg Config, n int) {
-	owner, writer := newPair(b, cfg, nil, nil)
-	for !writer.CanGet(1) {
-		runtime.Gosched()
-	}
-	mem := anon(b, n)
-	reg, err := owner.RegisterMemoryWritableFor(2, mem)
-	if err != nil {
-		b.Fatal(err)
-	}
-	src := make([]byte, n)
-	ws := []transport.Write{{Key: reg.Key(), Src: src}}
-	b.SetBytes(int64(n))
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		writer.WriteMany(context.Background(), 1, ws, 1, func(_ int, err error) {
+			mem := anon(b, n)
+			reg, err := owner.RegisterMemoryWritableFor(2, mem)
 			if err != nil {
 				b.Fatal(err)
 			}
-		})
-	}
-}
-
-// BenchmarkOpenChannel is what opening a channel costs the consumer (both ends in this process):
-// the handshake, the owner's ring made, in huge pages or in 4 KiB pages, and mapped on both sides
-// (open); and that with the first read through the fresh ring, of the ring's size, which touches
-// every page of it on both sides (open+get). The channel is closed after each, untimed.
-func BenchmarkOpenChannel(b *testing.B) {
-	for _, get := range []bool{false, true} {
-		for _, small := range []bool{false, true} {
-			b.Run(fmt.Sprintf("%s/%s", map[bool]string{false: "open", true: "open+get"}[get], pages[small]), func(b *testing.B) {
-				owner, consumer := newPair(b, Config{SmallPageRing: small}, nil, nil)
-				for !consumer.CanGet(1) {
-					runtime.Gosched()
-				}
-				n := DefaultSlots * DefaultChunkSize
-				regs, errs := owner.RegisterMemoryFor(2, [][]byte{anon(b, n)})
-				if errs[0] != nil {
-					b.Fatal(errs[0])
-				}
-				reads := []transport.Read{{Key: regs[0].Key(), Dst: make([]byte, n)}}
-				consumer.mu.Lock()
-				p := consumer.peers[1]
-				consumer.mu.Unlock()
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					c, err := consumer.dial(context.Background(), p, false)
+			src := make([]byte, n)
+			ws := []transport.Write{{Key: reg.Key(), Src: src}}
+			b.SetBytes(int64(n))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				writer.WriteMany(context.Background(), 1, ws, 1, func(_ int, err error) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					if get {
-						if errs, _, _ := c.readMany(context.Background(), reads, []int{0}, fileReads{}); errs[0] != nil {
-							b.Fatal(errs[0])
-						}
-					}
-					b.StopTimer()
-					c.close()
-					b.StartTimer()
-				}
-			})
-		}
+				})
+			}
+		})
 	}
 }

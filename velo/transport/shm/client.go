@@ -43,7 +43,7 @@ type clientConn struct {
 func (c *clientConn) close() {
 	c.once.Do(func() {
 		c.c.Close()
-		unmap(c.ring)
+		unix.Munmap(c.ring)
 	})
 }
 
@@ -331,7 +331,7 @@ func (t *Transport) handshakeConsumer(ctx context.Context, c *net.UnixConn, p *p
 	}
 	// Writable: a write (push) hands its bytes over in the ring. The ring is this channel's alone,
 	// so what the consumer writes there reaches the owner's memory only through a checked write.
-	ring, err := mapRing(fd, slots*chunk)
+	ring, err := mapRing(fd, slots*chunk, unix.PROT_READ|unix.PROT_WRITE)
 	if err != nil {
 		return nil, fmt.Errorf("mapping the ring: %w", err)
 	}

@@ -83,14 +83,15 @@ func (t *Transport) MapPayload(size int) (mem []byte, release func() error, err 
 	if err != nil {
 		return nil, nil, fmt.Errorf("shm: mapping a payload file of %d bytes: %w", size, err)
 	}
+	unmap := func() error { return unix.MunmapPtr(unsafe.Pointer(unsafe.SliceData(mem)), uintptr(size)) }
 	// The mapping made before F_SEAL_FUTURE_WRITE stays writable; nothing made after it can write.
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, fileSeals); err != nil {
-		unmap(mem)
+		unmap()
 		return nil, nil, fmt.Errorf("shm: sealing a payload file: %w (a kernel before 5.1 has no F_SEAL_FUTURE_WRITE: set SingleCopyMin to 0)", err)
 	}
 	ro, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", fd), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		unmap(mem)
+		unmap()
 		return nil, nil, fmt.Errorf("shm: a read-only descriptor of a payload file through /proc/self/fd: %w (mount /proc, or set SingleCopyMin to 0)", err)
 	}
 	pf := &payloadFile{fd: ro, mem: mem}
@@ -110,7 +111,7 @@ func (t *Transport) MapPayload(size int) (mem []byte, release func() error, err 
 				t.hugeFiles--
 			}
 			t.mu.Unlock()
-			err = errors.Join(unmap(mem), unix.Close(ro))
+			err = errors.Join(unmap(), unix.Close(ro))
 		})
 		return err
 	}
@@ -122,52 +123,33 @@ func (t *Transport) MapPayload(size int) (mem []byte, release func() error, err 
 const hugePage = 2 << 20
 
 // mapHuge maps the size bytes of the memfd fd shared and writable at an address aligned to a huge
-// page, asks the kernel to back its whole huge pages with huge pages (collapse), and makes every
-// page present (MADV_POPULATE_WRITE), so copying into the mapping takes no fault; huge says whether
-// the kernel gave the huge pages.
+// page, and asks the kernel to back the whole huge pages of it with huge pages (MADV_COLLAPSE,
+// Linux 6.1, which a shared-memory file takes whatever transparent_hugepage/shmem_enabled says,
+// short of deny); huge says whether it did. A file in 4 KiB pages costs a consumer's read, by
+// pread or through a mapping, several times a memcpy (a page-cache lookup or a page-table entry
+// per 4 KiB); in 2 MiB pages its read runs near memcpy's speed. Where the kernel refuses (an older
+// kernel, no huge page to be had), the file stays in 4 KiB pages. Every page is then made present
+// (MADV_POPULATE_WRITE), so copying the payload in takes no fault.
 func mapHuge(fd, size int) (mem []byte, huge bool, err error) {
 	if mem, err = mapAligned(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, 0); err != nil {
 		return nil, false, err
 	}
-	huge = collapse(mem)
+	p := unsafe.Pointer(unsafe.SliceData(mem))
+	if whole := size / hugePage * hugePage; whole > 0 {
+		// A page present in each huge page: MADV_COLLAPSE fills the rest with zeros, where a range
+		// with no page at all is refused. (Made present by madvise, which fails where a touch would
+		// raise SIGBUS.)
+		huge = true
+		for off := 0; off < whole && huge; off += hugePage {
+			huge = unix.Madvise(mem[off:off+pageSize], unix.MADV_POPULATE_WRITE) == nil
+		}
+		huge = huge && unix.Madvise(mem[:whole], unix.MADV_COLLAPSE) == nil
+	}
 	if err := unix.Madvise(mem, unix.MADV_POPULATE_WRITE); err != nil && !errors.Is(err, unix.EINVAL) {
-		unmap(mem)
+		unix.MunmapPtr(p, uintptr(size))
 		return nil, false, err
 	}
 	return mem, huge, nil
-}
-
-// collapse asks the kernel to back the whole huge pages of mem, a shared mapping of a memfd at an
-// address aligned to a huge page (mapAligned), with huge pages (MADV_COLLAPSE, Linux 6.1, which a
-// shared-memory file takes whatever transparent_hugepage/shmem_enabled says, short of deny), and
-// reports whether it did. A file in 4 KiB pages costs a copy out of it, by pread or through a
-// mapping, several times a memcpy (a page-cache lookup or a page-table entry per 4 KiB); in 2 MiB
-// pages such a read runs near memcpy's speed. Where the kernel refuses (an older kernel, no huge
-// page to be had, THP turned off for the process), the file stays in 4 KiB pages. The file's huge
-// pages are the file's: another process that maps it at an aligned address maps each whole at
-// its first touch, with one entry.
-func collapse(mem []byte) bool {
-	whole := len(mem) / hugePage * hugePage
-	if whole == 0 {
-		return false
-	}
-	// A page present in each huge page: MADV_COLLAPSE fills the rest with zeros, where a range with
-	// no page at all is refused. (Made present by madvise, which fails where a touch would raise
-	// SIGBUS.)
-	for off := 0; off < whole; off += hugePage {
-		if unix.Madvise(mem[off:off+pageSize], unix.MADV_POPULATE_WRITE) != nil {
-			return false
-		}
-	}
-	return unix.Madvise(mem[:whole], unix.MADV_COLLAPSE) == nil
-}
-
-// unmap unmaps a mapping made by mapAligned (or mapHuge); nil is nothing to unmap.
-func unmap(mem []byte) error {
-	if len(mem) == 0 {
-		return nil
-	}
-	return unix.MunmapPtr(unsafe.Pointer(unsafe.SliceData(mem)), uintptr(len(mem)))
 }
 
 var pageSize = unix.Getpagesize()

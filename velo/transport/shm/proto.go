@@ -229,12 +229,8 @@ func peerUID(c *net.UnixConn) (int, error) {
 	return int(cred.Uid), nil
 }
 
-// mapRing maps the ring the owner handed over, the size bytes of the memfd fd, shared and
-// writable at an address aligned to a huge page: where the owner put the ring in huge pages
-// (Config.SmallPageRing), the consumer's first touch of each then maps it whole, and both copies of
-// a read or a push through the ring take a TLB entry per 2 MiB instead of one per 4 KiB. The
-// consumer never collapses the file itself: the owner made the ring and decides its pages.
-func mapRing(fd, size int) ([]byte, error) {
+// mapRing maps size bytes of the memfd fd shared.
+func mapRing(fd, size, prot int) ([]byte, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, err
@@ -242,5 +238,5 @@ func mapRing(fd, size int) ([]byte, error) {
 	if st.Size != int64(size) {
 		return nil, fmt.Errorf("%w: a ring of %d bytes, want %d", errProtocol, st.Size, size)
 	}
-	return mapAligned(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, 0)
+	return unix.Mmap(fd, 0, size, prot, unix.MAP_SHARED)
 }

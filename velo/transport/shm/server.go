@@ -172,7 +172,6 @@ type serverConn struct {
 	chunk int
 	slots int
 	cuda  bool // a CUDA IPC channel (cudaipc.go): no ring
-	huge  bool // the ring is in huge pages (mapHuge)
 	once  sync.Once
 }
 
@@ -214,19 +213,17 @@ func (t *Transport) serve(c *net.UnixConn) {
 	if t.closed {
 		t.mu.Unlock()
 		sc.close()
-		unmap(sc.ring)
+		unix.Munmap(sc.ring)
 		return
 	}
 	t.inbound[sc] = struct{}{}
-	t.countRing(sc, 1)
 	t.mu.Unlock()
 	defer func() {
 		t.mu.Lock()
 		delete(t.inbound, sc)
-		t.countRing(sc, -1)
 		t.mu.Unlock()
 		sc.close()
-		unmap(sc.ring)
+		unix.Munmap(sc.ring)
 	}()
 	if sc.cuda {
 		t.serveCUDA(sc)
@@ -317,32 +314,16 @@ func (t *Transport) handshakeOwner(c *net.UnixConn) (*serverConn, error) {
 	if err := unix.Ftruncate(mfd, int64(size)); err != nil {
 		return nil, fmt.Errorf("sizing the ring: %w", err)
 	}
-	// In huge pages unless the configuration says otherwise, collapsed before the consumer maps the
-	// ring, so that its mapping maps them whole too (mapRing). A ring in 4 KiB pages is left to
-	// fault its pages in as the copies touch them.
-	ring, err := mapAligned(mfd, 0, size, unix.PROT_READ|unix.PROT_WRITE, 0)
+	ring, err := unix.Mmap(mfd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("mapping the ring: %w", err)
 	}
-	huge := !t.cfg.SmallPageRing && collapse(ring)
 	if err := writeMsg(c, a, mfd); err != nil {
-		unmap(ring)
+		unix.Munmap(ring)
 		return nil, err
 	}
 	c.SetDeadline(time.Time{})
-	return &serverConn{t: t, c: c, peer: cid, ring: ring, huge: huge, chunk: t.cfg.ChunkSize, slots: t.cfg.Slots}, nil
-}
-
-// countRing counts sc's ring in (d 1) or out (d -1) of the rings this owner serves through, for
-// the introspection page; t.mu is held.
-func (t *Transport) countRing(sc *serverConn, d int) {
-	if sc.cuda {
-		return
-	}
-	t.rings += d
-	if sc.huge {
-		t.hugeRings += d
-	}
+	return &serverConn{t: t, c: c, peer: cid, ring: ring, chunk: t.cfg.ChunkSize, slots: t.cfg.Slots}, nil
 }
 
 func keys(m map[int]bool) []int {

@@ -60,17 +60,8 @@ type Config struct {
 	// Slots is the number of ring buffers of a channel (default 4, at least 2, at most 64): one
 	// side fills a buffer while the other copies the ones before it out, so a large read or
 	// write copies twice at once, not one after the other. A channel maps Slots*ChunkSize bytes
-	// in both processes: the owner's memory, a shared-memory file per channel (a consumer opens
-	// up to its ConnsPerPeer channels to one owner: 16 MiB of rings with the defaults).
+	// in both processes.
 	Slots int
-	// SmallPageRing keeps the rings this instance makes (one per channel a consumer opens to it)
-	// in 4 KiB pages. By default the owner asks the kernel to back each ring's whole 2 MiB pages
-	// with huge pages (MADV_COLLAPSE, Linux 6.1) and both sides map the ring at an address aligned
-	// to one, so the two copies of every read and push through it take a TLB entry per 2 MiB; where
-	// the kernel refuses, the ring stays in 4 KiB pages. A ring whose size (Slots*ChunkSize) is not
-	// a multiple of 2 MiB keeps its last part in 4 KiB pages. The introspection page's rings_huge
-	// says how many rings got huge pages.
-	SmallPageRing bool
 	// ConnsPerPeer bounds the channels this instance opens to one owner, so reads in flight to it
 	// (default 4).
 	ConnsPerPeer int
@@ -112,9 +103,6 @@ type Transport struct {
 	cuda      cudaState // device memory by CUDA IPC (cudaipc.go)
 	stop      chan struct{}
 	wg        sync.WaitGroup
-
-	// rings counts the rings of the channels this owner serves, hugeRings those in huge pages.
-	rings, hugeRings int
 
 	// Single-copy reads served to consumers as owner, and made as consumer (payload.go).
 	fileServed, fileRead atomic.Uint64
@@ -485,7 +473,6 @@ func (t *Transport) Describe() map[string]string {
 		"socket": t.sock, "host": t.hostID, "chunk": strconv.Itoa(t.cfg.ChunkSize), "slots": strconv.Itoa(t.cfg.Slots),
 		"peers": strings.Join(ready, ","), "not_taken": strings.Join(same, ","),
 		"single_copy_min": strconv.Itoa(t.cfg.SingleCopyMin), "payload_files": strconv.Itoa(len(t.files)), "payload_files_huge": strconv.Itoa(t.hugeFiles),
-		"rings": strconv.Itoa(t.rings), "rings_huge": strconv.Itoa(t.hugeRings),
 		"single_copy_served": strconv.FormatUint(t.fileServed.Load(), 10), "single_copy_reads": strconv.FormatUint(t.fileRead.Load(), 10),
 	}
 	t.describeCUDA(d)

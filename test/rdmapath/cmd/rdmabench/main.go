@@ -78,7 +78,6 @@ func main() {
 	only := flag.String("only", "", `run one table: "get" (beside perftest and the chunked path), "seal" (sealed beside plain), "rss", "samehost" (the same-host path beside memcpy and the RDMA path) or "lanes" (software lanes: the default beside the chunked path, and the opt-in)`)
 	shmRounds := flag.Int("rounds", 5, "alternating rounds of the samehost table")
 	flag.IntVar(&shmSingleCopyMin, "single-copy-min", 1<<20, "SameHostConfig.SingleCopyMin of the samehost table's same-host instances (0: every get through the ring)")
-	flag.BoolVar(&shmSmallPageRing, "small-page-ring", false, "SameHostConfig.SmallPageRing of the samehost table's same-host instances (their rings in 4 KiB pages, not huge pages)")
 	sealRounds := flag.Int("seal-rounds", 5, "alternating rounds of the seal table")
 	flag.StringVar(&velobenchBin, "velobench", "", "a velobench binary: its get point joins the get table's rounds, beside this bench's RDMA get (velobench's overhead)")
 	flag.Parse()

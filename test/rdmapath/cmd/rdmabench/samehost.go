@@ -45,8 +45,6 @@ import (
 var (
 	// shmSingleCopyMin is the same-host instances' SameHostConfig.SingleCopyMin (-single-copy-min).
 	shmSingleCopyMin = 1 << 20
-	// shmSmallPageRing is their SameHostConfig.SmallPageRing (-small-page-ring).
-	shmSmallPageRing = false
 
 	shmSizes      = []int{8 << 20, 64 << 20}
 	shmBlockSizes = []int{4 << 10, 64 << 10}
@@ -141,8 +139,7 @@ func runSameHostOwner() error {
 func runSameHost(quick bool, rounds int) error {
 	ctx := context.Background()
 	var info shmOwnerInfo
-	owner, err := benchkit.StartChild(nil, &info, "-role", "shmowner", "-single-copy-min", strconv.Itoa(shmSingleCopyMin),
-		"-small-page-ring="+strconv.FormatBool(shmSmallPageRing))
+	owner, err := benchkit.StartChild(nil, &info, "-role", "shmowner", "-single-copy-min", strconv.Itoa(shmSingleCopyMin))
 	if err != nil {
 		return err
 	}
@@ -170,8 +167,8 @@ func runSameHost(quick bool, rounds int) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 
-	fmt.Printf("same-host path: two processes of this host, %d CPUs, UCX_TLS=%s for the rdma column; %d alternating rounds; SingleCopyMin %d; SmallPageRing %v\n",
-		runtime.NumCPU(), os.Getenv("UCX_TLS"), rounds, shmSingleCopyMin, shmSmallPageRing)
+	fmt.Printf("same-host path: two processes of this host, %d CPUs, UCX_TLS=%s for the rdma column; %d alternating rounds; SingleCopyMin %d\n",
+		runtime.NumCPU(), os.Getenv("UCX_TLS"), rounds, shmSingleCopyMin)
 	printLoad()
 	fmt.Printf("MiB/s, median of the rounds [min–max]; memcpy is one core's copy of the same size in this process\n\n")
 	fmt.Printf("%-8s %5s %22s %22s %22s %11s %9s\n", "size", "gets", "memcpy", "velo shm", "velo rdma", "shm/memcpy", "shm/rdma")
@@ -380,7 +377,7 @@ func shmSetting(v *velo.Velo, key string) string {
 func startSameHost(ctx context.Context, sameHost bool) (*velo.Velo, error) {
 	opts := []velo.Option{velo.WithBatchInlineMax(0)}
 	if sameHost {
-		opts = append(opts, velo.WithSameHost(velo.SameHostConfig{SingleCopyMin: shmSingleCopyMin, SmallPageRing: shmSmallPageRing}))
+		opts = append(opts, velo.WithSameHost(velo.SameHostConfig{SingleCopyMin: shmSingleCopyMin}))
 	}
 	v, _, err := start(ctx, opts...)
 	return v, err
