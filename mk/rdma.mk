@@ -18,10 +18,12 @@
 #                         (about 1 minute)
 #   bench-samehost        the same-host path (WithSameHost) between two processes of this host:
 #                         Get of 8 and 64 MiB beside one core's memcpy of the same size and beside
-#                         the UCX RDMA path, GetBatch of 256 blocks of 4 KiB and 64 KiB beside
-#                         the RDMA path, and Put of 8 and 64 MiB into a grant beside memcpy and
-#                         the RDMA path (rdmabench -only samehost; prints ratios, asserts nothing;
-#                         BENCH_ARGS=-quick, -rounds N)
+#                         the UCX RDMA path (single-copy reads out of each payload's own file,
+#                         SingleCopyMin 1 MiB), StageDataPinned into such a file beside an arena
+#                         slot, GetBatch of 256 blocks of 4 KiB and 64 KiB beside the RDMA path,
+#                         and Put of 8 and 64 MiB into a grant beside memcpy and the RDMA path
+#                         (rdmabench -only samehost; prints ratios, asserts nothing;
+#                         BENCH_ARGS=-quick, -rounds N, -single-copy-min 0 for the ring alone)
 #   bench-small-static    bench-small linked with velo's static UCX, beside that build's own
 #                         ucx_perftest (make ucx-static-tools); without perftest's GET, which its
 #                         guard refuses over tcp

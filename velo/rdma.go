@@ -127,7 +127,11 @@ func (v *Velo) newRegistry(o *options) (*rdma.Registry, error) {
 // owner, RDMA on at both ends) then read the payload with one GET. When no pinned memory can be
 // had — no RDMA registry, the kill switch, the budget, the memlock limit — the copy goes to plain
 // memory and transfers of it take the chunked path under that reason; staging itself does not
-// fail for it. data may be reused as soon as StageDataPinned returns.
+// fail for it. data may be reused as soon as StageDataPinned returns. With WithSameHost and
+// SameHostConfig.SingleCopyMin set, a payload of at least that many bytes gets pinned memory of
+// its own instead of a share of an arena (a sealed memfd, mapped once per payload and closed when
+// it is freed: a slower staging), which UCX serves as before and a consumer of this host reads
+// with one copy.
 //
 // Call it once at startup in a process whose only staging is transparent (large messages): the
 // transparent stager uses pinned memory only once an arena is mapped.

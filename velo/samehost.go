@@ -13,8 +13,14 @@ import (
 // share it take the path with (default $VELO_SHM_HOST_ID or the kernel's boot_id); AllowUIDs,
 // user IDs allowed besides the process's own; ChunkSize, each ring buffer of a channel (default
 // 1 MiB); Slots, the ring buffers of a channel (default 4: one side fills a buffer while the other
-// copies the ones before it out); ConnsPerPeer, the channels opened to one owner (default 4). The
-// zero value gives the defaults.
+// copies the ones before it out); ConnsPerPeer, the channels opened to one owner (default 4);
+// SingleCopyMin, when positive, the size from which a payload staged by StageDataPinned lives in a
+// sealed memfd of its own that a consumer on the path reads with one copy (default 0: none, every
+// read through the ring; the file costs the staging more than an arena's slot, so set it, to
+// 1 MiB, where payloads are read more than once). The zero value gives the defaults. A consumer
+// handed such a payload's file keeps read access to that payload's bytes (which never change) for
+// as long as it keeps the descriptor; docs/architecture.md, "One copy for a payload of its own",
+// says exactly what.
 type SameHostConfig = shm.Config
 
 // WithSameHost turns on the same-host path beside the UCX transport: a rendezvous between two

@@ -29,10 +29,13 @@ func sameHostDir(t *testing.T) SameHostConfig {
 
 // sameHostPair links an owner and a consumer that both have the path, and waits for the
 // consumer's channel to the owner.
-func sameHostPair(t *testing.T) (owner, consumer rnode) {
+func sameHostPair(t *testing.T, opts ...func(*SameHostConfig)) (owner, consumer rnode) {
 	t.Helper()
 	f := rdmatest.NewFabric()
 	cfg := sameHostDir(t)
+	for _, o := range opts {
+		o(&cfg)
+	}
 	owner = rdmaNode(t, f, true, WithSameHost(cfg))
 	consumer = rdmaNode(t, f, true, WithSameHost(cfg))
 	link(t, owner, consumer, true)
@@ -69,8 +72,16 @@ func TestSameHostGetTakesThePathOnBothSides(t *testing.T) {
 	eventually(t, "the owner's per-lease registrations to end", func() bool { return owner.RDMAStats().LeaseRegistrations == 0 })
 }
 
+// TestSameHostBatchAndRanges: GetBatch and ReadRanges through the ring, and with single-copy
+// payloads on the owner, where the entries and ranges of at least 1 MiB are read out of the
+// payload's own file (counted) and the others through the ring.
 func TestSameHostBatchAndRanges(t *testing.T) {
-	owner, consumer := sameHostPair(t)
+	t.Run("ring", func(t *testing.T) { batchAndRanges(t, "0") })
+	t.Run("single_copy", func(t *testing.T) { batchAndRanges(t, "2", singleCopy) })
+}
+
+func batchAndRanges(t *testing.T, fileReads string, opts ...func(*SameHostConfig)) {
+	owner, consumer := sameHostPair(t, opts...)
 	ctx := tctx(t)
 	var reqs []GetRequest
 	var want [][]byte
@@ -97,7 +108,8 @@ func TestSameHostBatchAndRanges(t *testing.T) {
 	rl, err := consumer.Acquire(ctx, h)
 	require.NoError(t, err)
 	assert.Equal(t, metrics.PathSameHost, rl.Path)
-	ranges := []Range{{Offset: 0, Length: 100, Dst: make([]byte, 100)}, {Offset: 1 << 20, Length: 300 << 10, Dst: make([]byte, 300<<10)}}
+	ranges := []Range{{Offset: 0, Length: 100, Dst: make([]byte, 100)}, {Offset: 1 << 20, Length: 300 << 10, Dst: make([]byte, 300<<10)},
+		{Offset: 256 << 10, Length: 3 << 19, Dst: make([]byte, 3<<19)}}
 	require.NoError(t, rl.ReadRanges(ctx, ranges))
 	for _, r := range ranges {
 		require.NoError(t, r.Err)
@@ -105,6 +117,7 @@ func TestSameHostBatchAndRanges(t *testing.T) {
 	}
 	require.NoError(t, rl.Release(ctx))
 	assert.Zero(t, owner.rt.LiveRegistrations())
+	assert.Equal(t, fileReads, shmSetting(t, consumer, "single_copy_reads"), "the 1 MiB entry and the 1.5 MiB range")
 }
 
 func TestSameHostRegionAndPinnedGet(t *testing.T) {
@@ -135,13 +148,16 @@ func TestSameHostRegionAndPinnedGet(t *testing.T) {
 
 func TestSameHostOffOnOneSideKeepsTheRDMAPath(t *testing.T) {
 	f := rdmatest.NewFabric()
-	owner := rdmaNode(t, f, true, WithSameHost(sameHostDir(t)))
+	cfg := sameHostDir(t)
+	singleCopy(&cfg)
+	owner := rdmaNode(t, f, true, WithSameHost(cfg))
 	consumer := rdmaNode(t, f, true)
 	link(t, owner, consumer, true)
 	ctx := tctx(t)
 	data := payload(1<<20, 3)
 	h, err := owner.StageDataPinned(ctx, data)
 	require.NoError(t, err)
+	assert.Equal(t, "1", shmSetting(t, owner, "payload_files"), "the payload lives in a file of its own, which the RDMA path serves as any memory")
 	l, err := consumer.Get(ctx, h)
 	require.NoError(t, err)
 	assert.Equal(t, metrics.PathRDMA, l.Path)
@@ -170,4 +186,48 @@ func TestSameHostShowsOnTheIntrospectionPage(t *testing.T) {
 	}
 	assert.True(t, found, "the shm transport must be listed")
 	assert.Equal(t, StateReady, consumer.Health().State, "a pair that took the path adds no health reason")
+}
+
+// shmSetting is one of the shm transport's settings on v's introspection page.
+func shmSetting(t *testing.T, v rnode, key string) string {
+	t.Helper()
+	for _, ti := range v.Introspect().Transports {
+		if ti.Name == "shm" {
+			return ti.Settings[key]
+		}
+	}
+	t.Fatal("the shm transport is not on the introspection page")
+	return ""
+}
+
+// singleCopy turns single-copy payloads on from 1 MiB.
+func singleCopy(c *SameHostConfig) { c.SingleCopyMin = 1 << 20 }
+
+// TestSameHostSingleCopy: a pinned payload of at least SingleCopyMin lives in a file of its own
+// and is read with one copy (both sides count it on the introspection page, and the path stays
+// shm); a smaller one goes through the ring; the file goes when the payload is freed.
+func TestSameHostSingleCopy(t *testing.T) {
+	owner, consumer := sameHostPair(t, singleCopy)
+	ctx := tctx(t)
+	big, small := payload(8<<20+5, 21), payload(512<<10, 22)
+	hb, err := owner.StageDataPinned(ctx, big)
+	require.NoError(t, err)
+	hs, err := owner.StageDataPinned(ctx, small)
+	require.NoError(t, err)
+	assert.Equal(t, "1", shmSetting(t, owner, "payload_files"), "the large payload has a file of its own, the small one not")
+
+	for _, c := range []struct {
+		h     Handle
+		want  []byte
+		files string
+	}{{hb, big, "1"}, {hs, small, "1"}} {
+		l, err := consumer.Get(ctx, c.h)
+		require.NoError(t, err)
+		assert.Equal(t, metrics.PathSameHost, l.Path)
+		assert.True(t, bytes.Equal(c.want, l.Bytes()))
+		require.NoError(t, l.Release(ctx))
+		assert.Equal(t, c.files, shmSetting(t, consumer, "single_copy_reads"))
+		assert.Equal(t, c.files, shmSetting(t, owner, "single_copy_served"))
+	}
+	eventually(t, "the payload's file closed once the payload was freed", func() bool { return shmSetting(t, owner, "payload_files") == "0" })
 }

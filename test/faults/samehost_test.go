@@ -98,9 +98,11 @@ func channels(t *testing.T, owner *node, dir, ownerID string) int {
 	return n - 1
 }
 
-// leftNothing waits until the process holds no ring and no more descriptors than before.
+// leftNothing waits until the process holds no ring, no payload file and no more descriptors
+// than before.
 func leftNothing(t *testing.T, n *node, fdsBefore int) {
 	t.Helper()
+	noPayloadFiles(t, n)
 	require.Eventually(t, func() bool { return ringMaps(t, n.pid()) == 0 }, 30*time.Second, 50*time.Millisecond,
 		"%s still maps a same-host ring", n.Name)
 	require.Eventually(t, func() bool { return openFDs(t, n.pid()) <= fdsBefore }, 30*time.Second, 50*time.Millisecond,

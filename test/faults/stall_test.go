@@ -51,6 +51,8 @@ func backToStart(t *testing.T, owner *node, start stats) {
 // ownerFlags are the flags of the stall cases' owner. Its same-host rings (used only when the
 // path is on) have buffers of 4 KiB, so that a read through shared memory, which would otherwise
 // finish before the consumer is stopped 100 ms in, is still under way then, as a UCX GET is.
+// Every read goes through them (single-copy payloads are off unless a node asks for them; the
+// TestSameHostSingleCopy cases kill consumers and owners mid-read out of a payload's file).
 func ownerFlags(forceAfter time.Duration) []string {
 	return []string{"-lease-ttl", "3s", "-force-close-after", forceAfter.String(), "-arena", "1048576", "-budget", "4294967296", "-shm-chunk", "4096"}
 }

@@ -277,6 +277,20 @@ type RMA interface {
 	ForceClosePeer(peer InstanceID) error
 }
 
+// PayloadMapper is an RMA that maps the memory of a staged payload itself: the same-host path
+// (package transport/shm) puts a payload of at least PayloadMin bytes in a sealed memfd of its
+// own, which a consumer of this host then reads with one copy. The RDMA registry asks it for the
+// memory of each such payload staged by StageDataPinned. The memory is ordinary host memory
+// mapped shared, which every backend (UCX included) registers and serves as any other.
+type PayloadMapper interface {
+	// PayloadMin is the smallest payload MapPayload takes, in bytes; 0: none.
+	PayloadMin() int
+	// MapPayload returns size bytes of zeroed, page-aligned memory (size is a whole number of
+	// pages) for one payload, and the function that unmaps it, which the caller calls once, when
+	// no registration of the memory is alive any more. The memory is never handed out again.
+	MapPayload(size int) (mem []byte, release func() error, err error)
+}
+
 // PathRefuser is an RMA transport that can say why it does not reach a peer it knows (CanGet
 // false): the answer is one of the chunked-path reasons of package metrics ("release_mismatch"
 // when the two sides' UCX builds cannot talk), or "" when it has none to give and the runtime

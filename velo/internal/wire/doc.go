@@ -1,10 +1,11 @@
 // Package wire holds every binary layout velo puts on a connection or in a peer-info file: the
 // TCP transport's hello and address, the UCX transport's address blob, frame header, frame seal
 // and hello body, the messenger frame, handles, peer info, the rendezvous protocol messages, the
-// RDMA offer and descriptor, the drain notice, the multi-rail transport's rail-set key, and the
-// push protocol's grant handle and messages. (The layouts outside it belong to module ucx, which
-// cannot import it: UCX's sealed remote key, ucx/rkey.go, which travels inside the descriptor as
-// opaque bytes, and the guarded GET and PUT headers, ucx/guardwire.go, paired with their C side.)
+// RDMA offer and descriptor, the drain notice, the multi-rail transport's rail-set key, the push
+// protocol's grant handle and messages, and the same-host path's CUDA IPC and file frames. (The
+// layouts outside it belong to module ucx, which cannot import it: UCX's sealed remote key,
+// ucx/rkey.go, which travels inside the descriptor as opaque bytes, and the guarded GET and PUT
+// headers, ucx/guardwire.go, paired with their C side.)
 //
 // Why one package: every decoder here reads bytes that a remote process (or a file) chose, so each
 // one is written the same defensive way — lengths checked before every read (most through a

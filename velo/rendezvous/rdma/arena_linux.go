@@ -18,11 +18,19 @@ func mapArena(size int) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rdma: %w: mmap of %s: %w", ErrArenaMap, verbs.FormatBytes(uint64(size)), err)
 	}
-	if err := unix.Mlock(mem); err != nil {
+	if err := lockArena(mem); err != nil {
 		_ = unix.Munmap(mem)
-		return nil, memlockError(size, err)
+		return nil, err
 	}
 	return mem, nil
+}
+
+// lockArena locks mem (mlock, so it cannot be swapped out under a NIC).
+func lockArena(mem []byte) error {
+	if err := unix.Mlock(mem); err != nil {
+		return memlockError(len(mem), err)
+	}
+	return nil
 }
 
 // memlockError explains a failed mlock: the limit, what is already locked, and the fix.

@@ -11,3 +11,7 @@ func mapArena(size int) ([]byte, error) {
 }
 
 func unmapArena(mem []byte) error { return nil }
+
+func lockArena(mem []byte) error {
+	return fmt.Errorf("rdma: %w: pinned arenas need Linux", ErrUnsupported)
+}

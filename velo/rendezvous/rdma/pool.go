@@ -9,15 +9,17 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/velo/metrics"
+	"github.com/velo-go/velo/velo/transport"
 	"github.com/velo-go/velo/verbs"
 )
 
 // pool owns the arenas and the budget. One mutex guards the bookkeeping; mapping, copying and
 // unmapping happen outside it.
 type pool struct {
-	cfg PoolConfig
-	log *slog.Logger
-	g   *gauges
+	cfg    PoolConfig
+	log    *slog.Logger
+	g      *gauges
+	mapper transport.PayloadMapper // maps payloads of their own (nil: arenas only)
 
 	mapMu    sync.Mutex // serialises arena maps
 	mu       sync.Mutex
@@ -38,6 +40,7 @@ type arena struct {
 	id        int
 	mem       []byte
 	dedicated bool
+	release   func() error // unmaps a payload's own memory (the mapper's); nil: an anonymous mapping
 	free      []pageRun
 	usedPages int
 	idleSince time.Time
@@ -120,45 +123,98 @@ func (p *pool) alloc(n int, mayMap bool) (*Slot, metrics.Reason, error) {
 	if dedicated {
 		size = pages * pageSize
 	}
-	p.mu.Lock()
-	if p.pinned+int64(size) > p.cfg.RegisteredBytesBudget {
-		err := fmt.Errorf("rdma: %w: an arena of %s would pin %s, the budget is %s: raise RDMAPoolConfig.RegisteredBytesBudget or set ArenaReclaimAfter",
-			ErrBudget, verbs.FormatBytes(uint64(size)), verbs.FormatBytes(uint64(p.pinned)+uint64(size)), verbs.FormatBytes(uint64(p.cfg.RegisteredBytesBudget)))
-		p.mu.Unlock()
+	if err := p.reserveMapping(size, "an arena", " or set ArenaReclaimAfter"); err != nil {
 		return nil, metrics.ReasonBudget, err
 	}
-	p.pinned += int64(size) // reserved while the map runs
-	p.mu.Unlock()
-
 	mem, err := mapArena(size)
-
-	p.mu.Lock()
 	if err != nil {
+		p.mu.Lock()
 		p.pinned -= int64(size)
 		p.lastFail = err
 		p.mu.Unlock()
 		p.g.arenaFailures.Inc()
 		return nil, metrics.ReasonPoolExhausted, err
 	}
+	s, err := p.addArena(&arena{mem: mem, dedicated: dedicated}, pages, n)
+	if err != nil {
+		return nil, metrics.ReasonPoolExhausted, err
+	}
+	return s, "", nil
+}
+
+// reserveMapping counts a mapping of size bytes about to be made against the budget (what names
+// it in the refusal, fix adds to its advice), or refuses.
+func (p *pool) reserveMapping(size int, what, fix string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pinned+int64(size) > p.cfg.RegisteredBytesBudget {
+		return fmt.Errorf("rdma: %w: %s of %s would pin %s, the budget is %s: raise RDMAPoolConfig.RegisteredBytesBudget%s",
+			ErrBudget, what, verbs.FormatBytes(uint64(size)), verbs.FormatBytes(uint64(p.pinned)+uint64(size)), verbs.FormatBytes(uint64(p.cfg.RegisteredBytesBudget)), fix)
+	}
+	p.pinned += int64(size) // reserved while the map runs
+	return nil
+}
+
+// addArena books a new mapping a (its memory reserved with reserveMapping, its mem, dedicated and
+// release set) and carves an n-byte slot of pages from it; it gives the mapping straight back
+// with ErrClosed when Close ran while it was mapped.
+func (p *pool) addArena(a *arena, pages, n int) (*Slot, error) {
+	size := len(a.mem)
+	p.mu.Lock()
 	p.nextID++
-	a := &arena{id: p.nextID, mem: mem, dedicated: dedicated, free: []pageRun{{0, size / pageSize}}, idleSince: time.Now()}
+	a.id, a.free, a.idleSince = p.nextID, []pageRun{{0, size / pageSize}}, time.Now()
 	if p.closed {
-		// Close ran while we mapped: give it straight back.
 		p.pinned -= int64(size)
 		p.mu.Unlock()
 		p.unmap(a)
-		return nil, metrics.ReasonPoolExhausted, ErrClosed
+		return nil, ErrClosed
 	}
 	p.arenaB += int64(size)
 	p.mapped++
-	if !dedicated {
+	if !a.dedicated {
 		p.arenas = append(p.arenas, a)
 	}
 	s := p.carveLocked(a, pages, n)
 	p.g.setArenas(p.mapped, p.arenaB)
 	pinned := p.pinned
 	p.mu.Unlock()
-	p.log.Debug("rdma: mapped an arena", "arena", a.id, "bytes", size, "dedicated", dedicated, "pinned", pinned)
+	p.log.Debug("rdma: mapped an arena", "arena", a.id, "bytes", size, "dedicated", a.dedicated, "own", a.release != nil, "pinned", pinned)
+	return s, nil
+}
+
+// allocPayload returns a slot for an n-byte staged payload: memory of its own from the mapper when
+// it takes payloads of that size and a new mapping is allowed, else alloc's. The mapper's memory is
+// a dedicated arena of one slot, locked as any arena, counted against the budget, and unmapped
+// (release) once the slot is freed and no registration of it is alive; it is never carved again.
+// When the mapper fails, the payload goes to the arenas as before.
+func (p *pool) allocPayload(n int, mayMap bool) (*Slot, metrics.Reason, error) {
+	if p.mapper == nil || !mayMap || n <= 0 {
+		return p.alloc(n, mayMap)
+	}
+	if m := p.mapper.PayloadMin(); m <= 0 || n < m {
+		return p.alloc(n, mayMap)
+	}
+	size := roundPages(n)
+	if err := p.reserveMapping(size, "a payload", ""); err != nil {
+		return nil, metrics.ReasonBudget, err
+	}
+	mem, release, err := p.mapper.MapPayload(size)
+	if err == nil {
+		if err = lockArena(mem); err != nil {
+			release()
+		}
+	}
+	if err != nil {
+		p.mu.Lock()
+		p.pinned -= int64(size)
+		p.mu.Unlock()
+		p.log.Debug("rdma: no memory of its own for a payload; staging it in an arena", "bytes", n, "err", err)
+		return p.alloc(n, mayMap)
+	}
+	s, err := p.addArena(&arena{mem: mem, dedicated: true, release: release}, size/pageSize, n)
+	if err != nil {
+		return nil, metrics.ReasonPoolExhausted, err
+	}
 	return s, "", nil
 }
 
@@ -294,7 +350,11 @@ func (p *pool) forgetLocked(a *arena) *arena {
 }
 
 func (p *pool) unmap(a *arena) {
-	if err := unmapArena(a.mem); err != nil {
+	unmap := func() error { return unmapArena(a.mem) }
+	if a.release != nil {
+		unmap = a.release
+	}
+	if err := unmap(); err != nil {
 		p.log.Error("rdma: unmapping an arena failed; its pages stay mapped", "arena", a.id, "err", err)
 	} else {
 		p.log.Debug("rdma: unmapped an arena", "arena", a.id, "bytes", len(a.mem))

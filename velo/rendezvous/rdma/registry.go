@@ -117,6 +117,7 @@ func New(rma transport.RMA, cfg Config, o Options) (*Registry, error) {
 		r.disabled, r.why = true, KillSwitchEnv
 	}
 	r.pool = newPool(pc, r.log, g)
+	r.pool.mapper, _ = rma.(transport.PayloadMapper)
 	if r.disabled {
 		r.log.Info("rdma: the RDMA rendezvous path is switched off; every transfer takes the chunked path (reason kill_switch)", "by", r.why)
 	} else if err := verbs.CheckMemlock(uint64(pc.ArenaSize)); err != nil && errors.Is(err, verbs.ErrMemlock) {
@@ -208,7 +209,7 @@ func (r *Registry) Pin(n int, mayMap bool) ([]byte, rendezvous.StageOptions) {
 	if r.disabled {
 		return nil, rendezvous.StageOptions{Reason: metrics.ReasonKillSwitch}
 	}
-	s, reason, err := r.pool.alloc(n, mayMap)
+	s, reason, err := r.pool.allocPayload(n, mayMap)
 	if err != nil {
 		switch {
 		case isMapFailure(err):

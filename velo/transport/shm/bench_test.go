@@ -12,7 +12,8 @@ import (
 )
 
 // BenchmarkGet is the channel alone (both ends in this process): one Get of each size through
-// rings of each shape (buffers x size), beside a plain copy of the same size.
+// rings of each shape (buffers x size), and out of a payload's own file (read with pread, or
+// mapped and copied out of the mapping), beside a plain copy of the same size.
 func BenchmarkGet(b *testing.B) {
 	for _, n := range []int{8 << 20, 64 << 20} {
 		b.Run(fmt.Sprintf("copy/%dMiB", n>>20), func(b *testing.B) {
@@ -22,27 +23,46 @@ func BenchmarkGet(b *testing.B) {
 				copy(dst, src)
 			}
 		})
+		for _, byMap := range []bool{false, true} {
+			how := map[bool]string{false: "pread", true: "map"}[byMap]
+			b.Run(fmt.Sprintf("file/%dMiB/%s", n>>20, how), func(b *testing.B) {
+				benchGet(b, Config{SingleCopyMin: 1 << 20}, n, func(owner, consumer *Transport) []byte {
+					consumer.copyByMap = byMap
+					mem, release, err := owner.MapPayload(n)
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.Cleanup(func() { release() })
+					return mem
+				})
+			})
+		}
 		for _, ring := range [][2]int{{2 << 20, 2}, {1 << 20, 4}, {512 << 10, 8}} {
 			chunk, slots := ring[0], ring[1]
 			b.Run(fmt.Sprintf("get/%dMiB/%dx%dK", n>>20, slots, chunk>>10), func(b *testing.B) {
-				owner, consumer := newPair(b, Config{ChunkSize: chunk, Slots: slots}, nil, nil)
-				for !consumer.CanGet(1) {
-					runtime.Gosched()
-				}
-				mem := anon(b, n)
-				regs, errs := owner.RegisterMemoryFor(2, [][]byte{mem})
-				if errs[0] != nil {
-					b.Fatal(errs[0])
-				}
-				dst := make([]byte, n)
-				b.SetBytes(int64(n))
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					if err := consumer.Get(context.Background(), 1, regs[0].Key(), 0, dst); err != nil {
-						b.Fatal(err)
-					}
-				}
+				benchGet(b, Config{ChunkSize: chunk, Slots: slots}, n, func(_, _ *Transport) []byte { return anon(b, n) })
 			})
+		}
+	}
+}
+
+// benchGet times Gets of the n bytes of the memory mem gives, registered for the consumer of a
+// pair made with cfg.
+func benchGet(b *testing.B, cfg Config, n int, mem func(owner, consumer *Transport) []byte) {
+	owner, consumer := newPair(b, cfg, nil, nil)
+	for !consumer.CanGet(1) {
+		runtime.Gosched()
+	}
+	regs, errs := owner.RegisterMemoryFor(2, [][]byte{mem(owner, consumer)})
+	if errs[0] != nil {
+		b.Fatal(errs[0])
+	}
+	dst := make([]byte, n)
+	b.SetBytes(int64(n))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := consumer.Get(context.Background(), 1, regs[0].Key(), 0, dst); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/velo-go/velo/velo/internal/fanout"
+	"github.com/velo-go/velo/velo/internal/wire"
 	"github.com/velo-go/velo/velo/transport"
 )
 
@@ -27,6 +28,8 @@ type clientConn struct {
 	chunk int
 	slots int
 	once  sync.Once
+	oob   []byte // control messages of a read (a file answer's descriptor)
+	fds   []int  // descriptors received and not yet taken by a file answer
 
 	// While the channel is idle a watcher reads it: the owner never sends on an idle channel, so
 	// anything it reads (an EOF, when the owner went) means the channel is dead, and it is closed
@@ -333,7 +336,7 @@ func (t *Transport) handshakeConsumer(ctx context.Context, c *net.UnixConn, p *p
 		return nil, fmt.Errorf("mapping the ring: %w", err)
 	}
 	c.SetDeadline(time.Time{})
-	return &clientConn{c: c, ring: ring, chunk: chunk, slots: slots}, nil
+	return &clientConn{c: c, ring: ring, chunk: chunk, slots: slots, oob: make([]byte, unix.CmsgSpace(4*4))}, nil
 }
 
 // Get implements transport.RMA: len(dst) bytes at offset of the region key names, copied out of
@@ -381,7 +384,12 @@ func (t *Transport) ReadMany(ctx context.Context, id transport.InstanceID, reads
 	if len(idx) == 0 {
 		return
 	}
-	t.onChannels(ctx, id, idx, window, report, func(c *clientConn, batch []int) ([]error, bool) { return c.readMany(ctx, reads, batch) })
+	files := fileReads{on: !t.ringOnly, hook: t.fileHook, byMap: t.copyByMap}
+	t.onChannels(ctx, id, idx, window, report, func(c *clientConn, batch []int) ([]error, bool) {
+		errs, broken, n := c.readMany(ctx, reads, batch, files)
+		t.fileRead.Add(uint64(n))
+		return errs, broken
+	})
 }
 
 // onChannels runs the operations idx (indexes into the caller's list) in batches of up to
@@ -448,16 +456,22 @@ func (c *clientConn) exchange(ctx context.Context, n int, what string, run func(
 }
 
 // readMany sends the requests of batch (indexes into reads) at once and copies each piece out of
-// the ring as the owner announces it. broken says the channel is out of step (it is closed then);
-// a refused key leaves it in step.
-func (c *clientConn) readMany(ctx context.Context, reads []transport.Read, batch []int) ([]error, bool) {
-	return c.exchange(ctx, len(batch), "read", func(errs []error) error {
+// the ring as the owner announces it, or a whole read out of the payload file the owner answers it
+// with (files: the requests say the consumer takes one; payload.go). broken says the channel is
+// out of step (it is closed then); a refused key leaves it in step. nfiles counts the reads
+// answered with a file.
+func (c *clientConn) readMany(ctx context.Context, reads []transport.Read, batch []int, files fileReads) (errs []error, broken bool, nfiles int) {
+	defer c.dropFDs()
+	errs, broken = c.exchange(ctx, len(batch), "read", func(errs []error) error {
 		req := make([]byte, frameLen*len(batch))
 		for k, i := range batch {
 			f := req[k*frameLen : (k+1)*frameLen]
 			f[0] = frameRead
 			if k == len(batch)-1 {
 				f[2] = flagLast
+			}
+			if files.on {
+				f[2] |= flagFile
 			}
 			copy(f[4:], reads[i].Key)
 			binary.LittleEndian.PutUint64(f[36:], reads[i].Offset)
@@ -472,12 +486,15 @@ func (c *clientConn) readMany(ctx context.Context, reads []transport.Read, batch
 		pending := false   // pieces in a buffer the owner has not handed over yet
 		var f [frameLen]byte
 		for left > 0 || pending {
-			if _, err := io.ReadFull(c.c, f[:]); err != nil {
+			if err := c.readFrame(f[:]); err != nil {
 				return err
 			}
 			k := int(binary.LittleEndian.Uint32(f[12:]))
 			if k >= len(batch) {
 				return (fmt.Errorf("%w: an answer for request %d of %d", errProtocol, k, len(batch)))
+			}
+			if len(c.fds) > 0 && f[0] != wire.SHMFileRead {
+				return fmt.Errorf("%w: a descriptor with a frame %q", errProtocol, f[0])
 			}
 			switch f[0] {
 			case frameError:
@@ -485,6 +502,18 @@ func (c *clientConn) readMany(ctx context.Context, reads []transport.Read, batch
 					errs[k] = codeErr(f[1])
 					left--
 				}
+				continue
+			case wire.SHMFileRead:
+				dst := reads[batch[k]].Dst
+				if !files.on || pos[k] != 0 || errs[k] != nil {
+					return fmt.Errorf("%w: a file answer for request %d, which it does not answer", errProtocol, k)
+				}
+				if err := c.readFile(f[:], dst, files); err != nil {
+					return err
+				}
+				pos[k] = len(dst)
+				left--
+				nfiles++
 				continue
 			case frameChunk:
 			default:
@@ -512,8 +541,12 @@ func (c *clientConn) readMany(ctx context.Context, reads []transport.Read, batch
 				}
 			}
 		}
+		if len(c.fds) > 0 {
+			return fmt.Errorf("%w: a descriptor with no file answer", errProtocol)
+		}
 		return nil
 	})
+	return errs, broken, nfiles
 }
 
 // WriteMany implements transport.RMAWriter: each write goes in pieces of at most one ring buffer

@@ -15,6 +15,14 @@
 // consumer never sees a byte its request did not name, and the ring holds at most Slots buffers
 // of it.
 //
+// On an owner that sets Config.SingleCopyMin, a payload the registry stages in pinned memory
+// (StageDataPinned) of at least that many bytes is the exception, read with one copy: it lives in a memfd of its own
+// (MapPayload), sealed and never reused, and for a checked read of at least that size through a
+// key that reaches all of it the owner hands the consumer a read-only descriptor of the file
+// (SCM_RIGHTS), which the consumer reads straight into the caller's buffer and closes. Such a
+// consumer can reach that payload's bytes, and only those, for as long as it keeps the descriptor;
+// they never change and it cannot write them (see MapPayload).
+//
 // A push grant's range is registered for its writer alone and for writing only
 // (RegisterMemoryWritableFor): the writer copies a piece into a ring buffer and names the key,
 // offset and length; the owner checks that a live write registration made for that writer covers

@@ -14,12 +14,13 @@ const Name = "shm"
 
 // Config configures the same-host transport (Linux only).
 type Config struct {
-	Dir          string
-	HostID       string
-	AllowUIDs    []int
-	ChunkSize    int
-	Slots        int
-	ConnsPerPeer int
+	Dir           string
+	HostID        string
+	AllowUIDs     []int
+	ChunkSize     int
+	Slots         int
+	ConnsPerPeer  int
+	SingleCopyMin int
 }
 
 // Transport is the same-host transport; it exists on Linux only.

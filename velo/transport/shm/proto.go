@@ -27,6 +27,10 @@ import (
 //	free   'F' buffer
 //	write  'W' buffer _ _ | key [4:36] | offset [36:44] | length [44:52] | request [52:56]
 //	ack    'A' buffer code _ | request [12:16]
+//	file   'M' version _ _ | request [12:16] | offset [16:24] | length [24:32] | file size [32:40]
+//	done   'D' version _ _ | request [12:16]
+//
+// (The file and done frames of a single-copy read are wire.SHMFileFrame, payload.go.)
 //
 // A consumer sends a batch of read frames at once, the last flagged flagLast. The owner answers
 // each request in order with its pieces (chunk frames) or one error frame, packing pieces of
@@ -60,6 +64,12 @@ const (
 	// carry it alone.
 	flagLast     = 1
 	flagHandOver = 1
+	// flagFile (byte 2 of a read frame) says the consumer takes a file answer (payload.go,
+	// wire.SHMFileFrame of version 1) for this read. An owner without single-copy reads ignores
+	// the bit and answers through the ring, so the two builds keep reading from each other; a
+	// later version of the file frame takes a flag of its own, so an owner never sends a consumer
+	// a version it did not ask for.
+	flagFile = 2
 )
 
 var (

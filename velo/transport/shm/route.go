@@ -25,7 +25,9 @@ import (
 //
 // The value returned implements what inner does of transport.MemoryRMA, transport.RMAWriter and
 // transport.MemoryRMAWriter when inner implements all three (the UCX transport), and none of them
-// otherwise; it always implements ManyReader, PeerRegisterer and RunRegisterer.
+// otherwise; it always implements ManyReader, PeerRegisterer, RunRegisterer and PayloadMapper (a
+// pinned payload of at least Config.SingleCopyMin in a file of its own, which a consumer of this
+// host reads with one copy).
 func Route(inner transport.RMA, s *Transport) transport.RMA {
 	r := &route{inner: inner, s: s}
 	// A binary without CUDA has CUDA IPC calls that all answer errors.ErrUnsupported: the lane then
@@ -62,12 +64,20 @@ var (
 	_ transport.PeerRegisterer = (*route)(nil)
 	_ transport.RunRegisterer  = (*route)(nil)
 	_ transport.PathRefuser    = (*route)(nil)
+	_ transport.PayloadMapper  = (*route)(nil)
 )
 
 func (r *route) RMABackend() string { return r.inner.RMABackend() }
 
 // SameHostKey reports whether key is one of the same-host path's (the registry's path label).
 func (r *route) SameHostKey(key []byte) bool { return IsKey(key) || IsDeviceKey(key) }
+
+// PayloadMin implements transport.PayloadMapper: payloads from this size get a file of their own
+// (payload.go), which UCX registers as any other memory and this lane reads with one copy.
+func (r *route) PayloadMin() int { return r.s.PayloadMin() }
+
+// MapPayload implements transport.PayloadMapper.
+func (r *route) MapPayload(size int) ([]byte, func() error, error) { return r.s.MapPayload(size) }
 
 func (r *route) RegisterMemory(mem []byte) (transport.Registration, error) {
 	return r.inner.RegisterMemory(mem)

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/velo-go/velo/velo/internal/wire"
 	"github.com/velo-go/velo/velo/transport"
 )
 
@@ -31,6 +32,7 @@ type registration struct {
 	mem   []byte
 	peer  transport.InstanceID // the consumer it was registered for; 0: any proven consumer
 	write bool                 // a write grant's range: peers may write it and not read it
+	file  *payloadFile         // mem is the whole of a payload's own file (payload.go); nil: the ring only
 
 	mu      sync.Mutex
 	revoked bool
@@ -155,6 +157,9 @@ func (t *Transport) register(mem []byte, peer transport.InstanceID, write bool) 
 	}
 	r.slot = t.nextReg
 	t.regs[r.slot] = r
+	if !write {
+		r.file = t.fileOf(mem)
+	}
 	return r, nil
 }
 
@@ -335,11 +340,12 @@ type request struct {
 	off, n  uint64
 	idx     uint32
 	lastOne bool // the last of the consumer's batch: the ring is handed over after it
+	file    bool // the consumer takes a file answer (payload.go)
 }
 
 func parseRequest(f []byte) request {
 	return request{key: append([]byte(nil), f[4:4+keyLen]...), off: binary.LittleEndian.Uint64(f[36:]), n: binary.LittleEndian.Uint64(f[44:]),
-		idx: binary.LittleEndian.Uint32(f[52:]), lastOne: f[2]&flagLast != 0}
+		idx: binary.LittleEndian.Uint32(f[52:]), lastOne: f[2]&flagLast != 0, file: f[2]&flagFile != 0}
 }
 
 // run serves the channel's reads in the order they came, until the channel fails or closes (it
@@ -347,10 +353,17 @@ func parseRequest(f []byte) request {
 // into the ring buffer it is filling (a piece per chunk frame, naming the request, the buffer and
 // where in it), hands a buffer over when it is full or the batch ends (the piece's frame says so),
 // and takes the other buffer once the consumer gave it back. A refused request is answered with
-// an error frame and the others go on.
+// an error frame and the others go on. A request the owner answers with a payload's file
+// (payload.go) stays in flight until the consumer's done frame for it, or the channel's end.
 func (c *serverConn) run() error {
 	var queue []request
 	var f [frameLen]byte
+	files := map[uint32]*registration{} // file answers whose done frame has not come yet
+	defer func() {
+		for _, r := range files {
+			r.end()
+		}
+	}()
 	free := make([]bool, c.slots)
 	for b := range free {
 		free[b] = true
@@ -382,7 +395,15 @@ func (c *serverConn) run() error {
 			queue = append(queue, parseRequest(f[:]))
 		case f[0] == frameFree && int(f[1]) < c.slots && !free[f[1]]:
 			free[f[1]] = true
-		case f[0] == frameWrite && idle && len(queue) == 0 && fill == 0 && !slices.Contains(free, false):
+		case f[0] == wire.SHMFileDone:
+			d, err := wire.DecodeSHMFileFrame(f[:])
+			r := files[d.Req]
+			if err != nil || r == nil {
+				return fmt.Errorf("%w: a done frame for no file answer (%v)", errProtocol, err)
+			}
+			delete(files, d.Req)
+			r.end()
+		case f[0] == frameWrite && idle && len(queue) == 0 && fill == 0 && len(files) == 0 && !slices.Contains(free, false):
 			return c.write(f[:], send)
 		default:
 			return fmt.Errorf("%w: frame %q", errProtocol, f[0])
@@ -418,10 +439,39 @@ func (c *serverConn) run() error {
 			}
 			continue
 		}
+		if c.takesFile(r, req) {
+			if files[req.idx] != nil {
+				r.end()
+				return fmt.Errorf("%w: request %d asked twice in one batch", errProtocol, req.idx)
+			}
+			files[req.idx] = r // from here the deferred end or the done frame ends the read
+			if err := c.sendFile(r, at, req); err != nil {
+				return err
+			}
+			c.t.fileServed.Add(1)
+			if req.lastOne && fill > 0 {
+				if err := send(frameChunk, byte(cur), flagHandOver, fill, 0, req.idx); err != nil {
+					return err
+				}
+				handOver()
+			}
+			continue
+		}
 		if err := c.copyOut(r, r.mem[at:at+req.n], req, free, &cur, &fill, next, send, handOver); err != nil {
 			return err
 		}
 	}
+}
+
+// takesFile says whether req is answered with r's payload file: the consumer takes one, the
+// read is large enough, and its key reaches the whole file (a file answer hands the consumer the
+// whole file, so a key narrowed to a part of it is served through the ring).
+func (c *serverConn) takesFile(r *registration, req request) bool {
+	if !req.file || r.file == nil || c.t.cfg.SingleCopyMin <= 0 || req.n < uint64(c.t.cfg.SingleCopyMin) {
+		return false
+	}
+	k, err := parseKey(req.key)
+	return err == nil && k.base == 0 && k.length == uint64(len(r.mem))
 }
 
 // check finds the live registration a request names and checks it was made for this consumer,

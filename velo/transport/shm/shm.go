@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/velo-go/velo/velo/transport"
@@ -64,6 +65,14 @@ type Config struct {
 	// ConnsPerPeer bounds the channels this instance opens to one owner, so reads in flight to it
 	// (default 4).
 	ConnsPerPeer int
+	// SingleCopyMin, when positive, is the size from which a payload staged in pinned memory
+	// (StageDataPinned) lives in a sealed memfd of its own, which a consumer on this path reads
+	// with one copy instead of two through the ring; 0 (the default) stages none. A read of such a
+	// payload pays from about 1 MiB, but making the file costs more than an arena's slot (fresh
+	// pages for every payload, where an arena's are reused): it pays for payloads read more than
+	// once (docs/performance.md). A consumer reads such payloads whatever its own setting. A consumer that reads one is handed a read-only descriptor of that payload's
+	// file: see docs/architecture.md, "One copy for a payload of its own".
+	SingleCopyMin int
 }
 
 // Transport is one instance's same-host path: the owner's socket and registrations, and the
@@ -88,9 +97,20 @@ type Transport struct {
 	regs    map[uint32]*registration
 	nextReg uint32
 	inbound map[*serverConn]struct{}
-	cuda    cudaState // device memory by CUDA IPC (cudaipc.go)
-	stop    chan struct{}
-	wg      sync.WaitGroup
+	files   map[uintptr]*payloadFile // payloads of their own file, by address (payload.go)
+	// hugeFiles counts the live payload files in huge pages (payload.go).
+	hugeFiles int
+	cuda      cudaState // device memory by CUDA IPC (cudaipc.go)
+	stop      chan struct{}
+	wg        sync.WaitGroup
+
+	// Single-copy reads served to consumers as owner, and made as consumer (payload.go).
+	fileServed, fileRead atomic.Uint64
+	ringOnly             bool // the consumer asks for no file answers, as a release before them (tests)
+	// Test seams of the consumer's file reads (fileReads): fileHook sees each descriptor a file
+	// answer brought before it is read; copyByMap copies out of a mapping instead of by pread.
+	fileHook  func(fd int)
+	copyByMap bool
 }
 
 // peer is what the consumer side knows of an owner.
@@ -134,8 +154,11 @@ func New(cfg Config) (*Transport, error) {
 	if cfg.ConnsPerPeer < 0 {
 		return nil, fmt.Errorf("shm: ConnsPerPeer %d is negative", cfg.ConnsPerPeer)
 	}
+	if cfg.SingleCopyMin < 0 {
+		return nil, fmt.Errorf("shm: SingleCopyMin %d is negative: want a size in bytes, or 0 for no single-copy payloads", cfg.SingleCopyMin)
+	}
 	t := &Transport{cfg: cfg, uid: os.Getuid(), allow: map[int]bool{}, peers: map[transport.InstanceID]*peer{},
-		regs: map[uint32]*registration{}, inbound: map[*serverConn]struct{}{}, stop: make(chan struct{})}
+		regs: map[uint32]*registration{}, inbound: map[*serverConn]struct{}{}, files: map[uintptr]*payloadFile{}, stop: make(chan struct{})}
 	t.allow[t.uid] = true
 	for _, u := range cfg.AllowUIDs {
 		if u < 0 {
@@ -449,6 +472,8 @@ func (t *Transport) Describe() map[string]string {
 	d := map[string]string{
 		"socket": t.sock, "host": t.hostID, "chunk": strconv.Itoa(t.cfg.ChunkSize), "slots": strconv.Itoa(t.cfg.Slots),
 		"peers": strings.Join(ready, ","), "not_taken": strings.Join(same, ","),
+		"single_copy_min": strconv.Itoa(t.cfg.SingleCopyMin), "payload_files": strconv.Itoa(len(t.files)), "payload_files_huge": strconv.Itoa(t.hugeFiles),
+		"single_copy_served": strconv.FormatUint(t.fileServed.Load(), 10), "single_copy_reads": strconv.FormatUint(t.fileRead.Load(), 10),
 	}
 	t.describeCUDA(d)
 	return d

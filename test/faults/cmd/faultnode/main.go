@@ -93,6 +93,7 @@ func main() {
 	sameHost := flag.Bool("same-host", sameHostDefault, "turn on the same-host path (WithSameHost); default: "+linecmd.SameHostEnv)
 	shmDir := flag.String("shm-dir", "", "SameHostConfig.Dir (empty: the default)")
 	shmChunk := flag.Int("shm-chunk", 0, "SameHostConfig.ChunkSize (0: the default)")
+	shmSingle := flag.Int("shm-single-copy-min", 0, "SameHostConfig.SingleCopyMin (0: no single-copy payloads, every read through the ring)")
 	flag.Parse()
 
 	var lvl slog.Level
@@ -133,7 +134,7 @@ func main() {
 		opts = append(opts, velo.WithDiscovery(d, *name))
 	}
 	if *sameHost {
-		opts = append(opts, velo.WithSameHost(velo.SameHostConfig{Dir: *shmDir, ChunkSize: *shmChunk}))
+		opts = append(opts, velo.WithSameHost(velo.SameHostConfig{Dir: *shmDir, ChunkSize: *shmChunk, SingleCopyMin: *shmSingle}))
 	}
 	v, err := velo.New(context.Background(), append(opts, velo.WithLogger(log), velo.WithTransport(ctl), velo.WithUCXTransport(u),
 		velo.WithLeaseTTL(*ttl),

@@ -77,6 +77,7 @@ func main() {
 	rssMiB := flag.Int("rss", 1024, "payload of the peak-RSS measurement in MiB (0 skips it)")
 	only := flag.String("only", "", `run one table: "get" (beside perftest and the chunked path), "seal" (sealed beside plain), "rss", "samehost" (the same-host path beside memcpy and the RDMA path) or "lanes" (software lanes: the default beside the chunked path, and the opt-in)`)
 	shmRounds := flag.Int("rounds", 5, "alternating rounds of the samehost table")
+	flag.IntVar(&shmSingleCopyMin, "single-copy-min", 1<<20, "SameHostConfig.SingleCopyMin of the samehost table's same-host instances (0: every get through the ring)")
 	sealRounds := flag.Int("seal-rounds", 5, "alternating rounds of the seal table")
 	flag.StringVar(&velobenchBin, "velobench", "", "a velobench binary: its get point joins the get table's rounds, beside this bench's RDMA get (velobench's overhead)")
 	flag.Parse()

@@ -10,7 +10,12 @@ package main
 // (copy between two buffers of this process), then makes the same-host gets, then the RDMA gets,
 // so machine noise falls on all three. A get is timed as in the get table (GetInto, the detach
 // not timed); GetBatch entries never come inline (WithBatchInlineMax(0) on every side), so the
-// batch rows measure the lanes.
+// batch rows measure the lanes. Both same-host instances stage with SameHostConfig.SingleCopyMin
+// of 1 MiB (-single-copy-min; 0 puts every get on the ring), so the payloads of 8 and 64 MiB live in files of their own and a same-host get copies
+// each once out of its file; the table prints how many gets did (the batch blocks, below 1 MiB,
+// go through the ring). Since such a file costs its staging more than an arena's slot, the table
+// then times StageDataPinned of each size in this process both ways: on the same-host instance (a
+// file of its own) and on the other (a slot of an arena mapped by an earlier staging).
 //
 // The push rows are the other direction: the owner process is the receiver of a pinned region
 // of twice the largest size, half of it granted to each of the parent's two instances (grants
@@ -27,6 +32,8 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"sort"
+	"strconv"
 	"time"
 
 	"github.com/velo-go/velo/ucx/benchkit"
@@ -36,6 +43,9 @@ import (
 )
 
 var (
+	// shmSingleCopyMin is the same-host instances' SameHostConfig.SingleCopyMin (-single-copy-min).
+	shmSingleCopyMin = 1 << 20
+
 	shmSizes      = []int{8 << 20, 64 << 20}
 	shmBlockSizes = []int{4 << 10, 64 << 10}
 )
@@ -129,7 +139,7 @@ func runSameHostOwner() error {
 func runSameHost(quick bool, rounds int) error {
 	ctx := context.Background()
 	var info shmOwnerInfo
-	owner, err := benchkit.StartChild(nil, &info, "-role", "shmowner")
+	owner, err := benchkit.StartChild(nil, &info, "-role", "shmowner", "-single-copy-min", strconv.Itoa(shmSingleCopyMin))
 	if err != nil {
 		return err
 	}
@@ -157,7 +167,8 @@ func runSameHost(quick bool, rounds int) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 
-	fmt.Printf("same-host path: two processes of this host, %d CPUs, UCX_TLS=%s for the rdma column; %d alternating rounds\n", runtime.NumCPU(), os.Getenv("UCX_TLS"), rounds)
+	fmt.Printf("same-host path: two processes of this host, %d CPUs, UCX_TLS=%s for the rdma column; %d alternating rounds; SingleCopyMin %d\n",
+		runtime.NumCPU(), os.Getenv("UCX_TLS"), rounds, shmSingleCopyMin)
 	printLoad()
 	fmt.Printf("MiB/s, median of the rounds [min–max]; memcpy is one core's copy of the same size in this process\n\n")
 	fmt.Printf("%-8s %5s %22s %22s %22s %11s %9s\n", "size", "gets", "memcpy", "velo shm", "velo rdma", "shm/memcpy", "shm/rdma")
@@ -191,6 +202,12 @@ func runSameHost(quick bool, rounds int) error {
 		}
 		fmt.Printf("%-8s %5d %22s %22s %22s %10.2fx %8.2fx\n", fmt.Sprintf("%d MiB", n>>20), iters, spread(mc), spread(sh), spread(rd),
 			median(sh)/median(mc), median(sh)/median(rd))
+	}
+	fmt.Printf("single-copy reads (out of a payload's own file) so far: %s\n", shmSetting(shm, "single_copy_reads"))
+	if shmSingleCopyMin > 0 {
+		if err := stageRows(ctx, shm, rdma, quick); err != nil {
+			return err
+		}
 	}
 	fmt.Printf("\nGetBatch of %d pinned blocks (inline off on both sides): blocks/s, median of the rounds [min–max]\n", shmBlocks)
 	fmt.Printf("%-8s %5s %22s %22s %9s\n", "block", "calls", "velo shm", "velo rdma", "shm/rdma")
@@ -305,11 +322,62 @@ func putRate(ctx context.Context, v *velo.Velo, h velo.GrantHandle, off uint64, 
 	return float64(len(src)) * float64(n) / (1 << 20) / took.Seconds(), nil
 }
 
+// stageRows times StageDataPinned of each size into a payload file of its own (on file, whose
+// SingleCopyMin is 1 MiB) and into an arena's slot (on arena), the handle dropped after each.
+func stageRows(ctx context.Context, file, arena *velo.Velo, quick bool) error {
+	n := 10
+	if quick {
+		n = 3
+	}
+	fmt.Printf("\nStageDataPinned in this process, ms per payload, median of %d [min–max]\n", n)
+	fmt.Printf("%-8s %22s %22s %9s\n", "size", "own file", "arena slot", "file/slot")
+	for _, size := range shmSizes {
+		data := make([]byte, size)
+		fill(data, 5)
+		var rows [2][]float64
+		for r := 0; r < n+1; r++ { // the first maps the arena
+			for k, v := range []*velo.Velo{file, arena} {
+				start := time.Now()
+				h, err := v.StageDataPinned(ctx, data)
+				took := time.Since(start)
+				if err != nil {
+					return err
+				}
+				if err := v.Unref(ctx, h); err != nil {
+					return err
+				}
+				if r > 0 {
+					rows[k] = append(rows[k], float64(took.Microseconds())/1000)
+				}
+			}
+		}
+		fmt.Printf("%-8s %22s %22s %8.1fx\n", fmt.Sprintf("%d MiB", size>>20), spreadMs(rows[0]), spreadMs(rows[1]), median(rows[0])/median(rows[1]))
+	}
+	return nil
+}
+
+// spreadMs is spread for milliseconds.
+func spreadMs(v []float64) string {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return fmt.Sprintf("%.2f [%.2f–%.2f]", median(s), s[0], s[len(s)-1])
+}
+
+// shmSetting is one of v's same-host transport settings on its introspection page.
+func shmSetting(v *velo.Velo, key string) string {
+	for _, t := range v.Introspect().Transports {
+		if t.Name == "shm" {
+			return t.Settings[key]
+		}
+	}
+	return "?"
+}
+
 // startSameHost is start with the same-host path on (sameHost) or off, and no inline batch entries.
 func startSameHost(ctx context.Context, sameHost bool) (*velo.Velo, error) {
 	opts := []velo.Option{velo.WithBatchInlineMax(0)}
 	if sameHost {
-		opts = append(opts, velo.WithSameHost(velo.SameHostConfig{}))
+		opts = append(opts, velo.WithSameHost(velo.SameHostConfig{SingleCopyMin: shmSingleCopyMin}))
 	}
 	v, _, err := start(ctx, opts...)
 	return v, err
