@@ -64,14 +64,15 @@ func StartCluster(t testing.TB, members ...Member) []*Server {
 	bin := Binary(t)
 	var servers []*Server
 	var initial []string
+	ports := freePorts(t, 2*len(members))
 	for i, m := range members {
 		s := &Server{Name: fmt.Sprintf("etcd%d", i), dataDir: t.TempDir(), command: m.Command, state: "new"}
 		if s.command == nil {
 			s.command = exec.Command
 		}
 		if m.IP == "" {
-			s.ClientURL = "http://127.0.0.1:" + freePort(t)
-			s.PeerURL = "http://127.0.0.1:" + freePort(t)
+			s.ClientURL = "http://127.0.0.1:" + ports[2*i]
+			s.PeerURL = "http://127.0.0.1:" + ports[2*i+1]
 		} else {
 			s.ClientURL = "http://" + m.IP + ":2379"
 			s.PeerURL = "http://" + m.IP + ":2380"
@@ -94,15 +95,22 @@ func StartCluster(t testing.TB, members ...Member) []*Server {
 	return servers
 }
 
-func freePort(t testing.TB) string {
+// freePorts picks n distinct free loopback ports. Every listener stays open until all n are
+// picked: one closed before the next pick may be handed out again, and a cluster given the same
+// port twice refuses to start ("has duplicate url").
+func freePorts(t testing.TB, n int) []string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("etcdtest: %v", err)
+	ports := make([]string, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("etcdtest: %v", err)
+		}
+		defer ln.Close()
+		_, port, _ := net.SplitHostPort(ln.Addr().String())
+		ports = append(ports, port)
 	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	return port
+	return ports
 }
 
 func (s *Server) start(t testing.TB, bin string) {
