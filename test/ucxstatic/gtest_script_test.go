@@ -164,7 +164,8 @@ func TestGtestRunOnlyTheNamedTests(t *testing.T) {
 }
 
 // TestGtestClassify: only failures the README lists pass; a listed test that passes is breakage
-// too (the list must say what happens), and so is a test gtest listed but never ran.
+// too (the list must say what happens) unless it is marked "(may pass)", and so is a test gtest
+// listed but never ran.
 func TestGtestClassify(t *testing.T) {
 	t.Parallel()
 	readme := gtestReadme(t, "tcp/test_ucp_rma.put/0", "test_datatype_ptr_map.unsafe_put")
@@ -183,6 +184,18 @@ func TestGtestClassify(t *testing.T) {
 	r = runGtestScript(t, env, "classify", write("FAILED a.b/0", "OK tcp/test_ucp_rma.put/0", "MISSING e.f/2"))
 	wantRefusal(t, r, "other failures 2", "breakage: FAILED a.b/0", "breakage: MISSING e.f/2",
 		"breakage: an expected refusal passed: tcp/test_ucp_rma.put/0")
+
+	// A refusal marked "(may pass)" may also pass.
+	mayPass := filepath.Join(t.TempDir(), "README.md")
+	require.NoError(t, os.WriteFile(mayPass, []byte("<!-- ucx-gtest refusals begin -->\n"+
+		"- `tcp/test_ucp_amo.flush/0` (may pass)\n- `tcp/test_ucp_rma.put/0`\n<!-- ucx-gtest refusals end -->\n"), 0o644))
+	env = []string{"VELO_UCX_GTEST_README=" + mayPass}
+	r = runGtestScript(t, env, "classify", write("OK tcp/test_ucp_amo.flush/0", "FAILED tcp/test_ucp_rma.put/0"))
+	wantAccepted(t, r)
+	assert.Contains(t, r.out, "run 2: passed 1, skipped 0, expected refusals 1, other failures 0")
+	r = runGtestScript(t, env, "classify", write("FAILED tcp/test_ucp_amo.flush/0", "OK tcp/test_ucp_rma.put/0"))
+	wantRefusal(t, r, "breakage: an expected refusal passed: tcp/test_ucp_rma.put/0")
+	assert.NotContains(t, r.out, "passed: tcp/test_ucp_amo.flush/0")
 }
 
 // TestGtestRefusalsComeFromTheReadme: the list is read from the one block in the README (text
