@@ -72,7 +72,9 @@
 // peer's software PUT, GET or atomic at any address, which a stock UCX does for whoever
 // connects. velo's static UCX (make ucx-static, -tags ucx_static) carries a patch set that
 // refuses those requests; SoftwareRMAGuard says whether the linked UCX is such a build, and
-// every engine exports ucx_engine_rma_guard_enforced and ucx_engine_rma_refused_total{kind}.
+// every engine exports ucx_engine_rma_guard_enforced and ucx_engine_rma_refused_total{kind}
+// (with the tcp listener's ucx_engine_tcp_accept_paused_total and
+// ucx_engine_tcp_connections_refused_total).
 // This package only reports it: velo's UCX transport decides what to do about it.
 //
 // # Environment

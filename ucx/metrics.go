@@ -119,12 +119,15 @@ func (e *Engine) Collectors() []prometheus.Collector {
 
 // rmaGuardCollector exports the linked UCX's software RMA guard (rmaguard.go), read when
 // gathered: ucx_engine_rma_guard_enforced (1 or 0) always, and
-// ucx_engine_rma_refused_total{kind} when the guard is there. Without the guard the refusal
-// family is absent rather than zero: nothing is refused, and a zero would read as "nothing was
+// ucx_engine_rma_refused_total{kind}, ucx_engine_tcp_accept_paused_total and
+// ucx_engine_tcp_connections_refused_total when the guard is there. Without the guard these
+// families are absent rather than zero: nothing is refused, and a zero would read as "nothing was
 // tried". The patch set's counters belong to the process, not to the engine: two engines show
 // the same values; kind "holder" is the engine's own.
 type rmaGuardCollector struct {
 	enforced, refused *prometheus.Desc
+	// the tcp listener's refusals (patches 0008 and 0010), process-wide like the guard's kinds
+	acceptPaused, connRefused *prometheus.Desc
 	// holder is this engine's own count of guarded GETs and PUTs refused because they arrived
 	// on no endpoint of the key's holder (RegisterOptions.Holder): kind "holder", which velo's
 	// engine decides, not the linked UCX, so it is this engine's alone. It is exported beside
@@ -140,12 +143,20 @@ func newRMAGuardCollector(labels prometheus.Labels) *rmaGuardCollector {
 		refused: prometheus.NewDesc("ucx_engine_rma_refused_total",
 			"Software RMA requests refused, by kind: the linked UCX's guard in this process (put, get, atomic, tcp_put, wire_id; process-wide: every engine shows the same counts), and this engine's guarded GETs and PUTs that arrived on no endpoint of the key's holder (holder).",
 			[]string{"kind"}, labels),
+		acceptPaused: prometheus.NewDesc("ucx_engine_tcp_accept_paused_total",
+			"accept() failures on the linked UCX's tcp listener in this process (a full descriptor table), each pausing it for 100 ms instead of closing it (velo's guard patch set; process-wide).",
+			nil, labels),
+		connRefused: prometheus.NewDesc("ucx_engine_tcp_connections_refused_total",
+			"Connections to the linked UCX's tcp port in this process closed as soon as accepted: over 256 live from one source address or 4096 in all (velo's guard patch set; process-wide).",
+			nil, labels),
 	}
 }
 
 func (c *rmaGuardCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.enforced
 	ch <- c.refused
+	ch <- c.acceptPaused
+	ch <- c.connRefused
 }
 
 func (c *rmaGuardCollector) Collect(ch chan<- prometheus.Metric) {
@@ -161,4 +172,6 @@ func (c *rmaGuardCollector) Collect(ch chan<- prometheus.Metric) {
 	for i, v := range g.Refused.values() {
 		ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(v), GuardRefusalKinds[i])
 	}
+	ch <- prometheus.MustNewConstMetric(c.acceptPaused, prometheus.CounterValue, float64(g.Refused.TCPAcceptPaused))
+	ch <- prometheus.MustNewConstMetric(c.connRefused, prometheus.CounterValue, float64(g.Refused.TCPConnRefused))
 }

@@ -44,7 +44,18 @@ type GuardRefusals struct {
 	Atomic uint64 // ucp software atomics refused
 	TCPPut uint64 // the tcp transport's PUT requests refused
 	WireID uint64 // messages naming a UCX-internal id (a request's, an endpoint's) the worker never handed out
+
+	// The tcp listener's own refusals, not RMA, so not among GuardRefusalKinds: they are
+	// exported as ucx_engine_tcp_accept_paused_total and
+	// ucx_engine_tcp_connections_refused_total. A patch set older than these counters leaves
+	// them 0.
+	TCPAcceptPaused uint64 // accept() failures (a full descriptor table) that paused the tcp listener for 100 ms (patch 0008)
+	TCPConnRefused  uint64 // connections to the tcp port closed at once: over 256 from one source or 4096 in all (patch 0010)
 }
+
+// guardCounters is how many counters SoftwareRMAGuard reads: the patch set's kinds in its
+// order, the RMA ones (GuardRefusalKinds) first.
+const guardCounters = len(GuardRefusalKinds) + 2
 
 // GuardRefusalKinds are the label values of ucx_engine_rma_refused_total, in the order of the
 // patch set's counters.
@@ -78,11 +89,13 @@ func SoftwareRMAGuard() (RMAGuard, error) {
 	if !ok || !strings.HasPrefix(v, GuardVersionPrefix) {
 		return g, nil
 	}
-	var c [len(GuardRefusalKinds)]uint64
+	// Zeroed: a patch set with fewer kinds fills only those it has.
+	var c [guardCounters]uint64
 	if !capi.VeloUcxGuardCounters(c[:]) {
 		return g, nil // a marker without its counters is not the patch set
 	}
 	g.Enforced, g.Version = true, v
-	g.Refused = GuardRefusals{Put: c[0], Get: c[1], Atomic: c[2], TCPPut: c[3], WireID: c[4]}
+	g.Refused = GuardRefusals{Put: c[0], Get: c[1], Atomic: c[2], TCPPut: c[3], WireID: c[4],
+		TCPAcceptPaused: c[5], TCPConnRefused: c[6]}
 	return g, nil
 }

@@ -40,7 +40,7 @@ func TestSoftwareRMAGuardMatchesTheLinkedUCX(t *testing.T) {
 }
 
 // Every engine exports the guard: the enforced gauge always, the refusal counters (one series
-// per kind, from zero) only where the guard exists; both lint clean.
+// per kind, from zero) and the tcp listener's two only where the guard exists; all lint clean.
 func TestEngineExportsTheRMAGuard(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	newTestEngine(t, "guard", func(c *EngineConfig) { c.Metrics = reg })
@@ -76,6 +76,8 @@ func TestEngineExportsTheRMAGuard(t *testing.T) {
 	if !g.Enforced {
 		require.Equal(t, float64(0), enforced)
 		require.NotContains(t, families, "ucx_engine_rma_refused_total", "no guard, no refusal counts that would read as zero")
+		require.NotContains(t, families, "ucx_engine_tcp_accept_paused_total")
+		require.NotContains(t, families, "ucx_engine_tcp_connections_refused_total")
 		return
 	}
 	require.Equal(t, float64(1), enforced)
@@ -84,4 +86,7 @@ func TestEngineExportsTheRMAGuard(t *testing.T) {
 	}
 	require.True(t, kinds["holder"], "kind \"holder\" (the engine's own) missing")
 	require.Len(t, kinds, len(GuardRefusalKinds)+1)
+	// the tcp listener's counters (patches 0008, 0010): one series each, not RMA kinds
+	require.Equal(t, 1, families["ucx_engine_tcp_accept_paused_total"])
+	require.Equal(t, 1, families["ucx_engine_tcp_connections_refused_total"])
 }

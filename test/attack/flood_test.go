@@ -30,14 +30,16 @@ const floodMaxFDs = 256
 // and closes them. The victim's UCX listener must accept a fresh connection within 5 s after the
 // flood ends (UCX closed its listening socket at the first failed accept() before patch 0008),
 // the legitimate pair must go on untouched (afterAttack: every message delivered once and in
-// order, a transfer on the RDMA path), and the victim's log must grow by at most a few lines per
-// 10 s of attack, however many accepts failed.
+// order, a transfer on the RDMA path), the victim's ucx_engine_tcp_accept_paused_total must
+// count the pauses, and its log must grow by at most a few lines per 10 s of attack, however many
+// accepts failed.
 func TestUCXListenerSurvivesFdFlood(t *testing.T) {
 	if !tcpInTransports() {
 		t.Skipf("skipped: UCX_TLS=%s has no tcp, so the victim has no UCX tcp port to flood", osUCXTLS())
 	}
 	f := newFixture(t, fixtureOptions{victimArgs: []string{"-max-fds", fmt.Sprint(floodMaxFDs)}})
 	logBefore := f.victim.Stderr.String()
+	pausedBefore := sum(series(f.victim, "ucx_engine_tcp_accept_paused_total"))
 	start := time.Now()
 
 	r := f.atk.ok(f.rawOp("flood", "count", 4*floodMaxFDs))
@@ -61,6 +63,11 @@ func TestUCXListenerSurvivesFdFlood(t *testing.T) {
 	}
 	f.afterAttack("connection flood")
 
+	// the log line is rate-limited, the counter is not: every pause is there
+	paused := sum(series(f.victim, "ucx_engine_tcp_accept_paused_total")) - pausedBefore
+	t.Logf("ucx_engine_tcp_accept_paused_total moved by %.0f", paused)
+	assert.Positive(t, paused, "the victim's listener paused on failed accepts, but ucx_engine_tcp_accept_paused_total did not move")
+
 	grown := strings.TrimPrefix(f.victim.Stderr.String(), logBefore)
 	lines := strings.Count(grown, "\n")
 	allowed := 3 * (1 + int(time.Since(start)/(10*time.Second)))
@@ -83,8 +90,9 @@ func openFDs(t *testing.T, pid int) int {
 // TestUCXConnectionCapPerSource floods the victim's UCX tcp port from one loopback address
 // (127.0.0.2) with four times the per-source cap and holds the connections. While they are held
 // the victim keeps at most the cap of them (its descriptors grow by no more), a connection from
-// another address is accepted, the legitimate pair goes on untouched (afterAttack), and the
-// refusals are logged in a few lines, naming the source.
+// another address is accepted, the legitimate pair goes on untouched (afterAttack), the refusals
+// are counted in ucx_engine_tcp_connections_refused_total (it moves; the log line alone is
+// rate-limited) and logged in a few lines, naming the source.
 func TestUCXConnectionCapPerSource(t *testing.T) {
 	if !tcpInTransports() {
 		t.Skipf("skipped: UCX_TLS=%s has no tcp, so the victim has no UCX tcp port to flood", osUCXTLS())
@@ -92,6 +100,7 @@ func TestUCXConnectionCapPerSource(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
 	logBefore := f.victim.Stderr.String()
 	fdsBefore := openFDs(t, f.v.pid)
+	refusedBefore := sum(series(f.victim, "ucx_engine_tcp_connections_refused_total"))
 	start := time.Now()
 
 	r := f.atk.ok(f.rawOp("flood", "count", 4*capPerSource, "from", "127.0.0.2"))
@@ -112,6 +121,9 @@ func TestUCXConnectionCapPerSource(t *testing.T) {
 		m := x.(map[string]any)
 		assert.Equal(t, true, m["accepted"], "during the flood from 127.0.0.2, the victim's UCX listener %v accepted no connection from another address within 5 s (last: %v)", m["addr"], m["last"])
 	}
+	refused := sum(series(f.victim, "ucx_engine_tcp_connections_refused_total")) - refusedBefore
+	t.Logf("ucx_engine_tcp_connections_refused_total moved by %.0f", refused)
+	assert.Positive(t, refused, "the victim refused connections from 127.0.0.2, but ucx_engine_tcp_connections_refused_total did not move")
 	f.afterAttack("connections from one source past the cap, held")
 	f.atk.ok(map[string]any{"op": "flood_release"})
 	f.afterAttack("connections from one source past the cap, released")

@@ -22,7 +22,7 @@ var thePatchSet = []string{
 	"0003-ucp-refuse-software-rma.patch",
 	"0004-tcp-refuse-put-requests.patch",
 	"0005-ucp-bound-wire-offsets.patch",
-	"0006-tcp-one-event-per-wait.patch",
+	"0006-tcp-no-event-on-freed-endpoint.patch",
 	"0007-ucp-answer-atomics-without-amo.patch",
 	"0008-tcp-accept-backs-off.patch",
 	"0009-tcp-incoming-never-takes-over.patch",

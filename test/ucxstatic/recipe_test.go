@@ -39,20 +39,26 @@ type recipeResult struct {
 // generous deadline; it fails the test only when the recipe could not be run at all.
 func runRecipe(t *testing.T, env []string, args ...string) recipeResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	return runScript(t, recipe, cleanEnv(env), 2*time.Minute, args...)
+}
+
+// runScript runs a bash script with exactly the environment env and the deadline.
+func runScript(t *testing.T, script string, env []string, deadline time.Duration, args ...string) recipeResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", append([]string{recipe}, args...)...)
-	cmd.Env = cleanEnv(env)
+	cmd := exec.CommandContext(ctx, "bash", append([]string{script}, args...)...)
+	cmd.Env = env
 	var buf bytes.Buffer
 	cmd.Stdout = &buf
 	cmd.Stderr = &buf
 	err := cmd.Run()
 	var exit *exec.ExitError
 	if err != nil && !errors.As(err, &exit) {
-		t.Fatalf("running %s %v: %v\n%s", recipe, args, err, buf.String())
+		t.Fatalf("running %s %v: %v\n%s", script, args, err, buf.String())
 	}
 	if ctx.Err() != nil {
-		t.Fatalf("%s %v did not finish within the deadline:\n%s", recipe, args, buf.String())
+		t.Fatalf("%s %v did not finish within the deadline:\n%s", script, args, buf.String())
 	}
 	return recipeResult{out: buf.String(), ok: err == nil}
 }
