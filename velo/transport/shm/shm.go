@@ -70,8 +70,9 @@ type Config struct {
 	// with one copy instead of two through the ring; 0 (the default) stages none. A read of such a
 	// payload pays from about 1 MiB, but making the file costs more than an arena's slot (fresh
 	// pages for every payload, where an arena's are reused): it pays for payloads read more than
-	// once (docs/performance.md). A consumer reads such payloads whatever its own setting. A consumer that reads one is handed a read-only descriptor of that payload's
-	// file: see docs/architecture.md, "One copy for a payload of its own".
+	// once (docs/performance.md). A consumer reads such payloads whatever its own setting, and is
+	// handed a read-only descriptor of that payload's file: see docs/architecture.md, "One copy
+	// for a payload of its own".
 	SingleCopyMin int
 }
 
